@@ -1,0 +1,31 @@
+"""layerprobe: which layers of a pretrained checkpoint actually do work.
+
+The public API mirrors the commands: `load_model`, `find_layers`, `run_angular`, `run_prune_drop`.
+Imports are lazy so that `layerprobe --help` does not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["load_model", "find_layers", "run_angular", "run_prune_drop", "__version__"]
+
+
+def __getattr__(name: str):
+    if name == "load_model":
+        from layerprobe.models import load_model
+
+        return load_model
+    if name == "find_layers":
+        from layerprobe.layers import find_layers
+
+        return find_layers
+    if name == "run_angular":
+        from layerprobe.angular import run_angular
+
+        return run_angular
+    if name == "run_prune_drop":
+        from layerprobe.prune import run_prune_drop
+
+        return run_prune_drop
+    raise AttributeError(name)

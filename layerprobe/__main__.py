@@ -1,0 +1,5 @@
+"""`python -m layerprobe` runs the command line."""
+
+from layerprobe.cli import app
+
+app()

@@ -1,0 +1,178 @@
+"""The angular-distance matrix between the inputs of every pair of blocks, in one forward pass.
+
+d(x^i, x^j) = arccos(cos(x^i, x^j)) / π, averaged over measured positions (Gromov et al. 2024;
+Mix-LN eq. 8). Every pair (i, j) comes from the same captured states, so one pass over the corpus
+gives the whole (L+1)×(L+1) matrix instead of one pass per span.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from layerprobe.corpus import Window, batches, build_windows, iter_documents
+from layerprobe.layers import LayerStack, capture_block_states, find_layers
+from layerprobe.models import LoadedModel, load_model, takes_argument
+from layerprobe.progress import Progress
+from layerprobe.provenance import library_versions, model_info
+from layerprobe.results import AngularResult, RunInfo
+from layerprobe.specs import AngularSpec
+
+_TOKEN_CHUNK = 2048  # positions upcast at once: bounds the fp32 copy to (L+1) × chunk × hidden
+
+
+def angular_distance(a, b):
+    """Angular distance in [0, 1] between vectors along the last axis.
+
+    Args:
+        a: (..., hidden) tensor, any float dtype.
+        b: (..., hidden) tensor broadcastable to `a`.
+
+    Returns:
+        (...) float32 tensor: arccos(cos(a, b)) / π, computed in float32 after upcasting.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    cos = (F.normalize(a.float(), dim=-1) * F.normalize(b.float(), dim=-1)).sum(-1)
+    return torch.arccos(cos.clamp(-1.0, 1.0)) / math.pi
+
+
+class AngularAccumulator:
+    """Running mean of d(x^i, x^j) over positions, for all pairs at once, in constant memory.
+
+    Cosines are computed in float32 (after upcasting: bf16/fp16 states would overflow their squares),
+    sums kept in float64. Positions whose states hold NaN or inf anywhere are left out and counted.
+    """
+
+    def __init__(self, num_states: int, device: Any = "cpu") -> None:
+        import torch
+
+        self.num_states = num_states
+        self.sums = torch.zeros(num_states, num_states, dtype=torch.float64, device=device)
+        self.count = 0
+        self.nonfinite = 0
+
+    def update(self, states: list) -> None:
+        """Add positions to the mean.
+
+        Args:
+            states: L+1 tensors, each (positions, hidden): the same positions seen at every depth.
+        """
+        import torch
+        import torch.nn.functional as F
+
+        if len(states) != self.num_states:
+            raise ValueError(f"expected {self.num_states} states, got {len(states)}")
+        total = states[0].shape[0]
+        for start in range(0, total, _TOKEN_CHUNK):
+            chunk = torch.stack([s[start:start + _TOKEN_CHUNK].to(self.sums.device, torch.float32)
+                                 for s in states], dim=1)  # (positions, L+1, hidden)
+            finite = torch.isfinite(chunk).all(dim=2).all(dim=1)
+            if not bool(finite.all()):
+                self.nonfinite += int((~finite).sum())
+                chunk = chunk[finite]
+            unit = F.normalize(chunk, dim=-1)
+            cos = torch.bmm(unit, unit.transpose(1, 2)).clamp_(-1.0, 1.0)  # (positions, L+1, L+1)
+            self.sums += (torch.arccos(cos) / math.pi).sum(dim=0, dtype=torch.float64)
+            self.count += unit.shape[0]
+
+    def result(self) -> list[list[float]]:
+        """The mean distance matrix: symmetric, exactly zero on the diagonal; NaN if nothing was measured."""
+        if self.count == 0:
+            return [[math.nan] * self.num_states for _ in range(self.num_states)]
+        mean = self.sums / self.count
+        mean = (mean + mean.T) / 2
+        mean.fill_diagonal_(0.0)
+        return mean.tolist()
+
+
+def measure(
+    loaded: LoadedModel,
+    stack: LayerStack,
+    windows: list[Window],
+    positions: str,
+    batch_size: int,
+    on_batch: Callable[[int], None] | None = None,
+) -> AngularAccumulator:
+    """Run the windows through the model once, accumulating distances at the chosen positions.
+
+    `positions="all"` measures every position; `"last"` the last text token of each window.
+    """
+    import torch
+
+    accumulator = AngularAccumulator(stack.num_layers + 1, device=loaded.input_device)
+    extra = {"use_cache": False} if takes_argument(loaded.model, "use_cache") else {}
+    with torch.inference_mode(), capture_block_states(stack) as states:
+        for group in batches(windows, batch_size):
+            ids = torch.tensor([w.input_ids for w in group], device=loaded.input_device)
+            states.clear()
+            loaded.model(input_ids=ids, **extra)
+            if len(states) != stack.num_layers + 1:
+                raise RuntimeError(f"captured {len(states)} states for {stack.num_layers} blocks; "
+                                   "a block was called more or less than once per forward pass")
+            if positions == "all":
+                flat = [s.reshape(-1, s.shape[-1]) for s in states]
+            else:
+                rows = torch.arange(len(group), device=states[0].device)
+                last = torch.tensor([w.last_text_position for w in group], device=states[0].device)
+                flat = [s[rows, last.to(s.device)] for s in states]
+            accumulator.update(flat)
+            states.clear()
+            if on_batch:
+                on_batch(sum(len(w.input_ids) for w in group))
+    return accumulator
+
+
+def run_angular(spec: AngularSpec, progress: Progress | None = None,
+                loaded: LoadedModel | None = None) -> AngularResult:
+    """Load the model (unless given), build the windows, measure, and return the result."""
+    progress = progress or Progress()
+    started = datetime.now(timezone.utc)
+    clock = time.perf_counter()
+    if loaded is None:
+        progress.on_stage("Loading model", None)
+        loaded = load_model(spec.model, purpose="base")
+    stack = find_layers(loaded.model, spec.model.layers_path)
+    seq_len = spec.corpus.seq_len
+    if loaded.context_length:
+        seq_len = min(seq_len, loaded.context_length)
+    progress.on_stage("Reading corpus", spec.corpus.tokens)
+    windows = build_windows(loaded.tokenizer, iter_documents(spec.corpus), spec.corpus.tokens, seq_len,
+                            on_tokens=progress.on_advance)
+    progress.on_stage("Measuring", spec.corpus.tokens)
+    measure_clock = time.perf_counter()
+    accumulator = measure(loaded, stack, windows, spec.positions, spec.batch_size, progress.on_advance)
+    measure_seconds = time.perf_counter() - measure_clock
+    corpus = spec.corpus
+    data = {
+        "dataset": corpus.dataset,
+        "config": corpus.dataset_config if _is_hub(corpus.dataset) else None,
+        "split": corpus.split if _is_hub(corpus.dataset) else None,
+        "text_field": corpus.text_field,
+        "tokens": sum(len(w.input_ids) for w in windows),
+        "seq_len": seq_len,
+        "windows": len(windows),
+        "positions": spec.positions,
+        "positions_averaged": accumulator.count,
+    }
+    return AngularResult(
+        model=model_info(loaded, stack),
+        data=data,
+        distance=accumulator.result(),
+        nonfinite_tokens=accumulator.nonfinite,
+        run=RunInfo(started_at=started.isoformat(timespec="seconds"), seconds=time.perf_counter() - clock,
+                    versions=library_versions(), device=loaded.device_label),
+        tokens_per_second=data["tokens"] / measure_seconds if measure_seconds > 0 else 0.0,
+    )
+
+
+def _is_hub(dataset: str) -> bool:
+    import os
+
+    from layerprobe.specs import BUILTIN_CORPUS
+
+    return dataset != BUILTIN_CORPUS and not os.path.exists(dataset)

@@ -1,0 +1,266 @@
+"""The `layerprobe` command line: options in, one library call, a rich summary out.
+
+No tensor code lives here, and heavy imports (torch, transformers, lm_eval) happen inside commands so
+that `--help` is instant. User mistakes (`LayerprobeError`) print one red line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from layerprobe.errors import LayerprobeError
+
+app = typer.Typer(
+    name="layerprobe",
+    help="Which layers of a pretrained Hugging Face checkpoint actually do work.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="rich",
+)
+out = Console()
+err = Console(stderr=True)
+
+# Options shared by every command that loads a model.
+ModelArg = Annotated[str, typer.Argument(help="Hub id (org/name) or local checkpoint directory.")]
+RevisionOpt = Annotated[str | None, typer.Option("--revision", help="Branch, tag or commit of a hub model.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="auto|float32|bfloat16|float16. auto: the checkpoint's "
+                                                       "half precision on GPU, float32 on CPU.")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto|cpu|cuda|cuda:N|mps. auto: GPU if present.")]
+DeviceMapOpt = Annotated[str | None, typer.Option("--device-map", help="'auto' spreads a model too large for one "
+                                                                       "GPU over all GPUs (and CPU) via accelerate.")]
+TrustOpt = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the repository's own modelling code.")]
+LayersPathOpt = Annotated[str | None, typer.Option("--layers-path", help="Dotted path of the blocks' ModuleList "
+                                                                         "(e.g. model.layers), if not found.")]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory [default: ./layerprobe-out/<model>/].")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).")]
+
+
+def friendly_errors(command: Callable) -> Callable:
+    """Print user mistakes as one red line (exit 2); let real bugs keep their traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except LayerprobeError as exc:
+            err.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+            if exc.hint:
+                err.print(f"[dim]hint: {exc.hint}[/]", highlight=False)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err.print("[yellow]interrupted[/]")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def model_slug(model: str) -> str:
+    """A directory name for a model id or path: `meta-llama/Llama-2-7b-hf` → `meta-llama__Llama-2-7b-hf`."""
+    path = Path(model)
+    name = path.name if path.exists() else model.replace("/", "__")
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "model"
+
+
+def output_dir(out_opt: Path | None, model: str) -> Path:
+    return out_opt if out_opt is not None else Path("layerprobe-out") / model_slug(model)
+
+
+class RichProgress:
+    """Adapts the library's progress callbacks to one rich bar per stage, on stderr."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.bar = Progress(
+            SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            console=err, disable=quiet, transient=False,
+        )
+        self.task: Any = None
+
+    def stage(self, name: str, total: int | None) -> None:
+        if self.task is not None:
+            self.bar.update(self.task, completed=self.bar.tasks[self.task].total or 0)
+            self.bar.stop_task(self.task)
+        self.task = self.bar.add_task(name, total=total, rate="")
+
+    def advance(self, amount: int) -> None:
+        if self.task is None:
+            return
+        self.bar.advance(self.task, amount)
+        speed = self.bar.tasks[self.task].speed
+        if speed:
+            self.bar.update(self.task, rate=f"{speed:,.0f} tok/s")
+
+    def callbacks(self):
+        from layerprobe.progress import Progress as LibraryProgress
+
+        return LibraryProgress(on_stage=self.stage, on_advance=self.advance)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[RichProgress]:
+        with self.bar:
+            yield self
+
+
+@app.command()
+@friendly_errors
+def angular(
+    model: ModelArg,
+    tokens: Annotated[int, typer.Option("--tokens", help="Positions to stream through the model (exact).")] = 262_144,
+    positions: Annotated[str, typer.Option("--positions", help="all: mean over every measured position; last: "
+                                                                "the last text token of each window "
+                                                                "(Gromov et al.).")] = "all",
+    dataset: Annotated[str, typer.Option("--dataset", help="Hub dataset id, a local .txt/.jsonl/.parquet file, "
+                                                            "or builtin:pydoc (offline English text).")] = "allenai/c4",
+    dataset_config: Annotated[str | None, typer.Option("--dataset-config", help="Hub dataset config "
+                                                                                "(C4: en).")] = "en",
+    split: Annotated[str, typer.Option("--split", help="Hub dataset split.")] = "validation",
+    text_field: Annotated[str, typer.Option("--text-field", help="Column/field that holds the text.")] = "text",
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Window length in tokens (capped by the model's "
+                                                           "context).")] = 1024,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Windows per forward pass.")] = 8,
+    revision: RevisionOpt = None,
+    dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
+    device_map: DeviceMapOpt = None,
+    trust_remote_code: TrustOpt = False,
+    layers_path: LayersPathOpt = None,
+    out_dir: OutOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Angular distance d(x^l, x^(l+n)) between the inputs of every pair of blocks, in one pass.
+
+    Writes angular.json (the full (L+1)×(L+1) matrix) and the heatmap angular.png / angular.pdf.
+    """
+    from layerprobe.specs import AngularSpec, CorpusSpec, ModelSpec
+
+    if dataset != "allenai/c4" and dataset_config == "en":
+        dataset_config = None  # the C4 default config does not apply to other datasets
+    spec = AngularSpec(
+        model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
+        corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
+        positions=positions,
+        batch_size=batch_size,
+    )
+    _run_and_report_angular(spec, output_dir(out_dir, model), quiet)
+
+
+@app.command()
+@friendly_errors
+def demo(
+    tokens: Annotated[int, typer.Option("--tokens", help="Positions to measure.")] = 32_768,
+    out_dir: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("layerprobe-out/demo"),
+    quiet: QuietOpt = False,
+) -> None:
+    """Run `angular` offline on the real MiniLM-L6 BERT over the stdlib's pydoc text (needs the demo extra)."""
+    from layerprobe.demo import demo_model_dir
+    from layerprobe.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+
+    spec = AngularSpec(model=ModelSpec(str(demo_model_dir()), device="cpu"),
+                       corpus=CorpusSpec(BUILTIN_CORPUS, None, "train", "text", tokens, 512), batch_size=8)
+    _run_and_report_angular(spec, out_dir, quiet)
+
+
+def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
+    from layerprobe.angular import run_angular
+    from layerprobe.report import plot_angular
+    from layerprobe.results import write_json
+
+    progress = RichProgress(quiet)
+    with progress.running():
+        result = run_angular(spec, progress.callbacks())
+    json_path = write_json(directory / "angular.json", result.to_dict())
+    plots = plot_angular(result, directory)
+    _print_angular_summary(result)
+    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False)
+
+
+def _print_angular_summary(result: Any) -> None:
+    summary = result.to_dict()["summary"]
+    adjacent = summary["adjacent"]
+    table = Table(title=f"{result.model.id}: d(x^l, x^(l+1)), {result.data['positions_averaged']:,} positions",
+                  show_lines=False)
+    table.add_column("block l", justify="right")
+    table.add_column("d(x^l, x^l+1)", justify="right")
+    table.add_column("", justify="left")
+    width = 30
+    for layer, value in enumerate(adjacent):
+        bar = "█" * max(0, round(value * width * 2)) if value == value else "NaN"
+        lazy = " [yellow]lazy[/]" if layer in summary["lazy_layers"] else ""
+        table.add_row(str(layer), f"{value:.4f}", f"[cyan]{bar[:width]}[/]{lazy}")
+    out.print(table)
+    best = min(range(len(adjacent)), key=lambda l: adjacent[l])
+    out.print(f"most similar adjacent pair: x^{best} → x^{best + 1} (d = {adjacent[best]:.4f}); "
+              f"{summary['lazy_count']} of {len(adjacent)} blocks below {summary['lazy_threshold']}; "
+              f"{result.tokens_per_second:,.0f} tokens/s", highlight=False)
+    if result.nonfinite_tokens:
+        err.print(f"[yellow]warning:[/] {result.nonfinite_tokens} positions had NaN/inf states and were "
+                  "left out (try --dtype float32)")
+
+
+@app.command()
+@friendly_errors
+def layers(
+    model: ModelArg,
+    revision: RevisionOpt = None,
+    trust_remote_code: TrustOpt = False,
+    layers_path: LayersPathOpt = None,
+) -> None:
+    """Show the block stack layerprobe finds: its path, L, the block class and parameters per block."""
+    from layerprobe.layers import find_layers
+    from layerprobe.models import load_model
+    from layerprobe.specs import ModelSpec
+
+    with err.status("Loading model"):
+        loaded = load_model(ModelSpec(model, revision, "auto", "cpu", None, trust_remote_code, layers_path))
+    stack = find_layers(loaded.model, layers_path)
+    sizes = stack.parameters_per_block()
+    table = Table(title=f"{model}: {loaded.architecture} ({loaded.kind})")
+    table.add_column("block", justify="right")
+    table.add_column("class")
+    table.add_column("parameters", justify="right")
+    for index, (block, size) in enumerate(zip(stack.blocks, sizes, strict=True)):
+        table.add_row(str(index), type(block).__name__, f"{size:,}")
+    out.print(table)
+    out.print(f"stack path: {stack.path}   L = {stack.num_layers}   block class: {stack.block_class}   "
+              f"parameters in blocks: {sum(sizes):,}", highlight=False)
+
+
+@app.command()
+@friendly_errors
+def plot(
+    result_json: Annotated[Path, typer.Argument(help="An angular.json or prune_drop.json written by layerprobe.")],
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Where to write [default: next to the JSON].")] = None,
+) -> None:
+    """Redraw the plots of a result JSON (heatmap or ΔP bars)."""
+    from layerprobe.report import plot_result
+
+    for path in plot_result(result_json, out_dir):
+        out.print(f"wrote {path}", highlight=False)
+
+
+def main() -> None:  # pragma: no cover - console entry point alias
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

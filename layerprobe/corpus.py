@@ -1,0 +1,198 @@
+"""Token windows from a neutral corpus, with an exact token budget and no padding.
+
+Documents are tokenized without special tokens, joined with the end-of-text separator, and packed into
+windows of `seq_len` positions; each window then gets the special tokens the tokenizer normally adds
+(LLaMA's BOS, BERT's [CLS] … [SEP]). Window lengths are planned so that they add up to exactly the
+requested number of positions, so padding never exists and never needs to be masked out. The whole
+plan is built before the model runs: a corpus that is too small fails in seconds, not after an hour.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from layerprobe.errors import CorpusError, EmptyCorpus
+from layerprobe.specs import BUILTIN_CORPUS, CorpusSpec
+
+LOCAL_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+_TOKENIZE_BATCH = 64
+
+
+@dataclass(frozen=True)
+class Window:
+    """One model input: token ids, and the position of its last text (non-special) token."""
+
+    input_ids: list[int]
+    last_text_position: int
+
+
+@dataclass(frozen=True)
+class SpecialLayout:
+    """The special tokens a tokenizer puts before and after a sequence, and the document separator."""
+
+    prefix: list[int]
+    suffix: list[int]
+    separator: list[int]
+
+    @property
+    def count(self) -> int:
+        return len(self.prefix) + len(self.suffix)
+
+
+def special_layout(tokenizer: Any) -> SpecialLayout:
+    """Learn where the tokenizer adds special tokens by encoding one probe text both ways."""
+    probe = "layerprobe probe text"
+    plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    full = tokenizer(probe, add_special_tokens=True)["input_ids"]
+    for start in range(len(full) - len(plain) + 1):
+        if full[start:start + len(plain)] == plain:
+            prefix, suffix = full[:start], full[start + len(plain):]
+            break
+    else:  # the tokenizer merges specials into the text: add none rather than guess
+        prefix, suffix = [], []
+    separator_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+    return SpecialLayout(list(prefix), list(suffix), [] if separator_id is None else [separator_id])
+
+
+def plan_window_lengths(tokens: int, seq_len: int, specials: int) -> list[int]:
+    """Window lengths (in positions, specials included) that add up to exactly `tokens`.
+
+    Every window needs room for its special tokens plus at least one text token; a remainder too short
+    for that borrows from the window before it.
+    """
+    minimum = specials + 1
+    if seq_len < minimum:
+        raise CorpusError(f"--seq-len {seq_len} leaves no room for text after {specials} special tokens.")
+    if tokens < minimum:
+        raise CorpusError(f"--tokens {tokens} is too few: each window needs {minimum} positions.")
+    lengths = [seq_len] * (tokens // seq_len)
+    rest = tokens % seq_len
+    if rest:
+        if rest < minimum:
+            lengths[-1] -= minimum - rest
+            rest = minimum
+        lengths.append(rest)
+    return lengths
+
+
+def iter_documents(spec: CorpusSpec) -> Iterator[str]:
+    """Texts of the corpus, streamed: hub datasets are never downloaded whole."""
+    if spec.dataset == BUILTIN_CORPUS:
+        from pydoc_data.topics import topics
+
+        yield from (topics[key] for key in sorted(topics))
+        return
+    rows = _open_rows(spec)
+    first = True
+    for row in rows:
+        if first:
+            first = False
+            if spec.text_field not in row:
+                columns = ", ".join(sorted(row)) or "none"
+                raise CorpusError(f"The corpus has no field {spec.text_field!r} (fields: {columns}).",
+                                  hint="Pick the text column with --text-field.")
+        text = row[spec.text_field]
+        if isinstance(text, str) and text.strip():
+            yield text
+
+
+def _open_rows(spec: CorpusSpec) -> Iterable[dict]:
+    import datasets
+
+    suffix = Path(spec.dataset).suffix.lower()
+    local = os.path.exists(spec.dataset) or suffix in LOCAL_BUILDERS
+    try:
+        if local:
+            if not os.path.isfile(spec.dataset):
+                raise CorpusError(f"No corpus file at {spec.dataset}.", hint="Check the path.")
+            if suffix not in LOCAL_BUILDERS:
+                raise CorpusError(f"Cannot read {spec.dataset}: unknown file type {suffix!r}.",
+                                  hint="Use a .txt, .jsonl or .parquet file.")
+            builder = LOCAL_BUILDERS[suffix]
+            extra = {"sample_by": "paragraph"} if builder == "text" else {}
+            return datasets.load_dataset(builder, data_files=spec.dataset, split="train", streaming=True,
+                                         **extra)
+        return datasets.load_dataset(spec.dataset, spec.dataset_config, split=spec.split, streaming=True)
+    except CorpusError:
+        raise
+    except Exception as exc:  # datasets raises many unrelated types for "not reachable"
+        where = spec.dataset + (f" ({spec.dataset_config}, {spec.split})" if not local else "")
+        raise CorpusError(f"Cannot open corpus {where}: {str(exc).splitlines()[0] if str(exc) else exc!r}",
+                          hint="Without network access pass a local .txt/.jsonl/.parquet file with --dataset "
+                               "(or builtin:pydoc); for hub datasets check --dataset-config and --split.") \
+            from exc
+
+
+def build_windows(
+    tokenizer: Any,
+    documents: Iterable[str],
+    tokens: int,
+    seq_len: int,
+    on_tokens: Callable[[int], None] | None = None,
+) -> list[Window]:
+    """Pack documents into windows whose lengths add up to exactly `tokens` positions.
+
+    `on_tokens(n)` is called as text tokens are gathered, to drive a progress bar.
+    Raises EmptyCorpus, saying how many tokens were found, when the corpus is too small.
+    """
+    layout = special_layout(tokenizer)
+    lengths = plan_window_lengths(tokens, seq_len, layout.count)
+    needed = sum(lengths) - layout.count * len(lengths)
+    stream: list[int] = []
+    batch: list[str] = []
+    for text in _chain_until(documents, lambda: len(stream) >= needed):
+        batch.append(text)
+        if len(batch) == _TOKENIZE_BATCH:
+            _extend(stream, tokenizer, batch, layout, on_tokens)
+            batch = []
+    if batch and len(stream) < needed:
+        _extend(stream, tokenizer, batch, layout, on_tokens)
+    if len(stream) < needed:
+        found = len(stream) + layout.count * len(lengths)
+        raise EmptyCorpus(f"The corpus holds about {len(stream):,} text tokens; {tokens:,} positions need "
+                          f"{needed:,} (with {layout.count} special tokens per window).",
+                          hint=f"Lower --tokens to at most ~{found:,} or give a larger corpus.")
+    windows, offset = [], 0
+    for length in lengths:
+        text_len = length - layout.count
+        ids = layout.prefix + stream[offset:offset + text_len] + layout.suffix
+        windows.append(Window(ids, len(layout.prefix) + text_len - 1))
+        offset += text_len
+    return windows
+
+
+def _chain_until(documents: Iterable[str], done: Callable[[], bool]) -> Iterator[str]:
+    for text in documents:
+        if done():
+            return
+        yield text
+
+
+def _extend(stream: list[int], tokenizer: Any, texts: list[str], layout: SpecialLayout,
+            on_tokens: Callable[[int], None] | None) -> None:
+    from layerprobe.models import quiet_transformers
+
+    with quiet_transformers():  # silences "sequence longer than the model's maximum": we pack, not truncate
+        encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    before = len(stream)
+    for ids in encoded:
+        stream.extend(ids)
+        stream.extend(layout.separator)
+    if on_tokens:
+        on_tokens(len(stream) - before)
+
+
+def batches(windows: list[Window], batch_size: int) -> Iterator[list[Window]]:
+    """Group consecutive windows of equal length, at most `batch_size` at a time (so nothing is padded)."""
+    group: list[Window] = []
+    for window in windows:
+        if group and (len(group) == batch_size or len(window.input_ids) != len(group[0].input_ids)):
+            yield group
+            group = []
+        group.append(window)
+    if group:
+        yield group

@@ -1,0 +1,46 @@
+"""Errors a user can cause and fix.
+
+Everything a user can get wrong (a model that does not exist, too little text, a task lm-eval does not
+know) raises a `LayerprobeError`: the CLI prints its one-line message and hint in red and exits with
+status 2. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class LayerprobeError(Exception):
+    """A mistake in the user's input, explained in one line, with a hint on how to fix it."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\nHint: {self.hint}"
+
+
+class ModelNotFound(LayerprobeError):
+    """The model id or directory does not exist, is gated, or cannot be reached offline."""
+
+
+class UnsupportedModel(LayerprobeError):
+    """The model loaded, but layerprobe cannot work with it (no block stack, wrong kind for a task)."""
+
+
+class CorpusError(LayerprobeError):
+    """The text corpus cannot be read."""
+
+
+class EmptyCorpus(CorpusError):
+    """The corpus has fewer tokens than were asked for."""
+
+
+class TaskError(LayerprobeError):
+    """An evaluation task is unknown, unreachable offline, or does not fit the model."""
+
+
+class ResultError(LayerprobeError):
+    """A result file is missing, unreadable, of the wrong schema, or does not match a resumed run."""

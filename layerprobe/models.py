@@ -1,0 +1,219 @@
+"""Load a checkpoint (hub id or local directory) exactly once, and say what it is.
+
+`kind` is decided from the config, never from the name: a BERT fine-tuned for SQuAD is an
+extractive-QA model whatever it is called. Every way loading can fail because of the user's input
+(unknown id, gated repo, offline, remote code not trusted) becomes a one-line `ModelNotFound`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from layerprobe.errors import LayerprobeError, ModelNotFound, UnsupportedModel
+from layerprobe.specs import ModelSpec
+
+CAUSAL_LM, ENCODER, EXTRACTIVE_QA = "causal-lm", "encoder", "extractive-qa"
+PURPOSES = ("base", CAUSAL_LM, EXTRACTIVE_QA)
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run, with what layerprobe needs to know about it.
+
+    `model` is the base model (no head) for purpose "base", else the model with its head.
+    `input_device` is where input ids must go (the embedding's device, also under device_map).
+    """
+
+    model: Any
+    tokenizer: Any
+    kind: str
+    spec: ModelSpec
+    architecture: str
+    model_type: str
+    commit: str | None
+    dtype: str
+    input_device: Any
+    context_length: int | None
+
+    @property
+    def device_label(self) -> str:
+        return "device_map=auto" if self.spec.device_map else str(self.input_device)
+
+
+def model_kind(config: Any) -> str:
+    """Classify a config as causal-lm, encoder or extractive-qa (from `architectures`, then model type)."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    for arch in getattr(config, "architectures", None) or []:
+        if arch.endswith("ForQuestionAnswering"):
+            return EXTRACTIVE_QA
+        if arch.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")):
+            return CAUSAL_LM
+        if arch.endswith(("ForMaskedLM", "ForPreTraining", "ForSequenceClassification",
+                          "ForTokenClassification", "ForMultipleChoice", "Model")):
+            return ENCODER if not getattr(config, "is_decoder", False) else CAUSAL_LM
+    if getattr(config, "is_encoder_decoder", False):
+        raise UnsupportedModel(f"{config.model_type} is an encoder-decoder model.",
+                               hint="layerprobe measures one stack of blocks: decoder LMs or encoders.")
+    model_type = getattr(config, "model_type", "")
+    if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(config, "is_decoder", False):
+        return ENCODER
+    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return CAUSAL_LM
+    return ENCODER
+
+
+def resolve_device(name: str):
+    """Turn `auto` into the best available accelerator."""
+    import torch
+
+    if name != "auto":
+        if name.startswith("cuda") and not torch.cuda.is_available():
+            raise LayerprobeError(f"--device {name} asked for, but no CUDA GPU is available.",
+                                  hint="Use --device cpu (or auto).")
+        if name == "mps" and not torch.backends.mps.is_available():
+            raise LayerprobeError("--device mps asked for, but MPS is not available.", hint="Use --device cpu.")
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def resolve_dtype(name: str, config: Any, device) -> Any:
+    """`auto` keeps the checkpoint's half precision on a GPU, and uses float32 on a CPU.
+
+    Half-precision matmuls on CPU are slow or unsupported, so CPU runs upcast; on an accelerator the
+    checkpoint's own dtype is what its users run.
+    """
+    import torch
+
+    if name != "auto":
+        return getattr(torch, name)
+    stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(stored, str):
+        stored = getattr(torch, stored, None)
+    if device is not None and device.type == "cuda" and stored in (torch.bfloat16, torch.float16):
+        return stored
+    if device is None and stored in (torch.bfloat16, torch.float16):  # device_map=auto: GPUs
+        return stored
+    return torch.float32
+
+
+def _translate_load_error(exc: Exception, spec: ModelSpec) -> LayerprobeError:
+    """Map the many ways hub/transformers loading fails onto one clear message."""
+    text = f"{type(exc).__name__}: {exc}"
+    chain = [exc, exc.__cause__, exc.__context__]
+    names = {type(e).__name__ for e in chain if e is not None}
+    where = f"{spec.model!r}" + (f" at revision {spec.revision!r}" if spec.revision else "")
+    if "GatedRepoError" in names or "gated repo" in text.lower():
+        return ModelNotFound(f"{where} is a gated model and this machine has no access to it.",
+                             hint="Accept its licence on huggingface.co and run `hf auth login` "
+                                  "(or set HF_TOKEN).")
+    if "trust_remote_code" in text:
+        return ModelNotFound(f"{where} needs its own modelling code to load.",
+                             hint="Re-run with --trust-remote-code if you trust that repository.")
+    if "RevisionNotFoundError" in names or "is not a valid git identifier" in text:
+        return ModelNotFound(f"Revision {spec.revision!r} does not exist for {spec.model!r}.",
+                             hint="Pass a branch, tag or commit hash that exists.")
+    if any(n in names for n in ("LocalEntryNotFoundError", "OfflineModeIsEnabled")) or \
+            "couldn't connect" in text.lower() or "offline" in text.lower():
+        return ModelNotFound(f"{where} is not in the local Hugging Face cache and the Hub cannot be reached.",
+                             hint="Download it once with network access, or pass a local directory.")
+    if "Unrecognized" in text or "does not recognize this architecture" in text:
+        return UnsupportedModel(f"transformers cannot build {where}: {str(exc).splitlines()[0]}",
+                                hint="Upgrade transformers, or pass --trust-remote-code for custom models.")
+    return ModelNotFound(f"Cannot load {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                         hint="Check the hub id (org/name) or the local directory path.")
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """Silence transformers' load reports and tqdm bars; layerprobe shows its own progress."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
+    """Load config, tokenizer and model; `purpose` picks the head ("base" loads none)."""
+    import transformers as tf
+
+    if purpose not in PURPOSES:
+        raise ValueError(f"purpose must be one of {PURPOSES}")
+    if os.path.sep in spec.model and not os.path.exists(spec.model) and spec.model.startswith((".", "/", "~")):
+        raise ModelNotFound(f"No model directory at {spec.model}.", hint="Check the path.")
+    common = {"revision": spec.revision, "trust_remote_code": spec.trust_remote_code}
+    with quiet_transformers():
+        try:
+            config = tf.AutoConfig.from_pretrained(spec.model, **common)
+            kind = model_kind(config)
+            tokenizer = tf.AutoTokenizer.from_pretrained(spec.model, **common)
+        except LayerprobeError:
+            raise
+        except (OSError, ValueError, KeyError, EnvironmentError) as exc:
+            raise _translate_load_error(exc, spec) from exc
+        device = None if spec.device_map else resolve_device(spec.device)
+        dtype = resolve_dtype(spec.dtype, config, device)
+        model_class = {"base": tf.AutoModel, CAUSAL_LM: tf.AutoModelForCausalLM,
+                       EXTRACTIVE_QA: tf.AutoModelForQuestionAnswering}[purpose]
+        kwargs = dict(common, dtype=dtype)
+        if spec.device_map:
+            kwargs["device_map"] = spec.device_map
+        try:
+            model = model_class.from_pretrained(spec.model, config=config, **kwargs)
+        except ValueError as exc:
+            if purpose == "base" and "Unrecognized configuration class" in str(exc):
+                model = tf.AutoModelForCausalLM.from_pretrained(spec.model, config=config, **kwargs).base_model
+            else:
+                raise _translate_load_error(exc, spec) from exc
+        except (OSError, KeyError) as exc:
+            raise _translate_load_error(exc, spec) from exc
+    if device is not None:
+        model.to(device)
+    model.eval()
+    embeddings = model.get_input_embeddings()
+    input_device = embeddings.weight.device if embeddings is not None else device
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        kind=kind,
+        spec=spec,
+        architecture=(getattr(config, "architectures", None) or [type(model).__name__])[0],
+        model_type=getattr(config, "model_type", "unknown"),
+        commit=getattr(config, "_commit_hash", None),
+        dtype=str(dtype).replace("torch.", ""),
+        input_device=input_device,
+        context_length=context_length(config),
+    )
+
+
+def context_length(config: Any) -> int | None:
+    """The longest sequence the model's position scheme supports, if the config says."""
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def takes_argument(module: Any, name: str) -> bool:
+    """Whether `module.forward` names `name` (models differ on use_cache, token_type_ids, ...)."""
+    return name in inspect.signature(module.forward).parameters

@@ -1,0 +1,36 @@
+"""The provenance block every result carries: which model, which stack, which library versions."""
+
+from __future__ import annotations
+
+from layerprobe.layers import LayerStack
+from layerprobe.models import LoadedModel
+from layerprobe.results import ModelInfo
+
+
+def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:
+    """The provenance block shared by every result."""
+    return ModelInfo(
+        id=loaded.spec.model,
+        revision=loaded.spec.revision,
+        commit=loaded.commit,
+        architecture=loaded.architecture,
+        model_type=loaded.model_type,
+        kind=loaded.kind,
+        dtype=loaded.dtype,
+        num_layers=stack.num_layers,
+        layer_path=stack.path,
+        block_class=stack.block_class,
+    )
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of everything that can change a number."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("layerprobe", "torch", "transformers", "datasets", "lm_eval"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return out

@@ -1,0 +1,102 @@
+"""What a run was asked to do, validated once, frozen afterwards.
+
+The CLI turns options into these objects and the library trusts them; validation lives here so that a
+library user gets the same one-line errors as a CLI user.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from layerprobe.errors import LayerprobeError
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+POSITIONS = ("all", "last")
+DEFAULT_DATASET = "allenai/c4"
+BUILTIN_CORPUS = "builtin:pydoc"
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which checkpoint to load and where to put it."""
+
+    model: str
+    revision: str | None = None
+    dtype: str = "auto"
+    device: str = "auto"
+    device_map: str | None = None
+    trust_remote_code: bool = False
+    layers_path: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise LayerprobeError("No model given.", hint="Pass a hub id like gpt2 or a local directory.")
+        if self.dtype not in DTYPES:
+            raise LayerprobeError(f"Unknown --dtype {self.dtype!r}.", hint=f"Choose one of {', '.join(DTYPES)}.")
+        if not _DEVICE.match(self.device):
+            raise LayerprobeError(f"Unknown --device {self.device!r}.",
+                                  hint="Use auto, cpu, cuda, cuda:N or mps.")
+        if self.device_map not in (None, "auto"):
+            raise LayerprobeError(f"Unknown --device-map {self.device_map!r}.", hint="The only value is 'auto'.")
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """Where the neutral text comes from and how much of it is measured.
+
+    `dataset` is a hub dataset id, a local .txt/.jsonl/.parquet file, or `builtin:pydoc` (the
+    standard library's pydoc topics: real English text that needs no network).
+    """
+
+    dataset: str = DEFAULT_DATASET
+    dataset_config: str | None = "en"
+    split: str = "validation"
+    text_field: str = "text"
+    tokens: int = 262_144
+    seq_len: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.tokens < 1:
+            raise LayerprobeError(f"--tokens must be positive, got {self.tokens}.")
+        if self.seq_len < 2:
+            raise LayerprobeError(f"--seq-len must be at least 2, got {self.seq_len}.")
+
+
+@dataclass(frozen=True)
+class AngularSpec:
+    """One `layerprobe angular` run."""
+
+    model: ModelSpec
+    corpus: CorpusSpec = field(default_factory=CorpusSpec)
+    positions: str = "all"
+    batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        if self.positions not in POSITIONS:
+            raise LayerprobeError(f"Unknown --positions {self.positions!r}.", hint="Use 'all' or 'last'.")
+        if self.batch_size < 1:
+            raise LayerprobeError(f"--batch-size must be positive, got {self.batch_size}.")
+
+
+def parse_layer_ranges(text: str | None, num_layers: int) -> list[int]:
+    """Parse `0-3,7` (inclusive ranges, 0-based) into sorted unique block indices within [0, L-1]."""
+    if text is None or text.strip() in ("", "all"):
+        return list(range(num_layers))
+    chosen: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not match:
+            raise LayerprobeError(f"Cannot read layer range {part!r} in --layers {text!r}.",
+                                  hint="Use 0-based inclusive ranges like 0-3,7.")
+        start = int(match.group(1))
+        end = int(match.group(2)) if match.group(2) is not None else start
+        if end < start:
+            raise LayerprobeError(f"Layer range {part!r} runs backwards.", hint=f"Did you mean {end}-{start}?")
+        if end >= num_layers:
+            raise LayerprobeError(f"--layers {text!r} is out of range: the model has {num_layers} blocks.",
+                                  hint=f"Blocks are numbered 0 to {num_layers - 1}.")
+        chosen.update(range(start, end + 1))
+    return sorted(chosen)
