@@ -217,6 +217,92 @@ def _print_angular_summary(result: Any) -> None:
                   "left out (try --dtype float32)")
 
 
+@app.command("prune-drop")
+@friendly_errors
+def prune_drop(
+    model: ModelArg,
+    task: Annotated[list[str], typer.Option("--task", help="lm-eval task or group (mmlu, arc_easy, a task under "
+                                                           "--include-path), or squad for extractive-QA "
+                                                           "models. Repeat for several.")],
+    layers_opt: Annotated[str | None, typer.Option("--layers", help="Blocks to remove, one at a time: 0-based "
+                                                                    "inclusive ranges like 0-3,7 [default: all].")] = None,
+    limit: Annotated[float | None, typer.Option("--limit", help="Documents per task (a value < 1 is a fraction), "
+                                                                "for quick runs.")] = None,
+    num_fewshot: Annotated[int | None, typer.Option("--num-fewshot", help="Few-shot examples [default: the "
+                                                                          "task's own].")] = None,
+    batch_size: Annotated[str, typer.Option("--batch-size", help="Requests per forward pass, or 'auto' "
+                                                                 "(detected once).")] = "8",
+    seed: Annotated[int, typer.Option("--seed", help="Seed for few-shot sampling and every RNG.")] = 1234,
+    include_path: Annotated[Path | None, typer.Option("--include-path", help="Folder of extra lm-eval task "
+                                                                             "YAMLs.")] = None,
+    squad_data: Annotated[Path | None, typer.Option("--squad-data", help="Local SQuAD v1.1 JSON (or .jsonl) "
+                                                                         "instead of the hub's "
+                                                                         "rajpurkar/squad.")] = None,
+    engine: Annotated[str, typer.Option("--engine", help="auto: shared-prefix for loglikelihood tasks, simple "
+                                                         "otherwise; simple: one full evaluation per removed "
+                                                         "block; shared: reuse the baseline's states of blocks "
+                                                         "before the removed one.")] = "auto",
+    resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run in the same --out, "
+                                                          "recomputing nothing already done.")] = False,
+    revision: RevisionOpt = None,
+    dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
+    device_map: DeviceMapOpt = None,
+    trust_remote_code: TrustOpt = False,
+    layers_path: LayersPathOpt = None,
+    out_dir: OutOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Performance drop ΔP = P_pruned − P_original with each block removed in turn.
+
+    Writes prune_drop.json and one plot per task (prune_drop_<task>.png). Progress is saved after every
+    evaluation; rerun with --resume after an interruption.
+    """
+    from layerprobe.prune import run_prune_drop
+    from layerprobe.report import plot_prune_drop
+    from layerprobe.specs import ModelSpec, PruneSpec
+
+    parsed_batch: int | str = batch_size if batch_size == "auto" else _positive_int(batch_size, "--batch-size")
+    spec = PruneSpec(
+        model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
+        tasks=tuple(task), layers=layers_opt, limit=limit, num_fewshot=num_fewshot, batch_size=parsed_batch,
+        seed=seed, include_path=str(include_path) if include_path else None,
+        squad_data=str(squad_data) if squad_data else None, engine=engine,
+    )
+    directory = output_dir(out_dir, model)
+    progress = RichProgress(quiet)
+    with progress.running():
+        result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks())
+    plots = plot_prune_drop(result, directory)
+    _print_prune_summary(result)
+    out.print(f"wrote {directory / 'prune_drop.json'}" + "".join(f", {p}" for p in plots), highlight=False)
+
+
+def _positive_int(text: str, option: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise LayerprobeError(f"{option} must be a positive integer or 'auto', got {text!r}.")
+    return int(text)
+
+
+def _print_prune_summary(result: Any) -> None:
+    for name, task in result.tasks.items():
+        metric_name = task.primary_metric
+        metric = task.metrics[metric_name]
+        se = f" ± {metric.baseline_stderr:.4f}" if metric.baseline_stderr is not None else ""
+        table = Table(title=f"{result.model.id} · {name} · {metric_name}: baseline {metric.baseline:.4f}{se}")
+        table.add_column("removed block", justify="right")
+        table.add_column(metric_name, justify="right")
+        table.add_column("ΔP", justify="right")
+        sign = 1 if metric.higher_is_better else -1
+        order = sorted(range(len(metric.layers)), key=lambda i: sign * metric.delta[i])
+        for i in order:
+            delta = metric.delta[i]
+            colour = "red" if sign * delta < -(metric.baseline_stderr or 0) else "green"
+            table.add_row(str(metric.layers[i]), f"{metric.pruned[i]:.4f}", f"[{colour}]{delta:+.4f}[/]")
+        out.print(table)
+    out.print(f"engine: {result.engine}; {result.run.seconds:,.1f} s", highlight=False)
+
+
 @app.command()
 @friendly_errors
 def layers(

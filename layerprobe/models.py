@@ -17,7 +17,7 @@ from layerprobe.errors import LayerprobeError, ModelNotFound, UnsupportedModel
 from layerprobe.specs import ModelSpec
 
 CAUSAL_LM, ENCODER, EXTRACTIVE_QA = "causal-lm", "encoder", "extractive-qa"
-PURPOSES = ("base", CAUSAL_LM, EXTRACTIVE_QA)
+PURPOSES = ("base", "head", CAUSAL_LM, EXTRACTIVE_QA)
 
 
 @dataclass
@@ -152,23 +152,39 @@ def quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
+def load_config(spec: ModelSpec) -> Any:
+    """Only the config: cheap, and enough to reject a model that cannot do the job before loading it."""
+    import transformers as tf
+
+    if not os.path.exists(spec.model) and spec.model.startswith((".", "/", "~")):
+        raise ModelNotFound(f"No model directory at {spec.model}.", hint="Check the path.")
+    with quiet_transformers():
+        try:
+            return tf.AutoConfig.from_pretrained(spec.model, revision=spec.revision,
+                                                 trust_remote_code=spec.trust_remote_code)
+        except (OSError, ValueError, KeyError) as exc:
+            raise _translate_load_error(exc, spec) from exc
+
+
 def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
-    """Load config, tokenizer and model; `purpose` picks the head ("base" loads none)."""
+    """Load config, tokenizer and model.
+
+    `purpose` picks the head: "base" loads none (angular needs no logits), "head" the one matching
+    the model's kind, or name a kind (causal-lm, extractive-qa) explicitly.
+    """
     import transformers as tf
 
     if purpose not in PURPOSES:
         raise ValueError(f"purpose must be one of {PURPOSES}")
-    if os.path.sep in spec.model and not os.path.exists(spec.model) and spec.model.startswith((".", "/", "~")):
-        raise ModelNotFound(f"No model directory at {spec.model}.", hint="Check the path.")
+    config = load_config(spec)
+    kind = model_kind(config)
+    if purpose == "head":
+        purpose = kind if kind in (CAUSAL_LM, EXTRACTIVE_QA) else "base"
     common = {"revision": spec.revision, "trust_remote_code": spec.trust_remote_code}
     with quiet_transformers():
         try:
-            config = tf.AutoConfig.from_pretrained(spec.model, **common)
-            kind = model_kind(config)
             tokenizer = tf.AutoTokenizer.from_pretrained(spec.model, **common)
-        except LayerprobeError:
-            raise
-        except (OSError, ValueError, KeyError, EnvironmentError) as exc:
+        except (OSError, ValueError, KeyError) as exc:
             raise _translate_load_error(exc, spec) from exc
         device = None if spec.device_map else resolve_device(spec.device)
         dtype = resolve_dtype(spec.dtype, config, device)

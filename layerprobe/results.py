@@ -266,6 +266,7 @@ def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes owner-only files; results are meant to be shared
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(data, handle, indent=2, allow_nan=True)
             handle.write("\n")
@@ -274,6 +275,12 @@ def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:

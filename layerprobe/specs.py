@@ -100,3 +100,41 @@ def parse_layer_ranges(text: str | None, num_layers: int) -> list[int]:
                                   hint=f"Blocks are numbered 0 to {num_layers - 1}.")
         chosen.update(range(start, end + 1))
     return sorted(chosen)
+
+
+ENGINES = ("auto", "simple", "shared")
+SQUAD_TASK = "squad"
+
+
+@dataclass(frozen=True)
+class PruneSpec:
+    """One `layerprobe prune-drop` run: which tasks, which layers, how they are scored.
+
+    `layers` is the CLI text (`0-3,7`, inclusive, 0-based; None = every block); it is resolved against
+    the model's L once the model is loaded.
+    """
+
+    model: ModelSpec
+    tasks: tuple[str, ...]
+    layers: str | None = None
+    limit: float | None = None
+    num_fewshot: int | None = None
+    batch_size: int | str = 8
+    seed: int = 1234
+    include_path: str | None = None
+    squad_data: str | None = None
+    engine: str = "auto"
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise LayerprobeError("No --task given.", hint="e.g. --task mmlu, --task arc_easy or --task squad.")
+        if len(set(self.tasks)) != len(self.tasks):
+            raise LayerprobeError(f"A task is named twice in {list(self.tasks)}.")
+        if self.engine not in ENGINES:
+            raise LayerprobeError(f"Unknown --engine {self.engine!r}.", hint=f"Use one of {', '.join(ENGINES)}.")
+        if self.limit is not None and self.limit <= 0:
+            raise LayerprobeError(f"--limit must be positive, got {self.limit}.")
+        if self.num_fewshot is not None and self.num_fewshot < 0:
+            raise LayerprobeError(f"--num-fewshot must be >= 0, got {self.num_fewshot}.")
+        if self.batch_size != "auto" and (not isinstance(self.batch_size, int) or self.batch_size < 1):
+            raise LayerprobeError(f"--batch-size must be a positive integer or 'auto', got {self.batch_size!r}.")

@@ -1,0 +1,261 @@
+"""The shared-prefix engine: every "block l removed" variant of a batch from one baseline pass.
+
+With block l removed, blocks 0 … l-1 see exactly the inputs they see in the baseline, so their work
+need not be redone. Per batch of requests, the baseline pass records x^l (the input of each selected
+block l); the variant "block l removed" then starts from that recorded x^l and runs only blocks
+l+1 … L-1 and the head. Total cost ≈ (L+2)/2 forward passes instead of L+1.
+
+Only the model side changes: `SharedPrefixLM` is an lm-eval `HFLM` whose `_loglikelihood_tokens` fills
+a store of (log-likelihood, is-greedy) for every variant at once; lm-eval is then run once per variant,
+as in the simple engine, and computes metrics and stderrs itself from the stored answers. The LM head
+and log-softmax run only at the positions a request scores, never over sequence × vocabulary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from lm_eval.models.huggingface import HFLM
+from torch import nn
+
+from layerprobe.evaluate.harness import is_generation_task, quiet_lm_eval
+from layerprobe.layers import LayerStack, capture_block_states, hidden_from_output, removed_blocks
+from layerprobe.prune import HarnessScorer
+
+Key = tuple[tuple[int, ...], tuple[int, ...]]
+BASELINE = None
+_DEFAULT_STATE_BYTES = 2 * 1024**3  # recorded block inputs held at once (per chunk of a batch)
+
+
+class _Replay(nn.Module):
+    """Stands in for block l: returns the recorded x^l, shaped like the real block's output."""
+
+    def __init__(self, states: torch.Tensor, output_arity: int | None) -> None:
+        super().__init__()
+        self.states, self.output_arity = states, output_arity
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.output_arity is None:
+            return self.states
+        return (self.states,) + (None,) * (self.output_arity - 1)
+
+
+class SharedPrefixLM(HFLM):
+    """An HFLM that answers loglikelihood requests for the baseline and every selected variant at once.
+
+    Set `active` to the removed block's index (None: the baseline) before each lm-eval evaluation;
+    requests seen before are answered from the store, new ones computed for all variants together.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, stack: LayerStack, layers: list[int],
+                 batch_size: int | str = 8, state_bytes: int = _DEFAULT_STATE_BYTES) -> None:
+        with quiet_lm_eval():
+            super().__init__(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+        self.stack, self.layers, self.state_bytes = stack, sorted(layers), state_bytes
+        self.active: int | None = BASELINE
+        self.store: dict[Key, dict[int | None, tuple[float, bool]]] = {}
+        self.block_rows = 0  # block forward passes, counted per sequence (benchmarks read it)
+        self._rows_per_batch: int | None = None
+        self._output_arity: int | None = None
+
+    # lm-eval entry point ---------------------------------------------------------------------------
+    def _loglikelihood_tokens(self, requests: list, disable_tqdm: bool = False,
+                              override_bs: int | None = None) -> list[tuple[float, bool]]:
+        missing = list(dict.fromkeys(_key(r) for r in requests if _key(r) not in self.store))
+        if missing:
+            self._compute(missing)
+        return [self.store[_key(r)][self.active] for r in requests]
+
+    # the work --------------------------------------------------------------------------------------
+    def _compute(self, keys: list[Key]) -> None:
+        """Score `keys` for every variant. Requests sharing an input (one-token answers) share a row."""
+        rows: dict[tuple[int, ...], list[Key]] = {}
+        for context, continuation in keys:
+            inp = (context + continuation)[-(self.max_length + 1):][:-1]
+            rows.setdefault(inp, []).append((context, continuation))
+        ordered = sorted(rows, key=lambda inp: (-len(inp), inp))  # longest first: least padding
+        per_batch = self._batch_rows()
+        for start in range(0, len(ordered), per_batch):
+            batch = ordered[start:start + per_batch]
+            for chunk in self._memory_chunks(batch):
+                self._score_chunk(chunk, {inp: rows[inp] for inp in chunk})
+
+    def _batch_rows(self) -> int:
+        if self._rows_per_batch is None:
+            size = self.batch_size
+            if size == "auto":  # detected once per model object, then kept for every variant
+                size = self._detect_batch_size()
+            self._rows_per_batch = max(1, int(size))
+        return self._rows_per_batch
+
+    def _memory_chunks(self, batch: list[tuple[int, ...]]) -> Iterator[list[tuple[int, ...]]]:
+        """Split a batch so the recorded inputs of all selected blocks fit the memory budget."""
+        hidden = self.model.get_input_embeddings().embedding_dim
+        itemsize = next(self.model.parameters()).element_size()
+        per_row = max(1, len(self.layers)) * len(batch[0]) * hidden * itemsize
+        rows = max(1, self.state_bytes // per_row)
+        for start in range(0, len(batch), rows):
+            yield batch[start:start + rows]
+
+    @torch.inference_mode()
+    def _score_chunk(self, chunk: list[tuple[int, ...]], requests: dict[tuple[int, ...], list[Key]]) -> None:
+        width = len(chunk[0])
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.tensor([list(inp) + [pad] * (width - len(inp)) for inp in chunk], device=self.device)
+        wanted = _positions(chunk, requests)
+        recorded, final = self._baseline(ids)
+        answers = {BASELINE: self._head_answers(final, chunk, requests, wanted)}
+        for layer in self.layers:
+            answers[layer] = self._head_answers(self._without(layer, ids, recorded[layer]), chunk, requests,
+                                                wanted)
+        for variant, scored in answers.items():
+            for key, answer in scored.items():
+                self.store.setdefault(key, {})[variant] = answer
+
+    def _baseline(self, ids: torch.Tensor) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
+        """Run all blocks once, keeping the input of each selected block and the normed final states."""
+        with capture_block_states(self.stack) as states, self._count_rows():
+            final = self._base_forward(ids)
+        # x^l is the input of block l; nothing beyond the selected blocks is kept.
+        if self._output_arity is None:
+            self._output_arity = _arity_of(self.stack, ids, self._base_forward)
+        return {layer: states[layer] for layer in self.layers}, final
+
+    def _without(self, layer: int, ids: torch.Tensor, x_layer: torch.Tensor) -> torch.Tensor:
+        """Final hidden states with block `layer` removed: x^layer fed straight to block layer+1."""
+        with removed_blocks(self.stack, list(range(layer))) as shrunk, self._count_rows(skip_first=True):
+            block = shrunk.blocks[0]  # block `layer`, now first (for layer 0 the list is the model's own)
+            shrunk.blocks[0] = _Replay(x_layer, self._output_arity)
+            try:
+                return self._base_forward(ids)
+            finally:
+                shrunk.blocks[0] = block
+
+    def _base_forward(self, ids: torch.Tensor) -> torch.Tensor:
+        base = self.model.base_model
+        return base(input_ids=ids, use_cache=False).last_hidden_state
+
+    def _head_answers(self, final: torch.Tensor, chunk: list[tuple[int, ...]],
+                      requests: dict[tuple[int, ...], list[Key]], wanted: torch.Tensor) -> dict[Key, tuple[float, bool]]:
+        """Log-likelihood and greedy match of every request, from the head at the wanted positions only."""
+        rows, cols = wanted[:, 0].to(final.device), wanted[:, 1].to(final.device)
+        logprobs = nn.functional.log_softmax(head_logits(self.model, final[rows, cols]), dim=-1,
+                                             dtype=self.softmax_dtype)
+        greedy = logprobs.argmax(dim=-1)
+        where = {(int(r), int(c)): i for i, (r, c) in enumerate(wanted.tolist())}
+        answers = {}
+        for row, inp in enumerate(chunk):
+            for key in requests[inp]:
+                continuation = key[1]
+                picks = [where[(row, len(inp) - len(continuation) + k)] for k in range(len(continuation))]
+                index = torch.tensor(picks, device=logprobs.device)
+                target = torch.tensor(continuation, device=logprobs.device)
+                total = float(logprobs[index, target].sum())
+                answers[key] = (total, bool((greedy[index] == target).all()))
+        return answers
+
+    @contextlib.contextmanager
+    def _count_rows(self, skip_first: bool = False) -> Iterator[None]:
+        blocks = list(self.stack.root.get_submodule(self.stack.path))[1 if skip_first else 0:]
+
+        def count(_module: Any, args: tuple) -> None:
+            self.block_rows += int(args[0].shape[0]) if args else 0
+
+        handles = [block.register_forward_pre_hook(count) for block in blocks]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+def head_logits(model: Any, hidden: torch.Tensor) -> torch.Tensor:
+    """The causal LM's logits for final hidden states (N, hidden) → (N, vocab).
+
+    Applies the output embedding and the logit transforms some families add after it (soft-capping,
+    scaling); `verify_head` checks the result against the model's own forward before the engine is used.
+    """
+    logits = model.get_output_embeddings()(hidden)
+    config = model.config
+    scale = getattr(config, "logit_scale", None)
+    if isinstance(scale, (int, float)):
+        logits = logits * scale
+    scaling = getattr(config, "logits_scaling", None)
+    if isinstance(scaling, (int, float)):
+        logits = logits / scaling
+    cap = getattr(config, "final_logit_softcapping", None)
+    if isinstance(cap, (int, float)) and cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def _positions(chunk: list[tuple[int, ...]], requests: dict[tuple[int, ...], list[Key]]) -> torch.Tensor:
+    """(row, column) of every position any request of the chunk scores, each once: (N, 2)."""
+    wanted = set()
+    for row, inp in enumerate(chunk):
+        longest = max(len(key[1]) for key in requests[inp])
+        wanted.update((row, len(inp) - longest + k) for k in range(longest))
+    return torch.tensor(sorted(wanted), dtype=torch.long)
+
+
+def _key(request: tuple) -> Key:
+    return tuple(request[1]), tuple(request[2])
+
+
+def _arity_of(stack: LayerStack, ids: torch.Tensor, forward: Any) -> int | None:
+    """How a block returns its hidden states: None for a bare tensor, else the tuple length."""
+    seen: list[Any] = []
+    handle = stack.blocks[0].register_forward_hook(lambda _m, _a, output: seen.append(output))
+    try:
+        forward(ids[:1, :2])
+    finally:
+        handle.remove()
+    output = seen[0]
+    hidden_from_output(output)  # raises if the block's output has no recognisable hidden states
+    return None if isinstance(output, torch.Tensor) else len(output)
+
+
+def verify_head(model: Any, tokenizer: Any, atol: float = 1e-4) -> str | None:
+    """Compare the engine's head path with the model's own forward on a short text; None if they agree."""
+    device = model.get_input_embeddings().weight.device
+    ids = tokenizer("The quick brown fox jumps over the lazy dog.", return_tensors="pt")["input_ids"]
+    ids = ids[:, : max(2, min(ids.shape[1], 16))].to(device)
+    with torch.inference_mode():
+        expected = model(input_ids=ids, use_cache=False).logits[0].float().log_softmax(-1)
+        final = model.base_model(input_ids=ids, use_cache=False).last_hidden_state[0]
+        got = head_logits(model, final).float().log_softmax(-1)
+    if not torch.allclose(got, expected, atol=atol, rtol=1e-4):
+        return (f"its head does something after the output embedding that layerprobe does not reproduce "
+                f"(max difference {float((got - expected).abs().max()):.2e})")
+    return None
+
+
+class SharedPrefixScorer(HarnessScorer):
+    """prune-drop's scorer for the shared-prefix engine: the model is never changed, variants are looked up."""
+
+    engine = "shared"
+
+    def make_lm(self) -> SharedPrefixLM:
+        return SharedPrefixLM(self.loaded.model, self.loaded.tokenizer, self.stack, self.layers,
+                              self.spec.batch_size)
+
+    @contextlib.contextmanager
+    def variant(self, layer: int | None) -> Iterator[None]:
+        self.lm.active = layer
+        try:
+            yield
+        finally:
+            self.lm.active = BASELINE
+
+
+def unsupported_reason(loaded: Any, task_sets: dict[str, Any]) -> str | None:
+    """Why the shared engine cannot score this run (generation tasks, an unusual head), or None."""
+    for task, task_set in task_sets.items():
+        if is_generation_task(task_set, task):
+            return f"task {task} generates text (only loglikelihood-type tasks share prefixes)"
+    if loaded.spec.device_map:
+        return "the model is spread over devices with --device-map"
+    return verify_head(loaded.model, loaded.tokenizer)

@@ -1,0 +1,323 @@
+"""The rules `layerprobe compare` gates on: their thresholds, where each came from, and the checks.
+
+The thresholds are the contract a CI job signs, so they live in one place with their provenance
+(default < rules file < command-line flag), and every check returns a `RuleResult` that carries its own
+criterion and measured numbers: a verdict must explain itself without the reader opening the code.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from layerprobe.errors import LayerprobeError, ResultError
+from layerprobe.results import AngularResult, MetricDrop, PruneDropResult, angular_summary
+
+# A change exactly equal to its tolerance passes; this slack keeps float rounding from failing it.
+EPS = 1e-9
+SECTIONS = {
+    "angular": ("lazy_threshold", "max_lazy_increase", "adjacent_tolerance"),
+    "prune_drop": ("max_drop", "se_factor", "metric", "metrics"),
+}
+
+
+@dataclass(frozen=True)
+class GateRules:
+    """Every threshold the gate applies; `sources` says which came from a rules file or a flag.
+
+    Attributes:
+        lazy_threshold: a block l is lazy when d(x^l, x^(l+1)) < this.
+        max_lazy_increase: how many more lazy blocks the candidate may have than the baseline.
+        adjacent_tolerance: how far the mean adjacent distance may fall (absolute).
+        max_drop: how far a task's full-model score may get worse (absolute, metric units).
+        se_factor: a layer's ΔP may get worse by at most this many combined standard errors.
+        metric: metric gated for every task instead of the task's primary (first) one.
+        metrics: per-task metric, overriding `metric`.
+        sources: threshold name → "rules file" or "flag"; absent means the default.
+    """
+
+    lazy_threshold: float = 0.2
+    max_lazy_increase: int = 0
+    adjacent_tolerance: float = 0.02
+    max_drop: float = 0.01
+    se_factor: float = 2.0
+    metric: str | None = None
+    metrics: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def metric_for(self, task: str, primary: str) -> str:
+        return self.metrics.get(task) or self.metric or primary
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return {section: {name: {"value": getattr(self, name), "source": self.sources.get(name, "default")}
+                          for name in names} for section, names in SECTIONS.items()}
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """One check of one kind (and, for prune-drop, one task): what was required, measured and decided.
+
+    `change` is how much worse the candidate is in the rule's own units (positive = worse) and `limit`
+    the largest change that passes, so every rule reads the same way: passed ⇔ change ≤ limit.
+    """
+
+    kind: str
+    rule: str
+    subject: str | None
+    criterion: str
+    thresholds: dict[str, Any]
+    baseline: float | None
+    candidate: float | None
+    change: float | None
+    limit: float
+    passed: bool
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.rule}[{self.subject}]" if self.subject else self.rule
+
+
+def load_rules(path: str | Path | None = None, **flags: Any) -> GateRules:
+    """Thresholds from the defaults, then the TOML file at `path`, then the flags that are not None.
+
+    Raises:
+        LayerprobeError: the file is unreadable, has an unknown section or key, or a value is invalid.
+    """
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    if path is not None:
+        for name, value in read_rules_file(Path(path)).items():
+            values[name], sources[name] = value, "rules file"
+    for name, value in flags.items():
+        if name not in _ALL_KEYS:
+            raise TypeError(f"load_rules() got an unknown threshold {name!r}")
+        if value is not None:
+            values[name], sources[name] = _checked(name, value, "--" + name.replace("_", "-")), "flag"
+    return GateRules(**values, sources=sources)
+
+
+def read_rules_file(path: Path) -> dict[str, Any]:
+    """Read `[angular]` and `[prune_drop]` from a rules TOML; unknown names are errors, not ignored.
+
+    A typo silently ignored would leave the default in force while the author believes otherwise, so
+    an unknown name stops the gate (exit 2) with a suggestion.
+    """
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib
+        except ModuleNotFoundError:
+            raise LayerprobeError("Reading --rules on Python 3.10 needs tomli.",
+                                  hint="pip install tomli") from None
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise LayerprobeError(f"Cannot read rules file {path}: {exc.strerror or exc}",
+                              hint="Pass an existing TOML file to --rules.") from exc
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise LayerprobeError(f"Rules file {path} is not valid TOML: {exc}") from exc
+    values: dict[str, Any] = {}
+    for section, table in data.items():
+        if section not in SECTIONS:
+            home = next((s for s, names in SECTIONS.items() if section in names), None)
+            hint = f"Put {section} under [{home}]." if home else _did_you_mean(section, SECTIONS)
+            raise LayerprobeError(f"Unknown section or key {section!r} in rules file {path}.", hint=hint)
+        if not isinstance(table, dict):
+            raise LayerprobeError(f"[{section}] in rules file {path} must be a table.")
+        for name, value in table.items():
+            if name not in SECTIONS[section]:
+                raise LayerprobeError(f"Unknown rule {name!r} in [{section}] of rules file {path}.",
+                                      hint=_did_you_mean(name, SECTIONS[section]))
+            values[name] = _checked(name, value, f"{section}.{name} in {path}")
+    return values
+
+
+def angular_rules(baseline: AngularResult, candidate: AngularResult, rules: GateRules) -> list[RuleResult]:
+    """Lazy-block growth and the fall of the mean adjacent distance, each over each model's whole stack.
+
+    Both are recomputed from the distance matrices with `rules.lazy_threshold`: the stored summary
+    may have been written with another threshold.
+    """
+    threshold = rules.lazy_threshold
+    base, cand = angular_summary(baseline.distance, threshold), angular_summary(candidate.distance, threshold)
+    growth = cand["lazy_count"] - base["lazy_count"]
+    new = sorted(set(cand["lazy_layers"]) - set(base["lazy_layers"]))
+    lazy = RuleResult(
+        "angular", "lazy_blocks", None,
+        f"lazy blocks (d(x^l, x^l+1) < {threshold:g}) may grow by ≤ {rules.max_lazy_increase}",
+        {"lazy_threshold": threshold, "max_lazy_increase": rules.max_lazy_increase},
+        base["lazy_count"], cand["lazy_count"], growth, rules.max_lazy_increase,
+        growth <= rules.max_lazy_increase,
+        f"{cand['lazy_count']} of {candidate.num_layers} candidate blocks are lazy vs {base['lazy_count']} of "
+        f"{baseline.num_layers} in the baseline ({growth:+d}, allowed +{rules.max_lazy_increase}); "
+        f"candidate lazy blocks {cand['lazy_layers']}, baseline {base['lazy_layers']}",
+        {"baseline_lazy_layers": base["lazy_layers"], "candidate_lazy_layers": cand["lazy_layers"],
+         "newly_lazy_by_index": new,
+         "nonfinite_adjacent": {"baseline": _nonfinite(base["adjacent"]),
+                                "candidate": _nonfinite(cand["adjacent"])}},
+    )
+    return [lazy, _mean_adjacent_rule(base["mean_adjacent"], cand["mean_adjacent"], rules.adjacent_tolerance)]
+
+
+def prune_drop_rules(baseline: PruneDropResult, candidate: PruneDropResult,
+                     rules: GateRules) -> tuple[list[RuleResult], list[str]]:
+    """Per task both results have: the full model's score, and ΔP of every layer both evaluated.
+
+    Returns:
+        The rule results, and notes on tasks only one result has (they are skipped, not failed).
+
+    Raises:
+        ResultError: no common task, the gated metric is missing from one side, the metrics disagree
+            on direction, or no layer was evaluated in both.
+    """
+    notes = [f"task {task!r} only in the {role}: skipped" for role, mine, other in
+             (("baseline", baseline, candidate), ("candidate", candidate, baseline))
+             for task in mine.tasks if task not in other.tasks]
+    common = [task for task in baseline.tasks if task in candidate.tasks]
+    if not common:
+        raise ResultError(f"The prune-drop results share no task (baseline: {sorted(baseline.tasks)}, "
+                          f"candidate: {sorted(candidate.tasks)}).", hint="Run both with the same --tasks.")
+    results = []
+    for task in common:
+        name = rules.metric_for(task, baseline.tasks[task].primary_metric)
+        base, cand = _metric(baseline, task, name, "baseline"), _metric(candidate, task, name, "candidate")
+        if base.higher_is_better != cand.higher_is_better:
+            raise ResultError(f"{task}/{name}: higher_is_better differs between baseline and candidate.")
+        results += [_baseline_score_rule(task, name, base, cand, rules.max_drop),
+                    _layer_delta_rule(task, name, base, cand, rules.se_factor)]
+    return results, notes
+
+
+def _mean_adjacent_rule(base: float | None, cand: float | None, tolerance: float) -> RuleResult:
+    criterion = f"mean d(x^l, x^l+1) may fall by ≤ {tolerance:g}"
+    fall = None if base is None or cand is None else base - cand
+    if fall is None:
+        side = "baseline" if base is None else "candidate"
+        message = f"the {side} has no finite adjacent distance, so the mean cannot be compared"
+    else:
+        message = f"mean adjacent distance {cand:.4f} vs {base:.4f} in the baseline (fell by {fall:.4f}, " \
+                  f"allowed {tolerance:g})"
+    return RuleResult("angular", "mean_adjacent", None, criterion, {"adjacent_tolerance": tolerance},
+                      base, cand, fall, tolerance, fall is not None and fall <= tolerance + EPS, message)
+
+
+def _baseline_score_rule(task: str, name: str, base: MetricDrop, cand: MetricDrop, max_drop: float) -> RuleResult:
+    worse = _worsening(base.baseline, cand.baseline, base.higher_is_better)
+    direction = "higher" if base.higher_is_better else "lower"
+    message = f"{name} {cand.baseline:.4f} vs {base.baseline:.4f} in the baseline ({direction} is better; " \
+              f"worse by {worse:.4f}, allowed {max_drop:g})"
+    return RuleResult("prune_drop", "baseline_score", f"{task}/{name}",
+                      f"full-model score may get worse by ≤ {max_drop:g}",
+                      {"max_drop": max_drop, "higher_is_better": base.higher_is_better},
+                      base.baseline, cand.baseline, worse, max_drop, _within(worse, max_drop), message)
+
+
+def _layer_delta_rule(task: str, name: str, base: MetricDrop, cand: MetricDrop, factor: float) -> RuleResult:
+    """ΔP(l) of the candidate vs the baseline, layer by layer over the layers both evaluated.
+
+    "Worse" is sign-aware: for a higher-is-better metric, a more negative ΔP (removing the block costs
+    more) is worse. Allowed: factor × sqrt(se_base² + se_cand²) of the two pruned scores at that layer.
+    """
+    before, after = _by_layer(base, task, "baseline"), _by_layer(cand, task, "candidate")
+    shared = sorted(set(before) & set(after))
+    if not shared:
+        raise ResultError(f"{task}: no layer was evaluated in both the baseline and the candidate.",
+                          hint="Run prune-drop on both with the same --layers.")
+    rows, missing = [], {"baseline": [], "candidate": []}
+    for layer in shared:
+        (b_delta, b_se), (c_delta, c_se) = before[layer], after[layer]
+        for role, se in (("baseline", b_se), ("candidate", c_se)):
+            if se is None:
+                missing[role].append(layer)
+        worse = _worsening(b_delta, c_delta, base.higher_is_better)
+        allowed = factor * math.hypot(b_se or 0.0, c_se or 0.0)
+        rows.append({"layer": layer, "baseline_delta": b_delta, "candidate_delta": c_delta,
+                     "worsening": worse, "allowed": allowed, "passed": _within(worse, allowed)})
+    worst = max(rows, key=lambda r: math.inf if math.isnan(r["worsening"]) else r["worsening"] - r["allowed"])
+    failed = [r for r in rows if not r["passed"]]
+    if failed:
+        message = f"removing layer(s) {[r['layer'] for r in failed]} costs more in the candidate than allowed; " \
+                  f"worst: layer {worst['layer']} ΔP {worst['candidate_delta']:.4f} vs " \
+                  f"{worst['baseline_delta']:.4f} (worse by {worst['worsening']:.4f} > {factor:g} × SE = " \
+                  f"{worst['allowed']:.4f})"
+    else:
+        message = f"all {len(rows)} common layers within {factor:g} × SE; closest: layer {worst['layer']} " \
+                  f"worse by {worst['worsening']:.4f} (allowed {worst['allowed']:.4f})"
+    for role, layers in missing.items():
+        if layers:
+            message += f"; {role} stderr missing for layers {layers}, counted as 0"
+    return RuleResult("prune_drop", "layer_delta", f"{task}/{name}",
+                      f"ΔP(l) may get worse by ≤ {factor:g} × sqrt(se_base² + se_cand²)",
+                      {"se_factor": factor, "higher_is_better": base.higher_is_better},
+                      worst["baseline_delta"], worst["candidate_delta"], worst["worsening"], worst["allowed"],
+                      not failed, message,
+                      {"common_layers": shared, "failed_layers": [r["layer"] for r in failed],
+                       "stderr_missing": missing, "layers": rows})
+
+
+def _worsening(base: float, cand: float, higher_is_better: bool) -> float:
+    """How much worse `cand` is than `base` (positive = worse); equal infinities are no change."""
+    if base == cand:
+        return 0.0
+    return (base - cand) if higher_is_better else (cand - base)
+
+
+def _within(change: float, limit: float) -> bool:
+    return not math.isnan(change) and change <= limit + EPS  # NaN cannot be verified, so it fails
+
+
+def _metric(result: PruneDropResult, task: str, name: str, role: str) -> MetricDrop:
+    metrics = result.tasks[task].metrics
+    if name not in metrics:
+        raise ResultError(f"The {role} has no metric {name!r} for task {task!r} (it has {list(metrics)}).",
+                          hint="Name the metric to gate on with metric = ... in [prune_drop] of --rules.")
+    return metrics[name]
+
+
+def _by_layer(metric: MetricDrop, task: str, role: str) -> dict[int, tuple[float, float | None]]:
+    if not len(metric.layers) == len(metric.pruned) == len(metric.stderr):
+        raise ResultError(f"Malformed {role} result: {task} has layers, pruned and stderr of different lengths.")
+    return {layer: (delta, se) for layer, delta, se in zip(metric.layers, metric.delta, metric.stderr, strict=True)}
+
+
+def _nonfinite(values: list[float]) -> list[int]:
+    return [index for index, value in enumerate(values) if not math.isfinite(value)]
+
+
+def _checked(name: str, value: Any, where: str) -> Any:
+    """Validate one threshold: a wrong type or range is a user error named with where it was set."""
+    if name == "metric" and isinstance(value, str) and value:
+        return value
+    if name == "metrics" and isinstance(value, dict) and all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in value.items()):
+        return dict(value)
+    if name in ("metric", "metrics"):
+        shape = "a metric name" if name == "metric" else "a table of task = \"metric\""
+        raise LayerprobeError(f"{where} must be {shape}, got {value!r}.")
+    number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if name == "max_lazy_increase":
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not (number and isinstance(value, int) and value >= 0):
+            raise LayerprobeError(f"{where} must be a whole number ≥ 0, got {value!r}.")
+        return value
+    if name == "lazy_threshold" and not (number and 0 < value <= 1):
+        raise LayerprobeError(f"{where} must be in (0, 1] (angular distances lie in [0, 1]), got {value!r}.")
+    if not (number and value >= 0):
+        raise LayerprobeError(f"{where} must be a number ≥ 0, got {value!r}.")
+    return float(value)
+
+
+def _did_you_mean(name: str, choices: Any) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    known = ", ".join(choices)
+    return f"Did you mean {close[0]!r}? Known: {known}." if close else f"Known: {known}."
+
+
+_ALL_KEYS = {f.name for f in fields(GateRules)} - {"sources"}

@@ -1,0 +1,381 @@
+"""SQuAD v1.1 scoring: metrics by hand, span search against brute force, loaders, and a tiny QA model."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+
+import pytest
+import torch
+
+from layerprobe.errors import TaskError
+from layerprobe.evaluate.squad import (
+    METRICS,
+    OFFLINE_HINT,
+    SquadExample,
+    SquadScorer,
+    best_span,
+    exact_match_score,
+    f1_score,
+    load_squad,
+    normalize_answer,
+    score_predictions,
+)
+
+# Paragraphs written for these tests. The first is far longer than 64 tokens, so with max_length=64 and
+# doc_stride=16 it becomes several overlapping windows.
+EIFFEL = (
+    "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is named "
+    "after the engineer Gustave Eiffel, whose company designed and built the tower between 1887 and 1889. "
+    "It was built as the centrepiece of the 1889 World's Fair, and although some of France's leading "
+    "artists criticised it at first, it has become a cultural icon of the country. The tower is 330 "
+    "metres tall, about as high as an 81-storey building, and it was the tallest man-made structure in "
+    "the world until the Chrysler Building in New York City was finished in 1930. Visitors can reach "
+    "three levels, with restaurants on the first and second. The upper platform of the top level is 276 "
+    "metres above the ground, the highest observation deck open to the public in the European Union."
+)
+PYTHON = (
+    "Python is a high-level programming language created by Guido van Rossum and first released in "
+    "1991. Its design philosophy emphasises code readability through the use of significant indentation."
+)
+AMAZON = (
+    "The Amazon River in South America is the largest river in the world by discharge volume of water. "
+    "It flows through Peru, Colombia and Brazil before it reaches the Atlantic Ocean."
+)
+PARAGRAPHS = [
+    ("Eiffel Tower", EIFFEL, [
+        ("q1", "Who is the tower named after?", ["Gustave Eiffel", "engineer Gustave Eiffel"]),
+        ("q2", "In which city is the Eiffel Tower?", ["Paris"]),
+        ("q3", "Which building overtook the tower as the tallest structure?",
+         ["the Chrysler Building", "Chrysler Building"]),
+        ("q4", "How high above the ground is the upper platform?", ["276 metres"]),
+        ("q5", "For which event was the tower built?", ["the 1889 World's Fair", "1889 World's Fair"]),
+    ]),
+    ("Python", PYTHON, [
+        ("q6", "Who created Python?", ["Guido van Rossum"]),
+        ("q7", "When was Python first released?", ["1991"]),
+    ]),
+    ("Amazon", AMAZON, [
+        ("q8", "Into which ocean does the Amazon flow?", ["the Atlantic Ocean", "Atlantic Ocean"]),
+        ("q9", "By what measure is the Amazon the largest river?", ["discharge volume of water"]),
+    ]),
+]
+EXPECTED = [SquadExample(qid, question, context, tuple(golds))
+            for _, context, qas in PARAGRAPHS for qid, question, golds in qas]
+
+
+def _official_json() -> dict:
+    return {"version": "1.1", "data": [
+        {"title": title, "paragraphs": [{"context": context, "qas": [
+            {"id": qid, "question": question,
+             "answers": [{"text": g, "answer_start": context.index(g)} for g in golds]}
+            for qid, question, golds in qas]}]}
+        for title, context, qas in PARAGRAPHS]}
+
+
+def _rows() -> list[dict]:
+    return [{"id": e.id, "title": "t", "question": e.question, "context": e.context,
+             "answers": {"text": list(e.answers), "answer_start": [e.context.index(g) for g in e.answers]}}
+            for e in EXPECTED]
+
+
+@pytest.fixture()
+def squad_json(tmp_path):
+    path = tmp_path / "dev-v1.1.json"
+    path.write_text(json.dumps(_official_json()), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def qa_model(tiny_checkpoints):
+    import transformers as tf
+
+    path = tiny_checkpoints["bert_qa"]
+    model = tf.AutoModelForQuestionAnswering.from_pretrained(path).eval()
+    return model, tf.AutoTokenizer.from_pretrained(path)
+
+
+# ----------------------------------------------------------------------------------------------- metrics
+def test_normalize_answer_follows_the_official_rules():
+    assert normalize_answer("  The Quick,  brown FOX! ") == "quick brown fox"
+    assert normalize_answer("Theory of an anagram") == "theory of anagram"  # whole-word articles only
+    assert normalize_answer("a banana") == "banana"
+    assert normalize_answer("U.S.A. don't") == "usa dont"  # punctuation is deleted, not split on
+
+
+def test_exact_match_by_hand():
+    assert exact_match_score("the Broncos!", ["Denver Broncos", "Broncos"]) == 1.0
+    assert exact_match_score("Denver", ["Denver Broncos"]) == 0.0
+    assert exact_match_score("The", ["a"]) == 1.0  # both normalise to ""
+    assert exact_match_score("", ["x"]) == 0.0
+    assert exact_match_score("Paris", "paris.") == 1.0  # a bare string is one gold answer
+
+
+def test_f1_by_hand():
+    # pred [denver, broncos, team], gold [denver, broncos]: shared 2, P = 2/3, R = 1, F1 = (4/3)/(5/3) = 0.8
+    assert f1_score("Denver Broncos team", ["the Denver Broncos"]) == pytest.approx(0.8)
+    # pred [in, year, 1889, in, paris] (5), gold [paris, in, 1889] (3): shared = in 1 + 1889 1 + paris 1 = 3
+    # P = 3/5, R = 1, F1 = 2 * 0.6 / 1.6 = 0.75
+    assert f1_score("in the year 1889 in Paris", ["Paris in 1889"]) == pytest.approx(0.75)
+    # best of several golds: [chrysler] vs [chrysler, building] gives P = 1, R = 1/2, F1 = 2/3
+    assert f1_score("Chrysler", ["Empire State", "the Chrysler Building"]) == pytest.approx(2 / 3)
+    # repeated tokens count once each: [cat, cat, cat] vs [cat]: P = 1/3, R = 1, F1 = 0.5
+    assert f1_score("the cat cat, cat", ["cat"]) == pytest.approx(0.5)
+    assert f1_score("", ["x"]) == 0.0
+    assert f1_score("", [""]) == 0.0  # v1.1 gives 0 when nothing is shared, even two empty answers
+    assert f1_score("Paris!", ["paris"]) == 1.0
+    with pytest.raises(ValueError):
+        f1_score("x", [])
+
+
+def test_score_predictions_means_and_stderr():
+    examples = [SquadExample("a", "q", "c", ("Denver Broncos",)), SquadExample("b", "q", "c", ("cat",))]
+    scores = score_predictions(examples, {"a": "Denver Broncos", "b": "dog"})
+    assert list(scores) == list(METRICS)
+    # per example EM = [100, 0]: mean 50, sample std = sqrt(2 * 50^2 / 1) = 70.71,
+    # stderr = 70.71 / sqrt(2) = 50
+    assert scores["exact_match"].value == pytest.approx(50.0)
+    assert scores["exact_match"].stderr == pytest.approx(50.0)
+    assert scores["f1"].samples == 2 and scores["f1"].higher_is_better
+    single = score_predictions(examples[:1], {})  # a missing prediction scores as ""
+    assert single["f1"].value == 0.0 and single["f1"].stderr is None
+
+
+# ---------------------------------------------------------------------------------------------- best_span
+def _brute_force(start, end, context, attention, max_len, n_best):
+    """Every (s, e) pair, O(n^2), restricted to the top-n real positions as the HF post-processing does."""
+    real = [i for i in range(len(start)) if attention[i]]
+    top_start = set(sorted(real, key=lambda i: -start[i])[:n_best])
+    top_end = set(sorted(real, key=lambda i: -end[i])[:n_best])
+    best = (-1, -1, -math.inf)
+    for s in range(len(start)):
+        for e in range(len(end)):
+            if (s in top_start and e in top_end and context[s] and context[e] and s <= e < s + max_len
+                    and start[s] + end[e] > best[2]):
+                best = (s, e, start[s] + end[e])
+    return best
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_best_span_matches_brute_force(seed):
+    rng = random.Random(seed)
+    length = rng.randint(1, 40)
+    start, end = torch.randn(2, length, generator=torch.Generator().manual_seed(seed))
+    context = [rng.random() < 0.7 for _ in range(length)]
+    real = rng.randint(1, length)
+    attention = [i < real for i in range(length)]  # right padding after `real` tokens
+    max_len, n_best = rng.randint(1, 12), rng.choice([1, 3, 20, length, length + 5])
+    got = best_span(start, end, torch.tensor(context), max_len, n_best, torch.tensor(attention))
+    want = _brute_force(start.tolist(), end.tolist(), context, attention, max_len, n_best)
+    assert (int(got[0]), int(got[1])) == want[:2]
+    assert float(got[2]) == (pytest.approx(want[2]) if want[0] >= 0 else -math.inf)
+
+
+def test_best_span_batched_equals_row_by_row():
+    generator = torch.Generator().manual_seed(0)
+    start, end = torch.randn(2, 8, 30, generator=generator)
+    context = torch.rand(8, 30, generator=generator) > 0.3
+    first, last, score = best_span(start, end, context, 7, 5)
+    for row in range(8):
+        one = best_span(start[row], end[row], context[row], 7, 5)
+        assert [int(one[0]), int(one[1]), float(one[2])] == [int(first[row]), int(last[row]),
+                                                              float(score[row])]
+
+
+def test_best_span_without_a_valid_span():
+    logits = torch.tensor([5.0, 4.0, 0.0, 0.0])
+    # the top-2 starts and ends are the question tokens 0 and 1: nothing valid in the context (2, 3)
+    first, last, score = best_span(logits, logits, torch.tensor([False, False, True, True]), 30, 2)
+    assert (int(first), int(last), float(score)) == (-1, -1, -math.inf)
+    nan_start = torch.tensor([float("nan"), 1.0])
+    first, _, score = best_span(nan_start, torch.ones(2), torch.ones(2, dtype=torch.bool))
+    assert int(first) == -1 and float(score) == -math.inf  # NaN never wins
+
+
+# ------------------------------------------------------------------------------------------------ loading
+def test_load_official_json_in_file_order(squad_json):
+    assert load_squad(squad_json) == EXPECTED
+    assert load_squad(squad_json, limit=3) == EXPECTED[:3]
+
+
+def test_load_jsonl_rows(tmp_path):
+    path = tmp_path / "dev.jsonl"
+    path.write_text("\n".join(json.dumps(row) for row in _rows()) + "\n\n", encoding="utf-8")
+    assert load_squad(str(path)) == EXPECTED
+
+
+def test_load_from_the_hub_uses_the_validation_split(monkeypatch):
+    import datasets
+
+    calls = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append((a, k)) or _rows())
+    assert load_squad(limit=2) == EXPECTED[:2]
+    assert calls == [(("rajpurkar/squad",), {"split": "validation"})]
+
+
+@pytest.mark.parametrize("error", [ConnectionError("Couldn't reach 'rajpurkar/squad' on the Hub"),
+                                   "DatasetNotFoundError", "LocalEntryNotFoundError"])
+def test_load_offline_hub_is_a_task_error(monkeypatch, error):
+    import datasets
+    import datasets.exceptions
+    import huggingface_hub.errors
+
+    if error == "DatasetNotFoundError":
+        error = datasets.exceptions.DatasetNotFoundError("rajpurkar/squad doesn't exist")
+    elif error == "LocalEntryNotFoundError":
+        error = huggingface_hub.errors.LocalEntryNotFoundError("offline and not cached")
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(datasets, "load_dataset", fail)
+    with pytest.raises(TaskError) as info:
+        load_squad()
+    assert info.value.hint == OFFLINE_HINT and "rajpurkar/squad" in info.value.message
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _without(dictionary, key):
+    return {k: v for k, v in dictionary.items() if k != key}
+
+
+def test_load_errors_name_the_file_and_the_problem(tmp_path):
+    cases = [
+        (tmp_path / "missing.json", "does not exist"),
+        (_write(tmp_path, "bad.json", '{"data": [}'), "not valid JSON"),
+        (_write(tmp_path, "list.json", "[]"), "no top-level 'data' list"),
+        (_write(tmp_path, "empty.json", '{"data": []}'), "contains no SQuAD questions"),
+        (_write(tmp_path, "noq.json", json.dumps({"data": [{"paragraphs": [{"context": "c", "qas": [
+            {"id": "x", "answers": [{"text": "c"}]}]}]}]})),
+         "data[0].paragraphs[0].qas[0]: field 'question' is missing"),
+        (_write(tmp_path, "ctx.json", json.dumps({"data": [{"paragraphs": [{"context": 3, "qas": []}]}]})),
+         "field 'context' is not a str"),
+        (_write(tmp_path, "noans.json", json.dumps({"data": [{"paragraphs": [{"context": "c", "qas": [
+            {"id": "x", "question": "q", "answers": []}]}]}]})), "has no gold answers"),
+        (_write(tmp_path, "bad.jsonl", json.dumps(_rows()[0]) + "\n{oops\n"), "line 2 is not valid JSON"),
+        (_write(tmp_path, "noans.jsonl", json.dumps(_without(_rows()[0], "answers"))),
+         "field 'answers' is missing"),
+        (_write(tmp_path, "text.jsonl", json.dumps({**_rows()[0], "answers": {"text": [1]}})),
+         "list of strings"),
+        (_write(tmp_path, "scalar.jsonl", "3\n"), "line 1 is not a JSON object"),
+    ]
+    for path, problem in cases:
+        with pytest.raises(TaskError) as info:
+            load_squad(path)
+        assert problem in info.value.message, (path.name, info.value.message)
+        assert path.name in info.value.message
+    with pytest.raises(TaskError, match="at least 1"):
+        load_squad(cases[0][0], limit=0)
+
+
+# ------------------------------------------------------------------------------------------------- scorer
+def test_tiny_qa_model_scores_consistently(qa_model, squad_json):
+    model, tokenizer = qa_model
+    examples = load_squad(squad_json)
+    scorer = SquadScorer(model, tokenizer, examples, max_length=64, doc_stride=16, batch_size=4)
+    assert scorer.num_windows >= len(examples) + 3  # the long paragraph overflows into several windows
+    advanced = []
+    scores = scorer(progress=advanced.append)
+    assert sum(advanced) == scorer.num_windows and len(advanced) == math.ceil(scorer.num_windows / 4)
+    assert list(scores.metrics) == ["f1", "exact_match"] and scores.nonfinite_windows == 0
+    assert set(scores.predictions) == {e.id for e in examples}
+    for example in examples:
+        assert scores.predictions[example.id] in example.context  # a span of its own context
+    for name, metric in (("f1", f1_score), ("exact_match", exact_match_score)):
+        per = [100 * metric(scores.predictions[e.id], e.answers) for e in examples]
+        assert scores.metrics[name].value == pytest.approx(statistics.fmean(per))
+        assert scores.metrics[name].stderr == pytest.approx(statistics.stdev(per) / math.sqrt(len(per)))
+        assert scores.metrics[name].samples == len(examples)
+    assert scorer() == scores  # same model, same tokenization: identical results
+
+
+def test_scorer_is_reused_after_a_block_is_removed(qa_model, squad_json):
+    model, tokenizer = qa_model
+    examples = load_squad(squad_json)
+    scorer = SquadScorer(model, tokenizer, examples, max_length=64, doc_stride=16)
+    blocks = model.bert.encoder.layer
+    model.bert.encoder.layer = torch.nn.ModuleList(list(blocks)[:1] + list(blocks)[2:])  # skip block 1
+    try:
+        pruned = scorer()
+        fresh = SquadScorer(model, tokenizer, examples, max_length=64, doc_stride=16)()
+    finally:
+        model.bert.encoder.layer = blocks
+    assert pruned == fresh  # nothing stale was cached between calls
+    assert all(pruned.predictions[e.id] in e.context for e in examples)
+
+
+class _PerfectQA(torch.nn.Module):
+    """The tiny model with its span logits replaced by peaks at the gold answer's first/last tokens."""
+
+    def __init__(self, inner, gold_tokens):
+        super().__init__()
+        self.inner, self.gold_tokens = inner, gold_tokens
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        from transformers.modeling_outputs import QuestionAnsweringModelOutput
+
+        out = self.inner(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        start, end = torch.zeros_like(out.start_logits), torch.zeros_like(out.end_logits)
+        for row in range(len(input_ids)):
+            key = tuple(input_ids[row][attention_mask[row] == 1].tolist())
+            if key in self.gold_tokens:
+                first, last = self.gold_tokens[key]
+                start[row, first] = end[row, last] = 10.0
+        return QuestionAnsweringModelOutput(start_logits=start, end_logits=end)
+
+
+def test_perfect_model_scores_100(qa_model, squad_json):
+    model, tokenizer = qa_model
+    examples = load_squad(squad_json)
+    gold_tokens = {}  # window input_ids -> (first, last) token of the first gold answer, from offsets
+    for example in examples:
+        answer = example.answers[0]
+        begin = example.context.index(answer)
+        enc = tokenizer(example.question, example.context, truncation="only_second", max_length=64,
+                        stride=16, return_overflowing_tokens=True, return_offsets_mapping=True)
+        found = 0
+        for w, offsets in enumerate(enc["offset_mapping"]):
+            in_context = [i for i, s in enumerate(enc.sequence_ids(w)) if s == 1]
+            first = [i for i in in_context if offsets[i][0] == begin]
+            last = [i for i in in_context if offsets[i][1] == begin + len(answer)]
+            if first and last:
+                gold_tokens[tuple(enc["input_ids"][w])] = (first[0], last[0])
+                found += 1
+        assert found >= 1, example.id
+    perfect = _PerfectQA(model, gold_tokens)
+    scores = SquadScorer(perfect, tokenizer, examples, max_length=64, doc_stride=16, batch_size=3)()
+    assert scores.predictions == {e.id: e.answers[0] for e in examples}
+    assert scores.metrics["exact_match"].value == 100.0 and scores.metrics["f1"].value == 100.0
+    assert scores.metrics["f1"].stderr == 0.0
+
+
+def test_model_without_a_qa_head_is_refused(minilm, squad_json):
+    import transformers as tf
+
+    model, tokenizer = tf.AutoModel.from_pretrained(minilm), tf.AutoTokenizer.from_pretrained(minilm)
+    with pytest.raises(TaskError, match="is not an extractive-QA model") as info:
+        SquadScorer(model, tokenizer, load_squad(squad_json, limit=2), max_length=64, doc_stride=16)
+    assert "ForQuestionAnswering" in info.value.hint
+
+
+def test_scorer_refuses_bad_settings(qa_model):
+    model, tokenizer = qa_model
+    examples = EXPECTED[:2]
+    with pytest.raises(TaskError, match="doc_stride"):
+        SquadScorer(model, tokenizer, examples, max_length=64, doc_stride=64)
+    with pytest.raises(TaskError, match="fast tokenizer"):
+        SquadScorer(model, object(), examples)
+    with pytest.raises(TaskError, match="repeated"):
+        SquadScorer(model, tokenizer, [EXPECTED[0], EXPECTED[0]])
+    with pytest.raises(TaskError, match="positions"):
+        SquadScorer(model, tokenizer, examples, max_length=1024)
+    long_question = SquadExample("x", "why " * 80, "short context", ("short",))
+    with pytest.raises(TaskError, match="windows"):
+        SquadScorer(model, tokenizer, [long_question], max_length=64, doc_stride=16)
