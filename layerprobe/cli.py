@@ -81,6 +81,7 @@ def model_slug(model: str) -> str:
 
 
 def output_dir(out_opt: Path | None, model: str) -> Path:
+    """`--out` if given, else ./layerprobe-out/<model-slug>/."""
     return out_opt if out_opt is not None else Path("layerprobe-out") / model_slug(model)
 
 
@@ -225,7 +226,8 @@ def prune_drop(
                                                            "--include-path), or squad for extractive-QA "
                                                            "models. Repeat for several.")],
     layers_opt: Annotated[str | None, typer.Option("--layers", help="Blocks to remove, one at a time: 0-based "
-                                                                    "inclusive ranges like 0-3,7 [default: all].")] = None,
+                                                                    "inclusive ranges like 0-3,7 "
+                                                                    "[default: all].")] = None,
     limit: Annotated[float | None, typer.Option("--limit", help="Documents per task (a value < 1 is a fraction), "
                                                                 "for quick runs.")] = None,
     num_fewshot: Annotated[int | None, typer.Option("--num-fewshot", help="Few-shot examples [default: the "
@@ -344,7 +346,14 @@ def plot(
         out.print(f"wrote {path}", highlight=False)
 
 
+# `compare` is a thin command kept beside its library (layerprobe/compare.py); its import is light.
+from layerprobe.compare import compare_command  # noqa: E402
+
+app.command("compare")(friendly_errors(compare_command))
+
+
 def main() -> None:  # pragma: no cover - console entry point alias
+    """Run the command line."""
     app()
 
 

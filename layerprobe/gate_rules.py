@@ -201,17 +201,17 @@ def _mean_adjacent_rule(base: float | None, cand: float | None, tolerance: float
         side = "baseline" if base is None else "candidate"
         message = f"the {side} has no finite adjacent distance, so the mean cannot be compared"
     else:
-        message = f"mean adjacent distance {cand:.4f} vs {base:.4f} in the baseline (fell by {fall:.4f}, " \
-                  f"allowed {tolerance:g})"
+        message = f"mean adjacent distance {cand:.4f} vs {base:.4f} in the baseline ({_by(fall, 'fell', 'rose')}, " \
+                  f"may fall by ≤ {tolerance:g})"
     return RuleResult("angular", "mean_adjacent", None, criterion, {"adjacent_tolerance": tolerance},
-                      base, cand, fall, tolerance, fall is not None and fall <= tolerance + EPS, message)
+                      base, cand, fall, tolerance, fall is not None and _within(fall, tolerance), message)
 
 
 def _baseline_score_rule(task: str, name: str, base: MetricDrop, cand: MetricDrop, max_drop: float) -> RuleResult:
     worse = _worsening(base.baseline, cand.baseline, base.higher_is_better)
     direction = "higher" if base.higher_is_better else "lower"
     message = f"{name} {cand.baseline:.4f} vs {base.baseline:.4f} in the baseline ({direction} is better; " \
-              f"worse by {worse:.4f}, allowed {max_drop:g})"
+              f"{_by(worse, 'worse', 'better')}, allowed worse by ≤ {max_drop:g})"
     return RuleResult("prune_drop", "baseline_score", f"{task}/{name}",
                       f"full-model score may get worse by ≤ {max_drop:g}",
                       {"max_drop": max_drop, "higher_is_better": base.higher_is_better},
@@ -248,12 +248,12 @@ def _layer_delta_rule(task: str, name: str, base: MetricDrop, cand: MetricDrop, 
                   f"{worst['allowed']:.4f})"
     else:
         message = f"all {len(rows)} common layers within {factor:g} × SE; closest: layer {worst['layer']} " \
-                  f"worse by {worst['worsening']:.4f} (allowed {worst['allowed']:.4f})"
+                  f"{_by(worst['worsening'], 'worse', 'better')} (allowed worse by ≤ {worst['allowed']:.4f})"
     for role, layers in missing.items():
         if layers:
             message += f"; {role} stderr missing for layers {layers}, counted as 0"
     return RuleResult("prune_drop", "layer_delta", f"{task}/{name}",
-                      f"ΔP(l) may get worse by ≤ {factor:g} × sqrt(se_base² + se_cand²)",
+                      f"ΔP(l) may get worse by ≤ {factor:g} × sqrt(se_base² + se_cand²) per layer",
                       {"se_factor": factor, "higher_is_better": base.higher_is_better},
                       worst["baseline_delta"], worst["candidate_delta"], worst["worsening"], worst["allowed"],
                       not failed, message,
@@ -266,6 +266,10 @@ def _worsening(base: float, cand: float, higher_is_better: bool) -> float:
     if base == cand:
         return 0.0
     return (base - cand) if higher_is_better else (cand - base)
+
+
+def _by(change: float, worse: str, better: str) -> str:
+    return f"{worse if change > 0 else better} by {abs(change):.4f}" if change else "unchanged"
 
 
 def _within(change: float, limit: float) -> bool:

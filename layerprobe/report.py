@@ -128,7 +128,7 @@ def _angular_figure(result: AngularResult):
     fig.colorbar(image, ax=ax, label=DISTANCE_LABEL, shrink=0.85, aspect=30, pad=0.02)
     tokens = result.data.get("tokens")
     tokens = f"{tokens:,}" if isinstance(tokens, int) else tokens
-    ax.set_title(f"{result.model.id} · {tokens} tokens · positions={result.data.get('positions')}",
+    ax.set_title(f"{_short(result.model.id)} · {tokens} tokens · positions={result.data.get('positions')}",
                  fontsize=11)
     return fig
 
@@ -139,7 +139,7 @@ def _prune_drop_figure(result: PruneDropResult, task: str):
     fig, ax = plt.subplots(figsize=(float(np.clip(3.5 + 0.13 * len(metric.layers), 7.0, 14.0)), 4.8),
                            layout="constrained")
     _draw_delta_bars(ax, metric, metric_name)
-    ax.set_title(f"{result.model.id} · {task} · {metric_name}\nbaseline = {_value_text(metric)}", fontsize=11)
+    ax.set_title(f"{_short(result.model.id)} · {task} · {metric_name}\nbaseline = {_value_text(metric)}", fontsize=11)
     return fig
 
 
@@ -150,7 +150,7 @@ def _compare_angular_figure(baseline: AngularResult, candidate: AngularResult):
     fig, axes = plt.subplots(1, 3, figsize=(3 * side + 2.5, side + 0.6), layout="constrained")
     for ax, res, role in ((axes[0], baseline, "baseline"), (axes[1], candidate, "candidate")):
         image, _ = _draw_heatmap(ax, span_matrix(res.distance), annotate=largest <= 8)
-        ax.set_title(f"{role}: {res.model.id}\nL = {res.num_layers}", fontsize=10)
+        ax.set_title(f"{role}: {_short(res.model.id)}\nL = {res.num_layers}", fontsize=10)
     fig.colorbar(image, ax=axes[:2], label=DISTANCE_LABEL, shrink=0.8, aspect=30)
     diff = span_matrix(candidate.distance, common) - span_matrix(baseline.distance, common)
     finite = np.abs(diff.compressed())
@@ -199,7 +199,7 @@ def _compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropRe
         ax_diff.set_ylabel("ΔP(candidate) − ΔP(baseline)")
         ax_diff.set_title("difference, matched by layer index\n(blue = candidate better, red = worse)",
                           fontsize=9)
-    fig.suptitle(f"prune-drop: {baseline.model.id} (baseline) vs {candidate.model.id} (candidate)",
+    fig.suptitle(f"prune-drop: {_short(baseline.model.id)} (baseline) vs {_short(candidate.model.id)} (candidate)",
                  fontsize=11)
     return fig
 
@@ -348,3 +348,9 @@ def _save(fig, *paths: Path) -> list[Path]:
     finally:
         plt.close(fig)
     return list(paths)
+
+
+def _short(model_id: str) -> str:
+    """A title-sized model name: hub ids stay whole, local paths keep their last two parts."""
+    parts = Path(model_id).parts
+    return model_id if not model_id.startswith(("/", ".", "~")) or len(parts) <= 2 else "…/" + "/".join(parts[-2:])

@@ -139,7 +139,8 @@ class SharedPrefixLM(HFLM):
         return base(input_ids=ids, use_cache=False).last_hidden_state
 
     def _head_answers(self, final: torch.Tensor, chunk: list[tuple[int, ...]],
-                      requests: dict[tuple[int, ...], list[Key]], wanted: torch.Tensor) -> dict[Key, tuple[float, bool]]:
+                      requests: dict[tuple[int, ...], list[Key]],
+                      wanted: torch.Tensor) -> dict[Key, tuple[float, bool]]:
         """Log-likelihood and greedy match of every request, from the head at the wanted positions only."""
         rows, cols = wanted[:, 0].to(final.device), wanted[:, 1].to(final.device)
         logprobs = nn.functional.log_softmax(head_logits(self.model, final[rows, cols]), dim=-1,

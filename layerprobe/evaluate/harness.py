@@ -1,0 +1,148 @@
+"""Score one in-memory model, again and again, with lm-evaluation-harness tasks built once.
+
+`prune-drop` scores the baseline and then the same model object with each block removed in turn. That
+is only right if nothing survives from one evaluation to the next, so this module calls lm-eval's
+lower-level `evaluate` with:
+- one `HFLM` wrapping the live model object (it reads the model at every call, so an edited model is
+  seen as edited) and never a response cache: lm-eval's `CachingLM` keys answers by the request alone,
+  so it would hand a pruned model the unpruned model's answers;
+- the same `TaskSet` (tasks built once: see `tasks.py`), whose requests lm-eval rebuilds at every call;
+- python/numpy/torch and every task's few-shot sampler re-seeded before each call exactly as
+  `lm_eval.simple_evaluate` seeds them, so every variant sees the very same prompts.
+With those, `evaluate` gives exactly what `simple_evaluate` gives for the same model and settings.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+from typing import Any
+
+from layerprobe.evaluate.tasks import (
+    OFFLINE_HINT,
+    TaskSet,
+    build_tasks,
+    is_generation_task,
+    quiet_lm_eval,
+    seed_everything,
+)
+
+__all__ = ["OFFLINE_HINT", "MetricScore", "TaskScores", "TaskSet", "build_tasks", "evaluate",
+           "is_generation_task", "make_lm", "quiet_lm_eval"]
+
+# Bootstrap draws for the stderr of metrics without a closed form (perplexity, f1, bleu…; acc has one).
+# lm-eval's default is 100000, run L+1 times here; 1000 draws pin a stderr to a few percent.
+DEFAULT_BOOTSTRAP_ITERS = 1000
+
+
+@dataclass(frozen=True)
+class MetricScore:
+    """One metric of one task or group as lm-eval reports it (accuracies are fractions in 0-1).
+
+    Attributes:
+        value: The metric (for a group, its aggregate over subtasks, e.g. MMLU's size-weighted mean acc).
+        stderr: lm-eval's standard error, None where it gives none ("N/A").
+        higher_is_better: lm-eval's direction for the metric; None if its subtasks disagree.
+        samples: Documents the value is computed from.
+    """
+
+    value: float
+    stderr: float | None
+    higher_is_better: bool | None
+    samples: int
+
+
+@dataclass(frozen=True)
+class TaskScores:
+    """Every metric lm-eval reports for one task or group, in lm-eval's order.
+
+    Metric names are lm-eval's without its filter suffix when the filter is "none" (`acc`, `acc_norm`,
+    `word_perplexity`, `bits_per_byte`); other filters keep it (`exact_match,strict-match`).
+
+    Attributes:
+        metrics: Metric name → score.
+        num_fewshot: Few-shot examples per document (None for a group whose subtasks differ).
+        samples: Documents evaluated (for a group: over all its tasks).
+        subtasks: For a group, the scores of its direct children (tasks or subgroups), by name.
+    """
+
+    metrics: dict[str, MetricScore]
+    num_fewshot: int | None
+    samples: int
+    subtasks: dict[str, TaskScores] = field(default_factory=dict)
+
+
+def make_lm(model: Any, tokenizer: Any, batch_size: int | str = 1, max_length: int | None = None) -> Any:
+    """Wrap an already loaded causal LM in one lm-eval `HFLM`, to be reused for every variant of it.
+
+    HFLM keeps a reference to `model`, so blocks removed from (or restored to) that object in place are
+    seen by the next `evaluate`. It takes the model's device as is. With `batch_size="auto"`, lm-eval
+    0.4.13 detects the batch size again at every evaluation (a variant may get a different one, which
+    can change results in the last float digits); an int keeps variants exactly comparable.
+
+    Args:
+        model: A `transformers` causal LM (`…ForCausalLM`), in eval mode.
+        tokenizer: Its tokenizer.
+        batch_size: Requests per forward pass, or "auto".
+        max_length: Longest input in tokens; None reads it from the model config.
+    """
+    from lm_eval.models.huggingface import HFLM
+
+    with quiet_lm_eval():
+        return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)
+
+
+def evaluate(lm: Any, task_set: TaskSet, *, limit: int | float | None = None, seed: int | None = None,
+             bootstrap_iters: int = DEFAULT_BOOTSTRAP_ITERS) -> dict[str, TaskScores]:
+    """Score the model behind `lm` on every task of `task_set`, as `lm_eval.simple_evaluate` would.
+
+    Args:
+        lm: From `make_lm` (any lm-eval `LM` but a `CachingLM`).
+        task_set: From `build_tasks`; reused as is, its requests are rebuilt at every call.
+        limit: At most this many documents per task (a fraction < 1: that share of them); for testing.
+        seed: Seed for python/numpy/torch and every few-shot sampler (lm-eval's `--seed N`); None
+            uses the TaskSet's. The same seed gives every variant the same prompts.
+        bootstrap_iters: Bootstrap draws for stderrs without a closed form; 0 skips them.
+
+    Returns:
+        Scores by the names given to `build_tasks`, in that order. A group's metrics are its aggregate.
+    """
+    from lm_eval.api.model import CachingLM
+    from lm_eval.evaluator import evaluate as lm_eval_evaluate
+
+    if isinstance(lm, CachingLM):
+        raise TypeError("a CachingLM answers from a cache keyed by request only: every model variant "
+                        "would get the first variant's answers; pass the HFLM itself")
+    seed = task_set.seed if seed is None else seed
+    with quiet_lm_eval():
+        seed_everything(seed)
+        for task in task_set.tasks.values():
+            task.set_fewshot_seed(seed=seed)
+        results = lm_eval_evaluate(lm=lm, task_dict=task_set.loaded, limit=limit, cache_requests=False,
+                                   bootstrap_iters=bootstrap_iters, log_samples=False)
+    return {name: _scores(results, task_set.loaded["group_map"], task_set.result_names[name])
+            for name in task_set.names}
+
+
+def _scores(results: dict[str, Any], group_map: dict[str, list[str]], name: str) -> TaskScores:
+    """TaskScores for `name` from lm-eval's results dict (recursing into a group's children)."""
+    subtasks = {child: _scores(results, group_map, child) for child in group_map.get(name, [])}
+    reported = results["results"].get(name, {})
+    samples = reported.get("sample_len")
+    if samples is None:  # a subgroup without aggregate metrics reports no size of its own
+        samples = sum(scores.samples for scores in subtasks.values())
+    directions = results.get("higher_is_better", {}).get(name, {})
+    counts = reported.get("sample_count") or {}
+    metrics = {}
+    for key, value in reported.items():
+        metric, _, filter_name = key.partition(",")
+        if not filter_name or metric.endswith("_stderr") or not isinstance(value, numbers.Real):
+            continue  # alias, name, sample_len, sample_count, stderr entries
+        stderr = reported.get(f"{metric}_stderr,{filter_name}")
+        metrics[metric if filter_name == "none" else key] = MetricScore(
+            value=float(value),
+            stderr=float(stderr) if isinstance(stderr, numbers.Real) else None,
+            higher_is_better=directions.get(metric),
+            samples=int(counts.get(key, samples)),
+        )
+    return TaskScores(metrics, results.get("n-shot", {}).get(name), int(samples), subtasks)
