@@ -62,9 +62,10 @@ def friendly_errors(command: Callable) -> Callable:
         try:
             return command(*args, **kwargs)
         except LayerprobeError as exc:
-            err.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+            # soft_wrap: one line each, also when stderr is a pipe or log (rich would cut at 80 columns)
+            err.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
             if exc.hint:
-                err.print(f"[dim]hint: {exc.hint}[/]", highlight=False)
+                err.print(f"[dim]hint: {exc.hint}[/]", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/]")

@@ -9,6 +9,7 @@ model is scored again and the block is put back. Every finished (task, variant) 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -79,11 +80,18 @@ class SquadTaskScorer:
     def __init__(self, loaded: LoadedModel, stack: LayerStack, spec: PruneSpec) -> None:
         from layerprobe.evaluate.squad import SquadScorer, load_squad
 
-        limit = None if spec.limit is None else int(spec.limit)
-        examples = load_squad(spec.squad_data, limit)
+        if spec.limit is not None and spec.limit < 1:  # a fraction of the questions, rounded up like lm-eval
+            examples = load_squad(spec.squad_data)
+            examples = examples[:math.ceil(len(examples) * spec.limit)]
+        else:
+            examples = load_squad(spec.squad_data, None if spec.limit is None else int(spec.limit))
         batch = spec.batch_size if isinstance(spec.batch_size, int) else 32
         self.stack = stack
-        self.scorer = SquadScorer(loaded.model, loaded.tokenizer, examples, batch_size=batch)
+        # The usual 384-token windows (stride 128), shortened for a model with fewer positions.
+        positions = getattr(loaded.model.config, "max_position_embeddings", None)
+        max_length = min(384, positions) if isinstance(positions, int) else 384
+        self.scorer = SquadScorer(loaded.model, loaded.tokenizer, examples, max_length=max_length,
+                                  doc_stride=min(128, max_length // 2), batch_size=batch)
 
     @contextlib.contextmanager
     def variant(self, layer: int | None) -> Iterator[None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -37,3 +38,38 @@ def reference_distances(model, windows, positions: str = "all") -> torch.Tensor:
     mean = total / count
     mean.fill_diagonal_(0)
     return mean
+
+
+# Where each tiny architecture keeps its blocks in the model with a head (written out, not discovered).
+BLOCKS_PATH = {"llama": "model.layers", "qwen3": "model.layers", "deepseek_v3": "model.layers",
+               "gpt2": "transformer.h", "bert_qa": "bert.encoder.layer"}
+
+
+def physically_deleted(path, arch, layer, dtype=torch.float32):
+    """An independent reference: a fresh model built from a config with L-1 layers, weights remapped.
+
+    Causal LMs come back as `AutoModelForCausalLM`, `bert_qa` as `AutoModelForQuestionAnswering`.
+    """
+    auto = tf.AutoModelForQuestionAnswering if arch == "bert_qa" else tf.AutoModelForCausalLM
+    model = auto.from_pretrained(path, dtype=dtype)
+    config = copy.deepcopy(model.config)
+    L = config.num_hidden_layers
+    config.num_hidden_layers = L - 1
+    if getattr(config, "layer_types", None):
+        config.layer_types = [t for i, t in enumerate(config.layer_types) if i != layer]
+    if layer < getattr(config, "first_k_dense_replace", 0):  # DeepSeek: dense blocks come first
+        config.first_k_dense_replace -= 1
+    prefix = BLOCKS_PATH[arch] + "."
+    state = {}
+    for key, value in model.state_dict().items():
+        if key.startswith(prefix):
+            index, rest = key[len(prefix):].split(".", 1)
+            index = int(index)
+            if index == layer:
+                continue
+            key = f"{prefix}{index - (index > layer)}.{rest}"
+        state[key] = value
+    fresh = auto.from_config(config, dtype=dtype)
+    missing, unexpected = fresh.load_state_dict(state, strict=False)
+    assert not unexpected and all("rotary" in k or "inv_freq" in k or "attn.bias" in k for k in missing), missing
+    return fresh.eval()

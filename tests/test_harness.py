@@ -117,6 +117,12 @@ def test_relative_data_files_resolve_next_to_the_yaml_from_any_cwd(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     ts = build_tasks(["lp_pydoc_ppl"], include_path=TASKS_DIR)
     assert len(ts.tasks["lp_pydoc_ppl"].eval_docs) == 10
+    # A YAML written for plain lm-eval (paths relative to the working directory) still loads.
+    (tmp_path / "cwd_relative.yaml").write_text(
+        (TASKS_DIR / "lp_pydoc_ppl.yaml").read_text().replace("task: lp_pydoc_ppl", "task: lp_cwd_relative"))
+    monkeypatch.chdir(TASKS_DIR)
+    ts = build_tasks(["lp_cwd_relative"], include_path=tmp_path)
+    assert len(ts.tasks["lp_cwd_relative"].eval_docs) == 10
 
 
 def test_unknown_task_suggests_close_names():
@@ -187,6 +193,35 @@ def test_group_reports_size_weighted_aggregate(task_set, models):
     assert group.metrics["acc"].value == pytest.approx(expected, abs=1e-12)
     assert group.metrics["acc"].samples == 30 and group.metrics["acc"].stderr > 0
     assert list(group.metrics) == ["acc"]
+
+
+def test_lm_eval_mmlu_group_structure_offline(models, monkeypatch):
+    """The real `mmlu` group (4 subgroups, 57 subjects) on stand-in data: datasets.load_dataset is faked."""
+    import datasets
+
+    def fake_mmlu(path, name=None, **kwargs):
+        assert path == "cais/mmlu"
+        rows = [{"question": f"Question {i} on {name}?", "choices": ["one", "two", "three", "four"],
+                 "answer": (i + len(name)) % 4, "subject": name} for i in range(5)]
+        return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows[:2]),
+                                     "dev": datasets.Dataset.from_list(rows)})
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_mmlu)
+    # With the include path of the test above, lm-eval's whole index is already built (cached per process).
+    ts = build_tasks(["mmlu"], include_path=TASKS_DIR, num_fewshot=1)
+    assert len(ts.members["mmlu"]) == 57
+    subgroups = ["mmlu_stem", "mmlu_other", "mmlu_social_sciences", "mmlu_humanities"]
+    assert ts.loaded["group_map"]["mmlu"] == subgroups
+    model, tokenizer = models["llama"]
+    mmlu = evaluate(make_lm(model, tokenizer, batch_size=BATCH), ts, limit=1, bootstrap_iters=0)["mmlu"]
+    leaves = {name: leaf for sub in mmlu.subtasks.values() for name, leaf in sub.subtasks.items()}
+    assert len(leaves) == 57 and mmlu.samples == 57
+    expected = sum(leaf.metrics["acc"].value for leaf in leaves.values()) / 57  # one document each
+    assert mmlu.metrics["acc"].value == pytest.approx(expected, abs=1e-12)
+    assert mmlu.metrics["acc"].higher_is_better is True and mmlu.num_fewshot == 1  # lm-eval omits both
+    context = ts.tasks["mmlu_astronomy"].instances[0].args[0]
+    assert context.startswith("The following are multiple choice questions (with answers) about astronomy.")
+    assert "Question 0 on astronomy?" in context and context.count("Answer:") == 2  # first_n shot + question
 
 
 def test_repeated_calls_see_the_same_requests_and_give_the_same_results(task_set, models):

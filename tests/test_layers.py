@@ -1,8 +1,7 @@
-import copy
-
 import pytest
 import torch
 import transformers as tf
+from reference import physically_deleted
 from torch import nn
 
 from layerprobe.errors import UnsupportedModel
@@ -87,32 +86,6 @@ def test_capture_records_every_block_input_and_last_output():
     assert all(torch.equal(a, b) for a, b in zip(states, expected, strict=True))
     assert torch.equal(states[-1], y)
     assert all(not b._forward_pre_hooks and not b._forward_hooks for b in stack.blocks)
-
-
-def physically_deleted(path, arch, layer, dtype=torch.float32):
-    """An independent reference: a fresh model built from a config with L-1 layers, weights remapped."""
-    model = tf.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    config = copy.deepcopy(model.config)
-    L = config.num_hidden_layers
-    config.num_hidden_layers = L - 1
-    if getattr(config, "layer_types", None):
-        config.layer_types = [t for i, t in enumerate(config.layer_types) if i != layer]
-    if layer < getattr(config, "first_k_dense_replace", 0):  # DeepSeek: dense blocks come first
-        config.first_k_dense_replace -= 1
-    prefix = find_layers(model).path + "."
-    state = {}
-    for key, value in model.state_dict().items():
-        if key.startswith(prefix):
-            index, rest = key[len(prefix):].split(".", 1)
-            index = int(index)
-            if index == layer:
-                continue
-            key = f"{prefix}{index - (index > layer)}.{rest}"
-        state[key] = value
-    fresh = tf.AutoModelForCausalLM.from_config(config, dtype=dtype)
-    missing, unexpected = fresh.load_state_dict(state, strict=False)
-    assert not unexpected and all("rotary" in k or "inv_freq" in k or "attn.bias" in k for k in missing), missing
-    return fresh.eval()
 
 
 @pytest.mark.parametrize("arch", CAUSAL)

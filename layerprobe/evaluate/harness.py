@@ -15,9 +15,11 @@ With those, `evaluate` gives exactly what `simple_evaluate` gives for the same m
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from layerprobe.evaluate.scores import MetricScore
 from layerprobe.evaluate.tasks import (
     OFFLINE_HINT,
     TaskSet,
@@ -27,29 +29,12 @@ from layerprobe.evaluate.tasks import (
     seed_everything,
 )
 
-__all__ = ["OFFLINE_HINT", "MetricScore", "TaskScores", "TaskSet", "build_tasks", "evaluate",
-           "is_generation_task", "make_lm", "quiet_lm_eval"]
+__all__ = ["DEFAULT_BOOTSTRAP_ITERS", "OFFLINE_HINT", "MetricScore", "TaskScores", "TaskSet", "build_tasks",
+           "evaluate", "is_generation_task", "make_lm", "quiet_lm_eval"]
 
 # Bootstrap draws for the stderr of metrics without a closed form (perplexity, f1, bleu…; acc has one).
 # lm-eval's default is 100000, run L+1 times here; 1000 draws pin a stderr to a few percent.
 DEFAULT_BOOTSTRAP_ITERS = 1000
-
-
-@dataclass(frozen=True)
-class MetricScore:
-    """One metric of one task or group as lm-eval reports it (accuracies are fractions in 0-1).
-
-    Attributes:
-        value: The metric (for a group, its aggregate over subtasks, e.g. MMLU's size-weighted mean acc).
-        stderr: lm-eval's standard error, None where it gives none ("N/A").
-        higher_is_better: lm-eval's direction for the metric; None if its subtasks disagree.
-        samples: Documents the value is computed from.
-    """
-
-    value: float
-    stderr: float | None
-    higher_is_better: bool | None
-    samples: int
 
 
 @dataclass(frozen=True)
@@ -131,6 +116,8 @@ def _scores(results: dict[str, Any], group_map: dict[str, list[str]], name: str)
     samples = reported.get("sample_len")
     if samples is None:  # a subgroup without aggregate metrics reports no size of its own
         samples = sum(scores.samples for scores in subtasks.values())
+    # lm-eval 0.4.13 propagates directions and n-shot from children to a group parents-first, so a group
+    # of groups (mmlu → mmlu_stem → subjects) gets neither: take them from the children when they agree.
     directions = results.get("higher_is_better", {}).get(name, {})
     counts = reported.get("sample_count") or {}
     metrics = {}
@@ -138,11 +125,22 @@ def _scores(results: dict[str, Any], group_map: dict[str, list[str]], name: str)
         metric, _, filter_name = key.partition(",")
         if not filter_name or metric.endswith("_stderr") or not isinstance(value, numbers.Real):
             continue  # alias, name, sample_len, sample_count, stderr entries
+        label = metric if filter_name == "none" else key
         stderr = reported.get(f"{metric}_stderr,{filter_name}")
-        metrics[metric if filter_name == "none" else key] = MetricScore(
+        metrics[label] = MetricScore(
             value=float(value),
             stderr=float(stderr) if isinstance(stderr, numbers.Real) else None,
-            higher_is_better=directions.get(metric),
+            higher_is_better=directions[metric] if metric in directions else _agreed(
+                sub.metrics[label].higher_is_better for sub in subtasks.values() if label in sub.metrics),
             samples=int(counts.get(key, samples)),
         )
-    return TaskScores(metrics, results.get("n-shot", {}).get(name), int(samples), subtasks)
+    num_fewshot = results.get("n-shot", {}).get(name)
+    if num_fewshot is None and subtasks:
+        num_fewshot = _agreed(sub.num_fewshot for sub in subtasks.values())
+    return TaskScores(metrics, num_fewshot, int(samples), subtasks)
+
+
+def _agreed(values: Iterable[Any]) -> Any:
+    """The one value all of `values` share, else None."""
+    distinct = set(values)
+    return distinct.pop() if len(distinct) == 1 else None

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from layerprobe.errors import TaskError
+from layerprobe.evaluate.scores import MetricScore
 
 HUB_DATASET = "rajpurkar/squad"
 METRICS = ("f1", "exact_match")
@@ -49,16 +50,6 @@ class SquadExample:
     question: str
     context: str
     answers: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class MetricScore:
-    """One metric over all questions, 0-100, with the standard error of that mean (None for one question)."""
-
-    value: float
-    stderr: float | None
-    higher_is_better: bool
-    samples: int
 
 
 @dataclass(frozen=True)

@@ -276,9 +276,14 @@ def _load(manager: Any, name: str) -> dict[str, Any]:
 
     try:
         return manager.load([name])
-    except (ConnectionError, FileNotFoundError) as error:  # datasets: offline hub, missing local files
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    except (ConnectionError, FileNotFoundError, ValueError) as error:
+        # datasets raises these for: the hub unreachable or offline (ConnectionError), missing local files
+        # (FileNotFoundError), offline with only other configs of the dataset cached (ValueError).
+        text = str(error).strip()
+        if isinstance(error, ValueError) and not text.startswith("Couldn't find cache"):
+            raise
         local = isinstance(error, FileNotFoundError) and not isinstance(error, DatasetNotFoundError)
+        detail = text.splitlines()[0] if text else type(error).__name__
         raise TaskError(f"the data of task {name} cannot be loaded: {detail}",
                         hint=LOCAL_FILES_HINT if local else OFFLINE_HINT) from error
 

@@ -1,0 +1,563 @@
+"""prune-drop: every ΔP is what lm-eval (or the SQuAD scorer) gives on a model saved without that block.
+
+The references are independent of layerprobe's surgery: `reference.physically_deleted` builds a fresh
+model from a config with L-1 layers and remapped weights, and lm-eval's own `simple_evaluate` scores it
+from a fresh `HFLM` and freshly built tasks. Besides the metrics (accuracies hide small differences on
+random tiny models), every request's log-likelihood is compared, so a wrong pass cannot hide behind a
+coarse accuracy. Tasks are the local fixtures in tests/data/tasks; nothing touches the network.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import transformers as tf
+from conftest import build_checkpoint
+from reference import physically_deleted
+from typer.testing import CliRunner
+
+from layerprobe import prune
+from layerprobe.cli import app
+from layerprobe.errors import ResultError, TaskError
+from layerprobe.evaluate import squad as squad_module
+from layerprobe.evaluate.squad import SquadScorer, load_squad
+from layerprobe.layers import find_layers, hidden_from_input
+from layerprobe.models import load_model
+from layerprobe.progress import Progress
+from layerprobe.prune import HarnessScorer, run_prune_drop
+from layerprobe.prune_state import PARTIAL_NAME, PruneState
+from layerprobe.specs import ModelSpec, PruneSpec
+
+TASKS_DIR = Path(__file__).parent / "data" / "tasks"
+TASKS = ("lp_mmlu", "lp_arc_like", "lp_pydoc_ppl")  # MMLU-shaped group, ARC-shaped, rolling perplexity
+CAUSAL = ("llama", "qwen3", "gpt2", "deepseek_v3")
+BATCH, LIMIT, SEED, FEWSHOT = 4, 3, 1234, 2
+RESULT = "prune_drop.json"
+runner = CliRunner()
+
+
+def make_spec(path, tasks=TASKS, **overrides) -> PruneSpec:
+    settings = dict(layers="0,3", limit=LIMIT, num_fewshot=FEWSHOT, batch_size=BATCH, seed=SEED,
+                    include_path=str(TASKS_DIR), engine="simple")
+    settings.update(overrides)
+    return PruneSpec(model=ModelSpec(str(path), device="cpu"), tasks=tuple(tasks), **settings)
+
+
+def load(path):
+    return load_model(ModelSpec(str(path), device="cpu"), purpose="head")
+
+
+def value_at(drop, layer):
+    """A MetricDrop's value for one variant (None: the baseline)."""
+    return drop.baseline if layer is None else drop.pruned[drop.layers.index(layer)]
+
+
+def stderr_at(drop, layer):
+    return drop.baseline_stderr if layer is None else drop.stderr[drop.layers.index(layer)]
+
+
+def comparable(result) -> dict:
+    """A result's JSON without what legitimately changes between runs (time, duration, out dir)."""
+    data = result.to_dict()
+    data.pop("run")
+    return data
+
+
+# --------------------------------------------------------------------------------- watching the runs
+def task_set_responses(task_set) -> dict:
+    """{(leaf task, doc_id): [responses of request 0, request 1, ...]} from lm-eval's filled instances."""
+    grouped: dict = {}
+    for leaf, task in task_set.tasks.items():
+        for inst in task.instances:
+            grouped.setdefault((leaf, inst.doc_id), []).append((inst.idx, list(inst.resps)))
+    return {key: [resps for _, resps in sorted(pairs, key=lambda p: p[0])] for key, pairs in grouped.items()}
+
+
+def sample_responses(samples: dict) -> dict:
+    """The same mapping from `simple_evaluate(..., log_samples=True)`'s samples."""
+    return {(leaf, s["doc_id"]): [list(r) for r in s["resps"]] for leaf, rows in samples.items() for s in rows}
+
+
+class Spy:
+    """Records, per finished (task, variant), the scorer's raw answers; and the scorers a run built."""
+
+    def __init__(self) -> None:
+        self.recorded: list[tuple[str, int | None]] = []
+        self.answers: dict[tuple[str, int | None], object] = {}
+        self.scorers: list = []
+        self._latest: dict[str, object] = {}
+
+    def reset(self) -> None:
+        self.__init__()
+
+
+@pytest.fixture()
+def spy(monkeypatch):
+    watcher = Spy()
+    score, record, make_scorers = HarnessScorer.score, PruneState.record, prune.make_scorers
+    squad_call = SquadScorer.__call__
+
+    def watched_score(self, task):
+        out = score(self, task)
+        watcher._latest[task] = task_set_responses(self.task_sets[task])
+        return out
+
+    def watched_squad(self, *args, **kwargs):
+        out = squad_call(self, *args, **kwargs)
+        watcher._latest["squad"] = dict(out.predictions)
+        return out
+
+    def watched_record(self, task, layer, scores):
+        watcher.recorded.append((task, layer))
+        if task in watcher._latest:
+            watcher.answers[(task, layer)] = watcher._latest.pop(task)
+        return record(self, task, layer, scores)
+
+    def watched_make_scorers(*args, **kwargs):
+        made = make_scorers(*args, **kwargs)
+        watcher.scorers.extend(scorer for scorer, _ in made)
+        return made
+
+    monkeypatch.setattr(HarnessScorer, "score", watched_score)
+    monkeypatch.setattr(squad_module.SquadScorer, "__call__", watched_squad)
+    monkeypatch.setattr(PruneState, "record", watched_record)
+    monkeypatch.setattr(prune, "make_scorers", watched_make_scorers)
+    return watcher
+
+
+def assert_same_answers(got: dict, want: dict, rel: float = 1e-5) -> None:
+    """Per request: log-likelihoods within `rel`, greedy flags identical."""
+    assert got.keys() == want.keys()
+    for key in want:
+        assert len(got[key]) == len(want[key]), key
+        for g_request, w_request in zip(got[key], want[key], strict=True):
+            for g, w in zip(g_request, w_request, strict=True):
+                if isinstance(w, (tuple, list)):  # (log-likelihood, is_greedy)
+                    assert g[0] == pytest.approx(w[0], rel=rel, abs=1e-6), key
+                    assert bool(g[1]) == bool(w[1]), key
+                else:  # loglikelihood_rolling: one float
+                    assert g == pytest.approx(w, rel=rel, abs=1e-6), key
+
+
+# ------------------------------------------------------------------------------------ the references
+def lm_eval_reference(model, tokenizer, monkeypatch, tasks=TASKS) -> dict:
+    """lm-eval's own entry point on `model`: fresh HFLM, fresh tasks, same limit/seed/few-shot."""
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    with monkeypatch.context() as patch:
+        patch.chdir(TASKS_DIR)  # plain lm-eval resolves the YAMLs' relative data_files against the cwd
+        manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
+        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=BATCH)
+        return lm_eval.simple_evaluate(model=lm, tasks=list(tasks), task_manager=manager, limit=LIMIT,
+                                       num_fewshot=FEWSHOT, bootstrap_iters=1000, log_samples=True,
+                                       random_seed=SEED, numpy_random_seed=SEED, torch_random_seed=SEED,
+                                       fewshot_random_seed=SEED)
+
+
+def reference_metrics(results: dict, name: str) -> dict[str, tuple[float, float | None]]:
+    """{metric: (value, stderr)} of one task or group, every metric lm-eval reports for it."""
+    reported = results["results"][name]
+    out = {}
+    for key, value in reported.items():
+        metric, _, filter_name = key.partition(",")
+        if filter_name == "none" and not metric.endswith("_stderr"):
+            stderr = reported[f"{metric}_stderr,none"]
+            out[metric] = (float(value), None if stderr == "N/A" else float(stderr))
+    return out
+
+
+def assert_metric_equal(metric: str, got: float, want: float) -> None:
+    if metric.startswith("acc"):  # accuracies: identical
+        assert got == want, metric
+    else:  # log-likelihood derived (perplexities, bits per byte)
+        assert got == pytest.approx(want, rel=1e-5), metric
+
+
+# ----------------------------------------------------------- 1. equal to delete-and-evaluate, per engine
+@pytest.mark.parametrize("arch", CAUSAL)
+def test_prune_drop_equals_lm_eval_on_a_physically_deleted_model(arch, tiny_checkpoints, tmp_path, spy,
+                                                                  monkeypatch):
+    path = tiny_checkpoints[arch]
+    loaded = load(path)
+    layers = [0, 3]  # the first and the last block
+    results, answers = {}, {}
+    for engine in ("simple", "shared"):
+        spy.reset()
+        results[engine] = run_prune_drop(make_spec(path, engine=engine), tmp_path / engine, loaded=loaded)
+        answers[engine] = dict(spy.answers)
+        assert results[engine].engine == engine
+        assert json.loads((tmp_path / engine / RESULT).read_text())["engine"] == engine
+        assert results[engine].tasks["lp_mmlu"].num_fewshot == FEWSHOT
+
+    tokenizer = tf.AutoTokenizer.from_pretrained(path)
+    for variant in (None, *layers):
+        if variant is None:  # the untouched checkpoint, loaded afresh
+            model = tf.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        else:
+            model = physically_deleted(path, arch, variant)
+        reference = lm_eval_reference(model, tokenizer, monkeypatch)
+        want_answers = sample_responses(reference["samples"])
+        for engine, result in results.items():
+            for task in TASKS:
+                want = reference_metrics(reference, task)
+                got = result.tasks[task].metrics
+                assert list(got) == list(want), (engine, task)  # every metric lm-eval reports, in its order
+                for metric, (value, stderr) in want.items():
+                    assert_metric_equal(metric, value_at(got[metric], variant), value)
+                    if stderr is None:
+                        assert stderr_at(got[metric], variant) is None
+                    else:
+                        assert stderr_at(got[metric], variant) == pytest.approx(stderr, rel=1e-5)
+                members = {key: v for key, v in want_answers.items()
+                           if key[0] in (("lp_mmlu_stem", "lp_mmlu_humanities") if task == "lp_mmlu" else (task,))}
+                assert_same_answers(answers[engine][(task, variant)], members)
+    # The removal really changed the model (a check that compares a model with itself proves nothing).
+    ppl = results["simple"].tasks["lp_pydoc_ppl"].metrics["word_perplexity"]
+    assert all(abs(p / ppl.baseline - 1) > 1e-4 for p in ppl.pruned)
+    # The in-memory surgery left the model as it was.
+    assert find_layers(loaded.model).num_layers == 4 and loaded.model.config.num_hidden_layers == 4
+
+
+# --------------------------------------------------------------------------------- 2. engines agree
+@pytest.fixture(scope="module")
+def deep_llama(tmp_path_factory) -> Path:
+    return build_checkpoint("llama", tmp_path_factory.mktemp("deep") / "llama8", num_layers=8)
+
+
+def test_engines_agree_on_an_8_layer_model_and_the_shared_one_does_less_work(deep_llama, tmp_path, spy):
+    loaded = load(deep_llama)
+    blocks = list(find_layers(loaded.model).blocks)
+    L = len(blocks)
+    assert L == 8
+    rows = {"count": 0}
+
+    def count(_module, args, kwargs):
+        rows["count"] += hidden_from_input(args, kwargs).shape[0]
+
+    handles = [block.register_forward_pre_hook(count, with_kwargs=True) for block in blocks]
+    results, answers, hooked, shared_rows = {}, {}, {}, None
+    try:
+        for engine in ("simple", "shared"):
+            spy.reset()
+            rows["count"] = 0
+            results[engine] = run_prune_drop(make_spec(deep_llama, layers=None, engine=engine), tmp_path / engine,
+                                             loaded=loaded)
+            hooked[engine], answers[engine] = rows["count"], dict(spy.answers)
+            assert results[engine].engine == engine
+            assert json.loads((tmp_path / engine / RESULT).read_text())["engine"] == engine
+            if engine == "shared":
+                (scorer,) = spy.scorers
+                assert scorer.engine == "shared"
+                shared_rows = scorer.lm.block_rows
+    finally:
+        for handle in handles:
+            handle.remove()
+
+    simple, shared = results["simple"], results["shared"]
+    assert list(simple.tasks) == list(shared.tasks) == list(TASKS)
+    for task in TASKS:
+        assert list(simple.tasks[task].metrics) == list(shared.tasks[task].metrics)
+        for metric, a in simple.tasks[task].metrics.items():
+            b = shared.tasks[task].metrics[metric]
+            assert a.layers == b.layers == list(range(L))
+            assert b.baseline == pytest.approx(a.baseline, rel=1e-5)
+            assert b.pruned == pytest.approx(a.pruned, rel=1e-5)
+            assert b.delta == pytest.approx(a.delta, rel=1e-5, abs=1e-9)
+    assert answers["simple"].keys() == answers["shared"].keys()
+    for key, want in answers["simple"].items():
+        assert_same_answers(answers["shared"][key], want)
+
+    # The shared engine ran, and did less block work: per batch row, the simple engine runs L blocks for
+    # the baseline and L-1 per variant (L²); the shared one L for the baseline and L-1-l after each
+    # recorded x^l (L(L+1)/2), a ratio of (L+1)/(2L).
+    assert shared_rows is not None and 0 < shared_rows < hooked["simple"]
+    # What the hooks saw of the shared run: its counted passes plus two one-row probes (head, arity).
+    assert shared_rows <= hooked["shared"] <= shared_rows + 2 * L
+    assert shared_rows / hooked["simple"] == pytest.approx((L + 1) / (2 * L), rel=0.02)
+
+
+GENERATION_YAML = """\
+task: lp_gen
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: data/arc_like_test.jsonl
+output_type: generate_until
+test_split: test
+doc_to_text: "Question: {{question}}\\nAnswer:"
+doc_to_target: "{{choices.text[choices.label.index(answerKey)]}}"
+generation_kwargs:
+  until: ["\\n"]
+  max_gen_toks: 3
+  do_sample: false
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: 1.0
+"""
+
+
+@pytest.fixture(scope="module")
+def tasks_with_generation(tmp_path_factory) -> Path:
+    """The local tasks plus a tiny generate_until task, in one include path."""
+    folder = tmp_path_factory.mktemp("gen") / "tasks"
+    shutil.copytree(TASKS_DIR, folder)
+    (folder / "lp_gen.yaml").write_text(GENERATION_YAML)
+    return folder
+
+
+def test_engine_auto_falls_back_to_simple_for_generation_and_shared_refuses(tiny_checkpoints, tmp_path, spy,
+                                                                            tasks_with_generation):
+    path = tiny_checkpoints["llama"]
+    loaded = load(path)
+    spec = make_spec(path, tasks=("lp_arc_like", "lp_gen"), layers="3", limit=2, num_fewshot=None,
+                     include_path=str(tasks_with_generation), engine="auto")
+    result = run_prune_drop(spec, tmp_path / "auto", loaded=loaded)
+    assert result.engine == "simple" and [s.engine for s in spy.scorers] == ["simple"]
+    assert json.loads((tmp_path / "auto" / RESULT).read_text())["engine"] == "simple"
+    assert list(result.tasks["lp_gen"].metrics) == ["exact_match"]
+    # Without a generation task, auto picks the shared engine.
+    assert run_prune_drop(make_spec(path, tasks=("lp_arc_like",), layers="3", limit=2, engine="auto"),
+                          tmp_path / "auto2", loaded=loaded).engine == "shared"
+
+    shared = make_spec(path, tasks=("lp_gen",), layers="3", limit=2, include_path=str(tasks_with_generation),
+                       engine="shared")
+    with pytest.raises(TaskError, match="--engine shared cannot score this run: task lp_gen generates text"):
+        run_prune_drop(shared, tmp_path / "shared", loaded=loaded)
+    assert not (tmp_path / "shared" / RESULT).exists()
+
+
+# ------------------------------------------------------------------------------------------- 3. SQuAD
+LONG = ("The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is named "
+        "after the engineer Gustave Eiffel, whose company designed and built the tower between 1887 and 1889. "
+        "It was built as the centrepiece of the 1889 World's Fair. ") * 4  # > 256 tokens: several windows
+SQUAD_PARAGRAPHS = [
+    (LONG, [("e1", "Who is the tower named after?", ["Gustave Eiffel"]),
+            ("e2", "In which city is the tower?", ["Paris"]),
+            ("e3", "For which event was the tower built?", ["the 1889 World's Fair"])]),
+    ("Python is a high-level programming language created by Guido van Rossum and first released in 1991.",
+     [("p1", "Who created Python?", ["Guido van Rossum"]), ("p2", "When was Python first released?", ["1991"])]),
+    ("The Amazon River flows through Peru, Colombia and Brazil before it reaches the Atlantic Ocean.",
+     [("a1", "Into which ocean does the Amazon flow?", ["the Atlantic Ocean", "Atlantic Ocean"])]),
+]
+
+
+@pytest.fixture(scope="module")
+def squad_file(tmp_path_factory) -> Path:
+    data = {"version": "1.1", "data": [
+        {"title": f"t{i}", "paragraphs": [{"context": context, "qas": [
+            {"id": qid, "question": question,
+             "answers": [{"text": g, "answer_start": context.index(g)} for g in golds]}
+            for qid, question, golds in qas]}]}
+        for i, (context, qas) in enumerate(SQUAD_PARAGRAPHS)]}
+    path = tmp_path_factory.mktemp("squad") / "dev-v1.1.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_squad_equals_the_scorer_on_a_physically_deleted_qa_model(tiny_checkpoints, squad_file, tmp_path, spy):
+    path = tiny_checkpoints["bert_qa"]
+    spec = PruneSpec(model=ModelSpec(str(path), device="cpu"), tasks=("squad",), squad_data=str(squad_file),
+                     batch_size=BATCH)
+    result = run_prune_drop(spec, tmp_path)
+    assert result.engine == "simple" and result.model.kind == "extractive-qa"
+    task = result.tasks["squad"]
+    assert list(task.metrics) == ["f1", "exact_match"] and task.samples == 6
+    examples = load_squad(squad_file)
+    tokenizer = tf.AutoTokenizer.from_pretrained(path)
+    L = 4
+    assert task.metrics["f1"].layers == list(range(L))
+    for variant in (None, *range(L)):
+        if variant is None:
+            model = tf.AutoModelForQuestionAnswering.from_pretrained(path, dtype=torch.float32).eval()
+        else:
+            model = physically_deleted(path, "bert_qa", variant)
+            assert model.config.num_hidden_layers == L - 1
+        want = SquadScorer(model, tokenizer, examples, max_length=256, doc_stride=128, batch_size=BATCH)()
+        assert spy.answers[("squad", variant)] == want.predictions, variant
+        for metric, score in want.metrics.items():
+            assert value_at(task.metrics[metric], variant) == score.value, (metric, variant)
+            assert stderr_at(task.metrics[metric], variant) == score.stderr
+    assert any(spy.answers[("squad", l)] != spy.answers[("squad", None)] for l in range(L))
+
+
+# ------------------------------------------------------------------------------------------ 4. resume
+RESUME_TASKS = ("lp_arc_like", "lp_pydoc_ppl")
+ORDER = [("lp_arc_like", None), ("lp_pydoc_ppl", None), ("lp_arc_like", 0), ("lp_pydoc_ppl", 0),
+         ("lp_arc_like", 3), ("lp_pydoc_ppl", 3)]
+
+
+def resume_spec(path, **overrides) -> PruneSpec:
+    settings = dict(tasks=RESUME_TASKS, limit=2, num_fewshot=None)
+    settings.update(overrides)
+    return make_spec(path, **settings)
+
+
+def done_entries(out: Path) -> set[tuple[str, str]]:
+    data = json.loads((out / PARTIAL_NAME).read_text())
+    assert data["schema"] == "layerprobe/prune-drop-partial@1"
+    return {(task, variant) for task, variants in data["done"].items() for variant in variants}
+
+
+def test_resume_continues_an_interrupted_run_and_recomputes_nothing(tiny_checkpoints, tmp_path, spy, monkeypatch):
+    path = tiny_checkpoints["llama"]
+    loaded = load(path)
+    full = run_prune_drop(resume_spec(path), tmp_path / "full", loaded=loaded)
+    assert spy.recorded == ORDER
+
+    k, out = 3, tmp_path / "interrupted"
+    spy.reset()
+    calls = {"n": 0}
+    watched = HarnessScorer.score
+
+    def interrupting(self, task):
+        if calls["n"] == k:
+            raise KeyboardInterrupt
+        calls["n"] += 1
+        return watched(self, task)
+
+    monkeypatch.setattr(HarnessScorer, "score", interrupting)
+    with pytest.raises(KeyboardInterrupt):
+        run_prune_drop(resume_spec(path), out, loaded=loaded)
+    assert done_entries(out) == {(task, "baseline" if layer is None else str(layer)) for task, layer in ORDER[:k]}
+    assert not (out / RESULT).exists()
+    assert find_layers(loaded.model).num_layers == 4  # the interrupted variant's block is back
+
+    # A different experiment may not continue this one; the progress file is left as it was.
+    before = (out / PARTIAL_NAME).read_text()
+    for overrides, field in (({"limit": 3}, "limit"), ({"num_fewshot": 1}, "num_fewshot"), ({"seed": 7}, "seed")):
+        with pytest.raises(ResultError, match=f"different run .*{field}: was"):
+            run_prune_drop(resume_spec(path, **overrides), out, resume=True, loaded=loaded)
+    with pytest.raises(ResultError, match="model: was"):
+        run_prune_drop(resume_spec(tiny_checkpoints["gpt2"]), out, resume=True)
+    assert (out / PARTIAL_NAME).read_text() == before
+
+    monkeypatch.setattr(HarnessScorer, "score", watched)
+    spy.reset()
+    resumed = run_prune_drop(resume_spec(path), out, resume=True, loaded=loaded)
+    assert spy.recorded == ORDER[k:]  # only what was missing
+    assert comparable(resumed) == comparable(full)
+    assert json.loads((out / RESULT).read_text())["tasks"] == full.to_dict()["tasks"]
+    assert not (out / PARTIAL_NAME).exists()
+
+
+def test_resume_with_an_extra_task_computes_only_that_task(tiny_checkpoints, tmp_path, spy):
+    path = tiny_checkpoints["llama"]
+    loaded = load(path)
+    advanced = {"n": 0}
+
+    def stop_after_the_last(amount):  # every evaluation finished, interrupted before the result is written
+        advanced["n"] += amount
+        if advanced["n"] == len(ORDER):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_prune_drop(resume_spec(path), tmp_path, loaded=loaded, progress=Progress(on_advance=stop_after_the_last))
+    assert len(done_entries(tmp_path)) == len(ORDER) and not (tmp_path / RESULT).exists()
+
+    spy.reset()
+    result = run_prune_drop(resume_spec(path, tasks=(*RESUME_TASKS, "lp_mmlu")), tmp_path, resume=True,
+                            loaded=loaded)
+    assert spy.recorded == [("lp_mmlu", None), ("lp_mmlu", 0), ("lp_mmlu", 3)]
+    assert list(result.tasks) == [*RESUME_TASKS, "lp_mmlu"]
+    alone = run_prune_drop(resume_spec(path, tasks=("lp_mmlu",)), tmp_path / "alone", loaded=loaded)
+    assert result.tasks["lp_mmlu"] == alone.tasks["lp_mmlu"]
+
+
+# ---------------------------------------------------------------------------------- 5. the CLI
+def invoke(*args):
+    return runner.invoke(app, ["prune-drop", *map(str, args)])
+
+
+def assert_one_line_error(result, message: str, out: Path) -> None:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    lines = result.output.strip().splitlines()
+    assert lines[0].startswith("error: ") and message in lines[0], result.output
+    assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("hint: ")), result.output
+    assert not (out / RESULT).exists()
+
+
+@pytest.mark.parametrize(("model", "args", "message", "hint"), [
+    ("llama", ["--task", "lp_arc_likee"], "unknown lm-eval task: 'lp_arc_likee' (did you mean lp_arc_like?)",
+     "--include-path"),
+    ("llama", ["--task", "lp_arc_like", "--layers", "0,4"], "out of range: the model has 4 blocks", "0 to 3"),
+    ("llama", ["--task", "lp_arc_like", "--layers", "1-x"], "Cannot read layer range '1-x'", "0-3,7"),
+    ("llama", ["--task", "lp_arc_like", "--layers", "3-1"], "runs backwards", "1-3"),
+    ("llama", ["--task", "squad"], "is a causal LM", "--task squad_completion"),
+    ("bert_qa", ["--task", "lp_mmlu"], "'lp_mmlu' is an lm-evaluation-harness task and needs a causal LM",
+     "--task squad"),
+    ("bert", ["--task", "squad"], "has no question-answering head", "ForQuestionAnswering"),
+    ("{missing}", ["--task", "lp_arc_like"], "No model directory at", "Check the path"),
+    ("llama", ["--task", "lp_arc_like", "--engine", "fast"], "Unknown --engine 'fast'", "auto, simple, shared"),
+    ("llama", ["--task", "lp_arc_like", "--batch-size", "0"], "--batch-size must be a positive integer", None),
+    ("llama", ["--task", "lp_arc_like", "--batch-size", "many"], "--batch-size must be a positive integer", None),
+    ("bert_qa", ["--task", "squad", "--squad-data", "{missing}.json"], "does not exist", "--squad-data"),
+])
+def test_cli_errors_are_one_line_exit_2_and_write_nothing(tiny_checkpoints, tmp_path, model, args, message, hint):
+    missing = tmp_path / "nowhere"
+    model = str(missing) if model == "{missing}" else tiny_checkpoints[model]
+    args = [a.format(missing=missing) for a in args]
+    out = tmp_path / "out"
+    result = invoke(model, *args, "--include-path", TASKS_DIR, "--limit", 2, "--quiet", "--device", "cpu",
+                    "--out", out)
+    assert_one_line_error(result, message, out)
+    if hint is not None:
+        assert hint in result.output.splitlines()[1]
+
+
+# ------------------------------------------------------------------------- 5 + 6. a run and its JSON
+def test_cli_run_writes_json_plots_and_table_with_the_documented_schema(tiny_checkpoints, tmp_path):
+    out = tmp_path / "out"
+    result = invoke(tiny_checkpoints["llama"], *[a for t in TASKS for a in ("--task", t)], "--include-path",
+                    TASKS_DIR, "--layers", "0,3", "--limit", 2, "--num-fewshot", 2, "--batch-size", 4, "--quiet",
+                    "--device", "cpu", "--out", out)
+    assert result.exit_code == 0, result.output
+    for task in TASKS:
+        assert (out / f"prune_drop_{task}.png").stat().st_size > 1000
+    assert "removed block" in result.output and "ΔP" in result.output
+    assert "lp_arc_like · acc: baseline" in result.output and "engine: shared" in result.output
+    assert f"wrote {out / RESULT}" in result.output.replace("\n", "")
+    assert not (out / PARTIAL_NAME).exists()
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp files left
+
+    data = json.loads((out / RESULT).read_text())
+    assert data["schema"] == "layerprobe/prune-drop@1" and data["engine"] == "shared"
+    model = data["model"]
+    assert model["num_layers"] == 4 and model["layer_path"] == "model.layers"
+    assert model["architecture"] == "LlamaForCausalLM" and model["kind"] == "causal-lm"
+    assert {"id", "revision", "commit", "dtype", "model_type", "block_class"} <= model.keys()
+    assert data["settings"]["layers"] == [0, 3] and data["settings"]["limit"] == 2
+    assert data["settings"]["num_fewshot"] == 2 and data["settings"]["tasks"] == list(TASKS)
+    assert {"started_at", "seconds", "versions", "device"} <= data["run"].keys()
+    assert list(data["tasks"]) == list(TASKS)
+    expected_metrics = {"lp_mmlu": ["acc"], "lp_arc_like": ["acc", "acc_norm"],
+                        "lp_pydoc_ppl": ["word_perplexity", "byte_perplexity", "bits_per_byte"]}
+    for task, body in data["tasks"].items():
+        assert body["num_fewshot"] == 2 and body["limit"] == 2
+        assert list(body["metrics"]) == expected_metrics[task]
+        for name, metric in body["metrics"].items():
+            assert list(metric) == ["baseline", "baseline_stderr", "higher_is_better", "layers", "pruned",
+                                    "delta", "stderr"]
+            assert metric["layers"] == [0, 3] and len(metric["pruned"]) == len(metric["stderr"]) == 2
+            assert metric["delta"] == pytest.approx([p - metric["baseline"] for p in metric["pruned"]], abs=1e-12)
+            assert metric["higher_is_better"] is (name.startswith("acc"))
+            if name.startswith("acc"):
+                assert metric["baseline_stderr"] is not None and None not in metric["stderr"]
+    assert data["tasks"]["lp_mmlu"]["samples"] == 4  # two subjects, two documents each
+    summary = data["summary"]
+    assert list(summary) == list(TASKS)
+    for task, entry in summary.items():
+        primary = expected_metrics[task][0]
+        assert entry["metric"] == primary
+        assert entry["baseline"] == data["tasks"][task]["metrics"][primary]["baseline"]
+        assert entry["most_harmful"]["layer"] in (0, 3)
