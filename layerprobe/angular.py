@@ -117,9 +117,9 @@ def measure(
             if positions == "all":
                 flat = [s.reshape(-1, s.shape[-1]) for s in states]
             else:
-                rows = torch.arange(len(group), device=states[0].device)
-                last = torch.tensor([w.last_text_position for w in group], device=states[0].device)
-                flat = [s[rows, last.to(s.device)] for s in states]
+                rows = torch.arange(len(group))
+                last = torch.tensor([w.last_text_position for w in group])
+                flat = [s[rows.to(s.device), last.to(s.device)] for s in states]  # states may span GPUs
             accumulator.update(flat)
             states.clear()
             if on_batch:

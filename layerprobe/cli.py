@@ -50,7 +50,7 @@ DeviceMapOpt = Annotated[str | None, typer.Option("--device-map", help="'auto' s
 TrustOpt = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the repository's own modelling code.")]
 LayersPathOpt = Annotated[str | None, typer.Option("--layers-path", help="Dotted path of the blocks' ModuleList "
                                                                          "(e.g. model.layers), if not found.")]
-OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory [default: ./layerprobe-out/<model>/].")]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory (default: ./layerprobe-out/<model>/).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).")]
 
 
@@ -134,7 +134,8 @@ def angular(
     dataset: Annotated[str, typer.Option("--dataset", help="Hub dataset id, a local .txt/.jsonl/.parquet file, "
                                                             "or builtin:pydoc (offline English text).")] = "allenai/c4",
     dataset_config: Annotated[str | None, typer.Option("--dataset-config", help="Hub dataset config "
-                                                                                "(C4: en).")] = "en",
+                                                                                "(default: en for allenai/c4, "
+                                                                                "none otherwise).")] = None,
     split: Annotated[str, typer.Option("--split", help="Hub dataset split.")] = "validation",
     text_field: Annotated[str, typer.Option("--text-field", help="Column/field that holds the text.")] = "text",
     seq_len: Annotated[int, typer.Option("--seq-len", help="Window length in tokens (capped by the model's "
@@ -153,10 +154,10 @@ def angular(
 
     Writes angular.json (the full (L+1)×(L+1) matrix) and the heatmap angular.png / angular.pdf.
     """
-    from layerprobe.specs import AngularSpec, CorpusSpec, ModelSpec
+    from layerprobe.specs import DEFAULT_DATASET, AngularSpec, CorpusSpec, ModelSpec
 
-    if dataset != "allenai/c4" and dataset_config == "en":
-        dataset_config = None  # the C4 default config does not apply to other datasets
+    if dataset == DEFAULT_DATASET and dataset_config is None:
+        dataset_config = "en"
     spec = AngularSpec(
         model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
         corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
@@ -228,13 +229,14 @@ def prune_drop(
                                                            "models. Repeat for several.")],
     layers_opt: Annotated[str | None, typer.Option("--layers", help="Blocks to remove, one at a time: 0-based "
                                                                     "inclusive ranges like 0-3,7 "
-                                                                    "[default: all].")] = None,
+                                                                    "(default: all blocks).")] = None,
     limit: Annotated[float | None, typer.Option("--limit", help="Documents per task (a value < 1 is a fraction), "
                                                                 "for quick runs.")] = None,
-    num_fewshot: Annotated[int | None, typer.Option("--num-fewshot", help="Few-shot examples [default: the "
-                                                                          "task's own].")] = None,
+    num_fewshot: Annotated[int | None, typer.Option("--num-fewshot", help="Few-shot examples (default: the "
+                                                                          "task's own).")] = None,
     batch_size: Annotated[str, typer.Option("--batch-size", help="Requests per forward pass, or 'auto' "
-                                                                 "(detected once).")] = "8",
+                                                                 "(lm-eval's detection of the largest "
+                                                                 "that fits).")] = "8",
     seed: Annotated[int, typer.Option("--seed", help="Seed for few-shot sampling and every RNG.")] = 1234,
     include_path: Annotated[Path | None, typer.Option("--include-path", help="Folder of extra lm-eval task "
                                                                              "YAMLs.")] = None,
@@ -303,6 +305,9 @@ def _print_prune_summary(result: Any) -> None:
             colour = "red" if sign * delta < -(metric.baseline_stderr or 0) else "green"
             table.add_row(str(metric.layers[i]), f"{metric.pruned[i]:.4f}", f"[{colour}]{delta:+.4f}[/]")
         out.print(table)
+        if task.nonfinite:
+            err.print(f"[yellow]warning:[/] {name}: {task.nonfinite} inputs gave NaN/inf outputs over all "
+                      "evaluations (scored as unanswerable; try --dtype float32)")
     out.print(f"engine: {result.engine}; {result.run.seconds:,.1f} s", highlight=False)
 
 
@@ -338,7 +343,7 @@ def layers(
 @friendly_errors
 def plot(
     result_json: Annotated[Path, typer.Argument(help="An angular.json or prune_drop.json written by layerprobe.")],
-    out_dir: Annotated[Path | None, typer.Option("--out", help="Where to write [default: next to the JSON].")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Where to write (default: next to the JSON).")] = None,
 ) -> None:
     """Redraw the plots of a result JSON (heatmap or ΔP bars)."""
     from layerprobe.report import plot_result

@@ -95,7 +95,7 @@ def iter_documents(spec: CorpusSpec) -> Iterator[str]:
                 columns = ", ".join(sorted(row)) or "none"
                 raise CorpusError(f"The corpus has no field {spec.text_field!r} (fields: {columns}).",
                                   hint="Pick the text column with --text-field.")
-        text = row[spec.text_field]
+        text = row.get(spec.text_field)  # rows without text are skipped, not fatal
         if isinstance(text, str) and text.strip():
             yield text
 

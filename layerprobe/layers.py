@@ -14,17 +14,15 @@ from typing import Any
 
 from layerprobe.errors import UnsupportedModel
 
-# Stack locations of common families, relative to a base model or to a model with a head.
+# Stack locations of common families, relative to the base model (the model without its head).
 KNOWN_PATHS = (
-    "layers",                    # LLaMA, Qwen, Mistral, DeepSeek, Gemma, Phi (base model)
-    "model.layers",              # ... with a causal-LM head
-    "h", "transformer.h",        # GPT-2, GPT-J, Falcon, BLOOM
-    "encoder.layer",             # BERT, RoBERTa, ELECTRA (base model)
-    "bert.encoder.layer", "roberta.encoder.layer", "electra.encoder.layer", "deberta.encoder.layer",
-    "gpt_neox.layers",           # GPT-NeoX, Pythia
-    "decoder.layers", "model.decoder.layers",  # OPT
-    "blocks", "transformer.blocks",  # MPT
-    "language_model.layers", "model.language_model.layers",  # multimodal wrappers
+    "layers",                    # LLaMA, Qwen, Mistral, DeepSeek, Gemma, Phi, GPT-NeoX
+    "h",                         # GPT-2, GPT-J, Falcon, BLOOM
+    "encoder.layer",             # BERT, RoBERTa, ELECTRA, DeBERTa
+    "decoder.layers",            # OPT
+    "blocks",                    # MPT
+    "language_model.layers",     # multimodal wrappers
+    "model.layers", "transformer.h",  # models whose base_model is the whole model (remote code)
 )
 
 
@@ -51,31 +49,65 @@ class LayerStack:
 def find_layers(model: Any, path: str | None = None) -> LayerStack:
     """Locate the block stack: `path` if given, else known paths, else the largest repeated ModuleList.
 
-    The fallback picks, among ModuleLists whose children share one class, the one holding the most
-    parameters: the block stack contains everything else that repeats (MoE expert lists included).
+    The stack is looked up in the base model (`model.base_model`: the model without its head), and its
+    path is given relative to it, so `angular` (base model) and `prune-drop` (model with a head) report
+    the same path and accept the same `--layers-path`; a path written from the head model
+    (`model.layers`) is accepted too. The fallback picks, among ModuleLists whose children share one
+    class, the one holding the most parameters: the block stack contains everything else that repeats
+    (MoE expert lists included).
     """
+    base = getattr(model, "base_model", model)
+    if path:
+        return _stack_at(base, _relative_to_base(model, base, path))
+    for candidate in KNOWN_PATHS:
+        found = _module_list(base, candidate)
+        if found is not None:
+            return LayerStack(base, candidate, found)
+    best = _largest_repeated_list(base)
+    if best is None:
+        raise UnsupportedModel(
+            f"Cannot find the transformer blocks of {type(model).__name__}: none of the known paths "
+            f"({', '.join(dict.fromkeys(KNOWN_PATHS))}) exist and no ModuleList of repeated blocks was found.",
+            hint="Pass --layers-path with the dotted path of the blocks' nn.ModuleList.")
+    return LayerStack(base, best[0], best[1])
+
+
+def _relative_to_base(model: Any, base: Any, path: str) -> str:
+    prefix = getattr(model, "base_model_prefix", "")
+    if base is not model and prefix and path.startswith(prefix + ".") and _module_list(base, path) is None:
+        return path[len(prefix) + 1:]
+    return path
+
+
+def _stack_at(base: Any, path: str) -> LayerStack:
+    try:
+        found = base.get_submodule(path)
+    except AttributeError as exc:
+        raise UnsupportedModel(f"--layers-path {path!r} does not exist in {type(base).__name__}.",
+                               hint="Run `layerprobe layers MODEL` to see the stack layerprobe finds.") from exc
     from torch import nn
 
-    if path:
-        try:
-            found = model.get_submodule(path)
-        except AttributeError as exc:
-            raise UnsupportedModel(f"--layers-path {path!r} does not exist in {type(model).__name__}.",
-                                   hint="Run `layerprobe layers MODEL` to see the stack layerprobe finds.") \
-                from exc
-        if not isinstance(found, nn.ModuleList) or len(found) == 0:
-            raise UnsupportedModel(f"--layers-path {path!r} is a {type(found).__name__}, not a list of blocks.",
-                                   hint="Point it at the nn.ModuleList that holds the transformer blocks.")
-        return LayerStack(model, path, found)
-    for candidate in KNOWN_PATHS:
-        try:
-            found = model.get_submodule(candidate)
-        except AttributeError:
-            continue
-        if isinstance(found, nn.ModuleList) and len(found) > 0:
-            return LayerStack(model, candidate, found)
+    if not isinstance(found, nn.ModuleList) or len(found) == 0:
+        raise UnsupportedModel(f"--layers-path {path!r} is a {type(found).__name__}, not a list of blocks.",
+                               hint="Point it at the nn.ModuleList that holds the transformer blocks.")
+    return LayerStack(base, path, found)
+
+
+def _module_list(root: Any, path: str) -> Any:
+    from torch import nn
+
+    try:
+        found = root.get_submodule(path)
+    except AttributeError:
+        return None
+    return found if isinstance(found, nn.ModuleList) and len(found) > 0 else None
+
+
+def _largest_repeated_list(root: Any) -> tuple[str, Any] | None:
+    from torch import nn
+
     best: tuple[int, str, Any] | None = None
-    for name, module in model.named_modules():
+    for name, module in root.named_modules():
         if not isinstance(module, nn.ModuleList) or len(module) < 2:
             continue
         if len({type(child) for child in module}) != 1:
@@ -83,12 +115,7 @@ def find_layers(model: Any, path: str | None = None) -> LayerStack:
         size = sum(p.numel() for p in module.parameters())
         if size and (best is None or size > best[0]):
             best = (size, name, module)
-    if best is None:
-        raise UnsupportedModel(
-            f"Cannot find the transformer blocks of {type(model).__name__}: none of the known paths "
-            f"({', '.join(dict.fromkeys(KNOWN_PATHS))}) exist and no ModuleList of repeated blocks was found.",
-            hint="Pass --layers-path with the dotted path of the blocks' nn.ModuleList.")
-    return LayerStack(model, best[1], best[2])
+    return None if best is None else (best[1], best[2])
 
 
 def hidden_from_output(output: Any) -> Any:

@@ -45,23 +45,25 @@ class LoadedModel:
 
 
 def model_kind(config: Any) -> str:
-    """Classify a config as causal-lm, encoder or extractive-qa (from `architectures`, then model type)."""
+    """Classify a config as causal-lm, encoder or extractive-qa.
+
+    A head named in `architectures` decides (…ForQuestionAnswering, …ForCausalLM); otherwise (a bare
+    `LlamaModel`, a classifier) the family decides: a masked-LM family is an encoder, a causal-LM
+    family is a decoder. Encoder-decoder models have two stacks and are refused.
+    """
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         MODEL_FOR_MASKED_LM_MAPPING_NAMES,
     )
 
+    if getattr(config, "is_encoder_decoder", False):
+        raise UnsupportedModel(f"{config.model_type} is an encoder-decoder model.",
+                               hint="layerprobe measures one stack of blocks: decoder LMs or encoders.")
     for arch in getattr(config, "architectures", None) or []:
         if arch.endswith("ForQuestionAnswering"):
             return EXTRACTIVE_QA
         if arch.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")):
             return CAUSAL_LM
-        if arch.endswith(("ForMaskedLM", "ForPreTraining", "ForSequenceClassification",
-                          "ForTokenClassification", "ForMultipleChoice", "Model")):
-            return ENCODER if not getattr(config, "is_decoder", False) else CAUSAL_LM
-    if getattr(config, "is_encoder_decoder", False):
-        raise UnsupportedModel(f"{config.model_type} is an encoder-decoder model.",
-                               hint="layerprobe measures one stack of blocks: decoder LMs or encoders.")
     model_type = getattr(config, "model_type", "")
     if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(config, "is_decoder", False):
         return ENCODER
@@ -103,8 +105,8 @@ def resolve_dtype(name: str, config: Any, device) -> Any:
         stored = getattr(torch, stored, None)
     if device is not None and device.type == "cuda" and stored in (torch.bfloat16, torch.float16):
         return stored
-    if device is None and stored in (torch.bfloat16, torch.float16):  # device_map=auto: GPUs
-        return stored
+    if device is None and torch.cuda.is_available() and stored in (torch.bfloat16, torch.float16):
+        return stored  # device_map=auto over GPUs
     return torch.float32
 
 
@@ -156,7 +158,7 @@ def load_config(spec: ModelSpec) -> Any:
     """Only the config: cheap, and enough to reject a model that cannot do the job before loading it."""
     import transformers as tf
 
-    if not os.path.exists(spec.model) and spec.model.startswith((".", "/", "~")):
+    if not os.path.exists(os.path.expanduser(spec.model)) and spec.model.startswith((".", "/", "~")):
         raise ModelNotFound(f"No model directory at {spec.model}.", hint="Check the path.")
     with quiet_transformers():
         try:
@@ -194,14 +196,17 @@ def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
         if spec.device_map:
             kwargs["device_map"] = spec.device_map
         try:
-            model = model_class.from_pretrained(spec.model, config=config, **kwargs)
+            model, info = model_class.from_pretrained(spec.model, config=config, output_loading_info=True, **kwargs)
         except ValueError as exc:
             if purpose == "base" and "Unrecognized configuration class" in str(exc):
                 model = tf.AutoModelForCausalLM.from_pretrained(spec.model, config=config, **kwargs).base_model
+                info = {}
             else:
                 raise _translate_load_error(exc, spec) from exc
         except (OSError, KeyError) as exc:
             raise _translate_load_error(exc, spec) from exc
+    if purpose != "base":
+        _refuse_untrained_head(model, info, spec)
     if device is not None:
         model.to(device)
     model.eval()
@@ -219,6 +224,17 @@ def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
         input_device=input_device,
         context_length=context_length(config),
     )
+
+
+def _refuse_untrained_head(model: Any, info: dict, spec: ModelSpec) -> None:
+    """A head that the checkpoint does not contain would be random: its scores would measure nothing."""
+    base_prefix = getattr(model, "base_model_prefix", "")
+    missing = [k for k in info.get("missing_keys", []) if base_prefix and not k.startswith(base_prefix + ".")]
+    if missing:
+        raise UnsupportedModel(f"{spec.model} has no trained {type(model).__name__} head "
+                               f"(missing: {', '.join(sorted(missing)[:3])}).",
+                               hint="prune-drop needs a checkpoint with its LM head (…ForCausalLM) or a "
+                                    "question-answering head (…ForQuestionAnswering).")
 
 
 def context_length(config: Any) -> int | None:

@@ -29,8 +29,11 @@ from layerprobe.specs import SQUAD_TASK, PruneSpec, parse_layer_ranges
 RESULT_NAME = "prune_drop.json"
 
 
-def check_tasks_fit_model(tasks: tuple[str, ...], kind: str, model: str) -> None:
+def check_tasks_fit_model(tasks: tuple[str, ...], kind: str, model: str, engine: str = "auto") -> None:
     """Refuse task/model pairs that cannot be scored, before spending minutes loading weights."""
+    if engine == "shared" and SQUAD_TASK in tasks:
+        raise TaskError("--engine shared scores lm-eval loglikelihood tasks; squad has no shared-prefix engine.",
+                        hint="Use --engine auto or simple for squad.")
     for task in tasks:
         if task == SQUAD_TASK and kind == CAUSAL_LM:
             raise TaskError(f"'{SQUAD_TASK}' here scores extractive-QA encoders; {model} is a causal LM.",
@@ -69,7 +72,7 @@ class HarnessScorer:
         from layerprobe.evaluate.harness import evaluate
 
         scores = evaluate(self.lm, self.task_sets[task], limit=lm_eval_limit(self.spec.limit), seed=self.spec.seed)
-        return scores_to_dict(scores[task].metrics, scores[task].num_fewshot, scores[task].samples)
+        return scores_to_dict(scores[task].metrics, scores[task].num_fewshot, scores[task].samples, self.engine)
 
 
 class SquadTaskScorer:
@@ -101,16 +104,19 @@ class SquadTaskScorer:
     def score(self, task: str) -> dict[str, Any]:
         scores = self.scorer()
         samples = next(iter(scores.metrics.values())).samples
-        return scores_to_dict(scores.metrics, 0, samples)
+        return scores_to_dict(scores.metrics, 0, samples, self.engine, nonfinite=scores.nonfinite_windows)
 
 
-def scores_to_dict(metrics: dict[str, Any], num_fewshot: int | None, samples: int | None) -> dict[str, Any]:
-    """The JSON form of one evaluation, as kept in the progress file."""
+def scores_to_dict(metrics: dict[str, Any], num_fewshot: int | None, samples: int | None, engine: str,
+                   nonfinite: int = 0) -> dict[str, Any]:
+    """The JSON form of one evaluation, as kept in the progress file (with the engine that made it)."""
     return {
         "metrics": {name: {"value": m.value, "stderr": m.stderr, "higher_is_better": m.higher_is_better}
                     for name, m in metrics.items()},
         "num_fewshot": num_fewshot,
         "samples": samples,
+        "engine": engine,
+        "nonfinite": nonfinite,
     }
 
 
@@ -169,7 +175,7 @@ def run_prune_drop(spec: PruneSpec, out_dir: Path, resume: bool = False,
     started = datetime.now(timezone.utc)
     clock = time.perf_counter()
     check_tasks_fit_model(spec.tasks, model_kind(load_config(spec.model)) if loaded is None else loaded.kind,
-                          spec.model.model)
+                          spec.model.model, spec.engine)
     if loaded is None:
         progress.on_stage("Loading model", None)
         loaded = load_model(spec.model, purpose="head")
@@ -191,7 +197,7 @@ def run_prune_drop(spec: PruneSpec, out_dir: Path, resume: bool = False,
                 for task in pending:
                     state.record(task, layer, scorer.score(task))
                     progress.on_advance(1)
-    engines = sorted({scorer.engine for scorer, _ in scorers}) or ["resumed"]
+    engines = sorted({state.get(t, v).get("engine", "simple") for t in spec.tasks for v in variants})
     result = PruneDropResult(
         model=info,
         engine="+".join(engines),
@@ -221,4 +227,6 @@ def assemble_task(state: PruneState, task: str, layers: list[int], limit: float 
             pruned=[p["value"] for p in pruned],
             stderr=[p["stderr"] for p in pruned],
         )
-    return TaskDrop(metrics=metrics, num_fewshot=baseline["num_fewshot"], limit=limit, samples=baseline["samples"])
+    nonfinite = sum(state.get(task, v).get("nonfinite", 0) for v in [None, *layers])
+    return TaskDrop(metrics=metrics, num_fewshot=baseline["num_fewshot"], limit=limit, samples=baseline["samples"],
+                    nonfinite=nonfinite)

@@ -147,6 +147,7 @@ class TaskDrop:
     num_fewshot: int | None
     limit: float | None
     samples: int | None
+    nonfinite: int = 0  # evaluations' inputs with NaN/inf model outputs (SQuAD windows): counted, never hidden
 
     @property
     def primary_metric(self) -> str:
@@ -157,6 +158,7 @@ class TaskDrop:
             "num_fewshot": self.num_fewshot,
             "limit": self.limit,
             "samples": self.samples,
+            "nonfinite": self.nonfinite,
             "metrics": {name: m.to_dict() for name, m in self.metrics.items()},
         }
 
@@ -167,6 +169,7 @@ class TaskDrop:
             num_fewshot=data.get("num_fewshot"),
             limit=data.get("limit"),
             samples=data.get("samples"),
+            nonfinite=int(data.get("nonfinite", 0)),
         )
 
 

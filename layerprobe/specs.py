@@ -6,6 +6,7 @@ library user gets the same one-line errors as a CLI user.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -33,6 +34,8 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if not self.model:
             raise LayerprobeError("No model given.", hint="Pass a hub id like gpt2 or a local directory.")
+        if self.model.startswith("~"):
+            object.__setattr__(self, "model", os.path.expanduser(self.model))
         if self.dtype not in DTYPES:
             raise LayerprobeError(f"Unknown --dtype {self.dtype!r}.", hint=f"Choose one of {', '.join(DTYPES)}.")
         if not _DEVICE.match(self.device):

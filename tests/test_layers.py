@@ -8,11 +8,12 @@ from layerprobe.errors import UnsupportedModel
 from layerprobe.layers import capture_block_states, find_layers, removed_blocks
 
 CAUSAL = ["llama", "qwen3", "deepseek_v3", "gpt2"]
+# Paths are relative to the base model, whether or not a head is loaded: the same in every result.
 EXPECTED_PATHS = {
-    ("llama", "base"): "layers", ("llama", "lm"): "model.layers",
-    ("qwen3", "base"): "layers", ("qwen3", "lm"): "model.layers",
-    ("deepseek_v3", "base"): "layers", ("deepseek_v3", "lm"): "model.layers",
-    ("gpt2", "base"): "h", ("gpt2", "lm"): "transformer.h",
+    ("llama", "base"): "layers", ("llama", "lm"): "layers",
+    ("qwen3", "base"): "layers", ("qwen3", "lm"): "layers",
+    ("deepseek_v3", "base"): "layers", ("deepseek_v3", "lm"): "layers",
+    ("gpt2", "base"): "h", ("gpt2", "lm"): "h",
     ("bert", "base"): "encoder.layer",
 }
 
@@ -24,12 +25,19 @@ def test_known_paths(tiny_checkpoints, arch, head):
     stack = find_layers(model)
     assert stack.path == EXPECTED_PATHS[(arch, head)]
     assert stack.num_layers == model.config.num_hidden_layers == 4
-    assert stack.blocks is model.get_submodule(stack.path)
+    assert stack.blocks is model.base_model.get_submodule(stack.path)
 
 
 def test_qa_model_path(tiny_checkpoints):
     model = tf.AutoModelForQuestionAnswering.from_pretrained(tiny_checkpoints["bert_qa"])
-    assert find_layers(model).path == "bert.encoder.layer"
+    stack = find_layers(model)
+    assert stack.path == "encoder.layer" and stack.blocks is model.bert.encoder.layer
+
+
+def test_layers_path_from_the_head_model_is_accepted(tiny_checkpoints):
+    model = tf.AutoModelForCausalLM.from_pretrained(tiny_checkpoints["llama"])
+    assert find_layers(model, "model.layers").path == "layers"
+    assert find_layers(model, "layers").blocks is model.model.layers
 
 
 class _Block(nn.Module):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -60,6 +61,7 @@ class SharedPrefixLM(HFLM):
         self.block_rows = 0  # block forward passes, counted per sequence (benchmarks read it)
         self._rows_per_batch: int | None = None
         self._output_arity: int | None = None
+        self._arity_known = False  # None is a valid arity (a bare tensor), so it cannot mean "not probed"
 
     # lm-eval entry point ---------------------------------------------------------------------------
     def _loglikelihood_tokens(self, requests: list, disable_tqdm: bool = False,
@@ -106,11 +108,11 @@ class SharedPrefixLM(HFLM):
         pad = self.tokenizer.pad_token_id or 0
         ids = torch.tensor([list(inp) + [pad] * (width - len(inp)) for inp in chunk], device=self.device)
         wanted = _positions(chunk, requests)
+        plan = _Gather.of(chunk, requests, wanted, self.device)  # the same for every variant: built once
         recorded, final = self._baseline(ids)
-        answers = {BASELINE: self._head_answers(final, chunk, requests, wanted)}
+        answers = {BASELINE: self._head_answers(final, wanted, plan)}
         for layer in self.layers:
-            answers[layer] = self._head_answers(self._without(layer, ids, recorded[layer]), chunk, requests,
-                                                wanted)
+            answers[layer] = self._head_answers(self._without(layer, ids, recorded[layer]), wanted, plan)
         for variant, scored in answers.items():
             for key, answer in scored.items():
                 self.store.setdefault(key, {})[variant] = answer
@@ -120,8 +122,9 @@ class SharedPrefixLM(HFLM):
         with capture_block_states(self.stack) as states, self._count_rows():
             final = self._base_forward(ids)
         # x^l is the input of block l; nothing beyond the selected blocks is kept.
-        if self._output_arity is None:
+        if not self._arity_known:
             self._output_arity = _arity_of(self.stack, ids, self._base_forward)
+            self._arity_known = True
         return {layer: states[layer] for layer in self.layers}, final
 
     def _without(self, layer: int, ids: torch.Tensor, x_layer: torch.Tensor) -> torch.Tensor:
@@ -138,25 +141,19 @@ class SharedPrefixLM(HFLM):
         base = self.model.base_model
         return base(input_ids=ids, use_cache=False).last_hidden_state
 
-    def _head_answers(self, final: torch.Tensor, chunk: list[tuple[int, ...]],
-                      requests: dict[tuple[int, ...], list[Key]],
-                      wanted: torch.Tensor) -> dict[Key, tuple[float, bool]]:
-        """Log-likelihood and greedy match of every request, from the head at the wanted positions only."""
+    def _head_answers(self, final: torch.Tensor, wanted: torch.Tensor, plan: _Gather) -> dict[Key, tuple[float, bool]]:
+        """Log-likelihood and greedy match of every request, from the head at the wanted positions only.
+
+        One gather for all requests of the chunk (no per-request tensors, two host transfers in all).
+        """
         rows, cols = wanted[:, 0].to(final.device), wanted[:, 1].to(final.device)
         logprobs = nn.functional.log_softmax(head_logits(self.model, final[rows, cols]), dim=-1,
                                              dtype=self.softmax_dtype)
-        greedy = logprobs.argmax(dim=-1)
-        where = {(int(r), int(c)): i for i, (r, c) in enumerate(wanted.tolist())}
-        answers = {}
-        for row, inp in enumerate(chunk):
-            for key in requests[inp]:
-                continuation = key[1]
-                picks = [where[(row, len(inp) - len(continuation) + k)] for k in range(len(continuation))]
-                index = torch.tensor(picks, device=logprobs.device)
-                target = torch.tensor(continuation, device=logprobs.device)
-                total = float(logprobs[index, target].sum())
-                answers[key] = (total, bool((greedy[index] == target).all()))
-        return answers
+        index, target, real = (t.to(logprobs.device) for t in (plan.index, plan.target, plan.real))
+        totals = logprobs[index, target].masked_fill(~real, 0).sum(dim=-1)  # (requests,)
+        greedy = ((logprobs.argmax(dim=-1)[index] == target) | ~real).all(dim=-1)
+        return {key: (total, bool(hit))
+                for key, total, hit in zip(plan.keys, totals.tolist(), greedy.tolist(), strict=True)}
 
     @contextlib.contextmanager
     def _count_rows(self, skip_first: bool = False) -> Iterator[None]:
@@ -191,6 +188,38 @@ def head_logits(model: Any, hidden: torch.Tensor) -> torch.Tensor:
     if isinstance(cap, (int, float)) and cap:
         logits = torch.tanh(logits / cap) * cap
     return logits
+
+
+@dataclass(frozen=True)
+class _Gather:
+    """Where each request of a chunk reads its continuation's log-probabilities, as padded tensors.
+
+    `index[i, k]` is the row, among the chunk's wanted positions, of the logits that predict token k of
+    request i's continuation, `target[i, k]` that token; `real[i, k]` is False on padding.
+    """
+
+    keys: list[Key]
+    index: torch.Tensor  # (requests, longest continuation)
+    target: torch.Tensor
+    real: torch.Tensor
+
+    @classmethod
+    def of(cls, chunk: list[tuple[int, ...]], requests: dict[tuple[int, ...], list[Key]], wanted: torch.Tensor,
+           device: Any) -> _Gather:
+        where = {(r, c): i for i, (r, c) in enumerate(wanted.tolist())}
+        keys, index, target = [], [], []
+        for row, inp in enumerate(chunk):
+            for key in requests[inp]:
+                continuation = key[1]
+                start = len(inp) - len(continuation)
+                keys.append(key)
+                index.append([where[(row, start + k)] for k in range(len(continuation))])
+                target.append(list(continuation))
+        width = max(len(t) for t in target)
+        real = torch.tensor([[k < len(t) for k in range(width)] for t in target], dtype=torch.bool)
+        index_t = torch.tensor([i + [0] * (width - len(i)) for i in index], dtype=torch.long)
+        target_t = torch.tensor([t + [0] * (width - len(t)) for t in target], dtype=torch.long)
+        return cls(keys, index_t.to(device), target_t.to(device), real.to(device))
 
 
 def _positions(chunk: list[tuple[int, ...]], requests: dict[tuple[int, ...], list[Key]]) -> torch.Tensor:
