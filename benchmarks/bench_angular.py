@@ -66,13 +66,15 @@ def per_span(model, windows, batch_size: int, num_layers: int) -> None:
                     (torch.arccos(cos) / math.pi).double().sum()
 
 
-def best_of(repeats: int, fn) -> float:
-    times = []
+def best_of(repeats: int, *fns) -> list[float]:
+    """Minimum wall time of each function, run in alternation so that drift affects all alike."""
+    times = [[] for _ in fns]
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+        for slot, fn in zip(times, fns, strict=True):
+            start = time.perf_counter()
+            fn()
+            slot.append(time.perf_counter() - start)
+    return [min(slot) for slot in times]
 
 
 def main() -> None:
@@ -95,14 +97,14 @@ def main() -> None:
                                 min(args.seq_len, loaded.context_length or args.seq_len))
         model, L = loaded.model, stack.num_layers
         bare_forward(model, windows[:1], 1)  # warm-up
-        floor = best_of(args.repeats, lambda: bare_forward(model, windows, args.batch_size))
-        ours = best_of(args.repeats, lambda: measure(loaded, stack, windows, "all", args.batch_size))
+        floor, ours = best_of(args.repeats, lambda: bare_forward(model, windows, args.batch_size),
+                              lambda: measure(loaded, stack, windows, "all", args.batch_size))
         print(f"model: {path}  L={L}  tokens={args.tokens}  seq_len={len(windows[0].input_ids)}  "
               f"batch={args.batch_size}  threads={torch.get_num_threads()}")
         print(f"bare forward (floor):        {floor:8.3f} s")
         print(f"layerprobe one pass:         {ours:8.3f} s   ratio to floor: {ours / floor:.3f}  (target <= 1.25)")
         if not args.skip_per_span:
-            spans = best_of(1, lambda: per_span(model, windows, args.batch_size, L))
+            (spans,) = best_of(1, lambda: per_span(model, windows, args.batch_size, L))
             print(f"one pass per span (L={L}):   {spans:8.3f} s   per-span / layerprobe: {spans / ours:.2f}x")
 
 

@@ -134,16 +134,16 @@ def run_angular(spec: AngularSpec, progress: Progress | None = None,
     started = datetime.now(timezone.utc)
     clock = time.perf_counter()
     if loaded is None:
-        progress.on_stage("Loading model", None)
+        progress.stage("Loading model")
         loaded = load_model(spec.model, purpose="base")
     stack = find_layers(loaded.model, spec.model.layers_path)
     seq_len = spec.corpus.seq_len
     if loaded.context_length:
         seq_len = min(seq_len, loaded.context_length)
-    progress.on_stage("Reading corpus", spec.corpus.tokens)
+    progress.stage("Reading corpus", spec.corpus.tokens, "tok")
     windows = build_windows(loaded.tokenizer, iter_documents(spec.corpus), spec.corpus.tokens, seq_len,
                             on_tokens=progress.on_advance)
-    progress.on_stage("Measuring", spec.corpus.tokens)
+    progress.stage("Measuring", spec.corpus.tokens, "tok")
     measure_clock = time.perf_counter()
     accumulator = measure(loaded, stack, windows, spec.positions, spec.batch_size, progress.on_advance)
     measure_seconds = time.perf_counter() - measure_clock

@@ -97,20 +97,29 @@ class RichProgress:
             console=err, disable=quiet, transient=False,
         )
         self.task: Any = None
+        self.unit = ""
 
-    def stage(self, name: str, total: int | None) -> None:
-        if self.task is not None:
-            self.bar.update(self.task, completed=self.bar.tasks[self.task].total or 0)
-            self.bar.stop_task(self.task)
+    def stage(self, name: str, total: int | None, unit: str = "") -> None:
+        self._finish_current()
+        self.unit = unit
         self.task = self.bar.add_task(name, total=total, rate="")
+
+    def _finish_current(self) -> None:
+        if self.task is None:
+            return
+        current = self.bar.tasks[self.task]
+        total = current.total if current.total is not None else 1  # a stage of unknown length: just "done"
+        self.bar.update(self.task, total=total, completed=total)
+        self.bar.stop_task(self.task)
 
     def advance(self, amount: int) -> None:
         if self.task is None:
             return
         self.bar.advance(self.task, amount)
         speed = self.bar.tasks[self.task].speed
-        if speed:
-            self.bar.update(self.task, rate=f"{speed:,.0f} tok/s")
+        if speed and self.unit:
+            self.bar.update(self.task, rate=f"{speed:,.0f} {self.unit}/s" if speed >= 10 else
+                            f"{speed:.2g} {self.unit}/s")
 
     def callbacks(self):
         from layerprobe.progress import Progress as LibraryProgress
@@ -121,6 +130,7 @@ class RichProgress:
     def running(self) -> Iterator[RichProgress]:
         with self.bar:
             yield self
+            self._finish_current()
 
 
 @app.command()
@@ -200,8 +210,9 @@ def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
 def _print_angular_summary(result: Any) -> None:
     summary = result.to_dict()["summary"]
     adjacent = summary["adjacent"]
-    table = Table(title=f"{result.model.id}: d(x^l, x^(l+1)), {result.data['positions_averaged']:,} positions",
-                  show_lines=False)
+    out.print(f"[bold]{result.model.id}[/]: d(x^l, x^(l+1)) over {result.data['positions_averaged']:,} positions",
+              highlight=False)  # a heading line, not a table title: titles wrap to the table's width
+    table = Table()
     table.add_column("block l", justify="right")
     table.add_column("d(x^l, x^l+1)", justify="right")
     table.add_column("", justify="left")
@@ -294,7 +305,9 @@ def _print_prune_summary(result: Any) -> None:
         metric_name = task.primary_metric
         metric = task.metrics[metric_name]
         se = f" ± {metric.baseline_stderr:.4f}" if metric.baseline_stderr is not None else ""
-        table = Table(title=f"{result.model.id} · {name} · {metric_name}: baseline {metric.baseline:.4f}{se}")
+        out.print(f"[bold]{result.model.id} · {name} · {metric_name}[/]: baseline {metric.baseline:.4f}{se}",
+                  highlight=False)
+        table = Table()
         table.add_column("removed block", justify="right")
         table.add_column(metric_name, justify="right")
         table.add_column("ΔP", justify="right")
@@ -328,7 +341,8 @@ def layers(
         loaded = load_model(ModelSpec(model, revision, "auto", "cpu", None, trust_remote_code, layers_path))
     stack = find_layers(loaded.model, layers_path)
     sizes = stack.parameters_per_block()
-    table = Table(title=f"{model}: {loaded.architecture} ({loaded.kind})")
+    out.print(f"[bold]{model}[/]: {loaded.architecture} ({loaded.kind})", highlight=False)
+    table = Table()
     table.add_column("block", justify="right")
     table.add_column("class")
     table.add_column("parameters", justify="right")

@@ -177,7 +177,7 @@ def run_prune_drop(spec: PruneSpec, out_dir: Path, resume: bool = False,
     check_tasks_fit_model(spec.tasks, model_kind(load_config(spec.model)) if loaded is None else loaded.kind,
                           spec.model.model, spec.engine)
     if loaded is None:
-        progress.on_stage("Loading model", None)
+        progress.stage("Loading model")
         loaded = load_model(spec.model, purpose="head")
     stack = find_layers(loaded.model, spec.model.layers_path)
     layers = parse_layer_ranges(spec.layers, stack.num_layers)
@@ -185,9 +185,9 @@ def run_prune_drop(spec: PruneSpec, out_dir: Path, resume: bool = False,
     state = PruneState.open(Path(out_dir), fingerprint(spec, info), resume)
     variants: list[int | None] = [None, *layers]
     remaining = sum(not state.has(t, v) for t in spec.tasks for v in variants)
-    progress.on_stage("Preparing tasks", None)
+    progress.stage("Preparing tasks")
     scorers = make_scorers(loaded, stack, spec, layers) if remaining else []
-    progress.on_stage("Evaluating (task × variant)", remaining)
+    progress.stage("Evaluating (task × variant)", remaining, "eval")
     for scorer, tasks in scorers:
         for layer in variants:
             pending = [t for t in tasks if not state.has(t, layer)]

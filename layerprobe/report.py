@@ -239,7 +239,8 @@ def _draw_heatmap(ax, matrix: np.ma.MaskedArray, *, annotate: bool, cmap: str = 
             if inside[row, col]:
                 light = not math.isfinite(value) or (
                     value < 0.45 if cmap == HEATMAP_CMAP else abs(value) < 0.6 * limits[1])
-                ax.text(col, row + 1, f"{value:.2f}" if math.isfinite(value) else "nan", ha="center",
+                text = (f"{value:.2f}" if cmap == HEATMAP_CMAP else f"{value:+.3f}") if math.isfinite(value) else "nan"
+                ax.text(col, row + 1, text, ha="center",
                         va="center", fontsize=8 if size <= 8 else 6.5, color="black" if light else "white")
     if minima or missing.any():
         ax.legend(loc="upper right", fontsize=8, frameon=False)  # The empty triangle has room for it.

@@ -97,7 +97,8 @@ class SharedPrefixLM(HFLM):
         """Split a batch so the recorded inputs of all selected blocks fit the memory budget."""
         hidden = self.model.get_input_embeddings().embedding_dim
         itemsize = next(self.model.parameters()).element_size()
-        per_row = max(1, len(self.layers)) * len(batch[0]) * hidden * itemsize
+        # The capture hooks hold every block's input (L+1 states) until the baseline pass returns.
+        per_row = (self.stack.num_layers + 1) * len(batch[0]) * hidden * itemsize
         rows = max(1, self.state_bytes // per_row)
         for start in range(0, len(batch), rows):
             yield batch[start:start + rows]
