@@ -6,27 +6,17 @@ that `--help` is instant. User mistakes (`LayerprobeError`) print one red line a
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
+from layerprobe.console import RichProgress, err, out, print_angular_summary, print_prune_summary
 from layerprobe.errors import LayerprobeError
 
 app = typer.Typer(
@@ -36,8 +26,6 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     rich_markup_mode="rich",
 )
-out = Console()
-err = Console(stderr=True)
 
 # Options shared by every command that loads a model.
 ModelArg = Annotated[str, typer.Argument(help="Hub id (org/name) or local checkpoint directory.")]
@@ -84,53 +72,6 @@ def model_slug(model: str) -> str:
 def output_dir(out_opt: Path | None, model: str) -> Path:
     """`--out` if given, else ./layerprobe-out/<model-slug>/."""
     return out_opt if out_opt is not None else Path("layerprobe-out") / model_slug(model)
-
-
-class RichProgress:
-    """Adapts the library's progress callbacks to one rich bar per stage, on stderr."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.bar = Progress(
-            SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            console=err, disable=quiet, transient=False,
-        )
-        self.task: Any = None
-        self.unit = ""
-
-    def stage(self, name: str, total: int | None, unit: str = "") -> None:
-        self._finish_current()
-        self.unit = unit
-        self.task = self.bar.add_task(name, total=total, rate="")
-
-    def _finish_current(self) -> None:
-        if self.task is None:
-            return
-        current = self.bar.tasks[self.task]
-        total = current.total if current.total is not None else 1  # a stage of unknown length: just "done"
-        self.bar.update(self.task, total=total, completed=total)
-        self.bar.stop_task(self.task)
-
-    def advance(self, amount: int) -> None:
-        if self.task is None:
-            return
-        self.bar.advance(self.task, amount)
-        speed = self.bar.tasks[self.task].speed
-        if speed and self.unit:
-            self.bar.update(self.task, rate=f"{speed:,.0f} {self.unit}/s" if speed >= 10 else
-                            f"{speed:.2g} {self.unit}/s")
-
-    def callbacks(self):
-        from layerprobe.progress import Progress as LibraryProgress
-
-        return LibraryProgress(on_stage=self.stage, on_advance=self.advance)
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[RichProgress]:
-        with self.bar:
-            yield self
-            self._finish_current()
 
 
 @app.command()
@@ -203,32 +144,8 @@ def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
         result = run_angular(spec, progress.callbacks())
     json_path = write_json(directory / "angular.json", result.to_dict())
     plots = plot_angular(result, directory)
-    _print_angular_summary(result)
+    print_angular_summary(result)
     out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False)
-
-
-def _print_angular_summary(result: Any) -> None:
-    summary = result.to_dict()["summary"]
-    adjacent = summary["adjacent"]
-    out.print(f"[bold]{result.model.id}[/]: d(x^l, x^(l+1)) over {result.data['positions_averaged']:,} positions",
-              highlight=False)  # a heading line, not a table title: titles wrap to the table's width
-    table = Table()
-    table.add_column("block l", justify="right")
-    table.add_column("d(x^l, x^l+1)", justify="right")
-    table.add_column("", justify="left")
-    width = 30
-    for layer, value in enumerate(adjacent):
-        bar = "█" * max(0, round(value * width * 2)) if value == value else "NaN"
-        lazy = " [yellow]lazy[/]" if layer in summary["lazy_layers"] else ""
-        table.add_row(str(layer), f"{value:.4f}", f"[cyan]{bar[:width]}[/]{lazy}")
-    out.print(table)
-    best = min(range(len(adjacent)), key=lambda l: adjacent[l])
-    out.print(f"most similar adjacent pair: x^{best} → x^{best + 1} (d = {adjacent[best]:.4f}); "
-              f"{summary['lazy_count']} of {len(adjacent)} blocks below {summary['lazy_threshold']}; "
-              f"{result.tokens_per_second:,.0f} tokens/s", highlight=False)
-    if result.nonfinite_tokens:
-        err.print(f"[yellow]warning:[/] {result.nonfinite_tokens} positions had NaN/inf states and were "
-                  "left out (try --dtype float32)")
 
 
 @app.command("prune-drop")
@@ -290,7 +207,7 @@ def prune_drop(
     with progress.running():
         result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks())
     plots = plot_prune_drop(result, directory)
-    _print_prune_summary(result)
+    print_prune_summary(result)
     out.print(f"wrote {directory / 'prune_drop.json'}" + "".join(f", {p}" for p in plots), highlight=False)
 
 
@@ -298,30 +215,6 @@ def _positive_int(text: str, option: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise LayerprobeError(f"{option} must be a positive integer or 'auto', got {text!r}.")
     return int(text)
-
-
-def _print_prune_summary(result: Any) -> None:
-    for name, task in result.tasks.items():
-        metric_name = task.primary_metric
-        metric = task.metrics[metric_name]
-        se = f" ± {metric.baseline_stderr:.4f}" if metric.baseline_stderr is not None else ""
-        out.print(f"[bold]{result.model.id} · {name} · {metric_name}[/]: baseline {metric.baseline:.4f}{se}",
-                  highlight=False)
-        table = Table()
-        table.add_column("removed block", justify="right")
-        table.add_column(metric_name, justify="right")
-        table.add_column("ΔP", justify="right")
-        sign = 1 if metric.higher_is_better else -1
-        order = sorted(range(len(metric.layers)), key=lambda i: sign * metric.delta[i])
-        for i in order:
-            delta = metric.delta[i]
-            colour = "red" if sign * delta < -(metric.baseline_stderr or 0) else "green"
-            table.add_row(str(metric.layers[i]), f"{metric.pruned[i]:.4f}", f"[{colour}]{delta:+.4f}[/]")
-        out.print(table)
-        if task.nonfinite:
-            err.print(f"[yellow]warning:[/] {name}: {task.nonfinite} inputs gave NaN/inf outputs over all "
-                      "evaluations (scored as unanswerable; try --dtype float32)")
-    out.print(f"engine: {result.engine}; {result.run.seconds:,.1f} s", highlight=False)
 
 
 @app.command()

@@ -81,7 +81,8 @@ class SquadTaskScorer:
     engine = "simple"
 
     def __init__(self, loaded: LoadedModel, stack: LayerStack, spec: PruneSpec) -> None:
-        from layerprobe.evaluate.squad import SquadScorer, load_squad
+        from layerprobe.evaluate.squad import SquadScorer
+        from layerprobe.evaluate.squad_data import load_squad
 
         if spec.limit is not None and spec.limit < 1:  # a fraction of the questions, rounded up like lm-eval
             examples = load_squad(spec.squad_data)

@@ -18,11 +18,8 @@ import typer
 from typer.testing import CliRunner
 
 from layerprobe.cli import friendly_errors
-from layerprobe.compare import (
-    compare_command,
-    compare_paths,
-    compare_results,
-    plot_verdict,
+from layerprobe.compare import compare_command, compare_paths, compare_results, plot_verdict
+from layerprobe.compare_render import (
     render,
     render_json,
     render_junit,

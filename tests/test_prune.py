@@ -24,7 +24,8 @@ from layerprobe import prune
 from layerprobe.cli import app
 from layerprobe.errors import ResultError, TaskError
 from layerprobe.evaluate import squad as squad_module
-from layerprobe.evaluate.squad import SquadScorer, load_squad
+from layerprobe.evaluate.squad import SquadScorer
+from layerprobe.evaluate.squad_data import load_squad
 from layerprobe.layers import find_layers, hidden_from_input
 from layerprobe.models import load_model
 from layerprobe.progress import Progress

@@ -13,16 +13,14 @@ import torch
 from layerprobe.errors import TaskError
 from layerprobe.evaluate.squad import (
     METRICS,
-    OFFLINE_HINT,
-    SquadExample,
     SquadScorer,
     best_span,
     exact_match_score,
     f1_score,
-    load_squad,
     normalize_answer,
     score_predictions,
 )
+from layerprobe.evaluate.squad_data import OFFLINE_HINT, SquadExample, load_squad
 
 # Paragraphs written for these tests. The first is far longer than 64 tokens, so with max_length=64 and
 # doc_stride=16 it becomes several overlapping windows.

@@ -1,0 +1,190 @@
+"""Renderers for `layerprobe compare`: pure functions of a `Verdict`, each returning a plain string.
+
+A terminal table (rich), GitHub markdown for $GITHUB_STEP_SUMMARY, strict JSON (schema
+layerprobe/compare@1) and JUnit XML; tests parse them back. Building the verdict lives in `compare.py`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from layerprobe.errors import LayerprobeError
+
+if TYPE_CHECKING:
+    from layerprobe.compare import Verdict
+    from layerprobe.gate_rules import RuleResult
+
+COMPARE_SCHEMA = "layerprobe/compare@1"
+FORMATS = ("table", "markdown", "json")
+
+
+def render(verdict: Verdict, fmt: str) -> str:
+    """The verdict in one of FORMATS, as text."""
+    check_format(fmt)
+    return {"table": render_table, "markdown": render_markdown, "json": render_json}[fmt](verdict)
+
+
+def check_format(fmt: str) -> None:
+    """Refuse an unknown --format before any work is done (exit 2)."""
+    if fmt not in FORMATS:
+        raise LayerprobeError(f"Unknown --format {fmt!r}.", hint=f"Use one of: {', '.join(FORMATS)}.")
+
+
+def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
+    """The machine-readable verdict (schema layerprobe/compare@1); non-finite numbers become null."""
+    return _finite({
+        "schema": COMPARE_SCHEMA,
+        "verdict": "pass" if verdict.passed else "regression",
+        "passed": verdict.passed,
+        "inputs": {"baseline": str(verdict.baseline), "candidate": str(verdict.candidate)},
+        "rules": verdict.rules.to_dict(),
+        "counts": {"rules": len(verdict.results), "failed": len(verdict.failed), "skipped": len(verdict.skipped)},
+        "comparisons": [{
+            "kind": c.kind, "passed": c.passed, "baseline": c.baseline.to_dict(),
+            "candidate": c.candidate.to_dict(),
+            "layer_difference": c.candidate.num_layers - c.baseline.num_layers,
+            "results": [{"name": r.name, "rule": r.rule, "subject": r.subject, "criterion": r.criterion,
+                         "thresholds": r.thresholds, "baseline": r.baseline, "candidate": r.candidate,
+                         "change": r.change, "limit": r.limit, "passed": r.passed, "message": r.message,
+                         "details": r.details} for r in c.results],
+            "notes": c.notes,
+        } for c in verdict.comparisons],
+        "skipped": verdict.skipped,
+    })
+
+
+def render_json(verdict: Verdict) -> str:
+    """`verdict_to_dict` as strict JSON (no NaN literals), so jq and other tools can read it."""
+    return json.dumps(verdict_to_dict(verdict), indent=2, ensure_ascii=False, allow_nan=False)
+
+
+def build_table(verdict: Verdict) -> Group:
+    """The rich renderable the terminal shows: one row per rule, then failures and notes."""
+    table = Table(title="layerprobe compare", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("")
+    table.add_column("rule · criterion", overflow="fold", ratio=1)
+    for name in ("baseline", "candidate", "change", "limit"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for comp in verdict.comparisons:
+        for r in comp.results:  # Text, not markup: a rule name like layer_delta[mmlu/acc] looks like a tag
+            rule = Text.assemble((f"{comp.kind} · {r.name}", "bold"), "\n", (r.criterion, "dim"))
+            table.add_row(Text("PASS", "green") if r.passed else Text("FAIL", "bold red"), rule, *_cells(r))
+    sides = [Text(f"{c.kind}: baseline {c.baseline.path} ({c.baseline.model}, L = {c.baseline.num_layers}) → "
+                  f"candidate {c.candidate.path} ({c.candidate.model}, L = {c.candidate.num_layers})")
+             for c in verdict.comparisons]
+    lines = [Text.from_markup(f"[bold red]regression:[/] {len(verdict.failed)} of {len(verdict.results)} rules "
+                              "failed") if not verdict.passed else
+             Text.from_markup(f"[bold green]pass:[/] all {len(verdict.results)} rules passed")]
+    lines += [Text(f"FAIL {r.kind} {r.name}: {r.message}", style="red") for r in verdict.failed]
+    lines += [Text(f"note: {n}", style="dim") for n in _notes(verdict)]
+    return Group(*sides, table, *lines)
+
+
+def render_table(verdict: Verdict, width: int = 160) -> str:
+    """The terminal table as plain text (no colour), e.g. for logs and tests."""
+    buffer = io.StringIO()
+    Console(file=buffer, width=width, color_system=None, force_terminal=False).print(build_table(verdict))
+    return buffer.getvalue()
+
+
+def render_markdown(verdict: Verdict) -> str:
+    """GitHub-flavoured markdown for $GITHUB_STEP_SUMMARY: a ✅/❌ headline, one table row per rule."""
+    if verdict.passed:
+        head = f"### ✅ layerprobe compare: pass ({len(verdict.results)} rules)"
+    else:
+        head = f"### ❌ layerprobe compare: regression ({len(verdict.failed)} of {len(verdict.results)} rules failed)"
+    out = [head, ""]
+    for c in verdict.comparisons:
+        out.append(f"- **{c.kind}**: baseline `{c.baseline.model}` (L = {c.baseline.num_layers}) vs candidate "
+                   f"`{c.candidate.model}` (L = {c.candidate.num_layers})")
+    out += ["", "| | kind | rule | criterion | baseline | candidate | change | limit |",
+            "|---|---|---|---|---:|---:|---:|---:|"]
+    for c in verdict.comparisons:
+        for r in c.results:
+            cells = ["✅" if r.passed else "❌", c.kind, f"`{r.name}`", r.criterion, *_cells(r)]
+            out.append("| " + " | ".join(_md(cell) for cell in cells) + " |")
+    out.append("")
+    out += [f"- ❌ **{r.kind} · {_md(r.name)}**: {_md(r.message)}" for r in verdict.failed]
+    notes = _notes(verdict)
+    if notes:
+        out += ["", "<details><summary>notes</summary>", "", *[f"- {_md(n)}" for n in notes], "", "</details>"]
+    return "\n".join(out) + "\n"
+
+
+def render_junit(verdict: Verdict) -> str:
+    """JUnit XML: a testsuite per kind, a testcase per rule, <failure> on regression, <skipped> kinds."""
+    root = ET.Element("testsuites", name="layerprobe compare", tests=str(len(verdict.results) + len(verdict.skipped)),
+                      failures=str(len(verdict.failed)), errors="0", skipped=str(len(verdict.skipped)), time="0")
+    for c in verdict.comparisons:
+        suite = ET.SubElement(root, "testsuite", name=f"layerprobe.compare.{c.kind}", tests=str(len(c.results)),
+                              failures=str(sum(not r.passed for r in c.results)), errors="0", skipped="0", time="0")
+        props = ET.SubElement(suite, "properties")
+        for key, value in (("baseline", c.baseline.path), ("candidate", c.candidate.path),
+                           ("baseline_layers", c.baseline.num_layers), ("candidate_layers", c.candidate.num_layers),
+                           *((name, spec["value"]) for name, spec in verdict.rules.to_dict()[c.kind].items())):
+            if value not in (None, {}):
+                ET.SubElement(props, "property", name=key, value=str(value))
+        for r in c.results:
+            case = ET.SubElement(suite, "testcase", classname=f"layerprobe.compare.{c.kind}", name=r.name, time="0")
+            baseline, candidate, change, limit = _cells(r)
+            body = f"{r.criterion}\nbaseline {baseline}, candidate {candidate}, change {change}, limit {limit}"
+            if r.passed:
+                ET.SubElement(case, "system-out").text = f"{r.message}\n{body}"
+            else:
+                ET.SubElement(case, "failure", message=r.message, type="regression").text = body
+        if c.notes:
+            ET.SubElement(suite, "system-out").text = "\n".join(c.notes)
+    if verdict.skipped:
+        suite = ET.SubElement(root, "testsuite", name="layerprobe.compare.skipped", tests=str(len(verdict.skipped)),
+                              failures="0", errors="0", skipped=str(len(verdict.skipped)), time="0")
+        for message in verdict.skipped:
+            case = ET.SubElement(suite, "testcase", classname="layerprobe.compare.skipped",
+                                 name=message.split(":")[0], time="0")
+            ET.SubElement(case, "skipped", message=message)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+
+
+def _notes(verdict: Verdict) -> list[str]:
+    return [f"{c.kind}: {n}" for c in verdict.comparisons for n in c.notes] + verdict.skipped
+
+
+def _cells(r: RuleResult) -> list[str]:
+    count = r.rule == "lazy_blocks"
+    return [_num(r.baseline, count), _num(r.candidate, count), _num(r.change, count, signed=True),
+            _num(r.limit, count, bound=True)]
+
+
+def _num(value: float | None, count: bool = False, signed: bool = False, bound: bool = False) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    text = f"{value:{'+' if signed else ''}{'d' if count else '.4f'}}"
+    return f"≤ {text}" if bound else text
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
