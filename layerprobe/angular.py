@@ -7,13 +7,15 @@ gives the whole (L+1)×(L+1) matrix instead of one pass per span.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
 from layerprobe.corpus import Window, batches, build_windows, iter_documents
+from layerprobe.errors import UnsupportedModel
 from layerprobe.layers import LayerStack, capture_block_states, find_layers
 from layerprobe.models import LoadedModel, load_model, takes_argument
 from layerprobe.progress import Progress
@@ -21,7 +23,7 @@ from layerprobe.provenance import library_versions, model_info
 from layerprobe.results import AngularResult, RunInfo
 from layerprobe.specs import AngularSpec
 
-_TOKEN_CHUNK = 2048  # positions upcast at once: bounds the fp32 copy to (L+1) × chunk × hidden
+_CHUNK_BYTES = 256 * 1024**2  # fp32 states upcast at once: (positions × (L+1) × hidden × 4) bytes, ~256 MiB
 
 
 def angular_distance(a, b):
@@ -67,18 +69,20 @@ class AngularAccumulator:
 
         if len(states) != self.num_states:
             raise ValueError(f"expected {self.num_states} states, got {len(states)}")
-        total = states[0].shape[0]
-        for start in range(0, total, _TOKEN_CHUNK):
-            chunk = torch.stack([s[start:start + _TOKEN_CHUNK].to(self.sums.device, torch.float32)
-                                 for s in states], dim=1)  # (positions, L+1, hidden)
-            finite = torch.isfinite(chunk).all(dim=2).all(dim=1)
-            if not bool(finite.all()):
-                self.nonfinite += int((~finite).sum())
-                chunk = chunk[finite]
-            unit = F.normalize(chunk, dim=-1)
-            cos = torch.bmm(unit, unit.transpose(1, 2)).clamp_(-1.0, 1.0)  # (positions, L+1, L+1)
-            self.sums += (torch.arccos(cos) / math.pi).sum(dim=0, dtype=torch.float64)
-            self.count += unit.shape[0]
+        total, hidden = states[0].shape
+        step = max(1, _CHUNK_BYTES // (self.num_states * hidden * 4))
+        with full_fp32_matmul():
+            for start in range(0, total, step):
+                chunk = torch.stack([s[start:start + step].to(self.sums.device, torch.float32)
+                                     for s in states], dim=1)  # (positions, L+1, hidden)
+                finite = torch.isfinite(chunk).all(dim=2).all(dim=1)
+                if not bool(finite.all()):
+                    self.nonfinite += int((~finite).sum())
+                    chunk = chunk[finite]
+                unit = F.normalize(chunk, dim=-1)
+                cos = torch.bmm(unit, unit.transpose(1, 2)).clamp_(-1.0, 1.0)  # (positions, L+1, L+1)
+                self.sums += (torch.arccos(cos) / math.pi).sum(dim=0, dtype=torch.float64)
+                self.count += unit.shape[0]
 
     def result(self) -> list[list[float]]:
         """The mean distance matrix: symmetric, exactly zero on the diagonal; NaN if nothing was measured."""
@@ -88,6 +92,23 @@ class AngularAccumulator:
         mean = (mean + mean.T) / 2
         mean.fill_diagonal_(0.0)
         return mean.tolist()
+
+
+@contextlib.contextmanager
+def full_fp32_matmul() -> Iterator[None]:
+    """Keep cosines in true fp32 even where a user enabled TF32 (10-bit mantissa) for matmuls.
+
+    Adjacent blocks of deep LLMs are often within d ≈ 0.01 of each other; TF32 rounding of the Gram
+    matrix would be a visible part of that.
+    """
+    import torch
+
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def measure(
@@ -114,6 +135,11 @@ def measure(
             if len(states) != stack.num_layers + 1:
                 raise RuntimeError(f"captured {len(states)} states for {stack.num_layers} blocks; "
                                    "a block was called more or less than once per forward pass")
+            if any(tuple(s.shape[:2]) != tuple(ids.shape) for s in states):
+                raise UnsupportedModel(f"The blocks of {loaded.architecture} pass hidden states shaped "
+                                       f"{tuple(states[0].shape)} for input {tuple(ids.shape)}; layerprobe "
+                                       "expects (batch, sequence, hidden).",
+                                       hint="Sequence-first (remote-code) models are not supported.")
             if positions == "all":
                 flat = [s.reshape(-1, s.shape[-1]) for s in states]
             else:

@@ -225,16 +225,19 @@ def layers(
     trust_remote_code: TrustOpt = False,
     layers_path: LayersPathOpt = None,
 ) -> None:
-    """Show the block stack layerprobe finds: its path, L, the block class and parameters per block."""
+    """Show the block stack layerprobe finds: its path, L, the block class and parameters per block.
+
+    Only the config is downloaded: the model is built without weights, so this is instant for any size.
+    """
     from layerprobe.layers import find_layers
-    from layerprobe.models import load_model
+    from layerprobe.models import load_skeleton
     from layerprobe.specs import ModelSpec
 
-    with err.status("Loading model"):
-        loaded = load_model(ModelSpec(model, revision, "auto", "cpu", None, trust_remote_code, layers_path))
-    stack = find_layers(loaded.model, layers_path)
+    with err.status("Reading config"):
+        skeleton, architecture, kind = load_skeleton(ModelSpec(model, revision, trust_remote_code=trust_remote_code))
+    stack = find_layers(skeleton, layers_path)
     sizes = stack.parameters_per_block()
-    out.print(f"[bold]{model}[/]: {loaded.architecture} ({loaded.kind})", highlight=False)
+    out.print(f"[bold]{model}[/]: {architecture} ({kind})", highlight=False)
     table = Table()
     table.add_column("block", justify="right")
     table.add_column("class")

@@ -168,6 +168,25 @@ def load_config(spec: ModelSpec) -> Any:
             raise _translate_load_error(exc, spec) from exc
 
 
+def load_skeleton(spec: ModelSpec) -> tuple[Any, str, str]:
+    """The base model built from its config on the meta device: structure and sizes, no weights, no memory.
+
+    Returns (model, architecture, kind).
+    """
+    import transformers as tf
+    from accelerate import init_empty_weights
+
+    config = load_config(spec)
+    kind = model_kind(config)
+    with quiet_transformers(), init_empty_weights():
+        try:
+            model = tf.AutoModel.from_config(config, trust_remote_code=spec.trust_remote_code)
+        except ValueError:  # a family registered for causal LM only
+            model = tf.AutoModelForCausalLM.from_config(config, trust_remote_code=spec.trust_remote_code).base_model
+    architecture = (getattr(config, "architectures", None) or [type(model).__name__])[0]
+    return model, architecture, kind
+
+
 def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
     """Load config, tokenizer and model.
 
@@ -222,7 +241,7 @@ def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
         commit=getattr(config, "_commit_hash", None),
         dtype=str(dtype).replace("torch.", ""),
         input_device=input_device,
-        context_length=context_length(config),
+        context_length=context_length(config, tokenizer),
     )
 
 
@@ -237,13 +256,25 @@ def _refuse_untrained_head(model: Any, info: dict, spec: ModelSpec) -> None:
                                     "question-answering head (…ForQuestionAnswering).")
 
 
-def context_length(config: Any) -> int | None:
-    """The longest sequence the model's position scheme supports, if the config says."""
+# Families whose position ids start at pad_token_id + 1: the first pad_token_id + 1 embeddings are unusable.
+_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm",
+                     "data2vec-text", "longformer", "ibert", "xmod", "bart", "mbart"}
+
+
+def context_length(config: Any, tokenizer: Any = None) -> int | None:
+    """The longest sequence the model's position scheme (and its tokenizer, if it says) supports."""
+    limits = []
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
-            return value
-    return None
+            if getattr(config, "model_type", "") in _OFFSET_POSITIONS:
+                value -= (getattr(config, "pad_token_id", None) or 0) + 1
+            limits.append(value)
+            break
+    declared = getattr(tokenizer, "model_max_length", None)
+    if isinstance(declared, int) and 0 < declared < 1_000_000:  # transformers' "no limit" is ~1e30
+        limits.append(declared)
+    return min(limits) if limits else None
 
 
 def takes_argument(module: Any, name: str) -> bool:

@@ -129,14 +129,38 @@ def lm_eval_limit(limit: float | None) -> int | float | None:
 
 
 def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
-    """Everything that changes a score; two runs may share a progress file only if these agree."""
+    """Everything that changes a score; two runs may share a progress file only if these agree.
+
+    A hub model is pinned by its commit; a local checkpoint (commit None) by a digest of its files, so a
+    retrained `./ckpt` is never mixed with the old one. Local task folders and SQuAD files are digested
+    the same way, and library versions are included: a new lm-eval can change prompts.
+    """
+    versions = library_versions()
     return {
-        "model": info.id, "revision": info.revision, "commit": info.commit, "dtype": info.dtype,
-        "num_layers": info.num_layers, "layer_path": info.layer_path, "limit": spec.limit,
-        "num_fewshot": spec.num_fewshot, "seed": spec.seed,
-        "include_path": os.path.abspath(spec.include_path) if spec.include_path else None,
-        "squad_data": os.path.abspath(spec.squad_data) if spec.squad_data else None,
+        "model": info.id, "revision": info.revision, "commit": info.commit,
+        "files": files_digest(info.id) if info.commit is None and os.path.isdir(info.id) else None,
+        "dtype": info.dtype, "num_layers": info.num_layers, "layer_path": info.layer_path, "limit": spec.limit,
+        "num_fewshot": spec.num_fewshot, "seed": spec.seed, "batch_size": spec.batch_size,
+        "include_path": files_digest(spec.include_path) if spec.include_path else None,
+        "squad_data": files_digest(spec.squad_data) if spec.squad_data else None,
+        "versions": {k: versions.get(k) for k in ("torch", "transformers", "lm_eval")},
     }
+
+
+def files_digest(path: str) -> str:
+    """sha256 over the names, sizes and modification times of the files under `path` (or of `path`)."""
+    import hashlib
+
+    root = Path(path)
+    if not root.exists():  # reported by the loader that needs it, with a proper message
+        return f"{os.path.abspath(path)}@missing"
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    digest = hashlib.sha256()
+    for file in files:
+        stat = file.stat()
+        digest.update(f"{file.relative_to(root) if root.is_dir() else file.name}|{stat.st_size}|"
+                      f"{stat.st_mtime_ns}\n".encode())
+    return f"{os.path.abspath(path)}@{digest.hexdigest()[:16]}"
 
 
 def make_scorers(loaded: LoadedModel, stack: LayerStack, spec: PruneSpec,
@@ -175,8 +199,10 @@ def run_prune_drop(spec: PruneSpec, out_dir: Path, resume: bool = False,
     progress = progress or Progress()
     started = datetime.now(timezone.utc)
     clock = time.perf_counter()
-    check_tasks_fit_model(spec.tasks, model_kind(load_config(spec.model)) if loaded is None else loaded.kind,
-                          spec.model.model, spec.engine)
+    config = load_config(spec.model) if loaded is None else loaded.model.config
+    check_tasks_fit_model(spec.tasks, model_kind(config), spec.model.model, spec.engine)
+    if isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
+        parse_layer_ranges(spec.layers, config.num_hidden_layers)  # fail before minutes of loading
     if loaded is None:
         progress.stage("Loading model")
         loaded = load_model(spec.model, purpose="head")

@@ -38,8 +38,12 @@ class PruneState:
     def open(cls, out_dir: Path, fingerprint: dict[str, Any], resume: bool) -> PruneState:
         """A fresh state, or (with `resume`) the one on disk after checking it is the same experiment."""
         path = out_dir / PARTIAL_NAME
-        if not resume or not path.exists():
+        if not path.exists():
             return cls(path, fingerprint)
+        if not resume:  # never overwrite hours of finished evaluations by accident
+            raise ResultError(f"{path} holds an unfinished prune-drop run.",
+                              hint="Add --resume to continue it, or delete that file (or use another --out) "
+                                   "to start over.")
         data = read_json(path)
         if data.get("schema") != PARTIAL_SCHEMA:
             raise ResultError(f"{path} is not a prune-drop progress file.")

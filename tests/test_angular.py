@@ -43,7 +43,7 @@ def test_accumulator_chunks_like_one_pass(monkeypatch):
     states = [torch.randn(50, 16) for _ in range(4)]
     whole = AngularAccumulator(4)
     whole.update(states)
-    monkeypatch.setattr(angular, "_TOKEN_CHUNK", 7)
+    monkeypatch.setattr(angular, "_CHUNK_BYTES", 7 * 4 * 16 * 4)  # 7 positions of 4 states × 16 floats
     chunked = AngularAccumulator(4)
     chunked.update(states)
     assert torch.allclose(torch.tensor(whole.result()), torch.tensor(chunked.result()), atol=1e-12)
@@ -121,3 +121,21 @@ def test_batch_size_does_not_change_the_result(tiny_checkpoints):
     one = run_angular(_spec(tiny_checkpoints["llama"], tokens=500, batch_size=1))
     many = run_angular(_spec(tiny_checkpoints["llama"], tokens=500, batch_size=8))
     assert torch.allclose(torch.tensor(one.distance), torch.tensor(many.distance), atol=1e-6)
+
+
+def test_roberta_positions_offset_caps_the_window(minilm, tmp_path):
+    """RoBERTa's position ids start at pad_token_id + 1: only max_position_embeddings - 2 positions exist."""
+    import transformers as tf
+
+    tokenizer = tf.AutoTokenizer.from_pretrained(minilm)
+    config = tf.RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                              num_attention_heads=4, max_position_embeddings=42, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    tf.RobertaModel(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    spec = _spec(tmp_path, tokens=200, seq_len=1024)
+    result = run_angular(spec)
+    assert result.data["seq_len"] == 42 - (tokenizer.pad_token_id + 1)
+    windows = build_windows(tokenizer, iter_documents(spec.corpus), 200, result.data["seq_len"])
+    reference = reference_distances(float64_base_model(tmp_path, "bert"), windows)
+    assert torch.allclose(torch.tensor(result.distance, dtype=torch.float64), reference, atol=2e-6)

@@ -34,6 +34,11 @@ def test_layers_command(tiny_checkpoints):
     result = runner.invoke(app, ["layers", str(tiny_checkpoints["gpt2"])])
     assert result.exit_code == 0, result.output
     assert "stack path: h" in result.output and "L = 4" in result.output and "GPT2Block" in result.output
+    import transformers as tf
+
+    real = tf.AutoModel.from_pretrained(tiny_checkpoints["gpt2"])  # the listing is built without weights
+    expected = sum(p.numel() for p in real.h.parameters())
+    assert f"parameters in blocks: {expected:,}" in " ".join(result.output.split())
 
 
 def test_plot_redraws_from_json(tiny_checkpoints, tmp_path):

@@ -449,6 +449,11 @@ def test_resume_continues_an_interrupted_run_and_recomputes_nothing(tiny_checkpo
                           out)
     assert (out / PARTIAL_NAME).read_text() == before
 
+    # Without --resume the unfinished run is not silently overwritten either.
+    with pytest.raises(ResultError, match="unfinished prune-drop run"):
+        run_prune_drop(resume_spec(path), out, loaded=loaded)
+    assert (out / PARTIAL_NAME).read_text() == before
+
     monkeypatch.setattr(HarnessScorer, "score", watched)
     spy.reset()
     resumed = run_prune_drop(resume_spec(path), out, resume=True, loaded=loaded)
@@ -577,3 +582,20 @@ def test_cli_run_writes_json_plots_and_table_with_the_documented_schema(tiny_che
         assert entry["metric"] == primary
         assert entry["baseline"] == data["tasks"][task]["metrics"][primary]["baseline"]
         assert entry["most_harmful"]["layer"] in (0, 3)
+
+
+def test_a_retrained_local_checkpoint_is_a_different_run(tmp_path):
+    """Local checkpoints have no commit hash: their files pin them, so --resume cannot mix two trainings."""
+    import os
+
+    from layerprobe.prune import files_digest
+
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "model.safetensors").write_bytes(b"weights of run 1")
+    first = files_digest(str(checkpoint))
+    assert files_digest(str(checkpoint)) == first
+    (checkpoint / "model.safetensors").write_bytes(b"weights of run 2, retrained")
+    os.utime(checkpoint / "model.safetensors", ns=(1, 1))
+    assert files_digest(str(checkpoint)) != first
+    assert files_digest(str(tmp_path / "missing")).endswith("@missing")

@@ -9,7 +9,8 @@ lower-level `evaluate` with:
 - the same `TaskSet` (tasks built once: see `tasks.py`), whose requests lm-eval rebuilds at every call;
 - python/numpy/torch and every task's few-shot sampler re-seeded before each call exactly as
   `lm_eval.simple_evaluate` seeds them, so every variant sees the very same prompts.
-With those, `evaluate` gives exactly what `simple_evaluate` gives for the same model and settings.
+With those, `evaluate` gives exactly what `simple_evaluate` gives for the same model, settings and seeds
+(`lm_eval --seed N`: one seed for python, numpy, torch and few-shot sampling).
 """
 
 from __future__ import annotations

@@ -60,6 +60,7 @@ class SharedPrefixLM(HFLM):
         self.store: dict[Key, dict[int | None, tuple[float, bool]]] = {}
         self.block_rows = 0  # block forward passes, counted per sequence (benchmarks read it)
         self._rows_per_batch: int | None = None
+        self._detected_at = 0  # input length the auto batch size was detected for
         self._output_arity: int | None = None
         self._arity_known = False  # None is a valid arity (a bare tensor), so it cannot mean "not probed"
 
@@ -79,23 +80,29 @@ class SharedPrefixLM(HFLM):
             inp = (context + continuation)[-(self.max_length + 1):][:-1]
             rows.setdefault(inp, []).append((context, continuation))
         ordered = sorted(rows, key=lambda inp: (-len(inp), inp))  # longest first: least padding
-        per_batch = self._batch_rows()
+        per_batch = self._batch_rows(ordered[0])
         for start in range(0, len(ordered), per_batch):
             batch = ordered[start:start + per_batch]
             for chunk in self._memory_chunks(batch):
                 self._score_chunk(chunk, {inp: rows[inp] for inp in chunk})
 
-    def _batch_rows(self) -> int:
-        if self._rows_per_batch is None:
-            size = self.batch_size
-            if size == "auto":  # detected once per model object, then kept for every variant
-                size = self._detect_batch_size()
-            self._rows_per_batch = max(1, int(size))
+    def _batch_rows(self, longest: tuple[int, ...]) -> int:
+        """Rows per batch; with "auto", lm-eval's detection at the longest input seen so far.
+
+        Detecting without requests would probe at the model's whole context (40K tokens for Qwen3) and
+        settle on a batch of one or two; the longest real input is what has to fit.
+        """
+        if self.batch_size != "auto":
+            return max(1, int(self.batch_size))
+        if self._rows_per_batch is None or len(longest) > self._detected_at:
+            probe = [(None, list(longest), [self.tokenizer.eos_token_id or 0])]
+            self._rows_per_batch = max(1, int(self._detect_batch_size(probe, 0)))
+            self._detected_at = len(longest)
         return self._rows_per_batch
 
     def _memory_chunks(self, batch: list[tuple[int, ...]]) -> Iterator[list[tuple[int, ...]]]:
         """Split a batch so the recorded inputs of all selected blocks fit the memory budget."""
-        hidden = self.model.get_input_embeddings().embedding_dim
+        hidden = getattr(self.model.config, "hidden_size", None) or self.model.get_input_embeddings().embedding_dim
         itemsize = next(self.model.parameters()).element_size()
         # The capture hooks hold every block's input (L+1 states) until the baseline pass returns.
         per_row = (self.stack.num_layers + 1) * len(batch[0]) * hidden * itemsize
@@ -254,10 +261,15 @@ def verify_head(model: Any, tokenizer: Any, atol: float = 1e-4) -> str | None:
     device = model.get_input_embeddings().weight.device
     ids = tokenizer("The quick brown fox jumps over the lazy dog.", return_tensors="pt")["input_ids"]
     ids = ids[:, : max(2, min(ids.shape[1], 16))].to(device)
-    with torch.inference_mode():
-        expected = model(input_ids=ids, use_cache=False).logits[0].float().log_softmax(-1)
-        final = model.base_model(input_ids=ids, use_cache=False).last_hidden_state[0]
-        got = head_logits(model, final).float().log_softmax(-1)
+    try:
+        with torch.inference_mode():
+            expected = model(input_ids=ids, use_cache=False).logits[0].float().log_softmax(-1)
+            final = model.base_model(input_ids=ids, use_cache=False).last_hidden_state[0]
+            got = head_logits(model, final).float().log_softmax(-1)
+    except Exception as exc:  # remote-code models may not split into base model + head at all
+        return f"its base model and head cannot be run separately ({type(exc).__name__}: {exc})"
+    if got.shape != expected.shape:
+        return f"its head gives {tuple(got.shape)} logits where the model gives {tuple(expected.shape)}"
     if not torch.allclose(got, expected, atol=atol, rtol=1e-4):
         return (f"its head does something after the output embedding that layerprobe does not reproduce "
                 f"(max difference {float((got - expected).abs().max()):.2e})")

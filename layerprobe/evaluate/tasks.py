@@ -104,7 +104,11 @@ def quiet_lm_eval() -> Iterator[None]:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed python's `random`, numpy and torch, as `lm_eval.simple_evaluate` does before it loads tasks."""
+    """Seed python's `random`, numpy and torch with one seed, as `lm_eval --seed N` does.
+
+    (`simple_evaluate`'s own defaults differ: random 0, numpy and torch 1234; tasks that shuffle with the
+    global `random` then see other prompts than a default lm-eval run. Every variant sees the same ones.)
+    """
     import numpy as np
     from lm_eval.utils import set_torch_seed
 
