@@ -31,9 +31,15 @@ from layerprobe.specs import BUILTIN_CORPUS, CorpusSpec, ModelSpec
 
 def build_model(directory: Path, layers: int, hidden: int) -> Path:
     tokenizer = tf.AutoTokenizer.from_pretrained(_minilm_or_fail())
-    config = tf.LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 3,
-                            num_hidden_layers=layers, num_attention_heads=max(1, hidden // 64),
-                            num_key_value_heads=max(1, hidden // 64), max_position_embeddings=1024)
+    config = tf.LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=hidden * 3,
+        num_hidden_layers=layers,
+        num_attention_heads=max(1, hidden // 64),
+        num_key_value_heads=max(1, hidden // 64),
+        max_position_embeddings=1024,
+    )
     torch.manual_seed(0)
     tf.LlamaModel(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
@@ -57,8 +63,9 @@ def per_span(model, windows, batch_size: int, num_layers: int) -> None:
     with torch.inference_mode():
         for n in range(1, num_layers + 1):
             for group in batches(windows, batch_size):
-                out = model(input_ids=torch.tensor([w.input_ids for w in group]), output_hidden_states=True,
-                            use_cache=False)
+                out = model(
+                    input_ids=torch.tensor([w.input_ids for w in group]), output_hidden_states=True, use_cache=False
+                )
                 states = out.hidden_states
                 for l in range(num_layers - n + 1):
                     a, b = states[l].float(), states[l + n].float()
@@ -93,14 +100,23 @@ def main() -> None:
         path = args.model or build_model(Path(tmp) / "model", args.layers, args.hidden)
         loaded = load_model(ModelSpec(str(path), device="cpu", dtype="float32"))
         stack = find_layers(loaded.model)
-        windows = build_windows(loaded.tokenizer, iter_documents(CorpusSpec(BUILTIN_CORPUS)), args.tokens,
-                                min(args.seq_len, loaded.context_length or args.seq_len))
+        windows = build_windows(
+            loaded.tokenizer,
+            iter_documents(CorpusSpec(BUILTIN_CORPUS)),
+            args.tokens,
+            min(args.seq_len, loaded.context_length or args.seq_len),
+        )
         model, L = loaded.model, stack.num_layers
         bare_forward(model, windows[:1], 1)  # warm-up
-        floor, ours = best_of(args.repeats, lambda: bare_forward(model, windows, args.batch_size),
-                              lambda: measure(loaded, stack, windows, "all", args.batch_size))
-        print(f"model: {path}  L={L}  tokens={args.tokens}  seq_len={len(windows[0].input_ids)}  "
-              f"batch={args.batch_size}  threads={torch.get_num_threads()}")
+        floor, ours = best_of(
+            args.repeats,
+            lambda: bare_forward(model, windows, args.batch_size),
+            lambda: measure(loaded, stack, windows, "all", args.batch_size),
+        )
+        print(
+            f"model: {path}  L={L}  tokens={args.tokens}  seq_len={len(windows[0].input_ids)}  "
+            f"batch={args.batch_size}  threads={torch.get_num_threads()}"
+        )
         print(f"bare forward (floor):        {floor:8.3f} s")
         print(f"layerprobe one pass:         {ours:8.3f} s   ratio to floor: {ours / floor:.3f}  (target <= 1.25)")
         if not args.skip_per_span:

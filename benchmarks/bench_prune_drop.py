@@ -56,22 +56,34 @@ def build_tokenizer(vocab_size: int):
     tokenizer = Tokenizer(models.BPE(unk_token=None))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator(list(topics.values()), trainer)
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A", special_tokens=[("<s>", tokenizer.token_to_id("<s>"))])
-    return tf.PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>",
-                                      pad_token="<pad>")
+        single="<s> $A", special_tokens=[("<s>", tokenizer.token_to_id("<s>"))]
+    )
+    return tf.PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
 
 
 def build_model(directory: Path, layers: int, hidden: int, vocab_size: int) -> Path:
     tokenizer = build_tokenizer(vocab_size)
     heads = max(1, hidden // 64)
-    config = tf.LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 3,
-                            num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
-                            max_position_embeddings=1024, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-                            architectures=["LlamaForCausalLM"])
+    config = tf.LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=hidden * 3,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=1024,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        architectures=["LlamaForCausalLM"],
+    )
     torch.manual_seed(0)
     tf.LlamaForCausalLM(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
@@ -144,8 +156,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed rounds (engines alternate); the minimum "
-                                                              "is reported, robust to other load on the machine")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="timed rounds (engines alternate); the minimum is reported, robust to other load on the machine",
+    )
     parser.add_argument("--profile", action="store_true", help="print cProfile's top entries of both runs")
     args = parser.parse_args()
     if args.threads:
@@ -155,41 +171,58 @@ def main() -> None:
         path = args.model or build_model(Path(tmp) / "model", args.layers, args.hidden, args.vocab)
         loaded = load_model(ModelSpec(str(path), device=args.device), purpose="head")
         L = find_layers(loaded.model).num_layers
-        spec_args = dict(model=loaded.spec, tasks=tuple(args.tasks.split(",")), limit=args.limit,
-                         num_fewshot=args.num_fewshot, batch_size=args.batch_size,
-                         include_path=str(args.include_path))
+        spec_args = dict(
+            model=loaded.spec,
+            tasks=tuple(args.tasks.split(",")),
+            limit=args.limit,
+            num_fewshot=args.num_fewshot,
+            batch_size=args.batch_size,
+            include_path=str(args.include_path),
+        )
         # Warm-up: imports, dataset loading and first-call costs are paid here, by neither engine.
         for engine in ("simple", "shared"):
-            run_prune_drop(PruneSpec(engine=engine, **dict(spec_args, limit=1, layers="0")),
-                           Path(tmp) / f"warm-{engine}", loaded=loaded)
+            run_prune_drop(
+                PruneSpec(engine=engine, **dict(spec_args, limit=1, layers="0")),
+                Path(tmp) / f"warm-{engine}",
+                loaded=loaded,
+            )
         times: dict[str, list[float]] = {"simple": [], "shared": []}
         runs = {}
         for round_ in range(max(1, args.repeat)):
             order = ("simple", "shared") if round_ % 2 == 0 else ("shared", "simple")
             for engine in order:
-                runs[engine] = run_engine(engine, spec_args, loaded, Path(tmp) / f"{engine}-{round_}",
-                                          args.profile and round_ == 0)
+                runs[engine] = run_engine(
+                    engine, spec_args, loaded, Path(tmp) / f"{engine}-{round_}", args.profile and round_ == 0
+                )
                 times[engine].append(runs[engine][0])
 
     (_, simple, rows_simple, _, prof_simple) = runs["simple"]
     (_, shared, rows_shared_hooked, rows_shared, prof_shared) = runs["shared"]
     t_simple, t_shared = min(times["simple"]), min(times["shared"])
     params = sum(p.numel() for p in loaded.model.parameters())
-    print(f"model: {path if args.model else 'built LLaMA'}  L={L}  hidden={loaded.model.config.hidden_size}  "
-          f"params={params / 1e6:.1f}M  device={loaded.device_label}  threads={torch.get_num_threads()}")
-    print(f"tasks: {args.tasks}  limit={args.limit:g}  num_fewshot={args.num_fewshot}  "
-          f"batch_size={args.batch_size}  variants={L + 1}")
+    print(
+        f"model: {path if args.model else 'built LLaMA'}  L={L}  hidden={loaded.model.config.hidden_size}  "
+        f"params={params / 1e6:.1f}M  device={loaded.device_label}  threads={torch.get_num_threads()}"
+    )
+    print(
+        f"tasks: {args.tasks}  limit={args.limit:g}  num_fewshot={args.num_fewshot}  "
+        f"batch_size={args.batch_size}  variants={L + 1}"
+    )
     print(f"engine reported: simple run -> {simple.engine}, shared run -> {shared.engine}")
     print()
     print(f"{'':8}{'wall s (min)':>13}{'block rows':>12}   all rounds")
     print(f"{'simple':8}{t_simple:13.2f}{rows_simple:12,}   {', '.join(f'{t:.2f}' for t in times['simple'])}")
-    print(f"{'shared':8}{t_shared:13.2f}{rows_shared or 0:12,}   {', '.join(f'{t:.2f}' for t in times['shared'])}"
-          f"   (hooks saw {rows_shared_hooked:,} rows incl. probes)")
+    print(
+        f"{'shared':8}{t_shared:13.2f}{rows_shared or 0:12,}   {', '.join(f'{t:.2f}' for t in times['shared'])}"
+        f"   (hooks saw {rows_shared_hooked:,} rows incl. probes)"
+    )
     print()
     print(f"wall time ratio shared/simple:   {t_shared / t_simple:.3f}   (target <= 0.6)")
     if rows_shared:
-        print(f"block rows ratio shared/simple:  {rows_shared / rows_simple:.3f}   "
-              f"theory (L+1)/(2L) = {(L + 1) / (2 * L):.3f}")
+        print(
+            f"block rows ratio shared/simple:  {rows_shared / rows_simple:.3f}   "
+            f"theory (L+1)/(2L) = {(L + 1) / (2 * L):.3f}"
+        )
     print(f"forward passes, theory (L+2)/(2(L+1)) = {(L + 2) / (2 * (L + 1)):.3f}")
     print(f"max relative difference of any metric between engines: {max_relative_difference(simple, shared):.2e}")
     for name, profiler in (("simple", prof_simple), ("shared", prof_shared)):

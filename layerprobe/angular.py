@@ -73,8 +73,9 @@ class AngularAccumulator:
         step = max(1, _CHUNK_BYTES // (self.num_states * hidden * 4))
         with full_fp32_matmul():
             for start in range(0, total, step):
-                chunk = torch.stack([s[start:start + step].to(self.sums.device, torch.float32)
-                                     for s in states], dim=1)  # (positions, L+1, hidden)
+                chunk = torch.stack(
+                    [s[start : start + step].to(self.sums.device, torch.float32) for s in states], dim=1
+                )  # (positions, L+1, hidden)
                 finite = torch.isfinite(chunk).all(dim=2).all(dim=1)
                 if not bool(finite.all()):
                     self.nonfinite += int((~finite).sum())
@@ -133,13 +134,17 @@ def measure(
             states.clear()
             loaded.model(input_ids=ids, **extra)
             if len(states) != stack.num_layers + 1:
-                raise RuntimeError(f"captured {len(states)} states for {stack.num_layers} blocks; "
-                                   "a block was called more or less than once per forward pass")
+                raise RuntimeError(
+                    f"captured {len(states)} states for {stack.num_layers} blocks; "
+                    "a block was called more or less than once per forward pass"
+                )
             if any(tuple(s.shape[:2]) != tuple(ids.shape) for s in states):
-                raise UnsupportedModel(f"The blocks of {loaded.architecture} pass hidden states shaped "
-                                       f"{tuple(states[0].shape)} for input {tuple(ids.shape)}; layerprobe "
-                                       "expects (batch, sequence, hidden).",
-                                       hint="Sequence-first (remote-code) models are not supported.")
+                raise UnsupportedModel(
+                    f"The blocks of {loaded.architecture} pass hidden states shaped "
+                    f"{tuple(states[0].shape)} for input {tuple(ids.shape)}; layerprobe "
+                    "expects (batch, sequence, hidden).",
+                    hint="Sequence-first (remote-code) models are not supported.",
+                )
             if positions == "all":
                 flat = [s.reshape(-1, s.shape[-1]) for s in states]
             else:
@@ -153,8 +158,9 @@ def measure(
     return accumulator
 
 
-def run_angular(spec: AngularSpec, progress: Progress | None = None,
-                loaded: LoadedModel | None = None) -> AngularResult:
+def run_angular(
+    spec: AngularSpec, progress: Progress | None = None, loaded: LoadedModel | None = None
+) -> AngularResult:
     """Load the model (unless given), build the windows, measure, and return the result."""
     progress = progress or Progress()
     started = datetime.now(timezone.utc)
@@ -167,8 +173,9 @@ def run_angular(spec: AngularSpec, progress: Progress | None = None,
     if loaded.context_length:
         seq_len = min(seq_len, loaded.context_length)
     progress.stage("Reading corpus", spec.corpus.tokens, "tok")
-    windows = build_windows(loaded.tokenizer, iter_documents(spec.corpus), spec.corpus.tokens, seq_len,
-                            on_tokens=progress.on_advance)
+    windows = build_windows(
+        loaded.tokenizer, iter_documents(spec.corpus), spec.corpus.tokens, seq_len, on_tokens=progress.on_advance
+    )
     progress.stage("Measuring", spec.corpus.tokens, "tok")
     measure_clock = time.perf_counter()
     accumulator = measure(loaded, stack, windows, spec.positions, spec.batch_size, progress.on_advance)
@@ -190,8 +197,12 @@ def run_angular(spec: AngularSpec, progress: Progress | None = None,
         data=data,
         distance=accumulator.result(),
         nonfinite_tokens=accumulator.nonfinite,
-        run=RunInfo(started_at=started.isoformat(timespec="seconds"), seconds=time.perf_counter() - clock,
-                    versions=library_versions(), device=loaded.device_label),
+        run=RunInfo(
+            started_at=started.isoformat(timespec="seconds"),
+            seconds=time.perf_counter() - clock,
+            versions=library_versions(),
+            device=loaded.device_label,
+        ),
         tokens_per_second=data["tokens"] / measure_seconds if measure_seconds > 0 else 0.0,
     )
 

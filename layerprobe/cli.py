@@ -30,14 +30,24 @@ app = typer.Typer(
 # Options shared by every command that loads a model.
 ModelArg = Annotated[str, typer.Argument(help="Hub id (org/name) or local checkpoint directory.")]
 RevisionOpt = Annotated[str | None, typer.Option("--revision", help="Branch, tag or commit of a hub model.")]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="auto|float32|bfloat16|float16. auto: the checkpoint's "
-                                                       "half precision on GPU, float32 on CPU.")]
+DtypeOpt = Annotated[
+    str,
+    typer.Option(
+        "--dtype", help="auto|float32|bfloat16|float16. auto: the checkpoint's half precision on GPU, float32 on CPU."
+    ),
+]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto|cpu|cuda|cuda:N|mps. auto: GPU if present.")]
-DeviceMapOpt = Annotated[str | None, typer.Option("--device-map", help="'auto' spreads a model too large for one "
-                                                                       "GPU over all GPUs (and CPU) via accelerate.")]
+DeviceMapOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--device-map", help="'auto' spreads a model too large for one GPU over all GPUs (and CPU) via accelerate."
+    ),
+]
 TrustOpt = Annotated[bool, typer.Option("--trust-remote-code", help="Allow the repository's own modelling code.")]
-LayersPathOpt = Annotated[str | None, typer.Option("--layers-path", help="Dotted path of the blocks' ModuleList "
-                                                                         "(e.g. model.layers), if not found.")]
+LayersPathOpt = Annotated[
+    str | None,
+    typer.Option("--layers-path", help="Dotted path of the blocks' ModuleList (e.g. model.layers), if not found."),
+]
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory (default: ./layerprobe-out/<model>/).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).")]
 
@@ -79,18 +89,29 @@ def output_dir(out_opt: Path | None, model: str) -> Path:
 def angular(
     model: ModelArg,
     tokens: Annotated[int, typer.Option("--tokens", help="Positions to stream through the model (exact).")] = 262_144,
-    positions: Annotated[str, typer.Option("--positions", help="all: mean over every measured position; last: "
-                                                                "the last text token of each window "
-                                                                "(Gromov et al.).")] = "all",
-    dataset: Annotated[str, typer.Option("--dataset", help="Hub dataset id, a local .txt/.jsonl/.parquet file, "
-                                                            "or builtin:pydoc (offline English text).")] = "allenai/c4",
-    dataset_config: Annotated[str | None, typer.Option("--dataset-config", help="Hub dataset config "
-                                                                                "(default: en for allenai/c4, "
-                                                                                "none otherwise).")] = None,
+    positions: Annotated[
+        str,
+        typer.Option(
+            "--positions",
+            help="all: mean over every measured position; last: the last text token of each window (Gromov et al.).",
+        ),
+    ] = "all",
+    dataset: Annotated[
+        str,
+        typer.Option(
+            "--dataset",
+            help="Hub dataset id, a local .txt/.jsonl/.parquet file, or builtin:pydoc (offline English text).",
+        ),
+    ] = "allenai/c4",
+    dataset_config: Annotated[
+        str | None,
+        typer.Option("--dataset-config", help="Hub dataset config (default: en for allenai/c4, none otherwise)."),
+    ] = None,
     split: Annotated[str, typer.Option("--split", help="Hub dataset split.")] = "validation",
     text_field: Annotated[str, typer.Option("--text-field", help="Column/field that holds the text.")] = "text",
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Window length in tokens (capped by the model's "
-                                                           "context).")] = 1024,
+    seq_len: Annotated[
+        int, typer.Option("--seq-len", help="Window length in tokens (capped by the model's context).")
+    ] = 1024,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Windows per forward pass.")] = 8,
     revision: RevisionOpt = None,
     dtype: DtypeOpt = "auto",
@@ -129,8 +150,11 @@ def demo(
     from layerprobe.demo import demo_model_dir
     from layerprobe.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
 
-    spec = AngularSpec(model=ModelSpec(str(demo_model_dir()), device="cpu"),
-                       corpus=CorpusSpec(BUILTIN_CORPUS, None, "train", "text", tokens, 512), batch_size=8)
+    spec = AngularSpec(
+        model=ModelSpec(str(demo_model_dir()), device="cpu"),
+        corpus=CorpusSpec(BUILTIN_CORPUS, None, "train", "text", tokens, 512),
+        batch_size=8,
+    )
     _run_and_report_angular(spec, out_dir, quiet)
 
 
@@ -152,31 +176,58 @@ def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
 @friendly_errors
 def prune_drop(
     model: ModelArg,
-    task: Annotated[list[str], typer.Option("--task", help="lm-eval task or group (mmlu, arc_easy, a task under "
-                                                           "--include-path), or squad for extractive-QA "
-                                                           "models. Repeat for several.")],
-    layers_opt: Annotated[str | None, typer.Option("--layers", help="Blocks to remove, one at a time: 0-based "
-                                                                    "inclusive ranges like 0-3,7 "
-                                                                    "(default: all blocks).")] = None,
-    limit: Annotated[float | None, typer.Option("--limit", help="Documents per task (a value < 1 is a fraction), "
-                                                                "for quick runs.")] = None,
-    num_fewshot: Annotated[int | None, typer.Option("--num-fewshot", help="Few-shot examples (default: the "
-                                                                          "task's own).")] = None,
-    batch_size: Annotated[str, typer.Option("--batch-size", help="Requests per forward pass, or 'auto' "
-                                                                 "(lm-eval's detection of the largest "
-                                                                 "that fits).")] = "8",
+    task: Annotated[
+        list[str],
+        typer.Option(
+            "--task",
+            help="lm-eval task or group (mmlu, arc_easy, a task under "
+            "--include-path), or squad for extractive-QA "
+            "models. Repeat for several.",
+        ),
+    ],
+    layers_opt: Annotated[
+        str | None,
+        typer.Option(
+            "--layers",
+            help="Blocks to remove, one at a time: 0-based inclusive ranges like 0-3,7 (default: all blocks).",
+        ),
+    ] = None,
+    limit: Annotated[
+        float | None, typer.Option("--limit", help="Documents per task (a value < 1 is a fraction), for quick runs.")
+    ] = None,
+    num_fewshot: Annotated[
+        int | None, typer.Option("--num-fewshot", help="Few-shot examples (default: the task's own).")
+    ] = None,
+    batch_size: Annotated[
+        str,
+        typer.Option(
+            "--batch-size", help="Requests per forward pass, or 'auto' (lm-eval's detection of the largest that fits)."
+        ),
+    ] = "8",
     seed: Annotated[int, typer.Option("--seed", help="Seed for few-shot sampling and every RNG.")] = 1234,
-    include_path: Annotated[Path | None, typer.Option("--include-path", help="Folder of extra lm-eval task "
-                                                                             "YAMLs.")] = None,
-    squad_data: Annotated[Path | None, typer.Option("--squad-data", help="Local SQuAD v1.1 JSON (or .jsonl) "
-                                                                         "instead of the hub's "
-                                                                         "rajpurkar/squad.")] = None,
-    engine: Annotated[str, typer.Option("--engine", help="auto: shared-prefix for loglikelihood tasks, simple "
-                                                         "otherwise; simple: one full evaluation per removed "
-                                                         "block; shared: reuse the baseline's states of blocks "
-                                                         "before the removed one.")] = "auto",
-    resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run in the same --out, "
-                                                          "recomputing nothing already done.")] = False,
+    include_path: Annotated[
+        Path | None, typer.Option("--include-path", help="Folder of extra lm-eval task YAMLs.")
+    ] = None,
+    squad_data: Annotated[
+        Path | None,
+        typer.Option("--squad-data", help="Local SQuAD v1.1 JSON (or .jsonl) instead of the hub's rajpurkar/squad."),
+    ] = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine",
+            help="auto: shared-prefix for loglikelihood tasks, simple "
+            "otherwise; simple: one full evaluation per removed "
+            "block; shared: reuse the baseline's states of blocks "
+            "before the removed one.",
+        ),
+    ] = "auto",
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume", help="Continue an interrupted run in the same --out, recomputing nothing already done."
+        ),
+    ] = False,
     revision: RevisionOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
@@ -198,9 +249,15 @@ def prune_drop(
     parsed_batch: int | str = batch_size if batch_size == "auto" else _positive_int(batch_size, "--batch-size")
     spec = PruneSpec(
         model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
-        tasks=tuple(task), layers=layers_opt, limit=limit, num_fewshot=num_fewshot, batch_size=parsed_batch,
-        seed=seed, include_path=str(include_path) if include_path else None,
-        squad_data=str(squad_data) if squad_data else None, engine=engine,
+        tasks=tuple(task),
+        layers=layers_opt,
+        limit=limit,
+        num_fewshot=num_fewshot,
+        batch_size=parsed_batch,
+        seed=seed,
+        include_path=str(include_path) if include_path else None,
+        squad_data=str(squad_data) if squad_data else None,
+        engine=engine,
     )
     directory = output_dir(out_dir, model)
     progress = RichProgress(quiet)
@@ -245,8 +302,11 @@ def layers(
     for index, (block, size) in enumerate(zip(stack.blocks, sizes, strict=True)):
         table.add_row(str(index), type(block).__name__, f"{size:,}")
     out.print(table)
-    out.print(f"stack path: {stack.path}   L = {stack.num_layers}   block class: {stack.block_class}   "
-              f"parameters in blocks: {sum(sizes):,}", highlight=False)
+    out.print(
+        f"stack path: {stack.path}   L = {stack.num_layers}   block class: {stack.block_class}   "
+        f"parameters in blocks: {sum(sizes):,}",
+        highlight=False,
+    )
 
 
 @app.command()

@@ -33,8 +33,13 @@ class Side:
     num_layers: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": str(self.path), "model": self.model, "revision": self.revision, "commit": self.commit,
-                "num_layers": self.num_layers}
+        return {
+            "path": str(self.path),
+            "model": self.model,
+            "revision": self.revision,
+            "commit": self.commit,
+            "num_layers": self.num_layers,
+        }
 
 
 @dataclass(frozen=True)
@@ -90,34 +95,49 @@ def compare_paths(baseline: str | Path, candidate: str | Path, rules: GateRules 
     return Verdict(baseline, candidate, rules, comparisons, skipped)
 
 
-def compare_results(baseline: AngularResult | PruneDropResult, candidate: AngularResult | PruneDropResult,
-                    rules: GateRules, baseline_path: Path = Path("baseline"),
-                    candidate_path: Path = Path("candidate")) -> KindComparison:
+def compare_results(
+    baseline: AngularResult | PruneDropResult,
+    candidate: AngularResult | PruneDropResult,
+    rules: GateRules,
+    baseline_path: Path = Path("baseline"),
+    candidate_path: Path = Path("candidate"),
+) -> KindComparison:
     """Apply the rules of the results' kind. Layers are matched by index; a change in L is noted."""
     kind = _kind(baseline)
     if _kind(candidate) != kind:
-        raise ResultError(f"Cannot compare a {kind} result ({baseline_path}) with a {_kind(candidate)} result "
-                          f"({candidate_path}).", hint="Pass two results of the same kind.")
+        raise ResultError(
+            f"Cannot compare a {kind} result ({baseline_path}) with a {_kind(candidate)} result ({candidate_path}).",
+            hint="Pass two results of the same kind.",
+        )
     if kind == "angular":
         for path, result in ((baseline_path, baseline), (candidate_path, candidate)):
             if not result.distance or any(len(row) != len(result.distance) for row in result.distance):
                 raise ResultError(f"Malformed angular result {path}: the distance matrix is not square.")
         results, notes = angular_rules(baseline, candidate, rules), []
         watched = ("dataset", "config", "split", "positions", "seq_len")
-        notes += [f"data.{k} differs: baseline {baseline.data.get(k)!r}, candidate {candidate.data.get(k)!r}"
-                  for k in watched if baseline.data.get(k) != candidate.data.get(k)]
+        notes += [
+            f"data.{k} differs: baseline {baseline.data.get(k)!r}, candidate {candidate.data.get(k)!r}"
+            for k in watched
+            if baseline.data.get(k) != candidate.data.get(k)
+        ]
     else:
         results, notes = prune_drop_rules(baseline, candidate, rules)
-        notes += [f"{task}: {k} differs: baseline {getattr(drop, k)!r}, candidate "
-                  f"{getattr(candidate.tasks[task], k)!r}" for task, drop in baseline.tasks.items()
-                  if task in candidate.tasks for k in ("num_fewshot", "limit")
-                  if getattr(drop, k) != getattr(candidate.tasks[task], k)]
+        notes += [
+            f"{task}: {k} differs: baseline {getattr(drop, k)!r}, candidate {getattr(candidate.tasks[task], k)!r}"
+            for task, drop in baseline.tasks.items()
+            if task in candidate.tasks
+            for k in ("num_fewshot", "limit")
+            if getattr(drop, k) != getattr(candidate.tasks[task], k)
+        ]
     sides = [_side(path, result) for path, result in ((baseline_path, baseline), (candidate_path, candidate))]
     if sides[0].num_layers != sides[1].num_layers:
         common = min(s.num_layers for s in sides)
-        notes.insert(0, f"L differs: candidate {sides[1].num_layers} vs baseline {sides[0].num_layers} blocks "
-                        f"({sides[1].num_layers - sides[0].num_layers:+d}); per-layer values are matched by index "
-                        f"over blocks 0–{common - 1}, whole-stack rules use each model's own L")
+        notes.insert(
+            0,
+            f"L differs: candidate {sides[1].num_layers} vs baseline {sides[0].num_layers} blocks "
+            f"({sides[1].num_layers - sides[0].num_layers:+d}); per-layer values are matched by index "
+            f"over blocks 0–{common - 1}, whole-stack rules use each model's own L",
+        )
     return KindComparison(kind, sides[0], sides[1], results, notes, baseline, candidate)
 
 
@@ -140,28 +160,41 @@ def plot_verdict(verdict: Verdict, out_dir: str | Path | None = None) -> list[Pa
 def compare_command(
     baseline: Annotated[Path, typer.Argument(help="Baseline result JSON, or a run directory.")],
     candidate: Annotated[Path, typer.Argument(help="Candidate result JSON of the same kind, or a run directory.")],
-    rules_file: Annotated[Path | None, typer.Option("--rules", help="Rules TOML (sections angular, prune_drop); "
-                                                                    "flags override it.")] = None,
-    lazy_threshold: Annotated[float | None, typer.Option(help="A block is lazy when d(x^l, x^l+1) is below "
-                                                              "this (default 0.2).")] = None,
+    rules_file: Annotated[
+        Path | None, typer.Option("--rules", help="Rules TOML (sections angular, prune_drop); flags override it.")
+    ] = None,
+    lazy_threshold: Annotated[
+        float | None, typer.Option(help="A block is lazy when d(x^l, x^l+1) is below this (default 0.2).")
+    ] = None,
     max_lazy_increase: Annotated[int | None, typer.Option(help="Extra lazy blocks allowed (default 0).")] = None,
-    adjacent_tolerance: Annotated[float | None, typer.Option(help="Allowed fall of the mean adjacent "
-                                                                  "distance (default 0.02).")] = None,
-    max_drop: Annotated[float | None, typer.Option(help="Allowed worsening of a task's full-model score "
-                                                        "(absolute, default 0.01).")] = None,
-    se_factor: Annotated[float | None, typer.Option(help="A layer's ΔP may worsen by this × combined "
-                                                         "stderr (default 2.0).")] = None,
+    adjacent_tolerance: Annotated[
+        float | None, typer.Option(help="Allowed fall of the mean adjacent distance (default 0.02).")
+    ] = None,
+    max_drop: Annotated[
+        float | None, typer.Option(help="Allowed worsening of a task's full-model score (absolute, default 0.01).")
+    ] = None,
+    se_factor: Annotated[
+        float | None, typer.Option(help="A layer's ΔP may worsen by this × combined stderr (default 2.0).")
+    ] = None,
     output_format: Annotated[str, typer.Option("--format", help="table|markdown|json on stdout.")] = "table",
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here.")] = None,
-    plot: Annotated[bool, typer.Option("--plot/--no-plot", help="Draw compare.png (compare_<kind>.png for "
-                                                                "several kinds).")] = True,
-    out_dir: Annotated[Path | None, typer.Option("--out", help="Plot directory (default: next to the "
-                                                               "candidate result).")] = None,
+    plot: Annotated[
+        bool, typer.Option("--plot/--no-plot", help="Draw compare.png (compare_<kind>.png for several kinds).")
+    ] = True,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Plot directory (default: next to the candidate result).")
+    ] = None,
 ) -> None:
     """Gate a candidate's results against a baseline's: exit 0 pass, 1 regression, 2 bad input."""
     check_format(output_format)
-    rules = load_rules(rules_file, lazy_threshold=lazy_threshold, max_lazy_increase=max_lazy_increase,
-                       adjacent_tolerance=adjacent_tolerance, max_drop=max_drop, se_factor=se_factor)
+    rules = load_rules(
+        rules_file,
+        lazy_threshold=lazy_threshold,
+        max_lazy_increase=max_lazy_increase,
+        adjacent_tolerance=adjacent_tolerance,
+        max_drop=max_drop,
+        se_factor=se_factor,
+    )
     verdict = compare_paths(baseline, candidate, rules)
     if output_format == "table":
         Console().print(build_table(verdict))
@@ -180,8 +213,9 @@ def compare_command(
             for path in plot_verdict(verdict, out_dir):
                 err.print(f"wrote {path}", highlight=False, markup=False)
         except (LayerprobeError, OSError) as exc:  # a plot is a courtesy: it must not change the exit status
-            err.print(f"warning: no plot: {getattr(exc, 'message', exc)}", style="yellow", highlight=False,
-                      markup=False)
+            err.print(
+                f"warning: no plot: {getattr(exc, 'message', exc)}", style="yellow", highlight=False, markup=False
+            )
     if not verdict.passed:
         raise typer.Exit(1)
 
@@ -192,8 +226,10 @@ def compare_command(
 def _pair_inputs(baseline: Path, candidate: Path) -> tuple[list[tuple[Path, Path]], list[str]]:
     for role, path in (("baseline", baseline), ("candidate", candidate)):
         if not path.exists():
-            raise ResultError(f"The {role} {path} does not exist.",
-                              hint="Pass a result JSON (angular.json, prune_drop.json) or a run directory.")
+            raise ResultError(
+                f"The {role} {path} does not exist.",
+                hint="Pass a result JSON (angular.json, prune_drop.json) or a run directory.",
+            )
     if baseline.is_dir() != candidate.is_dir():
         raise ResultError("Compare two result files or two run directories, not one of each.")
     if not baseline.is_dir():
@@ -207,8 +243,10 @@ def _pair_inputs(baseline: Path, candidate: Path) -> tuple[list[tuple[Path, Path
             role, path = ("baseline", baseline) if here[0] else ("candidate", candidate)
             skipped.append(f"{kind}: only in the {role} ({path / name}); skipped")
     if not pairs:
-        raise ResultError(f"{baseline} and {candidate} share no result ({' or '.join(KIND_FILES.values())}).",
-                          hint="Run the same layerprobe commands for both checkpoints.")
+        raise ResultError(
+            f"{baseline} and {candidate} share no result ({' or '.join(KIND_FILES.values())}).",
+            hint="Run the same layerprobe commands for both checkpoints.",
+        )
     return pairs, skipped
 
 

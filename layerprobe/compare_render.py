@@ -41,25 +41,45 @@ def check_format(fmt: str) -> None:
 
 def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
     """The machine-readable verdict (schema layerprobe/compare@1); non-finite numbers become null."""
-    return _finite({
-        "schema": COMPARE_SCHEMA,
-        "verdict": "pass" if verdict.passed else "regression",
-        "passed": verdict.passed,
-        "inputs": {"baseline": str(verdict.baseline), "candidate": str(verdict.candidate)},
-        "rules": verdict.rules.to_dict(),
-        "counts": {"rules": len(verdict.results), "failed": len(verdict.failed), "skipped": len(verdict.skipped)},
-        "comparisons": [{
-            "kind": c.kind, "passed": c.passed, "baseline": c.baseline.to_dict(),
-            "candidate": c.candidate.to_dict(),
-            "layer_difference": c.candidate.num_layers - c.baseline.num_layers,
-            "results": [{"name": r.name, "rule": r.rule, "subject": r.subject, "criterion": r.criterion,
-                         "thresholds": r.thresholds, "baseline": r.baseline, "candidate": r.candidate,
-                         "change": r.change, "limit": r.limit, "passed": r.passed, "message": r.message,
-                         "details": r.details} for r in c.results],
-            "notes": c.notes,
-        } for c in verdict.comparisons],
-        "skipped": verdict.skipped,
-    })
+    return _finite(
+        {
+            "schema": COMPARE_SCHEMA,
+            "verdict": "pass" if verdict.passed else "regression",
+            "passed": verdict.passed,
+            "inputs": {"baseline": str(verdict.baseline), "candidate": str(verdict.candidate)},
+            "rules": verdict.rules.to_dict(),
+            "counts": {"rules": len(verdict.results), "failed": len(verdict.failed), "skipped": len(verdict.skipped)},
+            "comparisons": [
+                {
+                    "kind": c.kind,
+                    "passed": c.passed,
+                    "baseline": c.baseline.to_dict(),
+                    "candidate": c.candidate.to_dict(),
+                    "layer_difference": c.candidate.num_layers - c.baseline.num_layers,
+                    "results": [
+                        {
+                            "name": r.name,
+                            "rule": r.rule,
+                            "subject": r.subject,
+                            "criterion": r.criterion,
+                            "thresholds": r.thresholds,
+                            "baseline": r.baseline,
+                            "candidate": r.candidate,
+                            "change": r.change,
+                            "limit": r.limit,
+                            "passed": r.passed,
+                            "message": r.message,
+                            "details": r.details,
+                        }
+                        for r in c.results
+                    ],
+                    "notes": c.notes,
+                }
+                for c in verdict.comparisons
+            ],
+            "skipped": verdict.skipped,
+        }
+    )
 
 
 def render_json(verdict: Verdict) -> str:
@@ -78,12 +98,18 @@ def build_table(verdict: Verdict) -> Group:
         for r in comp.results:  # Text, not markup: a rule name like layer_delta[mmlu/acc] looks like a tag
             rule = Text.assemble((f"{comp.kind} · {r.name}", "bold"), "\n", (r.criterion, "dim"))
             table.add_row(Text("PASS", "green") if r.passed else Text("FAIL", "bold red"), rule, *_cells(r))
-    sides = [Text(f"{c.kind}: baseline {c.baseline.path} ({c.baseline.model}, L = {c.baseline.num_layers}) → "
-                  f"candidate {c.candidate.path} ({c.candidate.model}, L = {c.candidate.num_layers})")
-             for c in verdict.comparisons]
-    lines = [Text.from_markup(f"[bold red]regression:[/] {len(verdict.failed)} of {len(verdict.results)} rules "
-                              "failed") if not verdict.passed else
-             Text.from_markup(f"[bold green]pass:[/] all {len(verdict.results)} rules passed")]
+    sides = [
+        Text(
+            f"{c.kind}: baseline {c.baseline.path} ({c.baseline.model}, L = {c.baseline.num_layers}) → "
+            f"candidate {c.candidate.path} ({c.candidate.model}, L = {c.candidate.num_layers})"
+        )
+        for c in verdict.comparisons
+    ]
+    lines = [
+        Text.from_markup(f"[bold red]regression:[/] {len(verdict.failed)} of {len(verdict.results)} rules failed")
+        if not verdict.passed
+        else Text.from_markup(f"[bold green]pass:[/] all {len(verdict.results)} rules passed")
+    ]
     lines += [Text(f"FAIL {r.kind} {r.name}: {r.message}", style="red") for r in verdict.failed]
     lines += [Text(f"note: {n}", style="dim") for n in _notes(verdict)]
     return Group(*sides, table, *lines)
@@ -104,10 +130,15 @@ def render_markdown(verdict: Verdict) -> str:
         head = f"### ❌ layerprobe compare: regression ({len(verdict.failed)} of {len(verdict.results)} rules failed)"
     out = [head, ""]
     for c in verdict.comparisons:
-        out.append(f"- **{c.kind}**: baseline `{c.baseline.model}` (L = {c.baseline.num_layers}) vs candidate "
-                   f"`{c.candidate.model}` (L = {c.candidate.num_layers})")
-    out += ["", "| | kind | rule | criterion | baseline | candidate | change | limit |",
-            "|---|---|---|---|---:|---:|---:|---:|"]
+        out.append(
+            f"- **{c.kind}**: baseline `{c.baseline.model}` (L = {c.baseline.num_layers}) vs candidate "
+            f"`{c.candidate.model}` (L = {c.candidate.num_layers})"
+        )
+    out += [
+        "",
+        "| | kind | rule | criterion | baseline | candidate | change | limit |",
+        "|---|---|---|---|---:|---:|---:|---:|",
+    ]
     for c in verdict.comparisons:
         for r in c.results:
             cells = ["✅" if r.passed else "❌", c.kind, f"`{r.name}`", r.criterion, *_cells(r)]
@@ -122,15 +153,34 @@ def render_markdown(verdict: Verdict) -> str:
 
 def render_junit(verdict: Verdict) -> str:
     """JUnit XML: a testsuite per kind, a testcase per rule, <failure> on regression, <skipped> kinds."""
-    root = ET.Element("testsuites", name="layerprobe compare", tests=str(len(verdict.results) + len(verdict.skipped)),
-                      failures=str(len(verdict.failed)), errors="0", skipped=str(len(verdict.skipped)), time="0")
+    root = ET.Element(
+        "testsuites",
+        name="layerprobe compare",
+        tests=str(len(verdict.results) + len(verdict.skipped)),
+        failures=str(len(verdict.failed)),
+        errors="0",
+        skipped=str(len(verdict.skipped)),
+        time="0",
+    )
     for c in verdict.comparisons:
-        suite = ET.SubElement(root, "testsuite", name=f"layerprobe.compare.{c.kind}", tests=str(len(c.results)),
-                              failures=str(sum(not r.passed for r in c.results)), errors="0", skipped="0", time="0")
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=f"layerprobe.compare.{c.kind}",
+            tests=str(len(c.results)),
+            failures=str(sum(not r.passed for r in c.results)),
+            errors="0",
+            skipped="0",
+            time="0",
+        )
         props = ET.SubElement(suite, "properties")
-        for key, value in (("baseline", c.baseline.path), ("candidate", c.candidate.path),
-                           ("baseline_layers", c.baseline.num_layers), ("candidate_layers", c.candidate.num_layers),
-                           *((name, spec["value"]) for name, spec in verdict.rules.to_dict()[c.kind].items())):
+        for key, value in (
+            ("baseline", c.baseline.path),
+            ("candidate", c.candidate.path),
+            ("baseline_layers", c.baseline.num_layers),
+            ("candidate_layers", c.candidate.num_layers),
+            *((name, spec["value"]) for name, spec in verdict.rules.to_dict()[c.kind].items()),
+        ):
             if value not in (None, {}):
                 ET.SubElement(props, "property", name=key, value=str(value))
         for r in c.results:
@@ -144,11 +194,20 @@ def render_junit(verdict: Verdict) -> str:
         if c.notes:
             ET.SubElement(suite, "system-out").text = "\n".join(c.notes)
     if verdict.skipped:
-        suite = ET.SubElement(root, "testsuite", name="layerprobe.compare.skipped", tests=str(len(verdict.skipped)),
-                              failures="0", errors="0", skipped=str(len(verdict.skipped)), time="0")
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name="layerprobe.compare.skipped",
+            tests=str(len(verdict.skipped)),
+            failures="0",
+            errors="0",
+            skipped=str(len(verdict.skipped)),
+            time="0",
+        )
         for message in verdict.skipped:
-            case = ET.SubElement(suite, "testcase", classname="layerprobe.compare.skipped",
-                                 name=message.split(":")[0], time="0")
+            case = ET.SubElement(
+                suite, "testcase", classname="layerprobe.compare.skipped", name=message.split(":")[0], time="0"
+            )
             ET.SubElement(case, "skipped", message=message)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
@@ -163,8 +222,12 @@ def _notes(verdict: Verdict) -> list[str]:
 
 def _cells(r: RuleResult) -> list[str]:
     count = r.rule == "lazy_blocks"
-    return [_num(r.baseline, count), _num(r.candidate, count), _num(r.change, count, signed=True),
-            _num(r.limit, count, bound=True)]
+    return [
+        _num(r.baseline, count),
+        _num(r.candidate, count),
+        _num(r.change, count, signed=True),
+        _num(r.limit, count, bound=True),
+    ]
 
 
 def _num(value: float | None, count: bool = False, signed: bool = False, bound: bool = False) -> str:

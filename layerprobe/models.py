@@ -57,8 +57,10 @@ def model_kind(config: Any) -> str:
     )
 
     if getattr(config, "is_encoder_decoder", False):
-        raise UnsupportedModel(f"{config.model_type} is an encoder-decoder model.",
-                               hint="layerprobe measures one stack of blocks: decoder LMs or encoders.")
+        raise UnsupportedModel(
+            f"{config.model_type} is an encoder-decoder model.",
+            hint="layerprobe measures one stack of blocks: decoder LMs or encoders.",
+        )
     for arch in getattr(config, "architectures", None) or []:
         if arch.endswith("ForQuestionAnswering"):
             return EXTRACTIVE_QA
@@ -78,8 +80,9 @@ def resolve_device(name: str):
 
     if name != "auto":
         if name.startswith("cuda") and not torch.cuda.is_available():
-            raise LayerprobeError(f"--device {name} asked for, but no CUDA GPU is available.",
-                                  hint="Use --device cpu (or auto).")
+            raise LayerprobeError(
+                f"--device {name} asked for, but no CUDA GPU is available.", hint="Use --device cpu (or auto)."
+            )
         if name == "mps" and not torch.backends.mps.is_available():
             raise LayerprobeError("--device mps asked for, but MPS is not available.", hint="Use --device cpu.")
         return torch.device(name)
@@ -117,24 +120,38 @@ def _translate_load_error(exc: Exception, spec: ModelSpec) -> LayerprobeError:
     names = {type(e).__name__ for e in chain if e is not None}
     where = f"{spec.model!r}" + (f" at revision {spec.revision!r}" if spec.revision else "")
     if "GatedRepoError" in names or "gated repo" in text.lower():
-        return ModelNotFound(f"{where} is a gated model and this machine has no access to it.",
-                             hint="Accept its licence on huggingface.co and run `hf auth login` "
-                                  "(or set HF_TOKEN).")
+        return ModelNotFound(
+            f"{where} is a gated model and this machine has no access to it.",
+            hint="Accept its licence on huggingface.co and run `hf auth login` (or set HF_TOKEN).",
+        )
     if "trust_remote_code" in text:
-        return ModelNotFound(f"{where} needs its own modelling code to load.",
-                             hint="Re-run with --trust-remote-code if you trust that repository.")
+        return ModelNotFound(
+            f"{where} needs its own modelling code to load.",
+            hint="Re-run with --trust-remote-code if you trust that repository.",
+        )
     if "RevisionNotFoundError" in names or "is not a valid git identifier" in text:
-        return ModelNotFound(f"Revision {spec.revision!r} does not exist for {spec.model!r}.",
-                             hint="Pass a branch, tag or commit hash that exists.")
-    if any(n in names for n in ("LocalEntryNotFoundError", "OfflineModeIsEnabled")) or \
-            "couldn't connect" in text.lower() or "offline" in text.lower():
-        return ModelNotFound(f"{where} is not in the local Hugging Face cache and the Hub cannot be reached.",
-                             hint="Download it once with network access, or pass a local directory.")
+        return ModelNotFound(
+            f"Revision {spec.revision!r} does not exist for {spec.model!r}.",
+            hint="Pass a branch, tag or commit hash that exists.",
+        )
+    if (
+        any(n in names for n in ("LocalEntryNotFoundError", "OfflineModeIsEnabled"))
+        or "couldn't connect" in text.lower()
+        or "offline" in text.lower()
+    ):
+        return ModelNotFound(
+            f"{where} is not in the local Hugging Face cache and the Hub cannot be reached.",
+            hint="Download it once with network access, or pass a local directory.",
+        )
     if "Unrecognized" in text or "does not recognize this architecture" in text:
-        return UnsupportedModel(f"transformers cannot build {where}: {str(exc).splitlines()[0]}",
-                                hint="Upgrade transformers, or pass --trust-remote-code for custom models.")
-    return ModelNotFound(f"Cannot load {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-                         hint="Check the hub id (org/name) or the local directory path.")
+        return UnsupportedModel(
+            f"transformers cannot build {where}: {str(exc).splitlines()[0]}",
+            hint="Upgrade transformers, or pass --trust-remote-code for custom models.",
+        )
+    return ModelNotFound(
+        f"Cannot load {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+        hint="Check the hub id (org/name) or the local directory path.",
+    )
 
 
 @contextlib.contextmanager
@@ -162,8 +179,9 @@ def load_config(spec: ModelSpec) -> Any:
         raise ModelNotFound(f"No model directory at {spec.model}.", hint="Check the path.")
     with quiet_transformers():
         try:
-            return tf.AutoConfig.from_pretrained(spec.model, revision=spec.revision,
-                                                 trust_remote_code=spec.trust_remote_code)
+            return tf.AutoConfig.from_pretrained(
+                spec.model, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+            )
         except (OSError, ValueError, KeyError) as exc:
             raise _translate_load_error(exc, spec) from exc
 
@@ -209,8 +227,11 @@ def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
             raise _translate_load_error(exc, spec) from exc
         device = None if spec.device_map else resolve_device(spec.device)
         dtype = resolve_dtype(spec.dtype, config, device)
-        model_class = {"base": tf.AutoModel, CAUSAL_LM: tf.AutoModelForCausalLM,
-                       EXTRACTIVE_QA: tf.AutoModelForQuestionAnswering}[purpose]
+        model_class = {
+            "base": tf.AutoModel,
+            CAUSAL_LM: tf.AutoModelForCausalLM,
+            EXTRACTIVE_QA: tf.AutoModelForQuestionAnswering,
+        }[purpose]
         kwargs = dict(common, dtype=dtype)
         if spec.device_map:
             kwargs["device_map"] = spec.device_map
@@ -250,15 +271,27 @@ def _refuse_untrained_head(model: Any, info: dict, spec: ModelSpec) -> None:
     base_prefix = getattr(model, "base_model_prefix", "")
     missing = [k for k in info.get("missing_keys", []) if base_prefix and not k.startswith(base_prefix + ".")]
     if missing:
-        raise UnsupportedModel(f"{spec.model} has no trained {type(model).__name__} head "
-                               f"(missing: {', '.join(sorted(missing)[:3])}).",
-                               hint="prune-drop needs a checkpoint with its LM head (…ForCausalLM) or a "
-                                    "question-answering head (…ForQuestionAnswering).")
+        raise UnsupportedModel(
+            f"{spec.model} has no trained {type(model).__name__} head (missing: {', '.join(sorted(missing)[:3])}).",
+            hint="prune-drop needs a checkpoint with its LM head (…ForCausalLM) or a "
+            "question-answering head (…ForQuestionAnswering).",
+        )
 
 
 # Families whose position ids start at pad_token_id + 1: the first pad_token_id + 1 embeddings are unusable.
-_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm",
-                     "data2vec-text", "longformer", "ibert", "xmod", "bart", "mbart"}
+_OFFSET_POSITIONS = {
+    "roberta",
+    "xlm-roberta",
+    "xlm-roberta-xl",
+    "camembert",
+    "roberta-prelayernorm",
+    "data2vec-text",
+    "longformer",
+    "ibert",
+    "xmod",
+    "bart",
+    "mbart",
+}
 
 
 def context_length(config: Any, tokenizer: Any = None) -> int | None:

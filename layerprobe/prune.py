@@ -32,20 +32,28 @@ RESULT_NAME = "prune_drop.json"
 def check_tasks_fit_model(tasks: tuple[str, ...], kind: str, model: str, engine: str = "auto") -> None:
     """Refuse task/model pairs that cannot be scored, before spending minutes loading weights."""
     if engine == "shared" and SQUAD_TASK in tasks:
-        raise TaskError("--engine shared scores lm-eval loglikelihood tasks; squad has no shared-prefix engine.",
-                        hint="Use --engine auto or simple for squad.")
+        raise TaskError(
+            "--engine shared scores lm-eval loglikelihood tasks; squad has no shared-prefix engine.",
+            hint="Use --engine auto or simple for squad.",
+        )
     for task in tasks:
         if task == SQUAD_TASK and kind == CAUSAL_LM:
-            raise TaskError(f"'{SQUAD_TASK}' here scores extractive-QA encoders; {model} is a causal LM.",
-                            hint="For a causal LM use lm-eval's generative SQuAD task: --task squad_completion "
-                                 "(or --task squadv2).")
+            raise TaskError(
+                f"'{SQUAD_TASK}' here scores extractive-QA encoders; {model} is a causal LM.",
+                hint="For a causal LM use lm-eval's generative SQuAD task: --task squad_completion "
+                "(or --task squadv2).",
+            )
         if task == SQUAD_TASK and kind != EXTRACTIVE_QA:
-            raise TaskError(f"{model} has no question-answering head, so it cannot be scored on SQuAD.",
-                            hint="Use a checkpoint fine-tuned for SQuAD (…ForQuestionAnswering), e.g. "
-                                 "csarron/bert-base-uncased-squad-v1.")
+            raise TaskError(
+                f"{model} has no question-answering head, so it cannot be scored on SQuAD.",
+                hint="Use a checkpoint fine-tuned for SQuAD (…ForQuestionAnswering), e.g. "
+                "csarron/bert-base-uncased-squad-v1.",
+            )
         if task != SQUAD_TASK and kind != CAUSAL_LM:
-            raise TaskError(f"{task!r} is an lm-evaluation-harness task and needs a causal LM; {model} is "
-                            f"an {kind} model.", hint="Score extractive-QA encoders with --task squad.")
+            raise TaskError(
+                f"{task!r} is an lm-evaluation-harness task and needs a causal LM; {model} is an {kind} model.",
+                hint="Score extractive-QA encoders with --task squad.",
+            )
 
 
 class HarnessScorer:
@@ -53,8 +61,9 @@ class HarnessScorer:
 
     engine = "simple"
 
-    def __init__(self, loaded: LoadedModel, stack: LayerStack, spec: PruneSpec, task_sets: dict[str, Any],
-                 layers: list[int]) -> None:
+    def __init__(
+        self, loaded: LoadedModel, stack: LayerStack, spec: PruneSpec, task_sets: dict[str, Any], layers: list[int]
+    ) -> None:
         self.loaded, self.stack, self.spec, self.task_sets, self.layers = loaded, stack, spec, task_sets, layers
         self.lm = self.make_lm()
 
@@ -86,7 +95,7 @@ class SquadTaskScorer:
 
         if spec.limit is not None and spec.limit < 1:  # a fraction of the questions, rounded up like lm-eval
             examples = load_squad(spec.squad_data)
-            examples = examples[:math.ceil(len(examples) * spec.limit)]
+            examples = examples[: math.ceil(len(examples) * spec.limit)]
         else:
             examples = load_squad(spec.squad_data, None if spec.limit is None else int(spec.limit))
         batch = spec.batch_size if isinstance(spec.batch_size, int) else 32
@@ -94,8 +103,14 @@ class SquadTaskScorer:
         # The usual 384-token windows (stride 128), shortened for a model with fewer positions.
         positions = getattr(loaded.model.config, "max_position_embeddings", None)
         max_length = min(384, positions) if isinstance(positions, int) else 384
-        self.scorer = SquadScorer(loaded.model, loaded.tokenizer, examples, max_length=max_length,
-                                  doc_stride=min(128, max_length // 2), batch_size=batch)
+        self.scorer = SquadScorer(
+            loaded.model,
+            loaded.tokenizer,
+            examples,
+            max_length=max_length,
+            doc_stride=min(128, max_length // 2),
+            batch_size=batch,
+        )
 
     @contextlib.contextmanager
     def variant(self, layer: int | None) -> Iterator[None]:
@@ -108,12 +123,15 @@ class SquadTaskScorer:
         return scores_to_dict(scores.metrics, 0, samples, self.engine, nonfinite=scores.nonfinite_windows)
 
 
-def scores_to_dict(metrics: dict[str, Any], num_fewshot: int | None, samples: int | None, engine: str,
-                   nonfinite: int = 0) -> dict[str, Any]:
+def scores_to_dict(
+    metrics: dict[str, Any], num_fewshot: int | None, samples: int | None, engine: str, nonfinite: int = 0
+) -> dict[str, Any]:
     """The JSON form of one evaluation, as kept in the progress file (with the engine that made it)."""
     return {
-        "metrics": {name: {"value": m.value, "stderr": m.stderr, "higher_is_better": m.higher_is_better}
-                    for name, m in metrics.items()},
+        "metrics": {
+            name: {"value": m.value, "stderr": m.stderr, "higher_is_better": m.higher_is_better}
+            for name, m in metrics.items()
+        },
         "num_fewshot": num_fewshot,
         "samples": samples,
         "engine": engine,
@@ -137,10 +155,17 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
     """
     versions = library_versions()
     return {
-        "model": info.id, "revision": info.revision, "commit": info.commit,
+        "model": info.id,
+        "revision": info.revision,
+        "commit": info.commit,
         "files": files_digest(info.id) if info.commit is None and os.path.isdir(info.id) else None,
-        "dtype": info.dtype, "num_layers": info.num_layers, "layer_path": info.layer_path, "limit": spec.limit,
-        "num_fewshot": spec.num_fewshot, "seed": spec.seed, "batch_size": spec.batch_size,
+        "dtype": info.dtype,
+        "num_layers": info.num_layers,
+        "layer_path": info.layer_path,
+        "limit": spec.limit,
+        "num_fewshot": spec.num_fewshot,
+        "seed": spec.seed,
+        "batch_size": spec.batch_size,
         "include_path": files_digest(spec.include_path) if spec.include_path else None,
         "squad_data": files_digest(spec.squad_data) if spec.squad_data else None,
         "versions": {k: versions.get(k) for k in ("torch", "transformers", "lm_eval")},
@@ -158,13 +183,15 @@ def files_digest(path: str) -> str:
     digest = hashlib.sha256()
     for file in files:
         stat = file.stat()
-        digest.update(f"{file.relative_to(root) if root.is_dir() else file.name}|{stat.st_size}|"
-                      f"{stat.st_mtime_ns}\n".encode())
+        digest.update(
+            f"{file.relative_to(root) if root.is_dir() else file.name}|{stat.st_size}|{stat.st_mtime_ns}\n".encode()
+        )
     return f"{os.path.abspath(path)}@{digest.hexdigest()[:16]}"
 
 
-def make_scorers(loaded: LoadedModel, stack: LayerStack, spec: PruneSpec,
-                 layers: list[int]) -> list[tuple[Any, list[str]]]:
+def make_scorers(
+    loaded: LoadedModel, stack: LayerStack, spec: PruneSpec, layers: list[int]
+) -> list[tuple[Any, list[str]]]:
     """Pick the scorer (and engine) for each task."""
     harness_tasks = [t for t in spec.tasks if t != SQUAD_TASK]
     scorers: list[tuple[Any, list[str]]] = []
@@ -175,8 +202,9 @@ def make_scorers(loaded: LoadedModel, stack: LayerStack, spec: PruneSpec,
     return scorers
 
 
-def make_harness_scorer(loaded: LoadedModel, stack: LayerStack, spec: PruneSpec, tasks: list[str],
-                        layers: list[int]) -> HarnessScorer:
+def make_harness_scorer(
+    loaded: LoadedModel, stack: LayerStack, spec: PruneSpec, tasks: list[str], layers: list[int]
+) -> HarnessScorer:
     """The simple engine, or the shared-prefix one where it applies (see evaluate/shared.py)."""
     from layerprobe.evaluate.harness import build_tasks
 
@@ -193,8 +221,13 @@ def make_harness_scorer(loaded: LoadedModel, stack: LayerStack, spec: PruneSpec,
     return HarnessScorer(loaded, stack, spec, task_sets, layers)
 
 
-def run_prune_drop(spec: PruneSpec, out_dir: Path, resume: bool = False,
-                   progress: Progress | None = None, loaded: LoadedModel | None = None) -> PruneDropResult:
+def run_prune_drop(
+    spec: PruneSpec,
+    out_dir: Path,
+    resume: bool = False,
+    progress: Progress | None = None,
+    loaded: LoadedModel | None = None,
+) -> PruneDropResult:
     """Score the baseline and every selected block removed; write prune_drop.json into `out_dir`."""
     progress = progress or Progress()
     started = datetime.now(timezone.utc)
@@ -228,12 +261,23 @@ def run_prune_drop(spec: PruneSpec, out_dir: Path, resume: bool = False,
     result = PruneDropResult(
         model=info,
         engine="+".join(engines),
-        settings={"tasks": list(spec.tasks), "layers": layers, "limit": spec.limit, "num_fewshot": spec.num_fewshot,
-                  "seed": spec.seed, "batch_size": spec.batch_size, "include_path": spec.include_path,
-                  "squad_data": spec.squad_data},
+        settings={
+            "tasks": list(spec.tasks),
+            "layers": layers,
+            "limit": spec.limit,
+            "num_fewshot": spec.num_fewshot,
+            "seed": spec.seed,
+            "batch_size": spec.batch_size,
+            "include_path": spec.include_path,
+            "squad_data": spec.squad_data,
+        },
         tasks={task: assemble_task(state, task, layers, spec.limit) for task in spec.tasks},
-        run=RunInfo(started_at=started.isoformat(timespec="seconds"), seconds=time.perf_counter() - clock,
-                    versions=library_versions(), device=loaded.device_label),
+        run=RunInfo(
+            started_at=started.isoformat(timespec="seconds"),
+            seconds=time.perf_counter() - clock,
+            versions=library_versions(),
+            device=loaded.device_label,
+        ),
     )
     write_json(Path(out_dir) / RESULT_NAME, result.to_dict())
     state.remove()
@@ -255,5 +299,10 @@ def assemble_task(state: PruneState, task: str, layers: list[int], limit: float 
             stderr=[p["stderr"] for p in pruned],
         )
     nonfinite = sum(state.get(task, v).get("nonfinite", 0) for v in [None, *layers])
-    return TaskDrop(metrics=metrics, num_fewshot=baseline["num_fewshot"], limit=limit, samples=baseline["samples"],
-                    nonfinite=nonfinite)
+    return TaskDrop(
+        metrics=metrics,
+        num_fewshot=baseline["num_fewshot"],
+        limit=limit,
+        samples=baseline["samples"],
+        nonfinite=nonfinite,
+    )

@@ -28,8 +28,9 @@ def variant_key(layer: int | None) -> str:
 class PruneState:
     """Scores by task and variant, with the fingerprint of the experiment that produced them."""
 
-    def __init__(self, path: Path, fingerprint: dict[str, Any],
-                 done: dict[str, dict[str, dict[str, Any]]] | None = None) -> None:
+    def __init__(
+        self, path: Path, fingerprint: dict[str, Any], done: dict[str, dict[str, dict[str, Any]]] | None = None
+    ) -> None:
         self.path = path
         self.fingerprint = fingerprint
         self.done: dict[str, dict[str, dict[str, Any]]] = done or {}
@@ -41,9 +42,10 @@ class PruneState:
         if not path.exists():
             return cls(path, fingerprint)
         if not resume:  # never overwrite hours of finished evaluations by accident
-            raise ResultError(f"{path} holds an unfinished prune-drop run.",
-                              hint="Add --resume to continue it, or delete that file (or use another --out) "
-                                   "to start over.")
+            raise ResultError(
+                f"{path} holds an unfinished prune-drop run.",
+                hint="Add --resume to continue it, or delete that file (or use another --out) to start over.",
+            )
         data = read_json(path)
         if data.get("schema") != PARTIAL_SCHEMA:
             raise ResultError(f"{path} is not a prune-drop progress file.")
@@ -51,8 +53,10 @@ class PruneState:
         differing = sorted(k for k in set(stored) | set(fingerprint) if stored.get(k) != fingerprint.get(k))
         if differing:
             details = "; ".join(f"{k}: was {stored.get(k)!r}, now {fingerprint.get(k)!r}" for k in differing)
-            raise ResultError(f"--resume refuses to mix results of a different run ({details}).",
-                              hint=f"Use another --out directory, or delete {path} to start over.")
+            raise ResultError(
+                f"--resume refuses to mix results of a different run ({details}).",
+                hint=f"Use another --out directory, or delete {path} to start over.",
+            )
         return cls(path, fingerprint, data.get("done", {}))
 
     def has(self, task: str, layer: int | None) -> bool:

@@ -128,16 +128,16 @@ def _angular_figure(result: AngularResult):
     fig.colorbar(image, ax=ax, label=DISTANCE_LABEL, shrink=0.85, aspect=30, pad=0.02)
     tokens = result.data.get("tokens")
     tokens = f"{tokens:,}" if isinstance(tokens, int) else tokens
-    ax.set_title(f"{_short(result.model.id)} · {tokens} tokens · positions={result.data.get('positions')}",
-                 fontsize=11)
+    ax.set_title(f"{_short(result.model.id)} · {tokens} tokens · positions={result.data.get('positions')}", fontsize=11)
     return fig
 
 
 def _prune_drop_figure(result: PruneDropResult, task: str):
     metric_name = result.tasks[task].primary_metric
     metric = result.tasks[task].metrics[metric_name]
-    fig, ax = plt.subplots(figsize=(float(np.clip(3.5 + 0.13 * len(metric.layers), 7.0, 14.0)), 4.8),
-                           layout="constrained")
+    fig, ax = plt.subplots(
+        figsize=(float(np.clip(3.5 + 0.13 * len(metric.layers), 7.0, 14.0)), 4.8), layout="constrained"
+    )
     _draw_delta_bars(ax, metric, metric_name)
     ax.set_title(f"{_short(result.model.id)} · {task} · {metric_name}\nbaseline = {_value_text(metric)}", fontsize=11)
     return fig
@@ -155,10 +155,10 @@ def _compare_angular_figure(baseline: AngularResult, candidate: AngularResult):
     diff = span_matrix(candidate.distance, common) - span_matrix(baseline.distance, common)
     finite = np.abs(diff.compressed())
     limit = max(float(finite.max()) if finite.size else 0.0, 1e-3)
-    diff_image, _ = _draw_heatmap(axes[2], diff, cmap=DIFF_CMAP, limits=(-limit, limit),
-                                  annotate=largest <= 8, mark_minima=False)
-    axes[2].set_title(f"candidate − baseline\nblocks 0–{common - 1} matched by index (min L = {common})",
-                      fontsize=10)
+    diff_image, _ = _draw_heatmap(
+        axes[2], diff, cmap=DIFF_CMAP, limits=(-limit, limit), annotate=largest <= 8, mark_minima=False
+    )
+    axes[2].set_title(f"candidate − baseline\nblocks 0–{common - 1} matched by index (min L = {common})", fontsize=10)
     fig.colorbar(diff_image, ax=axes[2], label="Δ distance (candidate − baseline)", shrink=0.8, aspect=30)
     fig.suptitle("angular distance: baseline vs candidate (red = candidate changes more)", fontsize=11)
     return fig
@@ -172,20 +172,29 @@ def _compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropRe
             other = candidate.tasks[task].metrics[metric_name]
             rows.append((task, metric_name, drop.metrics[metric_name], other))
     if not rows:
-        raise ResultError("The baseline and candidate results share no task with the same primary metric.",
-                          hint="Run prune-drop on both models with the same --tasks.")
+        raise ResultError(
+            "The baseline and candidate results share no task with the same primary metric.",
+            hint="Run prune-drop on both models with the same --tasks.",
+        )
     layers = max(len(set(b.layers) | set(c.layers)) for _, _, b, c in rows)
-    fig, axes = plt.subplots(len(rows), 2, figsize=(float(np.clip(5.0 + 0.2 * layers, 11.0, 18.0)),
-                                                    4.0 * len(rows)),
-                             squeeze=False, layout="constrained", gridspec_kw={"width_ratios": [3, 2]})
+    fig, axes = plt.subplots(
+        len(rows),
+        2,
+        figsize=(float(np.clip(5.0 + 0.2 * layers, 11.0, 18.0)), 4.0 * len(rows)),
+        squeeze=False,
+        layout="constrained",
+        gridspec_kw={"width_ratios": [3, 2]},
+    )
     for (task, metric_name, base, cand), (ax_bars, ax_diff) in zip(rows, axes, strict=True):
-        for metric, offset, label, color in ((base, -0.2, "baseline", "#7f8c8d"),
-                                             (cand, 0.2, "candidate", "#e67e22")):
+        for metric, offset, label, color in ((base, -0.2, "baseline", "#7f8c8d"), (cand, 0.2, "candidate", "#e67e22")):
             _bars(ax_bars, np.asarray(metric.layers) + offset, metric.delta, metric.stderr, color, 0.4, label)
         _zero_line(ax_bars, base.baseline_stderr)
         ax_bars.legend(fontsize=8, loc="best")
-        ax_bars.set_title(f"{task} · {metric_name}: ΔP per removed layer\nbaseline model {_value_text(base)}"
-                          f" · candidate model {_value_text(cand)}", fontsize=9)
+        ax_bars.set_title(
+            f"{task} · {metric_name}: ΔP per removed layer\nbaseline model {_value_text(base)}"
+            f" · candidate model {_value_text(cand)}",
+            fontsize=9,
+        )
         _layer_axis(ax_bars, sorted(set(base.layers) | set(cand.layers)))
         ax_bars.set_ylabel(f"ΔP ({metric_name})")
         shared = sorted(set(base.layers) & set(cand.layers))
@@ -197,18 +206,25 @@ def _compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropRe
         _zero_line(ax_diff, None)
         _layer_axis(ax_diff, shared)
         ax_diff.set_ylabel("ΔP(candidate) − ΔP(baseline)")
-        ax_diff.set_title("difference, matched by layer index\n(blue = candidate better, red = worse)",
-                          fontsize=9)
-    fig.suptitle(f"prune-drop: {_short(baseline.model.id)} (baseline) vs {_short(candidate.model.id)} (candidate)",
-                 fontsize=11)
+        ax_diff.set_title("difference, matched by layer index\n(blue = candidate better, red = worse)", fontsize=9)
+    fig.suptitle(
+        f"prune-drop: {_short(baseline.model.id)} (baseline) vs {_short(candidate.model.id)} (candidate)", fontsize=11
+    )
     return fig
 
 
 # --- drawing helpers ---------------------------------------------------------------------------------
 
 
-def _draw_heatmap(ax, matrix: np.ma.MaskedArray, *, annotate: bool, cmap: str = HEATMAP_CMAP,
-                  limits: tuple[float, float] = (0.0, 1.0), mark_minima: bool = True):
+def _draw_heatmap(
+    ax,
+    matrix: np.ma.MaskedArray,
+    *,
+    annotate: bool,
+    cmap: str = HEATMAP_CMAP,
+    limits: tuple[float, float] = (0.0, 1.0),
+    mark_minima: bool = True,
+):
     """Draw a (span, start) matrix on `ax`; return the image and the `{n: l}` row minima it marked.
 
     Non-finite cells inside the triangle get a grey layer of their own, so a failed measurement never
@@ -218,30 +234,70 @@ def _draw_heatmap(ax, matrix: np.ma.MaskedArray, *, annotate: bool, cmap: str = 
     size = matrix.shape[0]
     inside = np.add.outer(np.arange(size), np.arange(size)) < size  # Row n-1, column l: l + n <= L.
     extent = (-0.5, size - 0.5, 0.5, size + 0.5)  # Cell (n, l) centred on integer coordinates.
-    image = ax.imshow(matrix, cmap=cmap, vmin=limits[0], vmax=limits[1], origin="lower", extent=extent,
-                      aspect="auto", interpolation="nearest")
+    image = ax.imshow(
+        matrix,
+        cmap=cmap,
+        vmin=limits[0],
+        vmax=limits[1],
+        origin="lower",
+        extent=extent,
+        aspect="auto",
+        interpolation="nearest",
+    )
     missing = inside & np.ma.getmaskarray(matrix)
     if missing.any():
-        ax.imshow(np.ma.masked_array(np.ones((size, size)), mask=~missing), cmap=ListedColormap(["#cfcfcf"]),
-                  origin="lower", extent=extent, aspect="auto", interpolation="nearest")
+        ax.imshow(
+            np.ma.masked_array(np.ones((size, size)), mask=~missing),
+            cmap=ListedColormap(["#cfcfcf"]),
+            origin="lower",
+            extent=extent,
+            aspect="auto",
+            interpolation="nearest",
+        )
         ax.scatter([], [], marker="s", color="#cfcfcf", label="non-finite")
     minima = span_minima(matrix) if mark_minima else {}
     if minima and size <= 24:
         for n, start in minima.items():
-            ax.add_patch(Rectangle((start - 0.5, n - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.6,
-                                   gid="row-minimum", zorder=3))
+            ax.add_patch(
+                Rectangle(
+                    (start - 0.5, n - 0.5),
+                    1,
+                    1,
+                    fill=False,
+                    edgecolor="red",
+                    linewidth=1.6,
+                    gid="row-minimum",
+                    zorder=3,
+                )
+            )
         ax.scatter([], [], marker="s", facecolors="none", edgecolors="red", label="row minimum")
     elif minima:
-        ax.scatter(list(minima.values()), list(minima.keys()), s=max(3.0, 500.0 / size), color="red",
-                   linewidths=0, gid="row-minimum", zorder=3, label="row minimum")
+        ax.scatter(
+            list(minima.values()),
+            list(minima.keys()),
+            s=max(3.0, 500.0 / size),
+            color="red",
+            linewidths=0,
+            gid="row-minimum",
+            zorder=3,
+            label="row minimum",
+        )
     if annotate:
         for (row, col), value in np.ndenumerate(matrix.filled(np.nan)):
             if inside[row, col]:
                 light = not math.isfinite(value) or (
-                    value < 0.45 if cmap == HEATMAP_CMAP else abs(value) < 0.6 * limits[1])
+                    value < 0.45 if cmap == HEATMAP_CMAP else abs(value) < 0.6 * limits[1]
+                )
                 text = (f"{value:.2f}" if cmap == HEATMAP_CMAP else f"{value:+.3f}") if math.isfinite(value) else "nan"
-                ax.text(col, row + 1, text, ha="center",
-                        va="center", fontsize=8 if size <= 8 else 6.5, color="black" if light else "white")
+                ax.text(
+                    col,
+                    row + 1,
+                    text,
+                    ha="center",
+                    va="center",
+                    fontsize=8 if size <= 8 else 6.5,
+                    color="black" if light else "white",
+                )
     if minima or missing.any():
         ax.legend(loc="upper right", fontsize=8, frameon=False)  # The empty triangle has room for it.
     ax.set_xlabel("start layer l (input of block l)")
@@ -260,8 +316,11 @@ def _draw_delta_bars(ax, metric: MetricDrop, metric_name: str) -> None:
     colors = [_effect_color(sign * delta, noise) for delta in metric.delta]
     _bars(ax, metric.layers, metric.delta, metric.stderr, colors, 0.8, None)
     _zero_line(ax, noise)
-    for color, label in ((HARMFUL, "removal hurts"), (WITHIN_NOISE, "within baseline ± stderr"),
-                         (HELPFUL, "removal helps")):
+    for color, label in (
+        (HARMFUL, "removal hurts"),
+        (WITHIN_NOISE, "within baseline ± stderr"),
+        (HELPFUL, "removal helps"),
+    ):
         if color in colors:
             ax.bar([np.nan], [np.nan], color=color, label=label)
     if MISSING in colors:
@@ -288,8 +347,7 @@ def _bars(ax, xs, deltas, stderrs, color, width: float, label: str | None) -> No
     errs = np.array([np.nan if s is None else float(s) for s in stderrs], dtype=float)
     has = np.isfinite(errs) & np.isfinite(deltas)
     if has.any():
-        ax.errorbar(xs[has], deltas[has], yerr=errs[has], fmt="none", ecolor="black", elinewidth=0.8,
-                    capsize=2)
+        ax.errorbar(xs[has], deltas[has], yerr=errs[has], fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
     if (~np.isfinite(deltas)).any():
         ax.plot(xs[~np.isfinite(deltas)], np.zeros((~np.isfinite(deltas)).sum()), "x", color=MISSING)
 

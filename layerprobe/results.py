@@ -124,8 +124,10 @@ class MetricDrop:
         out = asdict(self)
         out["delta"] = self.delta
         # Keep the documented key order: baseline, ..., pruned, delta, stderr.
-        return {k: out[k] for k in ("baseline", "baseline_stderr", "higher_is_better", "layers",
-                                     "pruned", "delta", "stderr")}
+        return {
+            k: out[k]
+            for k in ("baseline", "baseline_stderr", "higher_is_better", "layers", "pruned", "delta", "stderr")
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MetricDrop:
@@ -223,8 +225,7 @@ def angular_summary(distance: list[list[float]], threshold: float = LAZY_THRESHO
     finite_adjacent = [d for d in adjacent if math.isfinite(d)]
     most_redundant = {}
     for span in range(1, num_layers + 1):
-        row = [(distance[l][l + span], l) for l in range(num_layers - span + 1)
-               if math.isfinite(distance[l][l + span])]
+        row = [(distance[l][l + span], l) for l in range(num_layers - span + 1) if math.isfinite(distance[l][l + span])]
         if row:
             value, start = min(row)
             most_redundant[str(span)] = {"layer": start, "distance": value}
@@ -246,8 +247,7 @@ def prune_drop_summary(tasks: dict[str, TaskDrop]) -> dict[str, Any]:
         metric_name = task.primary_metric
         metric = task.metrics[metric_name]
         noise = metric.baseline_stderr
-        within = [l for l, d in zip(metric.layers, metric.delta, strict=True)
-                  if noise is not None and abs(d) < noise]
+        within = [l for l, d in zip(metric.layers, metric.delta, strict=True) if noise is not None and abs(d) < noise]
         worst = None
         if metric.layers:
             sign = 1.0 if metric.higher_is_better else -1.0
@@ -290,8 +290,10 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a layerprobe JSON file, turning every way it can be unreadable into a `ResultError`."""
     path = Path(path)
     if not path.is_file():
-        raise ResultError(f"No result file at {path}", hint="Pass the path of an angular.json or "
-                          "prune_drop.json that layerprobe wrote.")
+        raise ResultError(
+            f"No result file at {path}",
+            hint="Pass the path of an angular.json or prune_drop.json that layerprobe wrote.",
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

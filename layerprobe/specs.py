@@ -39,8 +39,7 @@ class ModelSpec:
         if self.dtype not in DTYPES:
             raise LayerprobeError(f"Unknown --dtype {self.dtype!r}.", hint=f"Choose one of {', '.join(DTYPES)}.")
         if not _DEVICE.match(self.device):
-            raise LayerprobeError(f"Unknown --device {self.device!r}.",
-                                  hint="Use auto, cpu, cuda, cuda:N or mps.")
+            raise LayerprobeError(f"Unknown --device {self.device!r}.", hint="Use auto, cpu, cuda, cuda:N or mps.")
         if self.device_map not in (None, "auto"):
             raise LayerprobeError(f"Unknown --device-map {self.device_map!r}.", hint="The only value is 'auto'.")
 
@@ -92,15 +91,19 @@ def parse_layer_ranges(text: str | None, num_layers: int) -> list[int]:
         part = part.strip()
         match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if not match:
-            raise LayerprobeError(f"Cannot read layer range {part!r} in --layers {text!r}.",
-                                  hint="Use 0-based inclusive ranges like 0-3,7.")
+            raise LayerprobeError(
+                f"Cannot read layer range {part!r} in --layers {text!r}.",
+                hint="Use 0-based inclusive ranges like 0-3,7.",
+            )
         start = int(match.group(1))
         end = int(match.group(2)) if match.group(2) is not None else start
         if end < start:
             raise LayerprobeError(f"Layer range {part!r} runs backwards.", hint=f"Did you mean {end}-{start}?")
         if end >= num_layers:
-            raise LayerprobeError(f"--layers {text!r} is out of range: the model has {num_layers} blocks.",
-                                  hint=f"Blocks are numbered 0 to {num_layers - 1}.")
+            raise LayerprobeError(
+                f"--layers {text!r} is out of range: the model has {num_layers} blocks.",
+                hint=f"Blocks are numbered 0 to {num_layers - 1}.",
+            )
         chosen.update(range(start, end + 1))
     return sorted(chosen)
 

@@ -43,9 +43,7 @@ def _byte_level_tokenizer(add_bos: bool):
         tokenizer.post_processor = processors.TemplateProcessing(
             single="<s> $A", special_tokens=[("<s>", tokenizer.token_to_id("<s>"))]
         )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
 
 
 def minilm_dir() -> Path | None:
@@ -64,29 +62,74 @@ def _config(arch: str, vocab_size: int, num_layers: int):
 
     common = dict(vocab_size=vocab_size, num_hidden_layers=num_layers, max_position_embeddings=256)
     if arch == "llama":
-        return tf.LlamaConfig(hidden_size=48, intermediate_size=96, num_attention_heads=4,
-                              num_key_value_heads=2, bos_token_id=1, eos_token_id=2,
-                              pad_token_id=0, architectures=["LlamaForCausalLM"], **common)
+        return tf.LlamaConfig(
+            hidden_size=48,
+            intermediate_size=96,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+            architectures=["LlamaForCausalLM"],
+            **common,
+        )
     if arch == "qwen3":
-        return tf.Qwen3Config(hidden_size=64, intermediate_size=96, num_attention_heads=4,
-                              num_key_value_heads=2, head_dim=16, bos_token_id=1, eos_token_id=2,
-                              pad_token_id=0, architectures=["Qwen3ForCausalLM"],
-                              tie_word_embeddings=True, **common)
+        return tf.Qwen3Config(
+            hidden_size=64,
+            intermediate_size=96,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+            architectures=["Qwen3ForCausalLM"],
+            tie_word_embeddings=True,
+            **common,
+        )
     if arch == "deepseek_v3":
         return tf.DeepseekV3Config(
-            hidden_size=48, intermediate_size=96, moe_intermediate_size=32, num_attention_heads=4,
-            num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
-            n_group=1, topk_group=1, first_k_dense_replace=1, q_lora_rank=24, kv_lora_rank=16,
-            qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, bos_token_id=1, eos_token_id=2,
-            pad_token_id=0, architectures=["DeepseekV3ForCausalLM"], **common)
+            hidden_size=48,
+            intermediate_size=96,
+            moe_intermediate_size=32,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            n_group=1,
+            topk_group=1,
+            first_k_dense_replace=1,
+            q_lora_rank=24,
+            kv_lora_rank=16,
+            qk_rope_head_dim=8,
+            qk_nope_head_dim=8,
+            v_head_dim=8,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+            architectures=["DeepseekV3ForCausalLM"],
+            **common,
+        )
     if arch == "gpt2":
-        return tf.GPT2Config(vocab_size=vocab_size, n_layer=num_layers, n_embd=48, n_head=4,
-                             n_positions=256, bos_token_id=1, eos_token_id=2,
-                             architectures=["GPT2LMHeadModel"])
+        return tf.GPT2Config(
+            vocab_size=vocab_size,
+            n_layer=num_layers,
+            n_embd=48,
+            n_head=4,
+            n_positions=256,
+            bos_token_id=1,
+            eos_token_id=2,
+            architectures=["GPT2LMHeadModel"],
+        )
     if arch in ("bert", "bert_qa"):
-        return tf.BertConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4,
-                             architectures=["BertForQuestionAnswering" if arch == "bert_qa"
-                                            else "BertModel"], **common)
+        return tf.BertConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_attention_heads=4,
+            architectures=["BertForQuestionAnswering" if arch == "bert_qa" else "BertModel"],
+            **common,
+        )
     raise ValueError(arch)
 
 

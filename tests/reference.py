@@ -29,7 +29,7 @@ def reference_distances(model, windows, positions: str = "all") -> torch.Tensor:
             out = model(input_ids=torch.tensor([window.input_ids]), output_hidden_states=True)
             states = torch.stack([h[0] for h in out.hidden_states])  # (L+1, T, H)
             if positions == "last":
-                states = states[:, window.last_text_position:window.last_text_position + 1]
+                states = states[:, window.last_text_position : window.last_text_position + 1]
             unit = states / states.norm(dim=-1, keepdim=True)
             cos = torch.einsum("ith,jth->tij", unit, unit).clamp(-1, 1)
             sums = (torch.arccos(cos) / math.pi).sum(0)
@@ -41,8 +41,13 @@ def reference_distances(model, windows, positions: str = "all") -> torch.Tensor:
 
 
 # Where each tiny architecture keeps its blocks in the model with a head (written out, not discovered).
-BLOCKS_PATH = {"llama": "model.layers", "qwen3": "model.layers", "deepseek_v3": "model.layers",
-               "gpt2": "transformer.h", "bert_qa": "bert.encoder.layer"}
+BLOCKS_PATH = {
+    "llama": "model.layers",
+    "qwen3": "model.layers",
+    "deepseek_v3": "model.layers",
+    "gpt2": "transformer.h",
+    "bert_qa": "bert.encoder.layer",
+}
 
 
 def physically_deleted(path, arch, layer, dtype=torch.float32):
@@ -63,7 +68,7 @@ def physically_deleted(path, arch, layer, dtype=torch.float32):
     state = {}
     for key, value in model.state_dict().items():
         if key.startswith(prefix):
-            index, rest = key[len(prefix):].split(".", 1)
+            index, rest = key[len(prefix) :].split(".", 1)
             index = int(index)
             if index == layer:
                 continue

@@ -50,9 +50,12 @@ def test_accumulator_chunks_like_one_pass(monkeypatch):
 
 
 def _spec(path, tokens=700, seq_len=96, positions="all", batch_size=3):
-    return AngularSpec(ModelSpec(str(path), device="cpu"),
-                       CorpusSpec(BUILTIN_CORPUS, None, "train", "text", tokens, seq_len),
-                       positions=positions, batch_size=batch_size)
+    return AngularSpec(
+        ModelSpec(str(path), device="cpu"),
+        CorpusSpec(BUILTIN_CORPUS, None, "train", "text", tokens, seq_len),
+        positions=positions,
+        batch_size=batch_size,
+    )
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -128,8 +131,15 @@ def test_roberta_positions_offset_caps_the_window(minilm, tmp_path):
     import transformers as tf
 
     tokenizer = tf.AutoTokenizer.from_pretrained(minilm)
-    config = tf.RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                              num_attention_heads=4, max_position_embeddings=42, pad_token_id=tokenizer.pad_token_id)
+    config = tf.RobertaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        max_position_embeddings=42,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     torch.manual_seed(0)
     tf.RobertaModel(config).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)

@@ -8,19 +8,38 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(script: str, *args: str) -> str:
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True,
-                          text=True, timeout=600, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
 
 def test_bench_angular_runs(minilm):
-    out = _run("bench_angular.py", "--layers", "2", "--hidden", "64", "--tokens", "512", "--seq-len", "128",
-               "--repeats", "1")
+    out = _run(
+        "bench_angular.py", "--layers", "2", "--hidden", "64", "--tokens", "512", "--seq-len", "128", "--repeats", "1"
+    )
     assert "ratio to floor" in out and "per-span / layerprobe" in out
 
 
 def test_bench_prune_drop_runs():
-    out = _run("bench_prune_drop.py", "--layers", "2", "--hidden", "32", "--limit", "3", "--num-fewshot", "0",
-               "--tasks", "lp_arc_like", "--repeat", "1")
+    out = _run(
+        "bench_prune_drop.py",
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--limit",
+        "3",
+        "--num-fewshot",
+        "0",
+        "--tasks",
+        "lp_arc_like",
+        "--repeat",
+        "1",
+    )
     assert "wall time ratio shared/simple" in out and "theory" in out

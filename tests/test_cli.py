@@ -13,8 +13,20 @@ def _angular(args, tmp_path):
 
 
 def test_angular_end_to_end(tiny_checkpoints, tmp_path):
-    result = _angular([str(tiny_checkpoints["llama"]), "--tokens", "600", "--seq-len", "128",
-                       "--positions", "last", "--batch-size", "2"], tmp_path)
+    result = _angular(
+        [
+            str(tiny_checkpoints["llama"]),
+            "--tokens",
+            "600",
+            "--seq-len",
+            "128",
+            "--positions",
+            "last",
+            "--batch-size",
+            "2",
+        ],
+        tmp_path,
+    )
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "angular.json").read_text())
     assert data["schema"] == "layerprobe/angular@1"
@@ -58,16 +70,19 @@ def test_demo_runs_offline_on_real_minilm(minilm, tmp_path):
     assert data["data"]["tokens"] == 1024
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["{missing}"], "No model directory"),
-    (["{llama}", "--tokens", "100000000"], "text tokens"),
-    (["{llama}", "--positions", "first"], "Unknown --positions"),
-    (["{llama}", "--dtype", "float8"], "Unknown --dtype"),
-    (["{llama}", "--device", "tpu"], "Unknown --device"),
-    (["{llama}", "--layers-path", "model.nothing"], "does not exist"),
-    (["{llama}", "--tokens", "0"], "--tokens must be positive"),
-    (["{llama}", "--batch-size", "0"], "--batch-size must be positive"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["{missing}"], "No model directory"),
+        (["{llama}", "--tokens", "100000000"], "text tokens"),
+        (["{llama}", "--positions", "first"], "Unknown --positions"),
+        (["{llama}", "--dtype", "float8"], "Unknown --dtype"),
+        (["{llama}", "--device", "tpu"], "Unknown --device"),
+        (["{llama}", "--layers-path", "model.nothing"], "does not exist"),
+        (["{llama}", "--tokens", "0"], "--tokens must be positive"),
+        (["{llama}", "--batch-size", "0"], "--batch-size must be positive"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tiny_checkpoints, tmp_path, args, message):
     args = [a.format(missing=str(tmp_path / "nope"), llama=str(tiny_checkpoints["llama"])) for a in args]
     out = tmp_path / "out"
@@ -79,8 +94,18 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tiny_checkpoints, tmp_p
 
 def test_bad_corpus_file(tiny_checkpoints, tmp_path):
     missing = tmp_path / "corpus.jsonl"
-    result = runner.invoke(app, ["angular", str(tiny_checkpoints["llama"]), "--dataset", str(missing), "--quiet",
-                                 "--out", str(tmp_path / "out")])
+    result = runner.invoke(
+        app,
+        [
+            "angular",
+            str(tiny_checkpoints["llama"]),
+            "--dataset",
+            str(missing),
+            "--quiet",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     assert result.exit_code == 2 and "No corpus file" in result.output
 
 
@@ -92,7 +117,22 @@ def test_unreachable_hub_model_is_a_clear_error(tmp_path):
 
 def test_help_documents_every_option():
     result = runner.invoke(app, ["angular", "--help"])
-    for option in ("--tokens", "--positions", "--dataset", "--dataset-config", "--split", "--text-field", "--seq-len",
-                   "--batch-size", "--revision", "--dtype", "--device", "--device-map", "--trust-remote-code",
-                   "--layers-path", "--out", "--quiet"):
+    for option in (
+        "--tokens",
+        "--positions",
+        "--dataset",
+        "--dataset-config",
+        "--split",
+        "--text-field",
+        "--seq-len",
+        "--batch-size",
+        "--revision",
+        "--dtype",
+        "--device",
+        "--device-map",
+        "--trust-remote-code",
+        "--layers-path",
+        "--out",
+        "--quiet",
+    ):
         assert option in result.output

@@ -44,9 +44,18 @@ RUN = RunInfo(started_at="2025-01-01T00:00:00+00:00", seconds=1.0, versions={"la
 
 
 def model_info(num_layers: int, model_id: str) -> ModelInfo:
-    return ModelInfo(id=model_id, revision="main", commit=None, architecture="LlamaForCausalLM", model_type="llama",
-                     kind="causal-lm", dtype="float32", num_layers=num_layers, layer_path="model.layers",
-                     block_class="LlamaDecoderLayer")
+    return ModelInfo(
+        id=model_id,
+        revision="main",
+        commit=None,
+        architecture="LlamaForCausalLM",
+        model_type="llama",
+        kind="causal-lm",
+        dtype="float32",
+        num_layers=num_layers,
+        layer_path="model.layers",
+        block_class="LlamaDecoderLayer",
+    )
 
 
 def distance_matrix(adjacent: list[float]) -> list[list[float]]:
@@ -61,32 +70,42 @@ def distance_matrix(adjacent: list[float]) -> list[list[float]]:
 
 
 def angular(adjacent: list[float], model_id: str = "org/base", summary=None, **data) -> AngularResult:
-    return AngularResult(model=model_info(len(adjacent), model_id),
-                         data={"dataset": "allenai/c4", "positions": "all", "tokens": 4096, **data},
-                         distance=distance_matrix(adjacent), nonfinite_tokens=0, run=RUN, tokens_per_second=1.0,
-                         summary=summary or {})
+    return AngularResult(
+        model=model_info(len(adjacent), model_id),
+        data={"dataset": "allenai/c4", "positions": "all", "tokens": 4096, **data},
+        distance=distance_matrix(adjacent),
+        nonfinite_tokens=0,
+        run=RUN,
+        tokens_per_second=1.0,
+        summary=summary or {},
+    )
 
 
 def metric(baseline: float, pruned: list[float], stderr=0.01, baseline_stderr=0.01, hib=True, layers=None):
     stderrs = stderr if isinstance(stderr, list) else [stderr] * len(pruned)
-    return MetricDrop(baseline=baseline, baseline_stderr=baseline_stderr, higher_is_better=hib,
-                      layers=layers if layers is not None else list(range(len(pruned))), pruned=pruned,
-                      stderr=stderrs)
+    return MetricDrop(
+        baseline=baseline,
+        baseline_stderr=baseline_stderr,
+        higher_is_better=hib,
+        layers=layers if layers is not None else list(range(len(pruned))),
+        pruned=pruned,
+        stderr=stderrs,
+    )
 
 
-def prune(metrics_by_task: dict[str, dict[str, MetricDrop]], num_layers: int = 4, model_id: str = "org/base",
-          limit=100) -> PruneDropResult:
+def prune(
+    metrics_by_task: dict[str, dict[str, MetricDrop]], num_layers: int = 4, model_id: str = "org/base", limit=100
+) -> PruneDropResult:
     tasks = {name: TaskDrop(metrics=m, num_fewshot=0, limit=limit, samples=100) for name, m in metrics_by_task.items()}
     return PruneDropResult(model=model_info(num_layers, model_id), engine="simple", settings={}, tasks=tasks, run=RUN)
 
 
-BASE_ADJ = [0.5, 0.4, 0.3, 0.1]                    # 1 lazy block (3), mean 0.325
-BASE_PRUNED = [0.20, 0.60, 0.68, 0.69]              # ΔP = -0.5, -0.1, -0.02, -0.01
+BASE_ADJ = [0.5, 0.4, 0.3, 0.1]  # 1 lazy block (3), mean 0.325
+BASE_PRUNED = [0.20, 0.60, 0.68, 0.69]  # ΔP = -0.5, -0.1, -0.02, -0.01
 
 
 def base_prune(**kw) -> PruneDropResult:
-    return prune({"arc_easy": {"acc": metric(0.70, BASE_PRUNED), "acc_norm": metric(0.72, [0.3, 0.6, 0.7, 0.7])}},
-                 **kw)
+    return prune({"arc_easy": {"acc": metric(0.70, BASE_PRUNED), "acc_norm": metric(0.72, [0.3, 0.6, 0.7, 0.7])}}, **kw)
 
 
 def by_name(verdict) -> dict[str, bool]:
@@ -108,8 +127,9 @@ def run_dirs(tmp_path: Path, base: dict, cand: dict) -> tuple[Path, Path]:
 
 
 def test_identical_angular_results_pass(tmp_path):
-    verdict = compare_paths(write(tmp_path, "b.json", angular(BASE_ADJ)),
-                            write(tmp_path, "c.json", angular(BASE_ADJ, "org/cand")))
+    verdict = compare_paths(
+        write(tmp_path, "b.json", angular(BASE_ADJ)), write(tmp_path, "c.json", angular(BASE_ADJ, "org/cand"))
+    )
     assert verdict.passed
     assert by_name(verdict) == {"angular:lazy_blocks": True, "angular:mean_adjacent": True}
     lazy, mean = verdict.results
@@ -118,7 +138,7 @@ def test_identical_angular_results_pass(tmp_path):
 
 
 def test_one_more_lazy_block_fails_only_the_lazy_rule():
-    cand = [0.5, 0.55, 0.15, 0.1]                  # same mean, block 2 became lazy
+    cand = [0.5, 0.55, 0.15, 0.1]  # same mean, block 2 became lazy
     comp = compare_results(angular(BASE_ADJ), angular(cand), GateRules())
     lazy, mean = comp.results
     assert not lazy.passed and mean.passed
@@ -128,7 +148,7 @@ def test_one_more_lazy_block_fails_only_the_lazy_rule():
 
 
 def test_falling_mean_adjacent_distance_fails_only_the_mean_rule():
-    cand = [0.45, 0.37, 0.27, 0.1]                 # mean falls by 0.0275, no new lazy block
+    cand = [0.45, 0.37, 0.27, 0.1]  # mean falls by 0.0275, no new lazy block
     lazy, mean = compare_results(angular(BASE_ADJ), angular(cand), GateRules()).results
     assert lazy.passed and not mean.passed
     assert mean.change == pytest.approx(0.0275)
@@ -136,13 +156,13 @@ def test_falling_mean_adjacent_distance_fails_only_the_mean_rule():
 
 
 def test_a_fall_exactly_at_the_tolerance_passes_despite_float_rounding():
-    base, cand = [0.3, 0.3], [0.28, 0.28]         # 0.3 - 0.28 = 0.020000000000000018 in floats
+    base, cand = [0.3, 0.3], [0.28, 0.28]  # 0.3 - 0.28 = 0.020000000000000018 in floats
     assert compare_results(angular(base), angular(cand), GateRules(adjacent_tolerance=0.02)).passed
     assert not compare_results(angular(base), angular(cand), GateRules(adjacent_tolerance=0.019)).passed
 
 
 def test_lazy_blocks_are_recounted_with_the_chosen_threshold_not_read_from_the_stored_summary(tmp_path):
-    stale = angular_summary(distance_matrix([0.5, 0.3, 0.5, 0.5]), 0.2)   # says: 0 lazy blocks
+    stale = angular_summary(distance_matrix([0.5, 0.3, 0.5, 0.5]), 0.2)  # says: 0 lazy blocks
     base = write(tmp_path, "b.json", angular([0.5, 0.5, 0.5, 0.5]))
     cand = write(tmp_path, "c.json", angular([0.5, 0.3, 0.5, 0.5], summary=stale))
     rules = load_rules(None, lazy_threshold=0.35, adjacent_tolerance=0.1)
@@ -182,8 +202,10 @@ def test_different_measurement_data_is_noted():
 def test_identical_prune_drop_results_pass(tmp_path):
     verdict = compare_paths(write(tmp_path, "b.json", base_prune()), write(tmp_path, "c.json", base_prune()))
     assert verdict.passed
-    assert by_name(verdict) == {"prune_drop:baseline_score[arc_easy/acc]": True,
-                                "prune_drop:layer_delta[arc_easy/acc]": True}
+    assert by_name(verdict) == {
+        "prune_drop:baseline_score[arc_easy/acc]": True,
+        "prune_drop:layer_delta[arc_easy/acc]": True,
+    }
 
 
 def test_a_lower_full_model_score_fails_only_the_baseline_score_rule():
@@ -196,7 +218,7 @@ def test_a_lower_full_model_score_fails_only_the_baseline_score_rule():
 
 
 def test_a_score_drop_exactly_at_max_drop_passes_despite_float_rounding():
-    cand = prune({"arc_easy": {"acc": metric(0.69, [p - 0.01 for p in BASE_PRUNED])}})   # 0.7 - 0.69 > 0.01
+    cand = prune({"arc_easy": {"acc": metric(0.69, [p - 0.01 for p in BASE_PRUNED])}})  # 0.7 - 0.69 > 0.01
     assert compare_results(base_prune(), cand, GateRules(max_drop=0.01)).passed
     assert not compare_results(base_prune(), cand, GateRules(max_drop=0.0099)).passed
 
@@ -213,16 +235,18 @@ def test_the_score_rule_is_sign_aware_for_lower_is_better_metrics():
 
 def test_a_layer_whose_removal_costs_more_fails_only_the_layer_rule():
     pruned = list(BASE_PRUNED)
-    pruned[2] -= 0.03                              # ΔP(2) worse by 0.03 > 2 × sqrt(2) × 0.01 = 0.0283
-    score, layers = compare_results(base_prune(), prune({"arc_easy": {"acc": metric(0.70, pruned)}}),
-                                    GateRules()).results
+    pruned[2] -= 0.03  # ΔP(2) worse by 0.03 > 2 × sqrt(2) × 0.01 = 0.0283
+    score, layers = compare_results(
+        base_prune(), prune({"arc_easy": {"acc": metric(0.70, pruned)}}), GateRules()
+    ).results
     assert score.passed and not layers.passed
     assert layers.details["failed_layers"] == [2]
     assert layers.change == pytest.approx(0.03) and layers.limit == pytest.approx(2 * math.sqrt(2) * 0.01)
-    pruned[2] += 0.002                             # worse by 0.028: within 2 SE
+    pruned[2] += 0.002  # worse by 0.028: within 2 SE
     assert compare_results(base_prune(), prune({"arc_easy": {"acc": metric(0.70, pruned)}}), GateRules()).passed
-    assert not compare_results(base_prune(), prune({"arc_easy": {"acc": metric(0.70, pruned)}}),
-                               GateRules(se_factor=1.0)).passed
+    assert not compare_results(
+        base_prune(), prune({"arc_easy": {"acc": metric(0.70, pruned)}}), GateRules(se_factor=1.0)
+    ).passed
 
 
 def test_se_factor_scales_the_allowed_worsening():
@@ -257,7 +281,7 @@ def test_a_pruned_prune_drop_candidate_is_matched_over_the_common_layers():
     comp = compare_results(base_prune(), cand, GateRules())
     layers = comp.results[1]
     assert layers.details["common_layers"] == [0, 1, 2]
-    assert layers.details["failed_layers"] == [2]   # ΔP(2) went from -0.02 to -0.10
+    assert layers.details["failed_layers"] == [2]  # ΔP(2) went from -0.02 to -0.10
     assert "L differs" in comp.notes[0] and "(-1)" in comp.notes[0]
 
 
@@ -270,7 +294,7 @@ def test_tasks_in_only_one_result_are_skipped_and_noted():
 
 def test_the_gated_metric_can_be_chosen_in_the_rules_file(tmp_path):
     cand = prune({"arc_easy": {"acc": metric(0.70, BASE_PRUNED), "acc_norm": metric(0.60, [0.3, 0.6, 0.6, 0.6])}})
-    assert compare_results(base_prune(), cand, GateRules()).passed    # primary metric (acc) unchanged
+    assert compare_results(base_prune(), cand, GateRules()).passed  # primary metric (acc) unchanged
     for text in ('[prune_drop]\nmetric = "acc_norm"\n', '[prune_drop]\nmetrics = { arc_easy = "acc_norm" }\n'):
         (tmp_path / "gate.toml").write_text(text)
         results = compare_results(base_prune(), cand, load_rules(tmp_path / "gate.toml")).results
@@ -295,16 +319,19 @@ def test_rules_file_sets_thresholds_and_flags_override_it(tmp_path):
     assert table["angular"]["adjacent_tolerance"]["value"] == 0.02
 
 
-@pytest.mark.parametrize("text, match", [
-    ("[prune_drop]\nmax_drpo = 0.1\n", "Did you mean 'max_drop'"),
-    ("[angluar]\nlazy_threshold = 0.1\n", "Did you mean 'angular'"),
-    ("max_drop = 0.1\n", r"Put max_drop under \[prune_drop\]"),
-    ("[prune_drop]\nmax_drop = -0.1\n", "must be a number ≥ 0"),
-    ("[angular]\nlazy_threshold = 1.5\n", r"must be in \(0, 1\]"),
-    ("[angular]\nmax_lazy_increase = 0.5\n", "whole number"),
-    ("[prune_drop]\nse_factor = true\n", "must be a number"),
-    ("[angular\n", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("[prune_drop]\nmax_drpo = 0.1\n", "Did you mean 'max_drop'"),
+        ("[angluar]\nlazy_threshold = 0.1\n", "Did you mean 'angular'"),
+        ("max_drop = 0.1\n", r"Put max_drop under \[prune_drop\]"),
+        ("[prune_drop]\nmax_drop = -0.1\n", "must be a number ≥ 0"),
+        ("[angular]\nlazy_threshold = 1.5\n", r"must be in \(0, 1\]"),
+        ("[angular]\nmax_lazy_increase = 0.5\n", "whole number"),
+        ("[prune_drop]\nse_factor = true\n", "must be a number"),
+        ("[angular\n", "not valid TOML"),
+    ],
+)
 def test_bad_rules_files_are_user_errors(tmp_path, text, match):
     path = tmp_path / "gate.toml"
     path.write_text(text)
@@ -323,8 +350,11 @@ def test_a_missing_rules_file_is_a_user_error(tmp_path):
 
 
 def test_directories_compare_every_common_kind_and_skip_the_rest(tmp_path):
-    base, cand = run_dirs(tmp_path, {"angular.json": angular(BASE_ADJ), "prune_drop.json": base_prune()},
-                          {"angular.json": angular(BASE_ADJ)})
+    base, cand = run_dirs(
+        tmp_path,
+        {"angular.json": angular(BASE_ADJ), "prune_drop.json": base_prune()},
+        {"angular.json": angular(BASE_ADJ)},
+    )
     verdict = compare_paths(base, cand)
     assert [c.kind for c in verdict.comparisons] == ["angular"]
     assert len(verdict.skipped) == 1 and verdict.skipped[0].startswith("prune_drop: only in the baseline")
@@ -333,8 +363,11 @@ def test_directories_compare_every_common_kind_and_skip_the_rest(tmp_path):
 
 def test_directories_with_both_kinds_gate_on_both(tmp_path):
     cand_prune = prune({"arc_easy": {"acc": metric(0.60, [p - 0.1 for p in BASE_PRUNED])}})
-    base, cand = run_dirs(tmp_path, {"angular.json": angular(BASE_ADJ), "prune_drop.json": base_prune()},
-                          {"angular.json": angular(BASE_ADJ), "prune_drop.json": cand_prune})
+    base, cand = run_dirs(
+        tmp_path,
+        {"angular.json": angular(BASE_ADJ), "prune_drop.json": base_prune()},
+        {"angular.json": angular(BASE_ADJ), "prune_drop.json": cand_prune},
+    )
     verdict = compare_paths(base, cand)
     assert [c.kind for c in verdict.comparisons] == ["angular", "prune_drop"]
     assert [c.passed for c in verdict.comparisons] == [True, False] and not verdict.passed
@@ -364,9 +397,21 @@ def bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, Path]]:
     }
 
 
-@pytest.mark.parametrize("case", ["missing file", "missing baseline dir", "kinds differ", "file and directory",
-                                  "unreadable json", "schema version", "no common task", "ragged matrix",
-                                  "no common kind", "empty dir"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing file",
+        "missing baseline dir",
+        "kinds differ",
+        "file and directory",
+        "unreadable json",
+        "schema version",
+        "no common task",
+        "ragged matrix",
+        "no common kind",
+        "empty dir",
+    ],
+)
 def test_bad_input_raises_result_error(tmp_path, case):
     baseline, candidate = bad_inputs(tmp_path)[case]
     with pytest.raises(ResultError):
@@ -382,8 +427,11 @@ def mixed_verdict(tmp_path):
     pruned = list(BASE_PRUNED)
     pruned[2] -= 0.1
     cand_prune = prune({"arc_easy": {"acc": metric(0.70, pruned)}}, model_id="org/cand")
-    base, cand = run_dirs(tmp_path, {"angular.json": angular(BASE_ADJ), "prune_drop.json": base_prune()},
-                          {"angular.json": angular(BASE_ADJ, "org/cand"), "prune_drop.json": cand_prune})
+    base, cand = run_dirs(
+        tmp_path,
+        {"angular.json": angular(BASE_ADJ), "prune_drop.json": base_prune()},
+        {"angular.json": angular(BASE_ADJ, "org/cand"), "prune_drop.json": cand_prune},
+    )
     return compare_paths(base, cand)
 
 
@@ -395,9 +443,12 @@ def test_json_output_parses_back_with_every_rule_and_threshold(mixed_verdict):
     assert data["rules"]["prune_drop"]["se_factor"] == {"value": 2.0, "source": "default"}
     assert data["inputs"]["candidate"].endswith("cand")
     verdicts = {(c["kind"], r["name"]): r["passed"] for c in data["comparisons"] for r in c["results"]}
-    assert verdicts == {("angular", "lazy_blocks"): True, ("angular", "mean_adjacent"): True,
-                        ("prune_drop", "baseline_score[arc_easy/acc]"): True,
-                        ("prune_drop", "layer_delta[arc_easy/acc]"): False}
+    assert verdicts == {
+        ("angular", "lazy_blocks"): True,
+        ("angular", "mean_adjacent"): True,
+        ("prune_drop", "baseline_score[arc_easy/acc]"): True,
+        ("prune_drop", "layer_delta[arc_easy/acc]"): False,
+    }
     layer_rule = data["comparisons"][1]["results"][1]
     assert layer_rule["details"]["failed_layers"] == [2] and layer_rule["thresholds"]["se_factor"] == 2.0
     assert data["comparisons"][1]["candidate"]["model"] == "org/cand"
@@ -417,17 +468,22 @@ def test_markdown_output_has_a_headline_and_one_row_per_rule(mixed_verdict):
     assert text.startswith("### ❌ layerprobe compare: regression (1 of 4 rules failed)")
     rows = [line for line in text.splitlines() if line.startswith("| ") and "`" in line]
     status = {row.split("|")[3].strip().strip("`"): row.split("|")[1].strip() for row in rows}
-    assert status == {"lazy_blocks": "✅", "mean_adjacent": "✅", "baseline_score[arc_easy/acc]": "✅",
-                      "layer_delta[arc_easy/acc]": "❌"}
-    assert all(len(re.split(r"(?<!\\)\|", row)) == 10 for row in rows)   # 8 cells between 9 pipes
+    assert status == {
+        "lazy_blocks": "✅",
+        "mean_adjacent": "✅",
+        "baseline_score[arc_easy/acc]": "✅",
+        "layer_delta[arc_easy/acc]": "❌",
+    }
+    assert all(len(re.split(r"(?<!\\)\|", row)) == 10 for row in rows)  # 8 cells between 9 pipes
     assert "- ❌ **prune_drop · layer_delta[arc_easy/acc]**: removing layer(s) [2]" in text
 
 
 def test_markdown_escapes_pipes_in_task_names():
     from layerprobe.compare import Verdict
 
-    comp = compare_results(prune({"a|b": {"acc": metric(0.7, [0.7] * 4)}}),
-                           prune({"a|b": {"acc": metric(0.6, [0.6] * 4)}}), GateRules())
+    comp = compare_results(
+        prune({"a|b": {"acc": metric(0.7, [0.7] * 4)}}), prune({"a|b": {"acc": metric(0.6, [0.6] * 4)}}), GateRules()
+    )
     text = render_markdown(Verdict(Path("b"), Path("c"), GateRules(), [comp], []))
     rows = [line for line in text.splitlines() if line.startswith("| ") and "`" in line]
     assert len(rows) == 2 and all(len(re.split(r"(?<!\\)\|", row)) == 10 for row in rows)
@@ -443,10 +499,12 @@ def test_junit_output_has_one_testcase_per_rule_and_failures_on_regressions(mixe
     root = ET.fromstring(render_junit(mixed_verdict))
     assert root.tag == "testsuites" and root.get("tests") == "4" and root.get("failures") == "1"
     cases = {(c.get("classname"), c.get("name")): c for c in root.iter("testcase")}
-    assert set(cases) == {("layerprobe.compare.angular", "lazy_blocks"),
-                          ("layerprobe.compare.angular", "mean_adjacent"),
-                          ("layerprobe.compare.prune_drop", "baseline_score[arc_easy/acc]"),
-                          ("layerprobe.compare.prune_drop", "layer_delta[arc_easy/acc]")}
+    assert set(cases) == {
+        ("layerprobe.compare.angular", "lazy_blocks"),
+        ("layerprobe.compare.angular", "mean_adjacent"),
+        ("layerprobe.compare.prune_drop", "baseline_score[arc_easy/acc]"),
+        ("layerprobe.compare.prune_drop", "layer_delta[arc_easy/acc]"),
+    }
     failed = [name for (_, name), case in cases.items() if case.find("failure") is not None]
     assert failed == ["layer_delta[arc_easy/acc]"]
     failure = cases[("layerprobe.compare.prune_drop", "layer_delta[arc_easy/acc]")].find("failure")
@@ -458,8 +516,11 @@ def test_junit_output_has_one_testcase_per_rule_and_failures_on_regressions(mixe
 
 
 def test_junit_marks_skipped_kinds(tmp_path):
-    base, cand = run_dirs(tmp_path, {"angular.json": angular(BASE_ADJ)},
-                          {"angular.json": angular(BASE_ADJ), "prune_drop.json": base_prune()})
+    base, cand = run_dirs(
+        tmp_path,
+        {"angular.json": angular(BASE_ADJ)},
+        {"angular.json": angular(BASE_ADJ), "prune_drop.json": base_prune()},
+    )
     root = ET.fromstring(render_junit(compare_paths(base, cand)))
     skipped = [c for c in root.iter("testcase") if c.find("skipped") is not None]
     assert [c.get("name") for c in skipped] == ["prune_drop"] and root.get("skipped") == "1"
@@ -469,7 +530,7 @@ def test_table_output_names_every_rule_and_the_verdict(mixed_verdict):
     text = render_table(mixed_verdict)
     for name in ("lazy_blocks", "mean_adjacent", "baseline_score[arc_easy/acc]", "layer_delta[arc_easy/acc]"):
         assert name in text
-    assert text.count("FAIL") == 2 and "regression: 1 of 4 rules failed" in text   # row + failure line
+    assert text.count("FAIL") == 2 and "regression: 1 of 4 rules failed" in text  # row + failure line
     assert render(mixed_verdict, "table") == text
 
 
@@ -533,8 +594,7 @@ def test_cli_flags_override_the_rules_file(tmp_path):
     loose = cli(base, cand, "--rules", tmp_path / "gate.toml", "--format", "json", "--no-plot")
     assert loose.exit_code == 0, loose.output
     assert json.loads(loose.stdout)["rules"]["prune_drop"]["max_drop"] == {"value": 0.05, "source": "rules file"}
-    strict = cli(base, cand, "--rules", tmp_path / "gate.toml", "--max-drop", "0.01", "--format", "json",
-                 "--no-plot")
+    strict = cli(base, cand, "--rules", tmp_path / "gate.toml", "--max-drop", "0.01", "--format", "json", "--no-plot")
     assert strict.exit_code == 1
     data = json.loads(strict.stdout)
     assert data["rules"]["prune_drop"]["max_drop"] == {"value": 0.01, "source": "flag"}
@@ -551,16 +611,20 @@ def test_cli_a_failed_plot_warns_without_changing_the_status_but_a_bad_junit_pat
 
 
 def test_cli_directory_mode_and_plot_out(tmp_path):
-    base, cand = run_dirs(tmp_path, {"angular.json": angular(BASE_ADJ), "prune_drop.json": base_prune()},
-                          {"angular.json": angular(BASE_ADJ)})
+    base, cand = run_dirs(
+        tmp_path,
+        {"angular.json": angular(BASE_ADJ), "prune_drop.json": base_prune()},
+        {"angular.json": angular(BASE_ADJ)},
+    )
     result = cli(base, cand, "--format", "json", "--out", tmp_path / "plots")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["skipped"][0].startswith("prune_drop: only in the baseline")
     assert (tmp_path / "plots" / "compare.png").is_file()
 
 
-@pytest.mark.parametrize("case", ["missing file", "kinds differ", "unreadable json", "schema version",
-                                  "no common kind"])
+@pytest.mark.parametrize(
+    "case", ["missing file", "kinds differ", "unreadable json", "schema version", "no common kind"]
+)
 def test_cli_exit_two_on_bad_input(tmp_path, case):
     baseline, candidate = bad_inputs(tmp_path)[case]
     result = cli(baseline, candidate, "--no-plot")
@@ -592,8 +656,15 @@ def test_the_documented_rules_file_loads_and_explains_every_key(tmp_path):
     (tmp_path / "gate.toml").write_text(text)
     rules = load_rules(tmp_path / "gate.toml")
     assert rules.metrics == {"arc_easy": "acc_norm"} and rules.se_factor == 2.0
-    for key in ("lazy_threshold", "max_lazy_increase", "adjacent_tolerance", "max_drop", "se_factor", "metric",
-                "metrics"):
+    for key in (
+        "lazy_threshold",
+        "max_lazy_increase",
+        "adjacent_tolerance",
+        "max_drop",
+        "se_factor",
+        "metric",
+        "metrics",
+    ):
         assert re.search(rf"^#? ?\[?[\w.]*{key}\b", text, flags=re.M), key
 
 
@@ -602,7 +673,7 @@ def test_the_documented_workflow_is_valid_yaml_and_gates_with_compare():
     workflow = next(yaml.safe_load(block) for block in fenced("yaml") if block.startswith("name:"))
     steps = workflow["jobs"]["layer-gate"]["steps"]
     run = "\n".join(step.get("run", "") for step in steps)
-    assert run.index("pip install torch") < run.index("pip install \"layerprobe")
+    assert run.index("pip install torch") < run.index('pip install "layerprobe')
     assert "layerprobe angular" in run and "layerprobe prune-drop" in run
     assert "--format markdown" in run and '>> "$GITHUB_STEP_SUMMARY"' in run and "--junit" in run
     cache = next(step for step in steps if step.get("uses", "").startswith("actions/cache"))

@@ -8,8 +8,10 @@ from layerprobe.errors import CorpusError, EmptyCorpus
 from layerprobe.specs import BUILTIN_CORPUS, CorpusSpec
 
 
-@pytest.mark.parametrize(("tokens", "seq_len", "specials"), [(1000, 128, 0), (1024, 128, 1), (129, 128, 2),
-                                                             (130, 128, 2), (5, 128, 2), (3, 4, 2)])
+@pytest.mark.parametrize(
+    ("tokens", "seq_len", "specials"),
+    [(1000, 128, 0), (1024, 128, 1), (129, 128, 2), (130, 128, 2), (5, 128, 2), (3, 4, 2)],
+)
 def test_window_plan_adds_up_exactly(tokens, seq_len, specials):
     lengths = plan_window_lengths(tokens, seq_len, specials)
     assert sum(lengths) == tokens
@@ -44,7 +46,7 @@ def test_windows_pack_documents_in_order_with_separators(tiny_checkpoints, pydoc
         expected += tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         if len(expected) >= len(text_stream):
             break
-    assert text_stream == expected[:len(text_stream)]
+    assert text_stream == expected[: len(text_stream)]
     assert all(w.last_text_position == len(w.input_ids) - 1 for w in windows)
 
 

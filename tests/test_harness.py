@@ -67,9 +67,17 @@ def _simple_evaluate(model, tokenizer, names, monkeypatch, **kwargs):
     monkeypatch.chdir(TASKS_DIR)
     manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=BATCH)
-    return lm_eval.simple_evaluate(model=lm, tasks=names, task_manager=manager, bootstrap_iters=1000,
-                                   random_seed=1234, numpy_random_seed=1234, torch_random_seed=1234,
-                                   fewshot_random_seed=1234, **kwargs)
+    return lm_eval.simple_evaluate(
+        model=lm,
+        tasks=names,
+        task_manager=manager,
+        bootstrap_iters=1000,
+        random_seed=1234,
+        numpy_random_seed=1234,
+        torch_random_seed=1234,
+        fewshot_random_seed=1234,
+        **kwargs,
+    )
 
 
 def _flat(scores):
@@ -89,8 +97,11 @@ def _lm_eval_flat(results):
             metric, _, filter_name = key.partition(",")
             if filter_name and not metric.endswith("_stderr") and key != "sample_count":
                 stderr = reported[f"{metric}_stderr,{filter_name}"]
-                out[name][metric] = (value, None if stderr == "N/A" else stderr,
-                                     results["higher_is_better"][name][metric])
+                out[name][metric] = (
+                    value,
+                    None if stderr == "N/A" else stderr,
+                    results["higher_is_better"][name][metric],
+                )
     return out
 
 
@@ -103,12 +114,19 @@ def _requests(task_set):
 
 def test_build_tasks_structure(task_set):
     assert task_set.names == tuple(NAMES)
-    assert task_set.members == {"lp_mmlu": ("lp_mmlu_stem", "lp_mmlu_humanities"),
-                                "lp_arc_like": ("lp_arc_like",), "lp_pydoc_ppl": ("lp_pydoc_ppl",)}
+    assert task_set.members == {
+        "lp_mmlu": ("lp_mmlu_stem", "lp_mmlu_humanities"),
+        "lp_arc_like": ("lp_arc_like",),
+        "lp_pydoc_ppl": ("lp_pydoc_ppl",),
+    }
     assert task_set.loaded["group_map"] == {"lp_mmlu": ["lp_mmlu_stem", "lp_mmlu_humanities"]}
     choice = "multiple_choice"
-    assert task_set.output_types == {"lp_mmlu_stem": choice, "lp_mmlu_humanities": choice,
-                                     "lp_arc_like": choice, "lp_pydoc_ppl": "loglikelihood_rolling"}
+    assert task_set.output_types == {
+        "lp_mmlu_stem": choice,
+        "lp_mmlu_humanities": choice,
+        "lp_arc_like": choice,
+        "lp_pydoc_ppl": "loglikelihood_rolling",
+    }
     assert not any(is_generation_task(task_set, name) for name in NAMES)
     assert all(task.get_config("num_fewshot") == 0 for task in task_set.tasks.values())
 
@@ -119,7 +137,8 @@ def test_relative_data_files_resolve_next_to_the_yaml_from_any_cwd(tmp_path, mon
     assert len(ts.tasks["lp_pydoc_ppl"].eval_docs) == 10
     # A YAML written for plain lm-eval (paths relative to the working directory) still loads.
     (tmp_path / "cwd_relative.yaml").write_text(
-        (TASKS_DIR / "lp_pydoc_ppl.yaml").read_text().replace("task: lp_pydoc_ppl", "task: lp_cwd_relative"))
+        (TASKS_DIR / "lp_pydoc_ppl.yaml").read_text().replace("task: lp_pydoc_ppl", "task: lp_cwd_relative")
+    )
     monkeypatch.chdir(TASKS_DIR)
     ts = build_tasks(["lp_cwd_relative"], include_path=tmp_path)
     assert len(ts.tasks["lp_cwd_relative"].eval_docs) == 10
@@ -135,8 +154,10 @@ def test_unknown_task_suggests_close_names():
 
 
 def test_unreachable_data_is_a_task_error(tmp_path):
-    common = ("output_type: multiple_choice\ntest_split: test\ndoc_to_text: '{{q}}'\ndoc_to_target: 0\n"
-              "doc_to_choice: ['a', 'b']\n")
+    common = (
+        "output_type: multiple_choice\ntest_split: test\ndoc_to_text: '{{q}}'\ndoc_to_target: 0\n"
+        "doc_to_choice: ['a', 'b']\n"
+    )
     (tmp_path / "hub.yaml").write_text("task: lp_hub\ndataset_path: no-such-org/no-such-data\n" + common)
     missing = "dataset_kwargs: {data_files: {test: data/missing.jsonl}}\n"
     (tmp_path / "local.yaml").write_text("task: lp_local\ndataset_path: json\n" + missing + common)
@@ -151,9 +172,11 @@ def test_unreachable_data_is_a_task_error(tmp_path):
 
 def test_groups_without_a_single_score_and_duplicates_are_task_errors(tmp_path):
     data = TASKS_DIR / "data" / "arc_like_test.jsonl"
-    task = ("dataset_path: json\ndataset_kwargs: {{data_files: {{test: {data}}}}}\n"
-            "output_type: multiple_choice\ntest_split: test\ndoc_to_text: '{{{{question}}}}'\n"
-            "doc_to_target: 0\ndoc_to_choice: '{{{{choices.text}}}}'\n")
+    task = (
+        "dataset_path: json\ndataset_kwargs: {{data_files: {{test: {data}}}}}\n"
+        "output_type: multiple_choice\ntest_split: test\ndoc_to_text: '{{{{question}}}}'\n"
+        "doc_to_target: 0\ndoc_to_choice: '{{{{choices.text}}}}'\n"
+    )
     (tmp_path / "a.yaml").write_text(f"task: lp_a\ntag: lp_tag\n{task.format(data=data)}")
     (tmp_path / "b.yaml").write_text(f"task: lp_b\ntag: lp_tag\n{task.format(data=data)}")
     (tmp_path / "group.yaml").write_text("group: lp_plain_group\ntask: [lp_a, lp_b]\n")
@@ -201,10 +224,18 @@ def test_lm_eval_mmlu_group_structure_offline(models, monkeypatch):
 
     def fake_mmlu(path, name=None, **kwargs):
         assert path == "cais/mmlu"
-        rows = [{"question": f"Question {i} on {name}?", "choices": ["one", "two", "three", "four"],
-                 "answer": (i + len(name)) % 4, "subject": name} for i in range(5)]
-        return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows[:2]),
-                                     "dev": datasets.Dataset.from_list(rows)})
+        rows = [
+            {
+                "question": f"Question {i} on {name}?",
+                "choices": ["one", "two", "three", "four"],
+                "answer": (i + len(name)) % 4,
+                "subject": name,
+            }
+            for i in range(5)
+        ]
+        return datasets.DatasetDict(
+            {"test": datasets.Dataset.from_list(rows[:2]), "dev": datasets.Dataset.from_list(rows)}
+        )
 
     monkeypatch.setattr(datasets, "load_dataset", fake_mmlu)
     # With the include path of the test above, lm-eval's whole index is already built (cached per process).

@@ -10,10 +10,14 @@ from layerprobe.layers import capture_block_states, find_layers, removed_blocks
 CAUSAL = ["llama", "qwen3", "deepseek_v3", "gpt2"]
 # Paths are relative to the base model, whether or not a head is loaded: the same in every result.
 EXPECTED_PATHS = {
-    ("llama", "base"): "layers", ("llama", "lm"): "layers",
-    ("qwen3", "base"): "layers", ("qwen3", "lm"): "layers",
-    ("deepseek_v3", "base"): "layers", ("deepseek_v3", "lm"): "layers",
-    ("gpt2", "base"): "h", ("gpt2", "lm"): "h",
+    ("llama", "base"): "layers",
+    ("llama", "lm"): "layers",
+    ("qwen3", "base"): "layers",
+    ("qwen3", "lm"): "layers",
+    ("deepseek_v3", "base"): "layers",
+    ("deepseek_v3", "lm"): "layers",
+    ("gpt2", "base"): "h",
+    ("gpt2", "lm"): "h",
     ("bert", "base"): "encoder.layer",
 }
 

@@ -7,9 +7,17 @@ from layerprobe.models import CAUSAL_LM, ENCODER, EXTRACTIVE_QA, load_model, mod
 from layerprobe.specs import ModelSpec
 
 
-@pytest.mark.parametrize(("arch", "kind"), [("llama", CAUSAL_LM), ("qwen3", CAUSAL_LM), ("gpt2", CAUSAL_LM),
-                                            ("deepseek_v3", CAUSAL_LM), ("bert", ENCODER),
-                                            ("bert_qa", EXTRACTIVE_QA)])
+@pytest.mark.parametrize(
+    ("arch", "kind"),
+    [
+        ("llama", CAUSAL_LM),
+        ("qwen3", CAUSAL_LM),
+        ("gpt2", CAUSAL_LM),
+        ("deepseek_v3", CAUSAL_LM),
+        ("bert", ENCODER),
+        ("bert_qa", EXTRACTIVE_QA),
+    ],
+)
 def test_kind_comes_from_the_config(tiny_checkpoints, arch, kind):
     assert model_kind(tf.AutoConfig.from_pretrained(tiny_checkpoints[arch])) == kind
 
@@ -46,17 +54,39 @@ def test_auto_dtype_is_float32_on_cpu_and_checkpoint_half_on_gpu():
     assert resolve_dtype("float16", config, torch.device("cpu")) == torch.float16
 
 
-@pytest.mark.parametrize(("raised", "message", "hint"), [
-    (OSError("You are trying to access a gated repo.\nMake sure to have access to it at https://hf.co/x."),
-     "gated model", "licence"),
-    (ValueError("The repository x contains custom code which must be executed. Please pass the argument "
-                "`trust_remote_code=True` to allow custom code to be run."), "own modelling code",
-     "--trust-remote-code"),
-    (OSError("x is not a local folder and is not a valid model identifier listed on 'https://huggingface.co/models'"),
-     "Cannot load", "hub id"),
-    (OSError("We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in the "
-             "cached files."), "cannot be reached", "local directory"),
-])
+@pytest.mark.parametrize(
+    ("raised", "message", "hint"),
+    [
+        (
+            OSError("You are trying to access a gated repo.\nMake sure to have access to it at https://hf.co/x."),
+            "gated model",
+            "licence",
+        ),
+        (
+            ValueError(
+                "The repository x contains custom code which must be executed. Please pass the argument "
+                "`trust_remote_code=True` to allow custom code to be run."
+            ),
+            "own modelling code",
+            "--trust-remote-code",
+        ),
+        (
+            OSError(
+                "x is not a local folder and is not a valid model identifier listed on 'https://huggingface.co/models'"
+            ),
+            "Cannot load",
+            "hub id",
+        ),
+        (
+            OSError(
+                "We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in the "
+                "cached files."
+            ),
+            "cannot be reached",
+            "local directory",
+        ),
+    ],
+)
 def test_loading_failures_become_one_line_errors(monkeypatch, raised, message, hint):
     def fail(*_args, **_kwargs):
         raise raised

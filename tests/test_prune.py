@@ -42,8 +42,15 @@ runner = CliRunner()
 
 
 def make_spec(path, tasks=TASKS, **overrides) -> PruneSpec:
-    settings = dict(layers="0,3", limit=LIMIT, num_fewshot=FEWSHOT, batch_size=BATCH, seed=SEED,
-                    include_path=str(TASKS_DIR), engine="simple")
+    settings = dict(
+        layers="0,3",
+        limit=LIMIT,
+        num_fewshot=FEWSHOT,
+        batch_size=BATCH,
+        seed=SEED,
+        include_path=str(TASKS_DIR),
+        engine="simple",
+    )
     settings.update(overrides)
     return PruneSpec(model=ModelSpec(str(path), device="cpu"), tasks=tuple(tasks), **settings)
 
@@ -155,10 +162,19 @@ def lm_eval_reference(model, tokenizer, monkeypatch, tasks=TASKS) -> dict:
         patch.chdir(TASKS_DIR)  # plain lm-eval resolves the YAMLs' relative data_files against the cwd
         manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
         lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=BATCH)
-        return lm_eval.simple_evaluate(model=lm, tasks=list(tasks), task_manager=manager, limit=LIMIT,
-                                       num_fewshot=FEWSHOT, bootstrap_iters=1000, log_samples=True,
-                                       random_seed=SEED, numpy_random_seed=SEED, torch_random_seed=SEED,
-                                       fewshot_random_seed=SEED)
+        return lm_eval.simple_evaluate(
+            model=lm,
+            tasks=list(tasks),
+            task_manager=manager,
+            limit=LIMIT,
+            num_fewshot=FEWSHOT,
+            bootstrap_iters=1000,
+            log_samples=True,
+            random_seed=SEED,
+            numpy_random_seed=SEED,
+            torch_random_seed=SEED,
+            fewshot_random_seed=SEED,
+        )
 
 
 def reference_metrics(results: dict, name: str) -> dict[str, tuple[float, float | None]]:
@@ -182,16 +198,16 @@ def assert_metric_equal(metric: str, got: float, want: float) -> None:
 
 # ----------------------------------------------------------- 1. equal to delete-and-evaluate, per engine
 @pytest.mark.parametrize("arch", CAUSAL)
-def test_prune_drop_equals_lm_eval_on_a_physically_deleted_model(arch, tiny_checkpoints, tmp_path, spy,
-                                                                  monkeypatch):
+def test_prune_drop_equals_lm_eval_on_a_physically_deleted_model(arch, tiny_checkpoints, tmp_path, spy, monkeypatch):
     path = tiny_checkpoints[arch]
     loaded = load(path)
     layers = [0, 1, 3]  # the first, a middle and the last block
     results, answers = {}, {}
     for engine in ("simple", "shared"):
         spy.reset()
-        results[engine] = run_prune_drop(make_spec(path, layers="0,1,3", engine=engine), tmp_path / engine,
-                                         loaded=loaded)
+        results[engine] = run_prune_drop(
+            make_spec(path, layers="0,1,3", engine=engine), tmp_path / engine, loaded=loaded
+        )
         answers[engine] = dict(spy.answers)
         assert results[engine].engine == engine
         assert json.loads((tmp_path / engine / RESULT).read_text())["engine"] == engine
@@ -216,8 +232,11 @@ def test_prune_drop_equals_lm_eval_on_a_physically_deleted_model(arch, tiny_chec
                         assert stderr_at(got[metric], variant) is None
                     else:
                         assert stderr_at(got[metric], variant) == pytest.approx(stderr, rel=1e-5)
-                members = {key: v for key, v in want_answers.items()
-                           if key[0] in (("lp_mmlu_stem", "lp_mmlu_humanities") if task == "lp_mmlu" else (task,))}
+                members = {
+                    key: v
+                    for key, v in want_answers.items()
+                    if key[0] in (("lp_mmlu_stem", "lp_mmlu_humanities") if task == "lp_mmlu" else (task,))
+                }
                 assert_same_answers(answers[engine][(task, variant)], members)
     # The removal really changed the model (a check that compares a model with itself proves nothing).
     ppl = results["simple"].tasks["lp_pydoc_ppl"].metrics["word_perplexity"]
@@ -248,8 +267,9 @@ def test_engines_agree_on_an_8_layer_model_and_the_shared_one_does_less_work(dee
         for engine in ("simple", "shared"):
             spy.reset()
             rows["count"] = 0
-            results[engine] = run_prune_drop(make_spec(deep_llama, layers=None, engine=engine), tmp_path / engine,
-                                             loaded=loaded)
+            results[engine] = run_prune_drop(
+                make_spec(deep_llama, layers=None, engine=engine), tmp_path / engine, loaded=loaded
+            )
             hooked[engine], answers[engine] = rows["count"], dict(spy.answers)
             assert results[engine].engine == engine
             assert json.loads((tmp_path / engine / RESULT).read_text())["engine"] == engine
@@ -318,50 +338,92 @@ def tasks_with_generation(tmp_path_factory) -> Path:
     return folder
 
 
-def test_engine_auto_falls_back_to_simple_for_generation_and_shared_refuses(tiny_checkpoints, tmp_path, spy,
-                                                                            tasks_with_generation):
+def test_engine_auto_falls_back_to_simple_for_generation_and_shared_refuses(
+    tiny_checkpoints, tmp_path, spy, tasks_with_generation
+):
     path = tiny_checkpoints["llama"]
     loaded = load(path)
-    spec = make_spec(path, tasks=("lp_arc_like", "lp_gen"), layers="3", limit=2, num_fewshot=None,
-                     include_path=str(tasks_with_generation), engine="auto")
+    spec = make_spec(
+        path,
+        tasks=("lp_arc_like", "lp_gen"),
+        layers="3",
+        limit=2,
+        num_fewshot=None,
+        include_path=str(tasks_with_generation),
+        engine="auto",
+    )
     result = run_prune_drop(spec, tmp_path / "auto", loaded=loaded)
     assert result.engine == "simple" and [s.engine for s in spy.scorers] == ["simple"]
     assert json.loads((tmp_path / "auto" / RESULT).read_text())["engine"] == "simple"
     assert list(result.tasks["lp_gen"].metrics) == ["exact_match"]
     # Without a generation task, auto picks the shared engine.
-    assert run_prune_drop(make_spec(path, tasks=("lp_arc_like",), layers="3", limit=2, engine="auto"),
-                          tmp_path / "auto2", loaded=loaded).engine == "shared"
+    assert (
+        run_prune_drop(
+            make_spec(path, tasks=("lp_arc_like",), layers="3", limit=2, engine="auto"),
+            tmp_path / "auto2",
+            loaded=loaded,
+        ).engine
+        == "shared"
+    )
 
-    shared = make_spec(path, tasks=("lp_gen",), layers="3", limit=2, include_path=str(tasks_with_generation),
-                       engine="shared")
+    shared = make_spec(
+        path, tasks=("lp_gen",), layers="3", limit=2, include_path=str(tasks_with_generation), engine="shared"
+    )
     with pytest.raises(TaskError, match="--engine shared cannot score this run: task lp_gen generates text"):
         run_prune_drop(shared, tmp_path / "shared", loaded=loaded)
     assert not (tmp_path / "shared" / RESULT).exists()
 
 
 # ------------------------------------------------------------------------------------------- 3. SQuAD
-LONG = ("The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is named "
-        "after the engineer Gustave Eiffel, whose company designed and built the tower between 1887 and 1889. "
-        "It was built as the centrepiece of the 1889 World's Fair. ") * 4  # > 256 tokens: several windows
+LONG = (
+    "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is named "
+    "after the engineer Gustave Eiffel, whose company designed and built the tower between 1887 and 1889. "
+    "It was built as the centrepiece of the 1889 World's Fair. "
+) * 4  # > 256 tokens: several windows
 SQUAD_PARAGRAPHS = [
-    (LONG, [("e1", "Who is the tower named after?", ["Gustave Eiffel"]),
+    (
+        LONG,
+        [
+            ("e1", "Who is the tower named after?", ["Gustave Eiffel"]),
             ("e2", "In which city is the tower?", ["Paris"]),
-            ("e3", "For which event was the tower built?", ["the 1889 World's Fair"])]),
-    ("Python is a high-level programming language created by Guido van Rossum and first released in 1991.",
-     [("p1", "Who created Python?", ["Guido van Rossum"]), ("p2", "When was Python first released?", ["1991"])]),
-    ("The Amazon River flows through Peru, Colombia and Brazil before it reaches the Atlantic Ocean.",
-     [("a1", "Into which ocean does the Amazon flow?", ["the Atlantic Ocean", "Atlantic Ocean"])]),
+            ("e3", "For which event was the tower built?", ["the 1889 World's Fair"]),
+        ],
+    ),
+    (
+        "Python is a high-level programming language created by Guido van Rossum and first released in 1991.",
+        [("p1", "Who created Python?", ["Guido van Rossum"]), ("p2", "When was Python first released?", ["1991"])],
+    ),
+    (
+        "The Amazon River flows through Peru, Colombia and Brazil before it reaches the Atlantic Ocean.",
+        [("a1", "Into which ocean does the Amazon flow?", ["the Atlantic Ocean", "Atlantic Ocean"])],
+    ),
 ]
 
 
 @pytest.fixture(scope="module")
 def squad_file(tmp_path_factory) -> Path:
-    data = {"version": "1.1", "data": [
-        {"title": f"t{i}", "paragraphs": [{"context": context, "qas": [
-            {"id": qid, "question": question,
-             "answers": [{"text": g, "answer_start": context.index(g)} for g in golds]}
-            for qid, question, golds in qas]}]}
-        for i, (context, qas) in enumerate(SQUAD_PARAGRAPHS)]}
+    data = {
+        "version": "1.1",
+        "data": [
+            {
+                "title": f"t{i}",
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [
+                            {
+                                "id": qid,
+                                "question": question,
+                                "answers": [{"text": g, "answer_start": context.index(g)} for g in golds],
+                            }
+                            for qid, question, golds in qas
+                        ],
+                    }
+                ],
+            }
+            for i, (context, qas) in enumerate(SQUAD_PARAGRAPHS)
+        ],
+    }
     path = tmp_path_factory.mktemp("squad") / "dev-v1.1.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
@@ -369,8 +431,9 @@ def squad_file(tmp_path_factory) -> Path:
 
 def test_squad_equals_the_scorer_on_a_physically_deleted_qa_model(tiny_checkpoints, squad_file, tmp_path, spy):
     path = tiny_checkpoints["bert_qa"]
-    spec = PruneSpec(model=ModelSpec(str(path), device="cpu"), tasks=("squad",), squad_data=str(squad_file),
-                     batch_size=BATCH)
+    spec = PruneSpec(
+        model=ModelSpec(str(path), device="cpu"), tasks=("squad",), squad_data=str(squad_file), batch_size=BATCH
+    )
     result = run_prune_drop(spec, tmp_path)
     assert result.engine == "simple" and result.model.kind == "extractive-qa"
     task = result.tasks["squad"]
@@ -395,8 +458,14 @@ def test_squad_equals_the_scorer_on_a_physically_deleted_qa_model(tiny_checkpoin
 
 # ------------------------------------------------------------------------------------------ 4. resume
 RESUME_TASKS = ("lp_arc_like", "lp_pydoc_ppl")
-ORDER = [("lp_arc_like", None), ("lp_pydoc_ppl", None), ("lp_arc_like", 0), ("lp_pydoc_ppl", 0),
-         ("lp_arc_like", 3), ("lp_pydoc_ppl", 3)]
+ORDER = [
+    ("lp_arc_like", None),
+    ("lp_pydoc_ppl", None),
+    ("lp_arc_like", 0),
+    ("lp_pydoc_ppl", 0),
+    ("lp_arc_like", 3),
+    ("lp_pydoc_ppl", 3),
+]
 
 
 def resume_spec(path, **overrides) -> PruneSpec:
@@ -442,11 +511,25 @@ def test_resume_continues_an_interrupted_run_and_recomputes_nothing(tiny_checkpo
             run_prune_drop(resume_spec(path, **overrides), out, resume=True, loaded=loaded)
     with pytest.raises(ResultError, match="model: was"):
         run_prune_drop(resume_spec(tiny_checkpoints["gpt2"]), out, resume=True)
-    refused = invoke(path, *[a for t in RESUME_TASKS for a in ("--task", t)], "--include-path", TASKS_DIR,
-                     "--layers", "0,3", "--limit", 3, "--batch-size", BATCH, "--device", "cpu", "--quiet",
-                     "--out", out, "--resume")
-    assert_one_line_error(refused, "--resume refuses to mix results of a different run (limit: was 2, now 3.0)",
-                          out)
+    refused = invoke(
+        path,
+        *[a for t in RESUME_TASKS for a in ("--task", t)],
+        "--include-path",
+        TASKS_DIR,
+        "--layers",
+        "0,3",
+        "--limit",
+        3,
+        "--batch-size",
+        BATCH,
+        "--device",
+        "cpu",
+        "--quiet",
+        "--out",
+        out,
+        "--resume",
+    )
+    assert_one_line_error(refused, "--resume refuses to mix results of a different run (limit: was 2, now 3.0)", out)
     assert (out / PARTIAL_NAME).read_text() == before
 
     # Without --resume the unfinished run is not silently overwritten either.
@@ -478,8 +561,7 @@ def test_resume_with_an_extra_task_computes_only_that_task(tiny_checkpoints, tmp
     assert len(done_entries(tmp_path)) == len(ORDER) and not (tmp_path / RESULT).exists()
 
     spy.reset()
-    result = run_prune_drop(resume_spec(path, tasks=(*RESUME_TASKS, "lp_mmlu")), tmp_path, resume=True,
-                            loaded=loaded)
+    result = run_prune_drop(resume_spec(path, tasks=(*RESUME_TASKS, "lp_mmlu")), tmp_path, resume=True, loaded=loaded)
     assert spy.recorded == [("lp_mmlu", None), ("lp_mmlu", 0), ("lp_mmlu", 3)]
     assert list(result.tasks) == [*RESUME_TASKS, "lp_mmlu"]
     alone = run_prune_drop(resume_spec(path, tasks=("lp_mmlu",)), tmp_path / "alone", loaded=loaded)
@@ -502,26 +584,42 @@ def assert_one_line_error(result, message: str, out: Path) -> None:
     assert not (out / RESULT).exists()
 
 
-@pytest.mark.parametrize(("model", "args", "message", "hint"), [
-    ("llama", ["--task", "lp_arc_likee"], "unknown lm-eval task: 'lp_arc_likee' (did you mean lp_arc_like?)",
-     "--include-path"),
-    ("llama", ["--task", "lp_arc_like", "--layers", "0,4"], "out of range: the model has 4 blocks", "0 to 3"),
-    ("llama", ["--task", "lp_arc_like", "--layers", "1-x"], "Cannot read layer range '1-x'", "0-3,7"),
-    ("llama", ["--task", "lp_arc_like", "--layers", "3-1"], "runs backwards", "1-3"),
-    ("llama", ["--task", "squad"], "is a causal LM", "--task squad_completion"),
-    ("bert_qa", ["--task", "lp_mmlu"], "'lp_mmlu' is an lm-evaluation-harness task and needs a causal LM",
-     "--task squad"),
-    ("bert", ["--task", "squad"], "has no question-answering head", "ForQuestionAnswering"),
-    ("{missing}", ["--task", "lp_arc_like"], "No model directory at", "Check the path"),
-    ("llama", ["--task", "lp_arc_like", "--engine", "fast"], "Unknown --engine 'fast'", "auto, simple, shared"),
-    ("llama", ["--task", "lp_arc_like", "--batch-size", "0"], "--batch-size must be a positive integer", None),
-    ("llama", ["--task", "lp_arc_like", "--batch-size", "many"], "--batch-size must be a positive integer", None),
-    ("bert_qa", ["--task", "squad", "--squad-data", "{missing}.json"], "does not exist", "--squad-data"),
-    ("llama", ["--task", "lp_gen", "--include-path", "{generation}", "--engine", "shared"],
-     "--engine shared cannot score this run: task lp_gen generates text", "--engine simple"),
-])
-def test_cli_errors_are_one_line_exit_2_and_write_nothing(tiny_checkpoints, tmp_path, tasks_with_generation, model,
-                                                          args, message, hint):
+@pytest.mark.parametrize(
+    ("model", "args", "message", "hint"),
+    [
+        (
+            "llama",
+            ["--task", "lp_arc_likee"],
+            "unknown lm-eval task: 'lp_arc_likee' (did you mean lp_arc_like?)",
+            "--include-path",
+        ),
+        ("llama", ["--task", "lp_arc_like", "--layers", "0,4"], "out of range: the model has 4 blocks", "0 to 3"),
+        ("llama", ["--task", "lp_arc_like", "--layers", "1-x"], "Cannot read layer range '1-x'", "0-3,7"),
+        ("llama", ["--task", "lp_arc_like", "--layers", "3-1"], "runs backwards", "1-3"),
+        ("llama", ["--task", "squad"], "is a causal LM", "--task squad_completion"),
+        (
+            "bert_qa",
+            ["--task", "lp_mmlu"],
+            "'lp_mmlu' is an lm-evaluation-harness task and needs a causal LM",
+            "--task squad",
+        ),
+        ("bert", ["--task", "squad"], "has no question-answering head", "ForQuestionAnswering"),
+        ("{missing}", ["--task", "lp_arc_like"], "No model directory at", "Check the path"),
+        ("llama", ["--task", "lp_arc_like", "--engine", "fast"], "Unknown --engine 'fast'", "auto, simple, shared"),
+        ("llama", ["--task", "lp_arc_like", "--batch-size", "0"], "--batch-size must be a positive integer", None),
+        ("llama", ["--task", "lp_arc_like", "--batch-size", "many"], "--batch-size must be a positive integer", None),
+        ("bert_qa", ["--task", "squad", "--squad-data", "{missing}.json"], "does not exist", "--squad-data"),
+        (
+            "llama",
+            ["--task", "lp_gen", "--include-path", "{generation}", "--engine", "shared"],
+            "--engine shared cannot score this run: task lp_gen generates text",
+            "--engine simple",
+        ),
+    ],
+)
+def test_cli_errors_are_one_line_exit_2_and_write_nothing(
+    tiny_checkpoints, tmp_path, tasks_with_generation, model, args, message, hint
+):
     missing = tmp_path / "nowhere"
     model = str(missing) if model == "{missing}" else tiny_checkpoints[model]
     args = [a.format(missing=missing, generation=tasks_with_generation) for a in args]
@@ -537,9 +635,25 @@ def test_cli_errors_are_one_line_exit_2_and_write_nothing(tiny_checkpoints, tmp_
 # ------------------------------------------------------------------------- 5 + 6. a run and its JSON
 def test_cli_run_writes_json_plots_and_table_with_the_documented_schema(tiny_checkpoints, tmp_path):
     out = tmp_path / "out"
-    result = invoke(tiny_checkpoints["llama"], *[a for t in TASKS for a in ("--task", t)], "--include-path",
-                    TASKS_DIR, "--layers", "0,3", "--limit", 2, "--num-fewshot", 2, "--batch-size", 4, "--quiet",
-                    "--device", "cpu", "--out", out)
+    result = invoke(
+        tiny_checkpoints["llama"],
+        *[a for t in TASKS for a in ("--task", t)],
+        "--include-path",
+        TASKS_DIR,
+        "--layers",
+        "0,3",
+        "--limit",
+        2,
+        "--num-fewshot",
+        2,
+        "--batch-size",
+        4,
+        "--quiet",
+        "--device",
+        "cpu",
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.output
     for task in TASKS:
         assert (out / f"prune_drop_{task}.png").stat().st_size > 1000
@@ -561,14 +675,24 @@ def test_cli_run_writes_json_plots_and_table_with_the_documented_schema(tiny_che
     assert data["settings"]["num_fewshot"] == 2 and data["settings"]["tasks"] == list(TASKS)
     assert {"started_at", "seconds", "versions", "device"} <= data["run"].keys()
     assert list(data["tasks"]) == list(TASKS)
-    expected_metrics = {"lp_mmlu": ["acc"], "lp_arc_like": ["acc", "acc_norm"],
-                        "lp_pydoc_ppl": ["word_perplexity", "byte_perplexity", "bits_per_byte"]}
+    expected_metrics = {
+        "lp_mmlu": ["acc"],
+        "lp_arc_like": ["acc", "acc_norm"],
+        "lp_pydoc_ppl": ["word_perplexity", "byte_perplexity", "bits_per_byte"],
+    }
     for task, body in data["tasks"].items():
         assert body["num_fewshot"] == 2 and body["limit"] == 2
         assert list(body["metrics"]) == expected_metrics[task]
         for name, metric in body["metrics"].items():
-            assert list(metric) == ["baseline", "baseline_stderr", "higher_is_better", "layers", "pruned",
-                                    "delta", "stderr"]
+            assert list(metric) == [
+                "baseline",
+                "baseline_stderr",
+                "higher_is_better",
+                "layers",
+                "pruned",
+                "delta",
+                "stderr",
+            ]
             assert metric["layers"] == [0, 3] and len(metric["pruned"]) == len(metric["stderr"]) == 2
             assert metric["delta"] == pytest.approx([p - metric["baseline"] for p in metric["pruned"]], abs=1e-12)
             assert metric["higher_is_better"] is (name.startswith("acc"))

@@ -33,9 +33,18 @@ RUN = RunInfo(started_at="2025-01-01T00:00:00+00:00", seconds=1.5, versions={"la
 
 
 def model_info(num_layers: int, model_id: str = "org/tiny-model") -> ModelInfo:
-    return ModelInfo(id=model_id, revision=None, commit=None, architecture="LlamaForCausalLM",
-                     model_type="llama", kind="causal-lm", dtype="float32", num_layers=num_layers,
-                     layer_path="model.layers", block_class="LlamaDecoderLayer")
+    return ModelInfo(
+        id=model_id,
+        revision=None,
+        commit=None,
+        architecture="LlamaForCausalLM",
+        model_type="llama",
+        kind="causal-lm",
+        dtype="float32",
+        num_layers=num_layers,
+        layer_path="model.layers",
+        block_class="LlamaDecoderLayer",
+    )
 
 
 def distances(num_layers: int, seed: int, nan_cells=()) -> list[list[float]]:
@@ -52,10 +61,14 @@ def distances(num_layers: int, seed: int, nan_cells=()) -> list[list[float]]:
 
 
 def angular_result(num_layers: int, seed: int = 0, nan_cells=(), model_id="org/tiny-model") -> AngularResult:
-    return AngularResult(model=model_info(num_layers, model_id),
-                         data={"tokens": 4096, "positions": "all", "positions_averaged": 4000},
-                         distance=distances(num_layers, seed, nan_cells), nonfinite_tokens=3, run=RUN,
-                         tokens_per_second=100.0)
+    return AngularResult(
+        model=model_info(num_layers, model_id),
+        data={"tokens": 4096, "positions": "all", "positions_averaged": 4000},
+        distance=distances(num_layers, seed, nan_cells),
+        nonfinite_tokens=3,
+        run=RUN,
+        tokens_per_second=100.0,
+    )
 
 
 def metric_drop(num_layers: int, seed: int = 0, higher_is_better: bool = True) -> MetricDrop:
@@ -63,32 +76,47 @@ def metric_drop(num_layers: int, seed: int = 0, higher_is_better: bool = True) -
     pruned = [0.5 + float(rng.normal(0.0, 0.05)) for _ in range(num_layers)]
     pruned[num_layers // 2] = float("nan")
     stderr = [None if layer % 3 == 0 else 0.01 for layer in range(num_layers)]
-    return MetricDrop(baseline=0.5, baseline_stderr=0.02, higher_is_better=higher_is_better,
-                      layers=list(range(num_layers)), pruned=pruned, stderr=stderr)
+    return MetricDrop(
+        baseline=0.5,
+        baseline_stderr=0.02,
+        higher_is_better=higher_is_better,
+        layers=list(range(num_layers)),
+        pruned=pruned,
+        stderr=stderr,
+    )
 
 
 def prune_result(num_layers: int, tasks=("arc_easy",), seed=0, higher_is_better=True) -> PruneDropResult:
     task_drops = {
-        name: TaskDrop(metrics={"acc": metric_drop(num_layers, seed + k, higher_is_better),
-                                "acc_norm": metric_drop(num_layers, seed + 100 + k)},
-                       num_fewshot=0, limit=None, samples=100)
+        name: TaskDrop(
+            metrics={
+                "acc": metric_drop(num_layers, seed + k, higher_is_better),
+                "acc_norm": metric_drop(num_layers, seed + 100 + k),
+            },
+            num_fewshot=0,
+            limit=None,
+            samples=100,
+        )
         for k, name in enumerate(tasks)
     }
-    return PruneDropResult(model=model_info(num_layers), engine="simple", settings={}, tasks=task_drops,
-                           run=RUN)
+    return PruneDropResult(model=model_info(num_layers), engine="simple", settings={}, tasks=task_drops, run=RUN)
 
 
 def expected_cells(distance, num_layers):
     """{(n, start): value} for every cell of the triangle, by plain loops (independent of span_matrix)."""
-    return {(n, start): distance[start][start + n]
-            for n in range(1, num_layers + 1) for start in range(num_layers - n + 1)}
+    return {
+        (n, start): distance[start][start + n] for n in range(1, num_layers + 1) for start in range(num_layers - n + 1)
+    }
 
 
 def expected_minima(distance, num_layers):
     out = {}
     for n in range(1, num_layers + 1):
-        row = [(distance[start][start + n], start) for start in range(num_layers - n + 1)
-               if math.isfinite(distance[start][start + n])]
+        row = [
+            (distance[start][start + n], start)
+            for start in range(num_layers - n + 1)
+            if math.isfinite(distance[start][start + n])
+        ]
         if row:
             out[n] = min(row)[1]
     return out
@@ -239,8 +267,7 @@ def test_prune_drop_bars_are_the_deltas_coloured_by_harm(higher_is_better):
         assert harmful and helpful
         errorbars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
         segments = errorbars[0].lines[2][0].get_segments()
-        with_stderr = [s is not None and math.isfinite(d) for s, d in zip(metric.stderr, metric.delta,
-                                                                          strict=True)]
+        with_stderr = [s is not None and math.isfinite(d) for s, d in zip(metric.stderr, metric.delta, strict=True)]
         assert len(segments) == sum(with_stderr)
         assert f"{metric.baseline:.4g} ± {metric.baseline_stderr:.2g}" in ax.get_title()
         assert "arc_easy" in ax.get_title() and "acc" in ax.get_title()
@@ -298,13 +325,18 @@ def test_compare_angular_differences_over_the_common_layers(tmp_path, base_layer
     try:
         heatmaps = [ax for ax in fig.axes if ax.images]
         assert len(heatmaps) == 3
-        assert_drawn_matrix(heatmaps[0].images[0].get_array(), expected_cells(baseline.distance, base_layers),
-                            base_layers)
-        assert_drawn_matrix(heatmaps[1].images[0].get_array(),
-                            expected_cells(candidate.distance, cand_layers), cand_layers)
+        assert_drawn_matrix(
+            heatmaps[0].images[0].get_array(), expected_cells(baseline.distance, base_layers), base_layers
+        )
+        assert_drawn_matrix(
+            heatmaps[1].images[0].get_array(), expected_cells(candidate.distance, cand_layers), cand_layers
+        )
         common = min(base_layers, cand_layers)
-        diff = {(n, start): candidate.distance[start][start + n] - baseline.distance[start][start + n]
-                for n in range(1, common + 1) for start in range(common - n + 1)}
+        diff = {
+            (n, start): candidate.distance[start][start + n] - baseline.distance[start][start + n]
+            for n in range(1, common + 1)
+            for start in range(common - n + 1)
+        }
         diff_image = heatmaps[2].images[0]
         assert_drawn_matrix(diff_image.get_array(), diff, common)
         low, high = diff_image.get_clim()

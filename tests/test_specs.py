@@ -4,28 +4,52 @@ from layerprobe.errors import LayerprobeError
 from layerprobe.specs import ModelSpec, PruneSpec, parse_layer_ranges
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    (None, [0, 1, 2, 3, 4, 5, 6, 7]), ("all", list(range(8))), ("0-3,7", [0, 1, 2, 3, 7]),
-    ("5", [5]), ("7,0", [0, 7]), ("2-2", [2]), (" 1 - 1 ".replace(" ", ""), [1]), ("0-1,1-2", [0, 1, 2]),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (None, [0, 1, 2, 3, 4, 5, 6, 7]),
+        ("all", list(range(8))),
+        ("0-3,7", [0, 1, 2, 3, 7]),
+        ("5", [5]),
+        ("7,0", [0, 7]),
+        ("2-2", [2]),
+        (" 1 - 1 ".replace(" ", ""), [1]),
+        ("0-1,1-2", [0, 1, 2]),
+    ],
+)
 def test_layer_ranges_are_inclusive_and_zero_based(text, expected):
     assert parse_layer_ranges(text, 8) == expected
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("8", "out of range"), ("0-8", "out of range"), ("3-1", "runs backwards"), ("a", "Cannot read"),
-    ("1,,2", "Cannot read"), ("-1", "Cannot read"), ("1.5", "Cannot read"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("8", "out of range"),
+        ("0-8", "out of range"),
+        ("3-1", "runs backwards"),
+        ("a", "Cannot read"),
+        ("1,,2", "Cannot read"),
+        ("-1", "Cannot read"),
+        ("1.5", "Cannot read"),
+    ],
+)
 def test_bad_layer_ranges(text, message):
     with pytest.raises(LayerprobeError, match=message):
         parse_layer_ranges(text, 8)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"tasks": ()}, "No --task"), ({"tasks": ("a", "a")}, "named twice"), ({"engine": "fast"}, "Unknown --engine"),
-    ({"limit": 0}, "--limit"), ({"num_fewshot": -1}, "--num-fewshot"), ({"batch_size": 0}, "--batch-size"),
-    ({"batch_size": "max"}, "--batch-size"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"tasks": ()}, "No --task"),
+        ({"tasks": ("a", "a")}, "named twice"),
+        ({"engine": "fast"}, "Unknown --engine"),
+        ({"limit": 0}, "--limit"),
+        ({"num_fewshot": -1}, "--num-fewshot"),
+        ({"batch_size": 0}, "--batch-size"),
+        ({"batch_size": "max"}, "--batch-size"),
+    ],
+)
 def test_prune_spec_validation(kwargs, message):
     args = {"model": ModelSpec("m"), "tasks": ("arc_easy",), **kwargs}
     with pytest.raises(LayerprobeError, match=message):

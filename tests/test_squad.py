@@ -43,40 +43,79 @@ AMAZON = (
     "It flows through Peru, Colombia and Brazil before it reaches the Atlantic Ocean."
 )
 PARAGRAPHS = [
-    ("Eiffel Tower", EIFFEL, [
-        ("q1", "Who is the tower named after?", ["Gustave Eiffel", "engineer Gustave Eiffel"]),
-        ("q2", "In which city is the Eiffel Tower?", ["Paris"]),
-        ("q3", "Which building overtook the tower as the tallest structure?",
-         ["the Chrysler Building", "Chrysler Building"]),
-        ("q4", "How high above the ground is the upper platform?", ["276 metres"]),
-        ("q5", "For which event was the tower built?", ["the 1889 World's Fair", "1889 World's Fair"]),
-    ]),
-    ("Python", PYTHON, [
-        ("q6", "Who created Python?", ["Guido van Rossum"]),
-        ("q7", "When was Python first released?", ["1991"]),
-    ]),
-    ("Amazon", AMAZON, [
-        ("q8", "Into which ocean does the Amazon flow?", ["the Atlantic Ocean", "Atlantic Ocean"]),
-        ("q9", "By what measure is the Amazon the largest river?", ["discharge volume of water"]),
-    ]),
+    (
+        "Eiffel Tower",
+        EIFFEL,
+        [
+            ("q1", "Who is the tower named after?", ["Gustave Eiffel", "engineer Gustave Eiffel"]),
+            ("q2", "In which city is the Eiffel Tower?", ["Paris"]),
+            (
+                "q3",
+                "Which building overtook the tower as the tallest structure?",
+                ["the Chrysler Building", "Chrysler Building"],
+            ),
+            ("q4", "How high above the ground is the upper platform?", ["276 metres"]),
+            ("q5", "For which event was the tower built?", ["the 1889 World's Fair", "1889 World's Fair"]),
+        ],
+    ),
+    (
+        "Python",
+        PYTHON,
+        [
+            ("q6", "Who created Python?", ["Guido van Rossum"]),
+            ("q7", "When was Python first released?", ["1991"]),
+        ],
+    ),
+    (
+        "Amazon",
+        AMAZON,
+        [
+            ("q8", "Into which ocean does the Amazon flow?", ["the Atlantic Ocean", "Atlantic Ocean"]),
+            ("q9", "By what measure is the Amazon the largest river?", ["discharge volume of water"]),
+        ],
+    ),
 ]
-EXPECTED = [SquadExample(qid, question, context, tuple(golds))
-            for _, context, qas in PARAGRAPHS for qid, question, golds in qas]
+EXPECTED = [
+    SquadExample(qid, question, context, tuple(golds)) for _, context, qas in PARAGRAPHS for qid, question, golds in qas
+]
 
 
 def _official_json() -> dict:
-    return {"version": "1.1", "data": [
-        {"title": title, "paragraphs": [{"context": context, "qas": [
-            {"id": qid, "question": question,
-             "answers": [{"text": g, "answer_start": context.index(g)} for g in golds]}
-            for qid, question, golds in qas]}]}
-        for title, context, qas in PARAGRAPHS]}
+    return {
+        "version": "1.1",
+        "data": [
+            {
+                "title": title,
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [
+                            {
+                                "id": qid,
+                                "question": question,
+                                "answers": [{"text": g, "answer_start": context.index(g)} for g in golds],
+                            }
+                            for qid, question, golds in qas
+                        ],
+                    }
+                ],
+            }
+            for title, context, qas in PARAGRAPHS
+        ],
+    }
 
 
 def _rows() -> list[dict]:
-    return [{"id": e.id, "title": "t", "question": e.question, "context": e.context,
-             "answers": {"text": list(e.answers), "answer_start": [e.context.index(g) for g in e.answers]}}
-            for e in EXPECTED]
+    return [
+        {
+            "id": e.id,
+            "title": "t",
+            "question": e.question,
+            "context": e.context,
+            "answers": {"text": list(e.answers), "answer_start": [e.context.index(g) for g in e.answers]},
+        }
+        for e in EXPECTED
+    ]
 
 
 @pytest.fixture()
@@ -150,8 +189,14 @@ def _brute_force(start, end, context, attention, max_len, n_best):
     best = (-1, -1, -math.inf)
     for s in range(len(start)):
         for e in range(len(end)):
-            if (s in top_start and e in top_end and context[s] and context[e] and s <= e < s + max_len
-                    and start[s] + end[e] > best[2]):
+            if (
+                s in top_start
+                and e in top_end
+                and context[s]
+                and context[e]
+                and s <= e < s + max_len
+                and start[s] + end[e] > best[2]
+            ):
                 best = (s, e, start[s] + end[e])
     return best
 
@@ -178,8 +223,7 @@ def test_best_span_batched_equals_row_by_row():
     first, last, score = best_span(start, end, context, 7, 5)
     for row in range(8):
         one = best_span(start[row], end[row], context[row], 7, 5)
-        assert [int(one[0]), int(one[1]), float(one[2])] == [int(first[row]), int(last[row]),
-                                                              float(score[row])]
+        assert [int(one[0]), int(one[1]), float(one[2])] == [int(first[row]), int(last[row]), float(score[row])]
 
 
 def test_best_span_without_a_valid_span():
@@ -213,8 +257,10 @@ def test_load_from_the_hub_uses_the_validation_split(monkeypatch):
     assert calls == [(("rajpurkar/squad",), {"split": "validation"})]
 
 
-@pytest.mark.parametrize("error", [ConnectionError("Couldn't reach 'rajpurkar/squad' on the Hub"),
-                                   "DatasetNotFoundError", "LocalEntryNotFoundError"])
+@pytest.mark.parametrize(
+    "error",
+    [ConnectionError("Couldn't reach 'rajpurkar/squad' on the Hub"), "DatasetNotFoundError", "LocalEntryNotFoundError"],
+)
 def test_load_offline_hub_is_a_task_error(monkeypatch, error):
     import datasets
     import datasets.exceptions
@@ -250,18 +296,33 @@ def test_load_errors_name_the_file_and_the_problem(tmp_path):
         (_write(tmp_path, "bad.json", '{"data": [}'), "not valid JSON"),
         (_write(tmp_path, "list.json", "[]"), "no top-level 'data' list"),
         (_write(tmp_path, "empty.json", '{"data": []}'), "contains no SQuAD questions"),
-        (_write(tmp_path, "noq.json", json.dumps({"data": [{"paragraphs": [{"context": "c", "qas": [
-            {"id": "x", "answers": [{"text": "c"}]}]}]}]})),
-         "data[0].paragraphs[0].qas[0]: field 'question' is missing"),
-        (_write(tmp_path, "ctx.json", json.dumps({"data": [{"paragraphs": [{"context": 3, "qas": []}]}]})),
-         "field 'context' is not a str"),
-        (_write(tmp_path, "noans.json", json.dumps({"data": [{"paragraphs": [{"context": "c", "qas": [
-            {"id": "x", "question": "q", "answers": []}]}]}]})), "has no gold answers"),
+        (
+            _write(
+                tmp_path,
+                "noq.json",
+                json.dumps(
+                    {"data": [{"paragraphs": [{"context": "c", "qas": [{"id": "x", "answers": [{"text": "c"}]}]}]}]}
+                ),
+            ),
+            "data[0].paragraphs[0].qas[0]: field 'question' is missing",
+        ),
+        (
+            _write(tmp_path, "ctx.json", json.dumps({"data": [{"paragraphs": [{"context": 3, "qas": []}]}]})),
+            "field 'context' is not a str",
+        ),
+        (
+            _write(
+                tmp_path,
+                "noans.json",
+                json.dumps(
+                    {"data": [{"paragraphs": [{"context": "c", "qas": [{"id": "x", "question": "q", "answers": []}]}]}]}
+                ),
+            ),
+            "has no gold answers",
+        ),
         (_write(tmp_path, "bad.jsonl", json.dumps(_rows()[0]) + "\n{oops\n"), "line 2 is not valid JSON"),
-        (_write(tmp_path, "noans.jsonl", json.dumps(_without(_rows()[0], "answers"))),
-         "field 'answers' is missing"),
-        (_write(tmp_path, "text.jsonl", json.dumps({**_rows()[0], "answers": {"text": [1]}})),
-         "list of strings"),
+        (_write(tmp_path, "noans.jsonl", json.dumps(_without(_rows()[0], "answers"))), "field 'answers' is missing"),
+        (_write(tmp_path, "text.jsonl", json.dumps({**_rows()[0], "answers": {"text": [1]}})), "list of strings"),
         (_write(tmp_path, "scalar.jsonl", "3\n"), "line 1 is not a JSON object"),
     ]
     for path, problem in cases:
@@ -336,8 +397,15 @@ def test_perfect_model_scores_100(qa_model, squad_json):
     for example in examples:
         answer = example.answers[0]
         begin = example.context.index(answer)
-        enc = tokenizer(example.question, example.context, truncation="only_second", max_length=64,
-                        stride=16, return_overflowing_tokens=True, return_offsets_mapping=True)
+        enc = tokenizer(
+            example.question,
+            example.context,
+            truncation="only_second",
+            max_length=64,
+            stride=16,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+        )
         found = 0
         for w, offsets in enumerate(enc["offset_mapping"]):
             in_context = [i for i, s in enumerate(enc.sequence_ids(w)) if s == 1]

@@ -30,8 +30,18 @@ from layerprobe.evaluate.tasks import (
     seed_everything,
 )
 
-__all__ = ["DEFAULT_BOOTSTRAP_ITERS", "OFFLINE_HINT", "MetricScore", "TaskScores", "TaskSet", "build_tasks",
-           "evaluate", "is_generation_task", "make_lm", "quiet_lm_eval"]
+__all__ = [
+    "DEFAULT_BOOTSTRAP_ITERS",
+    "OFFLINE_HINT",
+    "MetricScore",
+    "TaskScores",
+    "TaskSet",
+    "build_tasks",
+    "evaluate",
+    "is_generation_task",
+    "make_lm",
+    "quiet_lm_eval",
+]
 
 # Bootstrap draws for the stderr of metrics without a closed form (perplexity, f1, bleu…; acc has one).
 # lm-eval's default is 100000, run L+1 times here; 1000 draws pin a stderr to a few percent.
@@ -78,8 +88,14 @@ def make_lm(model: Any, tokenizer: Any, batch_size: int | str = 1, max_length: i
         return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)
 
 
-def evaluate(lm: Any, task_set: TaskSet, *, limit: int | float | None = None, seed: int | None = None,
-             bootstrap_iters: int = DEFAULT_BOOTSTRAP_ITERS) -> dict[str, TaskScores]:
+def evaluate(
+    lm: Any,
+    task_set: TaskSet,
+    *,
+    limit: int | float | None = None,
+    seed: int | None = None,
+    bootstrap_iters: int = DEFAULT_BOOTSTRAP_ITERS,
+) -> dict[str, TaskScores]:
     """Score the model behind `lm` on every task of `task_set`, as `lm_eval.simple_evaluate` would.
 
     Args:
@@ -97,17 +113,26 @@ def evaluate(lm: Any, task_set: TaskSet, *, limit: int | float | None = None, se
     from lm_eval.evaluator import evaluate as lm_eval_evaluate
 
     if isinstance(lm, CachingLM):
-        raise TypeError("a CachingLM answers from a cache keyed by request only: every model variant "
-                        "would get the first variant's answers; pass the HFLM itself")
+        raise TypeError(
+            "a CachingLM answers from a cache keyed by request only: every model variant "
+            "would get the first variant's answers; pass the HFLM itself"
+        )
     seed = task_set.seed if seed is None else seed
     with quiet_lm_eval():
         seed_everything(seed)
         for task in task_set.tasks.values():
             task.set_fewshot_seed(seed=seed)
-        results = lm_eval_evaluate(lm=lm, task_dict=task_set.loaded, limit=limit, cache_requests=False,
-                                   bootstrap_iters=bootstrap_iters, log_samples=False)
-    return {name: _scores(results, task_set.loaded["group_map"], task_set.result_names[name])
-            for name in task_set.names}
+        results = lm_eval_evaluate(
+            lm=lm,
+            task_dict=task_set.loaded,
+            limit=limit,
+            cache_requests=False,
+            bootstrap_iters=bootstrap_iters,
+            log_samples=False,
+        )
+    return {
+        name: _scores(results, task_set.loaded["group_map"], task_set.result_names[name]) for name in task_set.names
+    }
 
 
 def _scores(results: dict[str, Any], group_map: dict[str, list[str]], name: str) -> TaskScores:
@@ -131,8 +156,9 @@ def _scores(results: dict[str, Any], group_map: dict[str, list[str]], name: str)
         metrics[label] = MetricScore(
             value=float(value),
             stderr=float(stderr) if isinstance(stderr, numbers.Real) else None,
-            higher_is_better=directions[metric] if metric in directions else _agreed(
-                sub.metrics[label].higher_is_better for sub in subtasks.values() if label in sub.metrics),
+            higher_is_better=directions[metric]
+            if metric in directions
+            else _agreed(sub.metrics[label].higher_is_better for sub in subtasks.values() if label in sub.metrics),
             samples=int(counts.get(key, samples)),
         )
     num_fewshot = results.get("n-shot", {}).get(name)

@@ -51,8 +51,15 @@ class SharedPrefixLM(HFLM):
     requests seen before are answered from the store, new ones computed for all variants together.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, stack: LayerStack, layers: list[int],
-                 batch_size: int | str = 8, state_bytes: int = _DEFAULT_STATE_BYTES) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        stack: LayerStack,
+        layers: list[int],
+        batch_size: int | str = 8,
+        state_bytes: int = _DEFAULT_STATE_BYTES,
+    ) -> None:
         with quiet_lm_eval():
             super().__init__(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
         self.stack, self.layers, self.state_bytes = stack, sorted(layers), state_bytes
@@ -65,8 +72,9 @@ class SharedPrefixLM(HFLM):
         self._arity_known = False  # None is a valid arity (a bare tensor), so it cannot mean "not probed"
 
     # lm-eval entry point ---------------------------------------------------------------------------
-    def _loglikelihood_tokens(self, requests: list, disable_tqdm: bool = False,
-                              override_bs: int | None = None) -> list[tuple[float, bool]]:
+    def _loglikelihood_tokens(
+        self, requests: list, disable_tqdm: bool = False, override_bs: int | None = None
+    ) -> list[tuple[float, bool]]:
         missing = list(dict.fromkeys(_key(r) for r in requests if _key(r) not in self.store))
         if missing:
             self._compute(missing)
@@ -77,12 +85,12 @@ class SharedPrefixLM(HFLM):
         """Score `keys` for every variant. Requests sharing an input (one-token answers) share a row."""
         rows: dict[tuple[int, ...], list[Key]] = {}
         for context, continuation in keys:
-            inp = (context + continuation)[-(self.max_length + 1):][:-1]
+            inp = (context + continuation)[-(self.max_length + 1) :][:-1]
             rows.setdefault(inp, []).append((context, continuation))
         ordered = sorted(rows, key=lambda inp: (-len(inp), inp))  # longest first: least padding
         per_batch = self._batch_rows(ordered[0])
         for start in range(0, len(ordered), per_batch):
-            batch = ordered[start:start + per_batch]
+            batch = ordered[start : start + per_batch]
             for chunk in self._memory_chunks(batch):
                 self._score_chunk(chunk, {inp: rows[inp] for inp in chunk})
 
@@ -108,7 +116,7 @@ class SharedPrefixLM(HFLM):
         per_row = (self.stack.num_layers + 1) * len(batch[0]) * hidden * itemsize
         rows = max(1, self.state_bytes // per_row)
         for start in range(0, len(batch), rows):
-            yield batch[start:start + rows]
+            yield batch[start : start + rows]
 
     @torch.inference_mode()
     def _score_chunk(self, chunk: list[tuple[int, ...]], requests: dict[tuple[int, ...], list[Key]]) -> None:
@@ -155,17 +163,19 @@ class SharedPrefixLM(HFLM):
         One gather for all requests of the chunk (no per-request tensors, two host transfers in all).
         """
         rows, cols = wanted[:, 0].to(final.device), wanted[:, 1].to(final.device)
-        logprobs = nn.functional.log_softmax(head_logits(self.model, final[rows, cols]), dim=-1,
-                                             dtype=self.softmax_dtype)
+        logprobs = nn.functional.log_softmax(
+            head_logits(self.model, final[rows, cols]), dim=-1, dtype=self.softmax_dtype
+        )
         index, target, real = (t.to(logprobs.device) for t in (plan.index, plan.target, plan.real))
         totals = logprobs[index, target].masked_fill(~real, 0).sum(dim=-1)  # (requests,)
         greedy = ((logprobs.argmax(dim=-1)[index] == target) | ~real).all(dim=-1)
-        return {key: (total, bool(hit))
-                for key, total, hit in zip(plan.keys, totals.tolist(), greedy.tolist(), strict=True)}
+        return {
+            key: (total, bool(hit)) for key, total, hit in zip(plan.keys, totals.tolist(), greedy.tolist(), strict=True)
+        }
 
     @contextlib.contextmanager
     def _count_rows(self, skip_first: bool = False) -> Iterator[None]:
-        blocks = list(self.stack.root.get_submodule(self.stack.path))[1 if skip_first else 0:]
+        blocks = list(self.stack.root.get_submodule(self.stack.path))[1 if skip_first else 0 :]
 
         def count(_module: Any, args: tuple) -> None:
             self.block_rows += int(args[0].shape[0]) if args else 0
@@ -212,8 +222,9 @@ class _Gather:
     real: torch.Tensor
 
     @classmethod
-    def of(cls, chunk: list[tuple[int, ...]], requests: dict[tuple[int, ...], list[Key]], wanted: torch.Tensor,
-           device: Any) -> _Gather:
+    def of(
+        cls, chunk: list[tuple[int, ...]], requests: dict[tuple[int, ...], list[Key]], wanted: torch.Tensor, device: Any
+    ) -> _Gather:
         where = {(r, c): i for i, (r, c) in enumerate(wanted.tolist())}
         keys, index, target = [], [], []
         for row, inp in enumerate(chunk):
@@ -271,8 +282,10 @@ def verify_head(model: Any, tokenizer: Any, atol: float = 1e-4) -> str | None:
     if got.shape != expected.shape:
         return f"its head gives {tuple(got.shape)} logits where the model gives {tuple(expected.shape)}"
     if not torch.allclose(got, expected, atol=atol, rtol=1e-4):
-        return (f"its head does something after the output embedding that layerprobe does not reproduce "
-                f"(max difference {float((got - expected).abs().max()):.2e})")
+        return (
+            f"its head does something after the output embedding that layerprobe does not reproduce "
+            f"(max difference {float((got - expected).abs().max()):.2e})"
+        )
     return None
 
 
@@ -282,8 +295,7 @@ class SharedPrefixScorer(HarnessScorer):
     engine = "shared"
 
     def make_lm(self) -> SharedPrefixLM:
-        return SharedPrefixLM(self.loaded.model, self.loaded.tokenizer, self.stack, self.layers,
-                              self.spec.batch_size)
+        return SharedPrefixLM(self.loaded.model, self.loaded.tokenizer, self.stack, self.layers, self.spec.batch_size)
 
     @contextlib.contextmanager
     def variant(self, layer: int | None) -> Iterator[None]:

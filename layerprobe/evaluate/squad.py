@@ -31,8 +31,10 @@ from layerprobe.evaluate.scores import MetricScore
 from layerprobe.evaluate.squad_data import SquadExample
 
 METRICS = ("f1", "exact_match")
-NOT_QA_HINT = ("SQuAD needs a checkpoint fine-tuned for question answering (…ForQuestionAnswering), "
-               "e.g. csarron/bert-base-uncased-squad-v1")
+NOT_QA_HINT = (
+    "SQuAD needs a checkpoint fine-tuned for question answering (…ForQuestionAnswering), "
+    "e.g. csarron/bert-base-uncased-squad-v1"
+)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)
 
@@ -91,9 +93,14 @@ def score_predictions(examples: list[SquadExample], predictions: dict[str, str])
 
 
 # ----------------------------------------------------------------------------------------- span search
-def best_span(start_logits: torch.Tensor, end_logits: torch.Tensor, context_mask: torch.Tensor,
-              max_answer_length: int = 30, n_best: int = 20,
-              attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def best_span(
+    start_logits: torch.Tensor,
+    end_logits: torch.Tensor,
+    context_mask: torch.Tensor,
+    max_answer_length: int = 30,
+    n_best: int = 20,
+    attention_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The best answer span of each window, as the Hugging Face QA post-processing picks it.
 
     Candidates are the `n_best` highest start and end logits over the whole window (question tokens
@@ -121,8 +128,12 @@ def best_span(start_logits: torch.Tensor, end_logits: torch.Tensor, context_mask
     (start_val, start_idx), (end_val, end_idx) = start.topk(k, dim=-1), end.topk(k, dim=-1)
     context = context_mask.bool()
     length = end_idx.unsqueeze(-2) - start_idx.unsqueeze(-1) + 1  # (..., k starts, k ends)
-    valid = ((length >= 1) & (length <= max_answer_length)
-             & context.gather(-1, start_idx).unsqueeze(-1) & context.gather(-1, end_idx).unsqueeze(-2))
+    valid = (
+        (length >= 1)
+        & (length <= max_answer_length)
+        & context.gather(-1, start_idx).unsqueeze(-1)
+        & context.gather(-1, end_idx).unsqueeze(-2)
+    )
     pair = (start_val.unsqueeze(-1) + end_val.unsqueeze(-2)).masked_fill(~valid, -math.inf).flatten(-2)
     score, flat = pair.max(dim=-1)
     found = score > -math.inf  # False for -inf and NaN
@@ -148,20 +159,32 @@ class SquadScorer:
     right-padded batches; each call is then one forward pass over the windows plus the span search.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, examples: list[SquadExample], *, max_length: int = 384,
-                 doc_stride: int = 128, max_answer_length: int = 30, n_best: int = 20,
-                 batch_size: int = 32) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        examples: list[SquadExample],
+        *,
+        max_length: int = 384,
+        doc_stride: int = 128,
+        max_answer_length: int = 30,
+        n_best: int = 20,
+        batch_size: int = 32,
+    ) -> None:
         """Tokenize once and check, with one window, that the model has a span (QA) head."""
         if not 0 <= doc_stride < max_length or min(max_answer_length, n_best, batch_size) < 1:
-            raise TaskError(f"Bad SQuAD settings: {max_length=}, {doc_stride=}, {max_answer_length=}, "
-                            f"{n_best=}, {batch_size=}", hint="need 0 <= doc_stride < max_length, rest >= 1")
+            raise TaskError(
+                f"Bad SQuAD settings: {max_length=}, {doc_stride=}, {max_answer_length=}, {n_best=}, {batch_size=}",
+                hint="need 0 <= doc_stride < max_length, rest >= 1",
+            )
         if not getattr(tokenizer, "is_fast", False):
-            raise TaskError(f"SQuAD scoring needs a fast tokenizer, got {type(tokenizer).__name__}",
-                            hint="answers are mapped back to characters through offset mappings")
+            raise TaskError(
+                f"SQuAD scoring needs a fast tokenizer, got {type(tokenizer).__name__}",
+                hint="answers are mapped back to characters through offset mappings",
+            )
         repeated = [k for k, count in Counter(e.id for e in examples).items() if count > 1]
         if not examples or repeated:
-            raise TaskError(f"SQuAD needs questions with unique ids; got {len(examples)}, "
-                            f"repeated: {repeated[:5]}")
+            raise TaskError(f"SQuAD needs questions with unique ids; got {len(examples)}, repeated: {repeated[:5]}")
         limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
         if isinstance(limit, int) and max_length > limit:
             raise TaskError(f"max_length {max_length} exceeds the model's {limit} positions")
@@ -177,22 +200,35 @@ class SquadScorer:
 
     def _tokenize(self, tokenizer: Any, max_length: int, stride: int, batch_size: int) -> list[_Batch]:
         try:
-            enc = tokenizer([e.question.lstrip() for e in self.examples], [e.context for e in self.examples],
-                            truncation="only_second", max_length=max_length, stride=stride,
-                            return_overflowing_tokens=True, return_offsets_mapping=True)
+            enc = tokenizer(
+                [e.question.lstrip() for e in self.examples],
+                [e.context for e in self.examples],
+                truncation="only_second",
+                max_length=max_length,
+                stride=stride,
+                return_overflowing_tokens=True,
+                return_offsets_mapping=True,
+            )
         except Exception as exc:  # the Rust tokenizers raise bare Exceptions for impossible windows
-            raise TaskError(f"Cannot split the SQuAD contexts into {max_length}-token windows: {exc}",
-                            hint="raise max_length or lower doc_stride (a question may not fit)") from exc
-        names = ["input_ids", "attention_mask"] + [n for n in ("token_type_ids",)
-                                                   if n in enc and n in tokenizer.model_input_names]
+            raise TaskError(
+                f"Cannot split the SQuAD contexts into {max_length}-token windows: {exc}",
+                hint="raise max_length or lower doc_stride (a question may not fit)",
+            ) from exc
+        names = ["input_ids", "attention_mask"] + [
+            n for n in ("token_type_ids",) if n in enc and n in tokenizer.model_input_names
+        ]
         pads = {"input_ids": tokenizer.pad_token_id or 0}
         lengths = [len(ids) for ids in enc["input_ids"]]
         order = sorted(range(len(lengths)), key=lambda w: -lengths[w])  # longest first: OOM shows up early
-        return [_Batch(example=torch.tensor([enc["overflow_to_sample_mapping"][w] for w in rows]),
-                       inputs={n: _padded([enc[n][w] for w in rows], pads.get(n, 0)) for n in names},
-                       context=_padded([[s == 1 for s in enc.sequence_ids(w)] for w in rows]).bool(),
-                       offsets=_padded([enc["offset_mapping"][w] for w in rows]).int())
-                for rows in (order[i:i + batch_size] for i in range(0, len(order), batch_size))]
+        return [
+            _Batch(
+                example=torch.tensor([enc["overflow_to_sample_mapping"][w] for w in rows]),
+                inputs={n: _padded([enc[n][w] for w in rows], pads.get(n, 0)) for n in names},
+                context=_padded([[s == 1 for s in enc.sequence_ids(w)] for w in rows]).bool(),
+                offsets=_padded([enc["offset_mapping"][w] for w in rows]).int(),
+            )
+            for rows in (order[i : i + batch_size] for i in range(0, len(order), batch_size))
+        ]
 
     def _qa_logits(self, inputs: dict[str, torch.Tensor], device: torch.device) -> tuple[torch.Tensor, ...]:
         with torch.no_grad():
@@ -200,8 +236,11 @@ class SquadScorer:
         logits = tuple(getattr(output, name, None) for name in ("start_logits", "end_logits"))
         if not all(isinstance(t, torch.Tensor) for t in logits):
             name = getattr(getattr(self.model, "config", None), "_name_or_path", "") or "the model"
-            raise TaskError(f"{name} ({type(self.model).__name__}) is not an extractive-QA model: its "
-                            "forward returns no start_logits/end_logits", hint=NOT_QA_HINT)
+            raise TaskError(
+                f"{name} ({type(self.model).__name__}) is not an extractive-QA model: its "
+                "forward returns no start_logits/end_logits",
+                hint=NOT_QA_HINT,
+            )
         return logits
 
     def __call__(self, progress: Callable[[int], object] | None = None) -> SquadScores:
@@ -219,26 +258,32 @@ class SquadScorer:
                 start, end = (t.float() for t in self._qa_logits(batch.inputs, device))
                 real = batch.inputs["attention_mask"].to(device) != 0
                 nonfinite += int(((~start.isfinite() | ~end.isfinite()) & real).any(-1).sum())
-                first, last, score = best_span(start, end, batch.context.to(device), self.max_answer_length,
-                                               self.n_best, real)
+                first, last, score = best_span(
+                    start, end, batch.context.to(device), self.max_answer_length, self.n_best, real
+                )
                 rows = torch.arange(len(batch.example))
-                chars = zip(score.tolist(), batch.offsets[rows, first.cpu().clamp(min=0), 0].tolist(),
-                            batch.offsets[rows, last.cpu().clamp(min=0), 1].tolist(), strict=True)
+                chars = zip(
+                    score.tolist(),
+                    batch.offsets[rows, first.cpu().clamp(min=0), 0].tolist(),
+                    batch.offsets[rows, last.cpu().clamp(min=0), 1].tolist(),
+                    strict=True,
+                )
                 for i, found in zip(batch.example.tolist(), chars, strict=True):
                     best[i] = max(best[i], found, key=lambda span: span[0])  # ties keep the first seen
                 if progress is not None:
                     progress(len(rows))
         finally:
             self.model.train(was_training)
-        predictions = {e.id: e.context[a:b] if s > -math.inf else ""
-                       for e, (s, a, b) in zip(self.examples, best, strict=True)}
+        predictions = {
+            e.id: e.context[a:b] if s > -math.inf else "" for e, (s, a, b) in zip(self.examples, best, strict=True)
+        }
         return SquadScores(score_predictions(self.examples, predictions), predictions, nonfinite)
 
 
 def _padded(rows: list[list], fill: int = 0) -> torch.Tensor:
     out = np.full((len(rows), max(len(row) for row in rows), *np.shape(rows[0][0])), fill, dtype=np.int64)
     for i, row in enumerate(rows):  # numpy row copies: ~4x faster than torch.tensor on nested lists
-        out[i, :len(row)] = row
+        out[i, : len(row)] = row
     return torch.from_numpy(out)
 
 

@@ -17,8 +17,10 @@ from layerprobe.errors import TaskError
 
 HUB_DATASET = "rajpurkar/squad"
 OFFLINE_HINT = "pass a local SQuAD v1.1 JSON with --squad-data FILE or pre-cache the dataset"
-_FORMAT_HINT = ("expected the official SQuAD v1.1 JSON ({'data': [{'paragraphs': [{'context', 'qas'}]}]}) "
-                "or .jsonl rows {id, question, context, answers: {text: [...]}}")
+_FORMAT_HINT = (
+    "expected the official SQuAD v1.1 JSON ({'data': [{'paragraphs': [{'context', 'qas'}]}]}) "
+    "or .jsonl rows {id, question, context, answers: {text: [...]}}"
+)
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,13 @@ def load_squad(path: str | Path | None = None, limit: int | None = None) -> list
         raise TaskError(f"The SQuAD question limit must be at least 1, got {limit}")
     if path is not None and not Path(path).is_file():
         raise TaskError(f"SQuAD file {path} does not exist or is not a file", hint=OFFLINE_HINT)
-    rows = (_hub_examples() if path is None else _jsonl_examples(Path(path))
-            if Path(path).suffix == ".jsonl" else _official_examples(Path(path)))
+    rows = (
+        _hub_examples()
+        if path is None
+        else _jsonl_examples(Path(path))
+        if Path(path).suffix == ".jsonl"
+        else _official_examples(Path(path))
+    )
     examples = list(itertools.islice(rows, limit))  # lazily: a limit never reads (or checks) the rest
     if not examples:
         raise TaskError(f"{path or HUB_DATASET} contains no SQuAD questions", hint=_FORMAT_HINT)
@@ -92,8 +99,13 @@ def _row_example(row: Any, where: str) -> SquadExample:
     texts = _field(_field(row, "answers", dict, where), "text", list, f"{where}: answers")
     if not all(isinstance(t, str) for t in texts):
         raise TaskError(f"{where}: answers.text must be a list of strings", hint=_FORMAT_HINT)
-    return _example(_field(row, "id", str, where), _field(row, "question", str, where),
-                    _field(row, "context", str, where), texts, where)
+    return _example(
+        _field(row, "id", str, where),
+        _field(row, "question", str, where),
+        _field(row, "context", str, where),
+        texts,
+        where,
+    )
 
 
 def _example(id_: str, question: str, context: str, answers: list[str], where: str) -> SquadExample:

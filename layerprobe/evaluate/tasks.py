@@ -29,8 +29,10 @@ from typing import Any
 
 from layerprobe.errors import TaskError
 
-OFFLINE_HINT = ("pre-cache the dataset (run once with network, HF_DATASETS_OFFLINE=1 afterwards) or point "
-                "--include-path at a local task YAML (dataset_path: json + data_files)")
+OFFLINE_HINT = (
+    "pre-cache the dataset (run once with network, HF_DATASETS_OFFLINE=1 afterwards) or point "
+    "--include-path at a local task YAML (dataset_path: json + data_files)"
+)
 LOCAL_FILES_HINT = "check data_files in the task YAML (relative paths are looked up in the YAML's folder)"
 GENERATION = "generate_until"
 
@@ -117,8 +119,9 @@ def seed_everything(seed: int) -> None:
     set_torch_seed(seed)
 
 
-def build_tasks(names: list[str], include_path: str | Path | None = None, num_fewshot: int | None = None,
-                seed: int = 1234) -> TaskSet:
+def build_tasks(
+    names: list[str], include_path: str | Path | None = None, num_fewshot: int | None = None, seed: int = 1234
+) -> TaskSet:
     """Build lm-eval tasks and groups once, configured as `lm_eval.simple_evaluate` configures them.
 
     Args:
@@ -144,8 +147,10 @@ def build_tasks(names: list[str], include_path: str | Path | None = None, num_fe
         manager = _task_manager(names, include_path)
         unknown = [name for name in names if name not in manager.task_index and not _is_yaml_file(name)]
         if unknown:
-            raise TaskError(_unknown_message(unknown, manager.all_tasks),
-                            hint="list them with `lm-eval ls tasks`; local task YAMLs need --include-path")
+            raise TaskError(
+                _unknown_message(unknown, manager.all_tasks),
+                hint="list them with `lm-eval ls tasks`; local task YAMLs need --include-path",
+            )
         seed_everything(seed)
         loaded: dict[str, Any] = {"tasks": {}, "groups": {}, "group_map": {}}
         result_names, members, claimed = {}, {}, {}
@@ -155,8 +160,10 @@ def build_tasks(names: list[str], include_path: str | Path | None = None, num_fe
             members[name] = tuple(part["tasks"])
             for leaf in part["tasks"]:
                 if leaf in claimed:
-                    raise TaskError(f"task {leaf} is asked for twice (by {claimed[leaf]} and by {name})",
-                                    hint="a group already evaluates its subtasks; name each task once")
+                    raise TaskError(
+                        f"task {leaf} is asked for twice (by {claimed[leaf]} and by {name})",
+                        hint="a group already evaluates its subtasks; name each task once",
+                    )
                 claimed[leaf] = name
             for key in loaded:
                 loaded[key].update(part.get(key) or {})
@@ -288,8 +295,9 @@ def _load(manager: Any, name: str) -> dict[str, Any]:
             raise
         local = isinstance(error, FileNotFoundError) and not isinstance(error, DatasetNotFoundError)
         detail = text.splitlines()[0] if text else type(error).__name__
-        raise TaskError(f"the data of task {name} cannot be loaded: {detail}",
-                        hint=LOCAL_FILES_HINT if local else OFFLINE_HINT) from error
+        raise TaskError(
+            f"the data of task {name} cannot be loaded: {detail}", hint=LOCAL_FILES_HINT if local else OFFLINE_HINT
+        ) from error
 
 
 def _root_name(name: str, part: dict[str, Any]) -> str:
@@ -299,13 +307,17 @@ def _root_name(name: str, part: dict[str, Any]) -> str:
     roots = [group for key, group in groups.items() if key not in children]
     if len(roots) == 1:
         if not roots[0].has_aggregation:
-            raise TaskError(f"group {name} defines no aggregate_metric_list, so it has no single score",
-                            hint=f"name its tasks instead: {', '.join(part['tasks'])}")
+            raise TaskError(
+                f"group {name} defines no aggregate_metric_list, so it has no single score",
+                hint=f"name its tasks instead: {', '.join(part['tasks'])}",
+            )
         return roots[0].name
     if not groups and len(part["tasks"]) == 1:
         return next(iter(part["tasks"]))
-    raise TaskError(f"{name} is a tag for several tasks, not one task or group",
-                    hint=f"name its tasks instead: {', '.join(part['tasks'])}")
+    raise TaskError(
+        f"{name} is a tag for several tasks, not one task or group",
+        hint=f"name its tasks instead: {', '.join(part['tasks'])}",
+    )
 
 
 def _set_fewshot(task: Any, num_fewshot: int | None) -> None:
