@@ -45,22 +45,20 @@ def check_files(spec: ModelSpec, skeleton: Any, stack_path: str, num_layers: int
     shapes = checkpoint_shapes(spec)
     if not shapes:
         return
+    ignored = _ignored_patterns(skeleton)
+    shapes = {key: shape for key, shape in shapes.items() if not any(p.search(key) for p in ignored)}
     prefix = getattr(skeleton, "base_model_prefix", "")
     relative = {_strip(key, prefix): shape for key, shape in shapes.items()}
-    present = _block_indices(relative, stack_path)
+    present = _block_indices(relative, stack_path) - _extra_predictors(skeleton.config, num_layers)
     if present:
         expected = set(range(num_layers))
         missing, extra = sorted(expected - present), sorted(present - expected)
         if missing or extra:
             if missing:
-                keys = [k for k in skeleton.state_dict() if _block_indices({k: None}, stack_path) & set(missing)]
+                keys = [k for k in skeleton.state_dict() if _block_index(k, stack_path) in missing]
                 named = f"missing: {_first(keys)}"
             else:
-                keys = [
-                    k
-                    for k, r in zip(shapes, relative, strict=True)
-                    if _block_indices({r: None}, stack_path) & set(extra)
-                ]
+                keys = [k for k in shapes if _block_index(_strip(k, prefix), stack_path) in extra]
                 named = f"unexpected: {_first(keys)}"
             raise WeightsMismatch(
                 _depth_message(spec.model, stack_path, num_layers, present, missing, extra) + f" ({named})",
@@ -87,7 +85,10 @@ def check_loading_info(model_name: str, model: Any, info: dict, stack_path: str,
     prefixes = _stack_prefixes(model, base, stack_path)
     inside = re.compile(r"^(?:" + "|".join(re.escape(p) for p in prefixes) + r")\.\d+\.")
     missing = sorted(k for k in info.get("missing_keys", []) if inside.match(k))
-    unexpected = sorted(k for k in info.get("unexpected_keys", []) if inside.match(k))
+    tolerated = _extra_predictors(getattr(model, "config", None), len(base.get_submodule(stack_path)))
+    unexpected = sorted(
+        k for k in info.get("unexpected_keys", []) if inside.match(k) and _index_after(k, inside) not in tolerated
+    )
     if missing or unexpected:
         parts = []
         if missing:
@@ -224,13 +225,49 @@ def _read_bin(path: Path) -> dict[str, tuple[int, ...]]:
     return {key: tuple(value.shape) for key, value in state.items() if isinstance(value, torch.Tensor)}
 
 
+def _ignored_patterns(skeleton: Any) -> list[re.Pattern]:
+    """Checkpoint keys transformers drops on purpose (e.g. DeepSeek-V3's multi-token-prediction block 61).
+
+    Declared on the family's model classes (the head classes too), which live in the skeleton's module.
+    """
+    import sys
+
+    patterns: set[str] = set()
+    module = sys.modules.get(type(skeleton).__module__)
+    classes = [c for c in vars(module).values() if isinstance(c, type)] if module else [type(skeleton)]
+    for candidate in classes:
+        found = getattr(candidate, "_keys_to_ignore_on_load_unexpected", None)
+        if isinstance(found, (list, tuple)):
+            patterns.update(p for p in found if isinstance(p, str))
+    return [re.compile(p) for p in sorted(patterns)]
+
+
+def _extra_predictors(config: Any, num_layers: int | None) -> set[int]:
+    """Block indices just past the stack that hold multi-token-prediction modules, not blocks of the model."""
+    extra = getattr(config, "num_nextn_predict_layers", None)
+    if not isinstance(extra, int) or not isinstance(num_layers, int) or extra <= 0:
+        return set()
+    return set(range(num_layers, num_layers + extra))
+
+
+def _index_after(key: str, inside: re.Pattern) -> int:
+    return int(inside.match(key).group(0).rstrip(".").rsplit(".", 1)[1])
+
+
 def _strip(key: str, prefix: str) -> str:
     return key[len(prefix) + 1 :] if prefix and key.startswith(prefix + ".") else key
 
 
 def _block_indices(keys: dict[str, Any], stack_path: str) -> set[int]:
-    pattern = re.compile(re.escape(stack_path) + r"\.(\d+)\.")
-    return {int(m.group(1)) for key in keys if (m := pattern.match(key))}
+    return {index for key in keys if (index := _block_index(key, stack_path)) is not None}
+
+
+def _block_index(key: str, stack_path: str) -> int | None:
+    """The block a key belongs to (`layers.3.mlp.up_proj.weight` → 3), None outside the stack."""
+    if not key.startswith(stack_path + "."):
+        return None
+    head = key[len(stack_path) + 1 :].split(".", 1)[0]
+    return int(head) if head.isdigit() else None
 
 
 def _stack_prefixes(model: Any, base: Any, stack_path: str) -> list[str]:

@@ -319,3 +319,28 @@ def test_albert_is_refused_before_loading_without_a_path_that_cannot_work(tmp_pa
         with pytest.raises(UnsupportedModel, match="shares weights across its depth.*applied 3 times") as info:
             load_model(ModelSpec(str(tmp_path), device="cpu", layers_path=layers_path))
         assert "--layers-path" not in info.value.hint.replace("no --layers-path", "")
+
+
+def test_weights_transformers_drops_on_purpose_are_not_a_mismatch(tiny_checkpoints, tmp_path):
+    """DeepSeek-V3 checkpoints hold a multi-token-prediction module as block L (and 61 in the full model):
+    declared by the config (num_nextn_predict_layers) or ignored by transformers, so never a mismatch."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from layerprobe.weights import WeightsMismatch
+
+    path = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoints["deepseek_v3"], path)
+    state = load_file(path / "model.safetensors")
+    state["model.layers.61.eh_proj.weight"] = torch.zeros(4, 4)  # transformers' own ignore pattern
+    state["model.layers.4.eh_proj.weight"] = torch.zeros(4, 4)  # the MTP block right after the stack
+    save_file(state, path / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "num_nextn_predict_layers": 0}))
+    with pytest.raises(WeightsMismatch, match=r"block\(s\) 4 would be dropped"):
+        load_model(ModelSpec(str(path), device="cpu"))
+    (path / "config.json").write_text(json.dumps({**config, "num_nextn_predict_layers": 1}))
+    for purpose in ("base", "head"):
+        assert load_model(ModelSpec(str(path), device="cpu"), purpose=purpose).model.config.num_hidden_layers == 4
