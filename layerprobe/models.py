@@ -228,8 +228,12 @@ def check_before_loading(spec: ModelSpec, config: Any) -> None:
         raise
     except Exception:  # noqa: BLE001 - remote code that cannot be built on meta: the load checks it instead
         return
-    stack = find_layers(skeleton, spec.layers_path)
-    quantized = getattr(config, "quantization_config", None) is not None
+    check_skeleton_weights(spec, skeleton, find_layers(skeleton, spec.layers_path))
+
+
+def check_skeleton_weights(spec: ModelSpec, skeleton: Any, stack: Any) -> None:
+    """The checkpoint's weight files against the skeleton's block stack (names, depth, shapes)."""
+    quantized = getattr(skeleton.config, "quantization_config", None) is not None
     check_files(spec, skeleton, stack.path, stack.num_layers, quantized)
 
 

@@ -344,3 +344,16 @@ def test_weights_transformers_drops_on_purpose_are_not_a_mismatch(tiny_checkpoin
     (path / "config.json").write_text(json.dumps({**config, "num_nextn_predict_layers": 1}))
     for purpose in ("base", "head"):
         assert load_model(ModelSpec(str(path), device="cpu"), purpose=purpose).model.config.num_hidden_layers == 4
+
+
+def test_layers_command_refuses_a_config_that_disagrees_with_the_weights(tiny_checkpoints, tmp_path):
+    from typer.testing import CliRunner
+
+    from layerprobe.cli import app
+
+    good = CliRunner().invoke(app, ["layers", str(tiny_checkpoints["llama"])])
+    assert good.exit_code == 0 and "L = 4" in good.output
+    path = _copy_with_config(tiny_checkpoints["llama"], tmp_path / "ckpt", num_hidden_layers=6)
+    result = CliRunner().invoke(app, ["layers", str(path)])
+    assert result.exit_code == 2 and "4, 5 would be randomly initialised" in result.output
+    assert "Traceback" not in result.output
