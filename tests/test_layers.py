@@ -264,3 +264,38 @@ def test_albert_shared_layer_is_refused_with_no_path_suggested():
         with pytest.raises(UnsupportedModel, match="ALBERT-style") as info:
             find_layers(model, path)
         assert "Pass --layers-path" not in info.value.hint
+
+
+def test_recurrent_gemma_cycle_is_pinned_to_the_kept_blocks():
+    """RecurrentGemma derives layers_block_type by cycling block_types: without block 0 of (r, r, a) × 2 the
+    kept blocks are r, a, r, r, a, which is a five-block model cycling (r, a, r), built here from its config."""
+
+    def config(layers, block_types):
+        return tf.RecurrentGemmaConfig(
+            num_hidden_layers=layers, vocab_size=64, hidden_size=32, intermediate_size=48, num_attention_heads=4,
+            num_key_value_heads=1, head_dim=8, lru_width=32, attention_window_size=8, conv1d_width=4,
+            block_types=block_types,
+        )  # fmt: skip
+
+    torch.manual_seed(0)
+    model = tf.RecurrentGemmaForCausalLM(config(6, ["recurrent", "recurrent", "attention"])).eval()
+    reference = tf.RecurrentGemmaForCausalLM(config(5, ["recurrent", "attention", "recurrent"])).eval()
+    state = {}
+    for key, value in model.state_dict().items():
+        if key.startswith("model.layers."):
+            index, rest = key[len("model.layers.") :].split(".", 1)
+            if index == "0":
+                continue
+            key = f"model.layers.{int(index) - 1}.{rest}"
+        state[key] = value
+    reference.load_state_dict(state, strict=True)
+    ids = torch.randint(0, 64, (2, 12))
+    with torch.no_grad():
+        expected = reference(ids).logits
+        expected_generated = reference.generate(ids[:1, :5], max_new_tokens=5, do_sample=False)
+        with removed_blocks(find_layers(model), [0]):
+            assert model.config.layers_block_type == reference.config.layers_block_type
+            pruned = model(ids).logits
+            generated = model.generate(ids[:1, :5], max_new_tokens=5, do_sample=False)
+    assert torch.allclose(pruned, expected, atol=1e-5) and torch.equal(generated, expected_generated)
+    assert len(model.config.layers_block_type) == 6
