@@ -357,3 +357,22 @@ def test_layers_command_refuses_a_config_that_disagrees_with_the_weights(tiny_ch
     result = CliRunner().invoke(app, ["layers", str(path)])
     assert result.exit_code == 2 and "4, 5 would be randomly initialised" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_cached_hub_checkpoint_is_checked_from_its_cached_files(tiny_checkpoints, tmp_path, monkeypatch):
+    """A hub id is checked before loading when its files are in the local cache (nothing is downloaded)."""
+    import shutil
+
+    import huggingface_hub.constants as hub_constants
+
+    from layerprobe.weights import checkpoint_shapes
+
+    repo = tmp_path / "hub" / "models--org--tiny"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    shutil.copytree(tiny_checkpoints["llama"], snapshot)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    shapes = checkpoint_shapes(ModelSpec("org/tiny"))
+    assert shapes["model.layers.3.mlp.up_proj.weight"] == (96, 48)
+    assert checkpoint_shapes(ModelSpec("org/not-cached")) == {}
