@@ -322,15 +322,76 @@ def plot(
         out.print(f"wrote {path}", highlight=False)
 
 
-# `compare` is a thin command kept beside its library (layerprobe/compare.py); its import is light.
-from layerprobe.compare import compare_command  # noqa: E402
+@app.command("compare")
+@friendly_errors
+def compare_command(
+    baseline: Annotated[Path, typer.Argument(help="Baseline result JSON, or a run directory.")],
+    candidate: Annotated[Path, typer.Argument(help="Candidate result JSON of the same kind, or a run directory.")],
+    rules_file: Annotated[
+        Path | None, typer.Option("--rules", help="Rules TOML (sections angular, prune_drop); flags override it.")
+    ] = None,
+    lazy_threshold: Annotated[
+        float | None, typer.Option(help="A block is lazy when d(x^l, x^l+1) is below this (default 0.2).")
+    ] = None,
+    max_lazy_increase: Annotated[int | None, typer.Option(help="Extra lazy blocks allowed (default 0).")] = None,
+    adjacent_tolerance: Annotated[
+        float | None, typer.Option(help="Allowed fall of the mean adjacent distance (default 0.02).")
+    ] = None,
+    max_drop: Annotated[
+        float | None, typer.Option(help="Allowed worsening of a task's full-model score (absolute, default 0.01).")
+    ] = None,
+    se_factor: Annotated[
+        float | None, typer.Option(help="A layer's ΔP may worsen by this × combined stderr (default 2.0).")
+    ] = None,
+    output_format: Annotated[str, typer.Option("--format", help="table|markdown|json on stdout.")] = "table",
+    junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here.")] = None,
+    plot: Annotated[
+        bool, typer.Option("--plot/--no-plot", help="Draw compare.png (compare_<kind>.png for several kinds).")
+    ] = True,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Plot directory (default: next to the candidate result).")
+    ] = None,
+) -> None:
+    """Gate a candidate's results against a baseline's: exit 0 pass, 1 regression, 2 bad input."""
+    from rich.console import Console
 
-app.command("compare")(friendly_errors(compare_command))
+    from layerprobe.gate.figures import plot_verdict
+    from layerprobe.gate.render import build_table, check_format, render, render_junit
+    from layerprobe.gate.rules import load_rules
+    from layerprobe.gate.verdict import compare_paths
 
-
-def main() -> None:  # pragma: no cover - console entry point alias
-    """Run the command line."""
-    app()
+    check_format(output_format)
+    rules = load_rules(
+        rules_file,
+        lazy_threshold=lazy_threshold,
+        max_lazy_increase=max_lazy_increase,
+        adjacent_tolerance=adjacent_tolerance,
+        max_drop=max_drop,
+        se_factor=se_factor,
+    )
+    verdict = compare_paths(baseline, candidate, rules)
+    if output_format == "table":
+        Console().print(build_table(verdict))
+    else:
+        typer.echo(render(verdict, output_format), nl=False)
+    err = Console(stderr=True)
+    if junit is not None:
+        try:
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            junit.write_text(render_junit(verdict), encoding="utf-8")
+        except OSError as exc:
+            raise LayerprobeError(f"Cannot write --junit {junit}: {exc.strerror or exc}") from exc
+        err.print(f"wrote {junit}", highlight=False, markup=False)
+    if plot:
+        try:
+            for path in plot_verdict(verdict, out_dir):
+                err.print(f"wrote {path}", highlight=False, markup=False)
+        except (LayerprobeError, OSError) as exc:  # a plot is a courtesy: it must not change the exit status
+            err.print(
+                f"warning: no plot: {getattr(exc, 'message', exc)}", style="yellow", highlight=False, markup=False
+            )
+    if not verdict.passed:
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover
