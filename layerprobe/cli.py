@@ -18,6 +18,7 @@ from rich.table import Table
 
 from layerprobe.console import RichProgress, err, out, print_angular_summary, print_prune_summary
 from layerprobe.errors import LayerprobeError
+from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON
 
 app = typer.Typer(
     name="layerprobe",
@@ -126,10 +127,8 @@ def angular(
 
     Writes angular.json (the full (L+1)×(L+1) matrix) and the heatmap angular.png / angular.pdf.
     """
-    from layerprobe.specs import DEFAULT_DATASET, AngularSpec, CorpusSpec, ModelSpec
+    from layerprobe.specs import AngularSpec, CorpusSpec, ModelSpec
 
-    if dataset == DEFAULT_DATASET and dataset_config is None:
-        dataset_config = "en"
     spec = AngularSpec(
         model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
         corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
@@ -166,7 +165,7 @@ def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
     progress = RichProgress(quiet)
     with progress.running():
         result = run_angular(spec, progress.callbacks())
-    json_path = write_json(directory / "angular.json", result.to_dict())
+    json_path = write_json(directory / ANGULAR_JSON, result.to_dict())
     plots = plot_angular(result, directory)
     print_angular_summary(result)
     out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False)
@@ -265,7 +264,7 @@ def prune_drop(
         result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks())
     plots = plot_prune_drop(result, directory)
     print_prune_summary(result)
-    out.print(f"wrote {directory / 'prune_drop.json'}" + "".join(f", {p}" for p in plots), highlight=False)
+    out.print(f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in plots), highlight=False)
 
 
 def _positive_int(text: str, option: str) -> int:
@@ -331,7 +330,7 @@ def compare_command(
         Path | None, typer.Option("--rules", help="Rules TOML (sections angular, prune_drop); flags override it.")
     ] = None,
     lazy_threshold: Annotated[
-        float | None, typer.Option(help="A block is lazy when d(x^l, x^l+1) is below this (default 0.2).")
+        float | None, typer.Option(help=f"A block is lazy when d(x^l, x^l+1) is below this (default {LAZY_THRESHOLD}).")
     ] = None,
     max_lazy_increase: Annotated[int | None, typer.Option(help="Extra lazy blocks allowed (default 0).")] = None,
     adjacent_tolerance: Annotated[

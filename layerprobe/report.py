@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import secrets
 from pathlib import Path
 
 import matplotlib
@@ -24,7 +23,7 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from layerprobe.results import AngularResult, MetricDrop, PruneDropResult, load_result  # noqa: E402
+from layerprobe.results import AngularResult, MetricDrop, PruneDropResult, atomic_write, load_result  # noqa: E402
 
 HEATMAP_CMAP = "viridis_r"  # The papers draw small distances (lazy spans) yellow.
 DIFF_CMAP = "RdBu_r"
@@ -299,22 +298,10 @@ def _unique(name: str, used: set[str]) -> str:
 
 
 def _save(fig, *paths: Path) -> list[Path]:
-    """Save a figure to each path atomically, then close it, also when saving fails.
-
-    Each file is written under a temporary name in its own directory and renamed over the target, so a
-    reader never sees half an image. The temporary file is created by `savefig` itself (not `mkstemp`,
-    which would make it private to its owner), so plots get the same permissions as any file the user
-    writes, and CI artifact uploaders or web servers running as another user can read them.
-    """
+    """Save a figure to each path atomically (`results.atomic_write`), then close it, also on failure."""
     try:
         for path in paths:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-            try:
-                fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=150)
-                os.replace(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
+            atomic_write(path, lambda tmp, path=path: fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=150))
     finally:
         plt.close(fig)
     return list(paths)

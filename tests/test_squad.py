@@ -10,7 +10,7 @@ import statistics
 import pytest
 import torch
 
-from layerprobe.errors import TaskError
+from layerprobe.errors import OFFLINE_HINT, TaskError
 from layerprobe.evaluate.squad import (
     METRICS,
     SquadScorer,
@@ -20,7 +20,7 @@ from layerprobe.evaluate.squad import (
     normalize_answer,
     score_predictions,
 )
-from layerprobe.evaluate.squad_data import OFFLINE_HINT, SquadExample, load_squad
+from layerprobe.evaluate.squad_data import SquadExample, load_squad
 
 # Paragraphs written for these tests. The first is far longer than 64 tokens, so with max_length=64 and
 # doc_stride=16 it becomes several overlapping windows.

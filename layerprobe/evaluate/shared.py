@@ -22,12 +22,11 @@ import torch
 from lm_eval.models.huggingface import HFLM
 from torch import nn
 
-from layerprobe.evaluate.harness import is_generation_task, quiet_lm_eval
+from layerprobe.evaluate.harness import HarnessScorer, is_generation_task, quiet_lm_eval
+from layerprobe.evaluate.scores import BASELINE
 from layerprobe.layers import LayerStack, capture_block_states, hidden_from_output, removed_blocks
-from layerprobe.prune import HarnessScorer
 
 Key = tuple[tuple[int, ...], tuple[int, ...]]
-BASELINE = None
 _DEFAULT_STATE_BYTES = 2 * 1024**3  # recorded block inputs held at once (per chunk of a batch)
 
 
@@ -65,7 +64,6 @@ class SharedPrefixLM(HFLM):
         self.stack, self.layers, self.state_bytes = stack, sorted(layers), state_bytes
         self.active: int | None = BASELINE
         self.store: dict[Key, dict[int | None, tuple[float, bool]]] = {}
-        self.block_rows = 0  # block forward passes, counted per sequence (benchmarks read it)
         self._rows_per_batch: int | None = None
         self._detected_at = 0  # input length the auto batch size was detected for
         self._output_arity: int | None = None
@@ -135,7 +133,7 @@ class SharedPrefixLM(HFLM):
 
     def _baseline(self, ids: torch.Tensor) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
         """Run all blocks once, keeping the input of each selected block and the normed final states."""
-        with capture_block_states(self.stack) as states, self._count_rows():
+        with capture_block_states(self.stack) as states:
             final = self._base_forward(ids)
         # x^l is the input of block l; nothing beyond the selected blocks is kept.
         if not self._arity_known:
@@ -145,7 +143,7 @@ class SharedPrefixLM(HFLM):
 
     def _without(self, layer: int, ids: torch.Tensor, x_layer: torch.Tensor) -> torch.Tensor:
         """Final hidden states with block `layer` removed: x^layer fed straight to block layer+1."""
-        with removed_blocks(self.stack, list(range(layer))) as shrunk, self._count_rows(skip_first=True):
+        with removed_blocks(self.stack, list(range(layer))) as shrunk:
             block = shrunk.blocks[0]  # block `layer`, now first (for layer 0 the list is the model's own)
             shrunk.blocks[0] = _Replay(x_layer, self._output_arity)
             try:
@@ -172,20 +170,6 @@ class SharedPrefixLM(HFLM):
         return {
             key: (total, bool(hit)) for key, total, hit in zip(plan.keys, totals.tolist(), greedy.tolist(), strict=True)
         }
-
-    @contextlib.contextmanager
-    def _count_rows(self, skip_first: bool = False) -> Iterator[None]:
-        blocks = list(self.stack.root.get_submodule(self.stack.path))[1 if skip_first else 0 :]
-
-        def count(_module: Any, args: tuple) -> None:
-            self.block_rows += int(args[0].shape[0]) if args else 0
-
-        handles = [block.register_forward_pre_hook(count) for block in blocks]
-        try:
-            yield
-        finally:
-            for handle in handles:
-                handle.remove()
 
 
 def head_logits(model: Any, hidden: torch.Tensor) -> torch.Tensor:

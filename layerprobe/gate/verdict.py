@@ -13,9 +13,9 @@ from typing import Any
 
 from layerprobe.errors import ResultError
 from layerprobe.gate.rules import GateRules, RuleResult, angular_rules, prune_drop_rules
-from layerprobe.results import AngularResult, PruneDropResult, load_result
+from layerprobe.results import ANGULAR_JSON, PRUNE_DROP_JSON, AngularResult, PruneDropResult, load_result
 
-KIND_FILES = {"angular": "angular.json", "prune_drop": "prune_drop.json"}
+KIND_FILES = {"angular": ANGULAR_JSON, "prune_drop": PRUNE_DROP_JSON}
 
 
 @dataclass(frozen=True)
