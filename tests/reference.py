@@ -100,3 +100,29 @@ def counted_block_rows(blocks) -> Iterator[dict[str, int]]:
     finally:
         for handle in handles:
             handle.remove()
+
+
+def squad_v11_json(paragraphs) -> dict:
+    """The official SQuAD v1.1 layout for (title, context, [(id, question, [answers])]) paragraphs."""
+    return {
+        "version": "1.1",
+        "data": [
+            {
+                "title": title,
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [
+                            {
+                                "id": qid,
+                                "question": question,
+                                "answers": [{"text": g, "answer_start": context.index(g)} for g in golds],
+                            }
+                            for qid, question, golds in qas
+                        ],
+                    }
+                ],
+            }
+            for title, context, qas in paragraphs
+        ],
+    }

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -19,6 +21,7 @@ def _run(script: str, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_bench_angular_runs(minilm):
     out = _run(
         "bench_angular.py", "--layers", "2", "--hidden", "64", "--tokens", "512", "--seq-len", "128", "--repeats", "1"
@@ -26,6 +29,7 @@ def test_bench_angular_runs(minilm):
     assert "ratio to floor" in out and "per-span / layerprobe" in out
 
 
+@pytest.mark.slow
 def test_bench_prune_drop_runs():
     out = _run(
         "bench_prune_drop.py",

@@ -17,7 +17,7 @@ import pytest
 import torch
 import transformers as tf
 from conftest import build_checkpoint
-from reference import counted_block_rows, physically_deleted
+from reference import counted_block_rows, physically_deleted, squad_v11_json
 from typer.testing import CliRunner
 
 from layerprobe.cli import app
@@ -34,6 +34,8 @@ from layerprobe.specs import ModelSpec, PruneSpec
 TASKS_DIR = Path(__file__).parent / "data" / "tasks"
 TASKS = ("lp_mmlu", "lp_arc_like", "lp_pydoc_ppl")  # MMLU-shaped group, ARC-shaped, rolling perplexity
 CAUSAL = ("llama", "qwen3", "gpt2", "deepseek_v3")
+# The default run checks one architecture end to end; the sweep over the others is marked slow.
+CAUSAL_SWEEP = [CAUSAL[0], *(pytest.param(a, marks=pytest.mark.slow) for a in CAUSAL[1:])]
 BATCH, LIMIT, SEED, FEWSHOT = 4, 3, 1234, 2
 RESULT = "prune_drop.json"
 runner = CliRunner()
@@ -180,7 +182,7 @@ def assert_metric_equal(metric: str, got: float, want: float) -> None:
 
 
 # ----------------------------------------------------------- 1. equal to delete-and-evaluate, per engine
-@pytest.mark.parametrize("arch", CAUSAL)
+@pytest.mark.parametrize("arch", CAUSAL_SWEEP)
 def test_prune_drop_equals_lm_eval_on_a_physically_deleted_model(arch, tiny_checkpoints, tmp_path, spy, monkeypatch):
     path = tiny_checkpoints[arch]
     loaded = load(path)
@@ -188,10 +190,15 @@ def test_prune_drop_equals_lm_eval_on_a_physically_deleted_model(arch, tiny_chec
     results, answers = {}, {}
     for engine in ("simple", "shared"):
         spy.reset()
-        results[engine] = run_prune_drop(
-            make_spec(path, layers="0,1,3", engine=engine), tmp_path / engine, loaded=loaded, progress=spy.progress
-        )
+        with counted_block_rows(find_layers(loaded.model).blocks) as hooked:
+            results[engine] = run_prune_drop(
+                make_spec(path, layers="0,1,3", engine=engine), tmp_path / engine, loaded=loaded, progress=spy.progress
+            )
         answers[engine] = dict(spy.answers)
+        # Progress saw every block pass of the evaluations (the shared engine's head checks come before).
+        assert 0 < spy.block_rows <= hooked["count"]
+        if engine == "simple":
+            assert spy.block_rows == hooked["count"]
         assert results[engine].engine == engine
         assert json.loads((tmp_path / engine / RESULT).read_text())["engine"] == engine
         assert results[engine].tasks["lp_mmlu"].num_fewshot == FEWSHOT
@@ -234,6 +241,7 @@ def deep_llama(tmp_path_factory) -> Path:
     return build_checkpoint("llama", tmp_path_factory.mktemp("deep") / "llama8", num_layers=8)
 
 
+@pytest.mark.slow
 def test_engines_agree_on_an_8_layer_model_and_the_shared_one_does_less_work(deep_llama, tmp_path, spy):
     loaded = load(deep_llama)
     blocks = list(find_layers(loaded.model).blocks)
@@ -379,28 +387,7 @@ SQUAD_PARAGRAPHS = [
 
 @pytest.fixture(scope="module")
 def squad_file(tmp_path_factory) -> Path:
-    data = {
-        "version": "1.1",
-        "data": [
-            {
-                "title": f"t{i}",
-                "paragraphs": [
-                    {
-                        "context": context,
-                        "qas": [
-                            {
-                                "id": qid,
-                                "question": question,
-                                "answers": [{"text": g, "answer_start": context.index(g)} for g in golds],
-                            }
-                            for qid, question, golds in qas
-                        ],
-                    }
-                ],
-            }
-            for i, (context, qas) in enumerate(SQUAD_PARAGRAPHS)
-        ],
-    }
+    data = squad_v11_json((f"t{i}", context, qas) for i, (context, qas) in enumerate(SQUAD_PARAGRAPHS))
     path = tmp_path_factory.mktemp("squad") / "dev-v1.1.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return path

@@ -9,6 +9,7 @@ import statistics
 
 import pytest
 import torch
+from reference import squad_v11_json
 
 from layerprobe.errors import OFFLINE_HINT, TaskError
 from layerprobe.evaluate.squad import (
@@ -81,28 +82,7 @@ EXPECTED = [
 
 
 def _official_json() -> dict:
-    return {
-        "version": "1.1",
-        "data": [
-            {
-                "title": title,
-                "paragraphs": [
-                    {
-                        "context": context,
-                        "qas": [
-                            {
-                                "id": qid,
-                                "question": question,
-                                "answers": [{"text": g, "answer_start": context.index(g)} for g in golds],
-                            }
-                            for qid, question, golds in qas
-                        ],
-                    }
-                ],
-            }
-            for title, context, qas in PARAGRAPHS
-        ],
-    }
+    return squad_v11_json(PARAGRAPHS)
 
 
 def _rows() -> list[dict]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from lm_eval.models.huggingface import HFLM
@@ -25,6 +25,12 @@ from torch import nn
 from layerprobe.evaluate.harness import HarnessScorer, is_generation_task, quiet_lm_eval
 from layerprobe.evaluate.scores import BASELINE
 from layerprobe.layers import LayerStack, capture_block_states, hidden_from_output, removed_blocks
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from layerprobe.evaluate.tasks import TaskSet
+    from layerprobe.models import LoadedModel
 
 Key = tuple[tuple[int, ...], tuple[int, ...]]
 _DEFAULT_STATE_BYTES = 2 * 1024**3  # recorded block inputs held at once (per chunk of a batch)
@@ -52,8 +58,8 @@ class SharedPrefixLM(HFLM):
 
     def __init__(
         self,
-        model: Any,
-        tokenizer: Any,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
         stack: LayerStack,
         layers: list[int],
         batch_size: int | str = 8,
@@ -172,7 +178,7 @@ class SharedPrefixLM(HFLM):
         }
 
 
-def head_logits(model: Any, hidden: torch.Tensor) -> torch.Tensor:
+def head_logits(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
     """The causal LM's logits for final hidden states (N, hidden) → (N, vocab).
 
     Applies the output embedding and the logit transforms some families add after it (soft-capping,
@@ -251,7 +257,7 @@ def _arity_of(stack: LayerStack, ids: torch.Tensor, forward: Any) -> int | None:
     return None if isinstance(output, torch.Tensor) else len(output)
 
 
-def verify_head(model: Any, tokenizer: Any, atol: float = 1e-4) -> str | None:
+def verify_head(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, atol: float = 1e-4) -> str | None:
     """Compare the engine's head path with the model's own forward on a short text; None if they agree."""
     device = model.get_input_embeddings().weight.device
     ids = tokenizer("The quick brown fox jumps over the lazy dog.", return_tensors="pt")["input_ids"]
@@ -290,7 +296,7 @@ class SharedPrefixScorer(HarnessScorer):
             self.lm.active = BASELINE
 
 
-def unsupported_reason(loaded: Any, task_sets: dict[str, Any]) -> str | None:
+def unsupported_reason(loaded: LoadedModel, task_sets: dict[str, TaskSet]) -> str | None:
     """Why the shared engine cannot score this run (generation tasks, an unusual head), or None."""
     for task, task_set in task_sets.items():
         if is_generation_task(task_set, task):

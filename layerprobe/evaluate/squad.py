@@ -42,6 +42,8 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
     from layerprobe.layers import LayerStack
     from layerprobe.models import LoadedModel
     from layerprobe.progress import Progress
@@ -170,8 +172,8 @@ class SquadScorer:
 
     def __init__(
         self,
-        model: Any,
-        tokenizer: Any,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
         examples: list[SquadExample],
         *,
         max_length: int = 384,
