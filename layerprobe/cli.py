@@ -168,7 +168,7 @@ def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
     json_path = write_json(directory / ANGULAR_JSON, result.to_dict())
     plots = plot_angular(result, directory)
     print_angular_summary(result)
-    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False)
+    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, soft_wrap=True)
 
 
 @app.command("prune-drop")
@@ -264,7 +264,9 @@ def prune_drop(
         result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks())
     plots = plot_prune_drop(result, directory)
     print_prune_summary(result)
-    out.print(f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in plots), highlight=False)
+    out.print(
+        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in plots), highlight=False, soft_wrap=True
+    )
 
 
 def _positive_int(text: str, option: str) -> int:
@@ -318,7 +320,7 @@ def plot(
     from layerprobe.report import plot_result
 
     for path in plot_result(result_json, out_dir):
-        out.print(f"wrote {path}", highlight=False)
+        out.print(f"wrote {path}", highlight=False, soft_wrap=True)
 
 
 @app.command("compare")
@@ -380,11 +382,11 @@ def compare_command(
             junit.write_text(render_junit(verdict), encoding="utf-8")
         except OSError as exc:
             raise LayerprobeError(f"Cannot write --junit {junit}: {exc.strerror or exc}") from exc
-        err.print(f"wrote {junit}", highlight=False, markup=False)
+        err.print(f"wrote {junit}", highlight=False, markup=False, soft_wrap=True)
     if plot:
         try:
             for path in plot_verdict(verdict, out_dir):
-                err.print(f"wrote {path}", highlight=False, markup=False)
+                err.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
         except (LayerprobeError, OSError) as exc:  # a plot is a courtesy: it must not change the exit status
             err.print(
                 f"warning: no plot: {getattr(exc, 'message', exc)}", style="yellow", highlight=False, markup=False
