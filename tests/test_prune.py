@@ -99,7 +99,8 @@ class Spy:
         self.answers: dict[tuple[str, int | None], object] = {}
         self.scorers: list = []
         self.block_rows = 0
-        self.progress = Progress(on_evaluation=self._evaluated, on_block=self._block)
+        self.advances: list[float] = []
+        self.progress = Progress(on_advance=self.advances.append, on_evaluation=self._evaluated, on_block=self._block)
 
     def reset(self) -> None:
         self.__init__()
@@ -412,12 +413,17 @@ def test_squad_equals_the_scorer_on_a_physically_deleted_qa_model(tiny_checkpoin
         else:
             model = physically_deleted(path, "bert_qa", variant)
             assert model.config.num_hidden_layers == L - 1
-        want = SquadScorer(model, tokenizer, examples, max_length=256, doc_stride=128, batch_size=BATCH)()
+        scorer = SquadScorer(model, tokenizer, examples, max_length=256, doc_stride=128, batch_size=BATCH)
+        want = scorer()
         assert spy.answers[("squad", variant)] == want.predictions, variant
         for metric, score in want.metrics.items():
             assert value_at(task.metrics[metric], variant) == score.value, (metric, variant)
             assert stderr_at(task.metrics[metric], variant) == score.stderr
     assert any(spy.answers[("squad", l)] != spy.answers[("squad", None)] for l in range(L))
+    # The bar moves batch by batch: one advance per batch of windows, adding up to one per evaluation.
+    batches = -(-scorer.num_windows // BATCH)
+    assert batches > 1 and len(spy.advances) == (L + 1) * batches
+    assert sum(spy.advances) == pytest.approx(L + 1)
 
 
 # ------------------------------------------------------------------------------------------ 4. resume

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -378,3 +379,30 @@ def test_compare_prune_drop_without_a_common_task_is_a_user_error(tmp_path):
     with pytest.raises(ResultError, match="share no task"):
         figures.plot_compare_prune_drop(prune_result(4, ("a",)), prune_result(4, ("b",)), tmp_path / "c.png")
     assert not (tmp_path / "c.png").exists()
+
+
+def test_an_evaluation_round_trips_through_its_json_form():
+    from layerprobe.evaluate.scores import Evaluation, MetricScore
+    from layerprobe.results import evaluation_from_dict, evaluation_to_dict
+
+    evaluation = Evaluation(
+        {"f1": MetricScore(71.5, 2.25, True, 6), "em": MetricScore(50.0, None, None, 6)}, 0, 6, "simple", 2
+    )
+    data = json.loads(json.dumps(evaluation_to_dict(evaluation)))
+    assert data["metrics"]["em"] == {"value": 50.0, "stderr": None, "higher_is_better": None}
+    assert evaluation_from_dict(data) == evaluation
+
+
+def test_atomic_write_leaves_nothing_behind_when_writing_fails(tmp_path):
+    from layerprobe.results import atomic_write
+
+    target = tmp_path / "kept.json"
+    target.write_text("old")
+
+    def half_then_fail(tmp):
+        tmp.write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(target, half_then_fail)
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["kept.json"]
