@@ -555,11 +555,12 @@ def assert_one_line_error(result, message: str, out: Path) -> None:
 @pytest.mark.parametrize(
     ("model", "args", "message", "hint"),
     [
-        (
+        pytest.param(  # an unknown name searches lm-eval's whole task index: about a minute
             "llama",
             ["--task", "lp_arc_likee"],
             "unknown lm-eval task: 'lp_arc_likee' (did you mean lp_arc_like?)",
             "--include-path",
+            marks=pytest.mark.slow,
         ),
         ("llama", ["--task", "lp_arc_like", "--layers", "0,4"], "out of range: the model has 4 blocks", "0 to 3"),
         ("llama", ["--task", "lp_arc_like", "--layers", "1-x"], "Cannot read layer range '1-x'", "0-3,7"),
