@@ -1,5 +1,6 @@
 """The benchmark scripts still run end to end (tiny settings; they time nothing that is asserted)."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,9 @@ def _run(script: str, *args: str) -> str:
         text=True,
         timeout=600,
         cwd=ROOT,
+        # The script's own folder is sys.path[0]: point Python at this checkout, not whichever
+        # layerprobe the environment has installed.
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
