@@ -111,6 +111,7 @@ def detect_placement(model: Any, stack: Any, input_ids: Any) -> tuple[Placement,
 
     Args:
         model: the model holding `stack` (base model or with a head).
+        stack: its blocks (`layers.find_layers`).
         input_ids: (batch, seq) token ids, seq >= 2; a few real windows are plenty.
 
     Returns:
@@ -160,10 +161,12 @@ def find_norms(trace: BlockTrace) -> dict[str, tuple[str, Any]]:
 
 
 def norm_kind(inputs: Any, outputs: Any, trace: BlockTrace | None = None) -> str | None:
-    """ "LayerNorm" or "RMSNorm" if out_j = g_j·z_j + b_j per hidden unit j for the matching z, else None.
+    """Say "LayerNorm" or "RMSNorm" if out_j = g_j·z_j + b_j per hidden unit j for the matching z, else None.
 
     Args:
-        inputs, outputs: (..., hidden) tensors of one module call; all leading dims are positions.
+        inputs: (..., hidden) input of one module call; all leading dims are positions.
+        outputs: its (..., hidden) output.
+        trace: the trace the call comes from (its tolerance tells an identity apart), if any.
     """
     import torch
 

@@ -74,8 +74,9 @@ def find_sublayers(block: Any, args: tuple, kwargs: dict) -> BlockSublayers:
 
     Args:
         block: a transformer block (left unchanged).
-        args, kwargs: one real call of the block, e.g. from `trace.capture_block_calls`; hidden states
-            (batch, seq, hidden) with seq >= 2.
+        args: positional arguments of one real call of the block (e.g. from `trace.capture_block_calls`);
+            hidden states (batch, seq, hidden) with seq >= 2.
+        kwargs: keyword arguments of that call.
 
     Raises:
         UnsupportedModel: the block does not add exactly one position-mixing and one position-wise
@@ -177,7 +178,7 @@ def _rank(trace: BlockTrace, group: list[Recorded]) -> list[str]:
 
 
 def _is_sum(trace: BlockTrace, total: Any, residual: Any, output: Any) -> bool:
-    """total == residual + output, elementwise up to rounding, with a contribution that is not ~zero."""
+    """Whether total == residual + output, elementwise up to rounding, with a contribution that is not ~zero."""
     scale = float(residual.detach().abs().max() + output.detach().abs().max())
     if scale == 0.0 or float(output.detach().abs().max()) <= trace.tolerance * scale:
         return False

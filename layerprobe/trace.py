@@ -136,8 +136,9 @@ def trace_block(block: Any, args: tuple, kwargs: dict) -> BlockTrace:
 
     Args:
         block: one transformer block (not modified: a copy is replayed).
-        args, kwargs: one recorded call of the block (see `capture_block_calls`); the hidden states
-            are (batch, seq, hidden) with seq >= 2.
+        args: positional arguments of one recorded call (see `capture_block_calls`); the hidden
+            states are (batch, seq, hidden) with seq >= 2.
+        kwargs: keyword arguments of that call.
 
     Returns:
         The trace, with autograd enabled on the copy (x is a leaf that requires grad).
