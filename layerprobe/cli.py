@@ -17,6 +17,7 @@ import typer
 from rich.table import Table
 
 from layerprobe.console import RichProgress, err, out, print_angular_summary, print_prune_summary
+from layerprobe.depth_console import print_depth_summary
 from layerprobe.errors import LayerprobeError
 
 app = typer.Typer(
@@ -50,6 +51,31 @@ LayersPathOpt = Annotated[
 ]
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory (default: ./layerprobe-out/<model>/).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).")]
+
+# Corpus options shared by every command that streams text through a model (angular, depth).
+TokensOpt = Annotated[int, typer.Option("--tokens", help="Positions to stream through the model (exact).")]
+PositionsOpt = Annotated[
+    str,
+    typer.Option(
+        "--positions",
+        help="all: mean over every measured position; last: the last text token of each window (Gromov et al.).",
+    ),
+]
+DatasetOpt = Annotated[
+    str,
+    typer.Option(
+        "--dataset",
+        help="Hub dataset id, a local .txt/.jsonl/.parquet file, or builtin:pydoc (offline English text).",
+    ),
+]
+DatasetConfigOpt = Annotated[
+    str | None,
+    typer.Option("--dataset-config", help="Hub dataset config (default: en for allenai/c4, none otherwise)."),
+]
+SplitOpt = Annotated[str, typer.Option("--split", help="Hub dataset split.")]
+TextFieldOpt = Annotated[str, typer.Option("--text-field", help="Column/field that holds the text.")]
+SeqLenOpt = Annotated[int, typer.Option("--seq-len", help="Window length in tokens (capped by the model's context).")]
+WindowBatchOpt = Annotated[int, typer.Option("--batch-size", help="Windows per forward pass.")]
 
 
 def friendly_errors(command: Callable) -> Callable:
@@ -88,31 +114,14 @@ def output_dir(out_opt: Path | None, model: str) -> Path:
 @friendly_errors
 def angular(
     model: ModelArg,
-    tokens: Annotated[int, typer.Option("--tokens", help="Positions to stream through the model (exact).")] = 262_144,
-    positions: Annotated[
-        str,
-        typer.Option(
-            "--positions",
-            help="all: mean over every measured position; last: the last text token of each window (Gromov et al.).",
-        ),
-    ] = "all",
-    dataset: Annotated[
-        str,
-        typer.Option(
-            "--dataset",
-            help="Hub dataset id, a local .txt/.jsonl/.parquet file, or builtin:pydoc (offline English text).",
-        ),
-    ] = "allenai/c4",
-    dataset_config: Annotated[
-        str | None,
-        typer.Option("--dataset-config", help="Hub dataset config (default: en for allenai/c4, none otherwise)."),
-    ] = None,
-    split: Annotated[str, typer.Option("--split", help="Hub dataset split.")] = "validation",
-    text_field: Annotated[str, typer.Option("--text-field", help="Column/field that holds the text.")] = "text",
-    seq_len: Annotated[
-        int, typer.Option("--seq-len", help="Window length in tokens (capped by the model's context).")
-    ] = 1024,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Windows per forward pass.")] = 8,
+    tokens: TokensOpt = 262_144,
+    positions: PositionsOpt = "all",
+    dataset: DatasetOpt = "allenai/c4",
+    dataset_config: DatasetConfigOpt = None,
+    split: SplitOpt = "validation",
+    text_field: TextFieldOpt = "text",
+    seq_len: SeqLenOpt = 1024,
+    batch_size: WindowBatchOpt = 8,
     revision: RevisionOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
@@ -169,6 +178,66 @@ def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
     json_path = write_json(directory / "angular.json", result.to_dict())
     plots = plot_angular(result, directory)
     print_angular_summary(result)
+    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False)
+
+
+@app.command()
+@friendly_errors
+def depth(
+    model: ModelArg,
+    grad: Annotated[
+        bool,
+        typer.Option(
+            "--grad",
+            help="Also the gradient norm of each block and sublayer for the model's own loss "
+            "(next-token, or masked-LM for encoders); one more forward+backward pass.",
+        ),
+    ] = False,
+    mask_seed: Annotated[int, typer.Option("--mask-seed", help="Seed of the 15 % masked-LM masking (--grad).")] = 1234,
+    tokens: TokensOpt = 262_144,
+    positions: PositionsOpt = "all",
+    dataset: DatasetOpt = "allenai/c4",
+    dataset_config: DatasetConfigOpt = None,
+    split: SplitOpt = "validation",
+    text_field: TextFieldOpt = "text",
+    seq_len: SeqLenOpt = 1024,
+    batch_size: WindowBatchOpt = 8,
+    revision: RevisionOpt = None,
+    dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
+    device_map: DeviceMapOpt = None,
+    trust_remote_code: TrustOpt = False,
+    layers_path: LayersPathOpt = None,
+    out_dir: OutOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Why blocks are lazy: norm placement (traced), residual RMS/variance growth, relative updates per block
+    and per sublayer (attention, MLP), and with --grad gradient norms per block.
+
+    Writes depth.json and the figure depth.png / depth.pdf.
+    """
+    from layerprobe.depth import run_depth
+    from layerprobe.depth_plots import plot_depth
+    from layerprobe.results import write_json
+    from layerprobe.specs import DEFAULT_DATASET, CorpusSpec, DepthSpec, ModelSpec
+
+    if dataset == DEFAULT_DATASET and dataset_config is None:
+        dataset_config = "en"
+    spec = DepthSpec(
+        model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
+        corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
+        positions=positions,
+        batch_size=batch_size,
+        grad=grad,
+        mask_seed=mask_seed,
+    )
+    directory = output_dir(out_dir, model)
+    progress = RichProgress(quiet)
+    with progress.running():
+        result = run_depth(spec, progress.callbacks())
+    json_path = write_json(directory / "depth.json", result.to_dict())
+    plots = plot_depth(result, directory)
+    print_depth_summary(result)
     out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False)
 
 
