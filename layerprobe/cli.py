@@ -211,8 +211,11 @@ def depth(
     out_dir: OutOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Why blocks are lazy: norm placement (traced), residual RMS/variance growth, relative updates per block
-    and per sublayer (attention, MLP), and with --grad gradient norms per block.
+    """Why blocks are lazy: norm placement, residual growth, per-block and per-sublayer updates, gradient norms.
+
+    Norm placement is traced (Pre-LN, Post-LN, Mix-LN, sandwich, parallel, LayerNorm Scaling); residual
+    RMS and variance are given for x^0 … x^L, relative updates per block and per sublayer (attention,
+    MLP), and with --grad the gradient norm of each block for the model's own loss.
 
     Writes depth.json and the figure depth.png / depth.pdf.
     """

@@ -19,7 +19,7 @@ from layerprobe.errors import LayerprobeError, ResultError
 from layerprobe.gate_rules import GateRules, RuleResult, angular_rules, load_rules, prune_drop_rules
 from layerprobe.results import AngularResult, PruneDropResult, load_result
 
-KIND_FILES = {"angular": "angular.json", "prune_drop": "prune_drop.json"}
+KIND_FILES = {"angular": "angular.json", "prune_drop": "prune_drop.json", "depth": "depth.json"}
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,10 @@ def compare_results(
             for k in watched
             if baseline.data.get(k) != candidate.data.get(k)
         ]
+    elif kind == "depth":
+        from layerprobe.depth_rules import depth_rules
+
+        results, notes = depth_rules(baseline, candidate, rules.max_rms_growth), []
     else:
         results, notes = prune_drop_rules(baseline, candidate, rules)
         notes += [
@@ -147,6 +151,8 @@ def plot_verdict(verdict: Verdict, out_dir: str | Path | None = None) -> list[Pa
 
     paths = []
     for comp in verdict.comparisons:
+        if comp.kind == "depth":  # its own figure (depth.png) already shows both curves' shape
+            continue
         directory = Path(out_dir) if out_dir is not None else comp.candidate.path.parent
         name = f"compare_{comp.kind}.png" if len(verdict.comparisons) > 1 else "compare.png"
         draw = plot_compare_angular if comp.kind == "angular" else plot_compare_prune_drop
@@ -161,7 +167,8 @@ def compare_command(
     baseline: Annotated[Path, typer.Argument(help="Baseline result JSON, or a run directory.")],
     candidate: Annotated[Path, typer.Argument(help="Candidate result JSON of the same kind, or a run directory.")],
     rules_file: Annotated[
-        Path | None, typer.Option("--rules", help="Rules TOML (sections angular, prune_drop); flags override it.")
+        Path | None,
+        typer.Option("--rules", help="Rules TOML (sections angular, prune_drop, depth); flags override it."),
     ] = None,
     lazy_threshold: Annotated[
         float | None, typer.Option(help="A block is lazy when d(x^l, x^l+1) is below this (default 0.2).")
@@ -175,6 +182,9 @@ def compare_command(
     ] = None,
     se_factor: Annotated[
         float | None, typer.Option(help="A layer's ΔP may worsen by this × combined stderr (default 2.0).")
+    ] = None,
+    max_rms_growth: Annotated[
+        float | None, typer.Option(help="depth: RMS(x^L)/RMS(x^0) may grow by this factor over the baseline's (1.25).")
     ] = None,
     output_format: Annotated[str, typer.Option("--format", help="table|markdown|json on stdout.")] = "table",
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here.")] = None,
@@ -194,6 +204,7 @@ def compare_command(
         adjacent_tolerance=adjacent_tolerance,
         max_drop=max_drop,
         se_factor=se_factor,
+        max_rms_growth=max_rms_growth,
     )
     verdict = compare_paths(baseline, candidate, rules)
     if output_format == "table":
@@ -251,9 +262,11 @@ def _pair_inputs(baseline: Path, candidate: Path) -> tuple[list[tuple[Path, Path
 
 
 def _kind(result: Any) -> str:
+    if type(result).__name__ == "DepthResult":
+        return "depth"
     return "angular" if isinstance(result, AngularResult) else "prune_drop"
 
 
 def _side(path: Path, result: AngularResult | PruneDropResult) -> Side:
-    layers = result.num_layers if isinstance(result, AngularResult) else result.model.num_layers
+    layers = result.num_layers if hasattr(result, "num_layers") else result.model.num_layers
     return Side(path, result.model.id, result.model.revision, result.model.commit, int(layers))

@@ -94,7 +94,8 @@ def loss_sum(logits: Any, labels: Any) -> tuple[Any, int]:
     """Summed cross-entropy over positions whose label is not -100, and how many there are.
 
     Args:
-        logits: (batch, seq, vocab); labels: (batch, seq) target ids, aligned with logits.
+        logits: (batch, seq, vocab).
+        labels: (batch, seq) target ids aligned with logits, -100 where nothing is predicted.
     """
     import torch.nn.functional as F
 

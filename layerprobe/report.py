@@ -109,6 +109,10 @@ def plot_result(json_path: Path, out_dir: Path | None = None) -> list[Path]:
     out_dir = json_path.parent if out_dir is None else Path(out_dir)
     if isinstance(result, AngularResult):
         return plot_angular(result, out_dir)
+    if type(result).__name__ == "DepthResult":
+        from layerprobe.depth_plots import plot_depth  # imports this module
+
+        return plot_depth(result, out_dir)
     return plot_prune_drop(result, out_dir)
 
 

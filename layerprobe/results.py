@@ -311,6 +311,10 @@ def load_result(path: str | os.PathLike[str]) -> AngularResult | PruneDropResult
         return AngularResult.from_dict(data)
     if kind == PRUNE_DROP_SCHEMA.split("@")[0]:
         return PruneDropResult.from_dict(data)
+    if kind == "layerprobe/depth":
+        from layerprobe.depth_result import DepthResult  # imports this module
+
+        return DepthResult.from_dict(data)
     raise ResultError(f"{path}: unknown result schema {data['schema']!r}.")
 
 
