@@ -353,10 +353,18 @@ def layers(
     revision: RevisionOpt = None,
     trust_remote_code: TrustOpt = False,
     layers_path: LayersPathOpt = None,
+    placement: Annotated[
+        bool,
+        typer.Option(
+            "--placement/--no-placement",
+            help="Trace each block's norm placement (random weights, one block in memory at a time).",
+        ),
+    ] = True,
 ) -> None:
-    """Show the block stack layerprobe finds: its path, L, the block class and parameters per block.
+    """Show the block stack layerprobe finds: its path, L, the block class, parameters and norm placement per block.
 
-    Only the config is downloaded: the model is built without weights, so this is instant for any size.
+    Only the config is downloaded: the model is built without weights. Norm placement is traced with
+    random weights, one block at a time (seconds for small models, about a second per block of a 7B).
     """
     from layerprobe.layers import find_layers
     from layerprobe.models import load_skeleton
@@ -366,19 +374,38 @@ def layers(
         skeleton, architecture, kind = load_skeleton(ModelSpec(model, revision, trust_remote_code=trust_remote_code))
     stack = find_layers(skeleton, layers_path)
     sizes = stack.parameters_per_block()
+    traced = _traced_placement(skeleton, stack) if placement else None
     out.print(f"[bold]{model}[/]: {architecture} ({kind})", highlight=False)
     table = Table()
     table.add_column("block", justify="right")
     table.add_column("class")
     table.add_column("parameters", justify="right")
+    if traced is not None:
+        table.add_column("placement")
     for index, (block, size) in enumerate(zip(stack.blocks, sizes, strict=True)):
-        table.add_row(str(index), type(block).__name__, f"{size:,}")
+        row = [str(index), type(block).__name__, f"{size:,}"]
+        table.add_row(*row, *([traced.labels[index]] if traced is not None else []))
     out.print(table)
+    if traced is not None:
+        out.print(f"placement: {traced.summary}", highlight=False)
     out.print(
         f"stack path: {stack.path}   L = {stack.num_layers}   block class: {stack.block_class}   "
         f"parameters in blocks: {sum(sizes):,}",
         highlight=False,
     )
+
+
+def _traced_placement(skeleton: Any, stack: Any) -> Any:
+    """The traced placement of a weightless skeleton, or None (with a warning) when it cannot be traced."""
+    from layerprobe.placement_skeleton import placement_without_weights
+
+    vocab = getattr(getattr(skeleton, "config", None), "vocab_size", None) or 2
+    try:
+        with err.status("Tracing norm placement"):
+            return placement_without_weights(skeleton, stack, vocab)
+    except (LayerprobeError, RuntimeError, TypeError, ValueError) as exc:
+        err.print(f"[yellow]warning:[/] norm placement not traced: {exc}", highlight=False, soft_wrap=True)
+        return None
 
 
 @app.command()

@@ -190,11 +190,12 @@ def _mixes_positions(trace: BlockTrace, contribution: Contribution) -> bool:
     """Whether the contribution at the last position depends on the residual at earlier positions."""
     import torch
 
-    last = contribution.output.tensor[:, -1]
-    if not last.requires_grad:
-        return False
     residual = contribution.residual
-    (grad,) = torch.autograd.grad(last.sum(), [residual.source], retain_graph=True, allow_unused=True)
+    with torch.enable_grad():
+        last = contribution.output.tensor[:, -1]
+        if not last.requires_grad:
+            return False
+        (grad,) = torch.autograd.grad(last.sum(), [residual.source], retain_graph=True, allow_unused=True)
     return grad is not None and float(grad.reshape(residual.tensor.shape)[:, :-1].abs().sum()) > 0.0
 
 

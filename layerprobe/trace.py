@@ -99,7 +99,8 @@ class BlockTrace:
 
         if not output.requires_grad:
             return [False] * len(inputs)
-        grads = torch.autograd.grad(output.sum(), inputs, retain_graph=True, allow_unused=True)
+        with torch.enable_grad():  # callers may sit inside no_grad (a hook during a measurement pass)
+            grads = torch.autograd.grad(output.sum(), inputs, retain_graph=True, allow_unused=True)
         return [g is not None for g in grads]
 
     def streams(self) -> list[Recorded]:
@@ -151,6 +152,9 @@ def trace_block(block: Any, args: tuple, kwargs: dict) -> BlockTrace:
         raise UnsupportedModel("Cannot trace a block whose weights are not loaded (meta device).")
     dtype = torch.float64 if device.type == "cpu" else torch.float32
     replica = copy.deepcopy(block).to(dtype)
+    for module in replica.modules():  # hooks copied from the original (a caller's, or ours) must not fire
+        for hooks in (module._forward_pre_hooks, module._forward_hooks):
+            hooks.clear()
     for param in replica.parameters():
         param.requires_grad_(True)
     args, kwargs = _cast(args, dtype, device), _cast(kwargs, dtype, device)

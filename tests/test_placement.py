@@ -229,3 +229,45 @@ def test_norm_kind_tells_layernorm_from_rmsnorm_and_rejects_linear():
     linear = nn.Linear(16, 16).double()
     assert norm_kind(x, linear(x).detach()) is None
     assert norm_kind(x, x.clone()) is None  # an identity is not a norm
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (
+            tf.Gemma2Config(
+                hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8, **COMMON
+            ),
+            "sandwich",
+        ),
+        (tf.GPTNeoXConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, **COMMON), "parallel"),
+        (tf.BertConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, **COMMON), "Post-LN"),
+    ],
+)
+def test_placement_of_a_weightless_skeleton(config, expected):
+    from accelerate import init_empty_weights
+
+    from layerprobe.placement_skeleton import placement_without_weights
+
+    with init_empty_weights():
+        skeleton = tf.AutoModel.from_config(config)
+    stack = find_layers(skeleton)
+    assert next(skeleton.parameters()).is_meta
+    placement = placement_without_weights(skeleton, stack, config.vocab_size)
+    assert placement.labels == [expected] * LAYERS
+    assert all(p.is_meta for p in skeleton.parameters())  # nothing stays materialised
+
+
+def test_layers_command_prints_placement(tmp_path):
+    from conftest import build_checkpoint
+    from typer.testing import CliRunner
+
+    from layerprobe.cli import app
+
+    path = build_checkpoint("llama", tmp_path / "llama", num_layers=3)
+    result = CliRunner().invoke(app, ["layers", str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("Pre-LN") == 4  # three rows and the summary
+    assert "placement: Pre-LN in all 3 blocks" in result.output
+    quiet = CliRunner().invoke(app, ["layers", str(path), "--no-placement"])
+    assert quiet.exit_code == 0 and "Pre-LN" not in quiet.output
