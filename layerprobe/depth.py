@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
+from layerprobe.angular import _is_hub
 from layerprobe.corpus import Window, batches, build_windows, iter_documents
 from layerprobe.depth_result import SUBLAYER_KINDS, DepthResult
 from layerprobe.depth_stats import DepthAccumulator, relative_size
@@ -75,10 +76,11 @@ def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedM
             }
             for kind in SUBLAYER_KINDS
         }
+    hub = _is_hub(spec.corpus.dataset)
     data = {
         "dataset": spec.corpus.dataset,
-        "config": spec.corpus.dataset_config,
-        "split": spec.corpus.split,
+        "config": spec.corpus.dataset_config if hub else None,
+        "split": spec.corpus.split if hub else None,
         "text_field": spec.corpus.text_field,
         "tokens": sum(len(w.input_ids) for w in windows),
         "seq_len": seq_len,
