@@ -112,6 +112,13 @@ class BlockTrace:
         return unique
 
 
+def replay_dtype(device: Any) -> Any:
+    """float64 on CPU (exact equalities, cheap for one block); float32 on accelerators (MPS has no float64)."""
+    import torch
+
+    return torch.float64 if device.type == "cpu" else torch.float32
+
+
 def _hidden_shaped(value: Any, shape: tuple) -> bool:
     """(batch, seq, hidden), or the same positions flattened (OPT runs its MLP on (batch·seq, hidden))."""
     return value.shape[-1] == shape[-1] and value.numel() == shape[0] * shape[1] * shape[2]
@@ -150,7 +157,7 @@ def trace_block(block: Any, args: tuple, kwargs: dict) -> BlockTrace:
     device = params[0].device if params else torch.device("cpu")
     if device.type == "meta":
         raise UnsupportedModel("Cannot trace a block whose weights are not loaded (meta device).")
-    dtype = torch.float64 if device.type == "cpu" else torch.float32
+    dtype = replay_dtype(device)
     replica = copy.deepcopy(block).to(dtype)
     for module in replica.modules():  # hooks copied from the original (a caller's, or ours) must not fire
         for hooks in (module._forward_pre_hooks, module._forward_hooks):

@@ -265,6 +265,7 @@ def test_result_round_trips_through_json(checkpoints, tmp_path):
         DepthResult.from_dict(broken)
 
 
+@pytest.mark.slow
 def test_cli_end_to_end_on_a_tiny_model_with_plot_and_compare(checkpoints, tmp_path):
     out = tmp_path / "run"
     args = ["depth", str(checkpoints["llama"]), "--dataset", BUILTIN_CORPUS, "--tokens", "128", "--seq-len", "32"]
@@ -331,6 +332,7 @@ def test_grad_refuses_an_encoder_without_its_masked_lm_head(checkpoints, tmp_pat
     assert not (tmp_path / "depth.json").exists()
 
 
+@pytest.mark.slow
 def test_real_minilm_end_to_end(minilm, tmp_path):
     res = runner.invoke(
         app,
@@ -359,3 +361,27 @@ def test_real_minilm_end_to_end(minilm, tmp_path):
         app, ["depth", str(minilm), "--dataset", BUILTIN_CORPUS, "--tokens", "64", "--grad", "--out", str(tmp_path)]
     )
     assert res.exit_code == 2 and "masked-LM head" in res.output
+
+
+def test_compare_rules_on_depth_results(checkpoints):
+    from dataclasses import replace
+
+    from layerprobe.compare import compare_results
+    from layerprobe.depth_rules import depth_rules
+    from layerprobe.gate_rules import GateRules
+    from layerprobe.placement import summarise
+
+    base = run_depth(_spec(checkpoints["llama"], tokens=64))
+    same = {r.rule: r for r in depth_rules(base, base, 1.25)}
+    assert same["rms_growth"].passed and same["rms_growth"].change == pytest.approx(1.0)
+    assert same["placement"].passed and same["placement"].change == 0
+    blocks = [replace(b, label="Post-LN") if b.block == 0 else b for b in base.placement.blocks]
+    rewired = replace(base, placement=summarise(blocks), summary={})
+    verdict = compare_results(base, rewired, GateRules())
+    failed = {r.rule: r for r in verdict.results if not r.passed}
+    assert set(failed) == {"placement"} and failed["placement"].details["changed_blocks"] == [0]
+    assert "Mix-LN, transition at 1" in failed["placement"].message
+    grown = replace(base, rms=replace(base.rms, mean=[*base.rms.mean[:-1], base.rms.mean[-1] * 1.3]), summary={})
+    growth = {r.rule: r for r in depth_rules(base, grown, 1.25)}["rms_growth"]
+    assert not growth.passed and growth.change == pytest.approx(1.3)
+    assert {r.rule: r for r in depth_rules(base, grown, 1.5)}["rms_growth"].passed

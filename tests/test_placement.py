@@ -271,3 +271,17 @@ def test_layers_command_prints_placement(tmp_path):
     assert "placement: Pre-LN in all 3 blocks" in result.output
     quiet = CliRunner().invoke(app, ["layers", str(path), "--no-placement"])
     assert quiet.exit_code == 0 and "Pre-LN" not in quiet.output
+
+
+def test_placement_holds_with_the_float32_replay_used_on_gpus(monkeypatch):
+    import layerprobe.trace as trace
+
+    monkeypatch.setattr(trace, "replay_dtype", lambda device: torch.float32)
+    model = _llama()
+    for block in find_layers(model).blocks[:1]:
+        block.forward = types.MethodType(_post_ln_forward, block)
+    placement, subs = _place(model)
+    assert placement.labels == ["Post-LN", "Pre-LN", "Pre-LN", "Pre-LN"]
+    assert subs[1].attention.module == "self_attn"
+    bert = _build(tf.BertConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, **COMMON))
+    assert _place(bert)[0].labels == ["Post-LN"] * LAYERS
