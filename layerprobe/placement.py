@@ -127,8 +127,11 @@ def detect_placement(model: Any, stack: Any, input_ids: Any) -> tuple[Placement,
 
 
 def place_block(index: int, block: Any, args: tuple, kwargs: dict) -> tuple[BlockPlacement, BlockSublayers | None]:
-    """Label one block from one traced call (see the module docstring)."""
-    trace = trace_block(block, args, kwargs)
+    """Label one block from one traced call (see the module docstring); untraceable → unrecognised."""
+    try:
+        trace = trace_block(block, args, kwargs)
+    except UnsupportedModel as exc:
+        return BlockPlacement(index, UNRECOGNISED, reason=exc.message), None
     norms = find_norms(trace)
     scale = norm_output_scale(trace, norms)
     kinds = {path: kind for path, (kind, _) in norms.items()}

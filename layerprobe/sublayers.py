@@ -135,6 +135,7 @@ def match_contributions(trace: BlockTrace) -> tuple[list[Contribution], bool]:
                     continue
                 if _is_sum(trace, total.tensor, residual.tensor, output.tensor):
                     found.append(Contribution(output, _rank(trace, group), residual, total))
+    found = [c for c in found if not any(_inside(c, other) for other in found if other is not c)]
     if len(found) >= 2:
         return sorted(found, key=lambda c: c.output.order), False
     for total in streams:
@@ -153,6 +154,14 @@ def match_contributions(trace: BlockTrace) -> tuple[list[Contribution], bool]:
                         ]
                         return pair, True
     return sorted(found, key=lambda c: c.output.order), False
+
+
+def _inside(inner: Contribution, outer: Contribution) -> bool:
+    """Whether `inner` is a sum inside `outer`'s module: part of that sublayer, not the block's residual.
+
+    Example: an MoE layer adding its shared experts to its routed experts.
+    """
+    return all(any(m.startswith(o + ".") for o in outer.modules) for m in inner.modules)
 
 
 def _output_groups(trace: BlockTrace) -> list[list[Recorded]]:

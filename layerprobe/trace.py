@@ -157,7 +157,20 @@ def trace_block(block: Any, args: tuple, kwargs: dict) -> BlockTrace:
     device = params[0].device if params else torch.device("cpu")
     if device.type == "meta":
         raise UnsupportedModel("Cannot trace a block whose weights are not loaded (meta device).")
-    dtype = replay_dtype(device)
+    dtypes = [replay_dtype(device)]
+    if dtypes[0] != torch.float32:
+        dtypes.append(torch.float32)  # some kernels (grouped MoE matmuls) have no float64 version
+    for dtype in dtypes:
+        try:
+            return _replay(block, args, kwargs, dtype, device)
+        except (RuntimeError, NotImplementedError) as exc:
+            failure = exc
+    raise UnsupportedModel(f"Cannot replay {type(block).__name__} to trace it: {failure}")
+
+
+def _replay(block: Any, args: tuple, kwargs: dict, dtype: Any, device: Any) -> BlockTrace:
+    import torch
+
     replica = copy.deepcopy(block).to(dtype)
     for module in replica.modules():  # hooks copied from the original (a caller's, or ours) must not fire
         for hooks in (module._forward_pre_hooks, module._forward_hooks):

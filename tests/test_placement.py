@@ -285,3 +285,14 @@ def test_placement_holds_with_the_float32_replay_used_on_gpus(monkeypatch):
     assert subs[1].attention.module == "self_attn"
     bert = _build(tf.BertConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, **COMMON))
     assert _place(bert)[0].labels == ["Post-LN"] * LAYERS
+
+
+def test_moe_shared_experts_stay_inside_the_mlp_sublayer(tmp_path):
+    from conftest import build_checkpoint
+
+    path = build_checkpoint("deepseek_v3", tmp_path / "ds", num_layers=3)  # block 0 dense, blocks 1-2 MoE
+    model = tf.AutoModelForCausalLM.from_pretrained(path).eval()
+    placement, subs = _place(model)
+    assert placement.labels == ["Pre-LN"] * 3
+    assert [s.mlp.module for s in subs] == ["mlp"] * 3
+    assert any(p.startswith("mlp.shared_experts.") for p in subs[1].mlp.parameters)
