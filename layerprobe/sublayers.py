@@ -188,11 +188,18 @@ def _rank(trace: BlockTrace, group: list[Recorded]) -> list[str]:
 
 def _is_sum(trace: BlockTrace, total: Any, residual: Any, output: Any) -> bool:
     """Whether total == residual + output, elementwise up to rounding, with a contribution that is not ~zero."""
+    if total.shape[1] > 1 and not _sum_within_rounding(trace, total[:, -1:], residual[:, -1:], output[:, -1:]):
+        return False  # cheap rejection on one position: most candidate triples fail here
     scale = float(residual.detach().abs().max() + output.detach().abs().max())
     if scale == 0.0 or float(output.detach().abs().max()) <= trace.tolerance * scale:
         return False
-    error = float((total.detach() - residual.detach() - output.detach()).abs().max())
-    return error <= trace.tolerance * scale * 4
+    return _sum_within_rounding(trace, total, residual, output)
+
+
+def _sum_within_rounding(trace: BlockTrace, total: Any, residual: Any, output: Any) -> bool:
+    total, residual, output = total.detach(), residual.detach(), output.detach()
+    scale = float(residual.abs().max() + output.abs().max())
+    return float((total - residual - output).abs().max()) <= trace.tolerance * max(scale, 1e-30) * 4
 
 
 def _mixes_positions(trace: BlockTrace, contribution: Contribution) -> bool:
