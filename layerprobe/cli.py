@@ -364,7 +364,7 @@ def layers(
     """Show the block stack layerprobe finds: its path, L, the block class, parameters and norm placement per block.
 
     Only the config is downloaded: the model is built without weights. Norm placement is traced with
-    random weights, one block at a time (seconds for small models, about a second per block of a 7B).
+    random weights, one block in memory at a time (--no-placement skips it).
     """
     from layerprobe.layers import find_layers
     from layerprobe.models import load_skeleton

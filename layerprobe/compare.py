@@ -121,9 +121,9 @@ def compare_results(
             if baseline.data.get(k) != candidate.data.get(k)
         ]
     elif kind == "depth":
-        from layerprobe.depth_rules import depth_rules
+        from layerprobe.depth_rules import depth_notes, depth_rules
 
-        results, notes = depth_rules(baseline, candidate, rules.max_rms_growth), []
+        results, notes = depth_rules(baseline, candidate, rules.max_rms_growth), depth_notes(baseline, candidate)
     else:
         results, notes = prune_drop_rules(baseline, candidate, rules)
         notes += [

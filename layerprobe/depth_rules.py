@@ -30,6 +30,16 @@ def depth_rules(baseline: DepthResult, candidate: DepthResult, max_rms_growth: f
     return [_growth_rule(baseline, candidate, max_rms_growth), _placement_rule(baseline, candidate)]
 
 
+def depth_notes(baseline: DepthResult, candidate: DepthResult) -> list[str]:
+    """What a reader must know before trusting the comparison: the two runs measured different data."""
+    watched = ("dataset", "config", "split", "positions", "seq_len")
+    return [
+        f"data.{k} differs: baseline {baseline.data.get(k)!r}, candidate {candidate.data.get(k)!r}"
+        for k in watched
+        if baseline.data.get(k) != candidate.data.get(k)
+    ]
+
+
 def _growth_rule(baseline: DepthResult, candidate: DepthResult, factor: float) -> RuleResult:
     base, cand = rms_growth(baseline), rms_growth(candidate)
     ratio = None if base is None or cand is None or base == 0 else cand / base
@@ -77,8 +87,8 @@ def _placement_rule(baseline: DepthResult, candidate: DepthResult) -> RuleResult
         None,
         "per-block norm placement must not change",
         {},
-        float(len(before)),
-        float(len(after)),
+        None,  # labels are not numbers: they are in `details` and the message
+        None,
         float(len(changed) + abs(len(before) - len(after))),
         0.0,
         passed,

@@ -385,3 +385,7 @@ def test_compare_rules_on_depth_results(checkpoints):
     growth = {r.rule: r for r in depth_rules(base, grown, 1.25)}["rms_growth"]
     assert not growth.passed and growth.change == pytest.approx(1.3)
     assert {r.rule: r for r in depth_rules(base, grown, 1.5)}["rms_growth"].passed
+    other = replace(base, data={**base.data, "positions": "last"})
+    assert compare_results(base, other, GateRules()).notes == [
+        "data.positions differs: baseline 'all', candidate 'last'"
+    ]
