@@ -296,3 +296,25 @@ def test_moe_shared_experts_stay_inside_the_mlp_sublayer(tmp_path):
     assert placement.labels == ["Pre-LN"] * 3
     assert [s.mlp.module for s in subs] == ["mlp"] * 3
     assert any(p.startswith("mlp.shared_experts.") for p in subs[1].mlp.parameters)
+
+
+@pytest.mark.parametrize(
+    ("config", "label", "modules"),
+    [
+        (tf.GPT2Config(n_embd=32, n_head=4, n_layer=LAYERS, vocab_size=128, n_positions=64), "Pre-LN", ("attn", "mlp")),
+        (  # Phi-2: one shared input norm feeds attention and MLP, both added to x
+            tf.PhiConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, **COMMON),
+            "parallel",
+            ("self_attn", "mlp"),
+        ),
+        (
+            tf.GPTJConfig(n_embd=32, n_head=4, n_layer=LAYERS, vocab_size=128, n_positions=64, rotary_dim=4),
+            "parallel",
+            ("attn", "mlp"),
+        ),
+    ],
+)
+def test_more_families(config, label, modules):
+    placement, subs = _place(_build(config))
+    assert placement.labels == [label] * LAYERS
+    assert (subs[0].attention.module, subs[0].mlp.module) == modules
