@@ -9,14 +9,10 @@ gradient norms (`depth_grad.py`). Same model and corpus options as `angular`.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
 from typing import Any
 
-from layerprobe.angular import _is_hub
 from layerprobe.corpus import Window, batches, build_windows, iter_documents
-from layerprobe.depth_result import SUBLAYER_KINDS, DepthResult
 from layerprobe.depth_stats import DepthAccumulator, relative_size
 from layerprobe.errors import UnsupportedModel
 from layerprobe.layers import LayerStack, capture_block_states, find_layers, hidden_from_input, hidden_from_output
@@ -24,8 +20,8 @@ from layerprobe.models import CAUSAL_LM, ENCODER, MASKED_LM, LoadedModel, load_c
 from layerprobe.models import takes_argument as _takes
 from layerprobe.placement import detect_placement
 from layerprobe.progress import Progress
-from layerprobe.provenance import library_versions, model_info
-from layerprobe.results import RunInfo
+from layerprobe.provenance import RunTimer, model_info
+from layerprobe.results import SUBLAYER_KINDS, DepthResult
 from layerprobe.specs import DepthSpec
 from layerprobe.sublayers import BlockSublayers
 
@@ -35,8 +31,7 @@ TRACE_WINDOWS, TRACE_TOKENS = 2, 64  # tracing needs a few real positions, not t
 def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedModel | None = None) -> DepthResult:
     """Load the model (unless given), trace placement, measure, and return the result."""
     progress = progress or Progress()
-    started = datetime.now(timezone.utc)
-    clock = time.perf_counter()
+    timer = RunTimer()
     purpose = _grad_purpose(spec) if spec.grad else "base"
     if loaded is None:
         progress.stage("Loading model")
@@ -76,7 +71,7 @@ def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedM
             }
             for kind in SUBLAYER_KINDS
         }
-    hub = _is_hub(spec.corpus.dataset)
+    hub = spec.corpus.is_hub
     data = {
         "dataset": spec.corpus.dataset,
         "config": spec.corpus.dataset_config if hub else None,
@@ -99,12 +94,7 @@ def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedM
         sublayers=subs,
         grad=grad,
         nonfinite_tokens=accumulator.nonfinite_tokens,
-        run=RunInfo(
-            started_at=started.isoformat(timespec="seconds"),
-            seconds=time.perf_counter() - clock,
-            versions=library_versions(),
-            device=loaded.device_label,
-        ),
+        run=timer.finish(loaded.device_label),
     )
 
 

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from layerprobe.corpus import Window, batches
-from layerprobe.depth_result import GradNorms
 from layerprobe.errors import UnsupportedModel
 from layerprobe.models import CAUSAL_LM, MASKED_LM, LoadedModel, takes_argument
+from layerprobe.results import GradNorms
 
 MASK_FRACTION = 0.15
 DEFAULT_MASK_SEED = 1234

@@ -20,8 +20,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from layerprobe.depth_result import DepthResult, Spread  # noqa: E402
 from layerprobe.report import _save, _short  # noqa: E402
+from layerprobe.results import DepthResult, Spread  # noqa: E402
 
 LABEL_COLOURS = {
     "Pre-LN": "#2e86c1",
@@ -36,6 +36,18 @@ ATTENTION_COLOUR, MLP_COLOUR, BLOCK_COLOUR = "#c0392b", "#2e86c1", "#333333"
 def plot_depth(result: DepthResult, out_dir: Path) -> list[Path]:
     """Draw `depth.png` and `depth.pdf` in `out_dir`."""
     return _save(depth_figure(result), Path(out_dir) / "depth.png", Path(out_dir) / "depth.pdf")
+
+
+def redraw(json_path: Path, out_dir: Path | None = None) -> list[Path]:
+    """Redraw the plots of any result JSON (backs `layerprobe plot`): depth here, other kinds in report.py."""
+    from layerprobe.report import plot_result
+    from layerprobe.results import DEPTH_SCHEMA, DepthResult, read_json
+
+    json_path = Path(json_path)
+    data = read_json(json_path)
+    if str(data["schema"]).split("@")[0] != DEPTH_SCHEMA.split("@")[0]:
+        return plot_result(json_path, out_dir)
+    return plot_depth(DepthResult.from_dict(data), json_path.parent if out_dir is None else Path(out_dir))
 
 
 def depth_figure(result: DepthResult):

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from layerprobe.depth_result import DepthResult
-from layerprobe.gate_rules import EPS, RuleResult
+from layerprobe.gate.rules import EPS, RuleResult
+from layerprobe.results import DepthResult
 
 
 def rms_growth(result: DepthResult) -> float | None:

@@ -16,9 +16,8 @@ from layerprobe.cli import app
 from layerprobe.corpus import build_windows, iter_documents
 from layerprobe.depth import run_depth
 from layerprobe.depth_grad import MASK_FRACTION, mask_window
-from layerprobe.depth_result import DEPTH_SCHEMA, DepthResult
 from layerprobe.errors import LayerprobeError
-from layerprobe.results import write_json
+from layerprobe.results import DEPTH_SCHEMA, DepthResult, write_json
 from layerprobe.specs import BUILTIN_CORPUS, CorpusSpec, DepthSpec, ModelSpec
 
 torch.set_num_threads(1)  # tiny tensors: threads only contend on a shared machine
@@ -366,9 +365,9 @@ def test_real_minilm_end_to_end(minilm, tmp_path):
 def test_compare_rules_on_depth_results(checkpoints):
     from dataclasses import replace
 
-    from layerprobe.compare import compare_results
     from layerprobe.depth_rules import depth_rules
-    from layerprobe.gate_rules import GateRules
+    from layerprobe.gate.rules import GateRules
+    from layerprobe.gate.verdict import compare_results
     from layerprobe.placement import summarise
 
     base = run_depth(_spec(checkpoints["llama"], tokens=64))
