@@ -264,6 +264,18 @@ def test_result_round_trips_through_json(checkpoints, tmp_path):
         DepthResult.from_dict(broken)
 
 
+def test_cli_writes_depth_json_and_figure(checkpoints, tmp_path):
+    """The quick CLI check of the default run; the slow one below adds --grad, `plot` and `compare`."""
+    args = ["depth", str(checkpoints["bert"]), "--dataset", BUILTIN_CORPUS, "--tokens", "64", "--seq-len", "32"]
+    res = runner.invoke(app, [*args, "--positions", "last", "--out", str(tmp_path), "-q"])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "depth.json").read_text())
+    assert data["schema"] == DEPTH_SCHEMA and data["placement"]["pattern"] == "Post-LN"
+    assert data["data"]["positions"] == "last" and data["data"]["positions_averaged"] == 2
+    assert data["grad"] is None and (tmp_path / "depth.png").is_file()
+    assert "Post-LN in all 3 blocks" in res.output
+
+
 @pytest.mark.slow
 def test_cli_end_to_end_on_a_tiny_model_with_plot_and_compare(checkpoints, tmp_path):
     out = tmp_path / "run"
