@@ -19,7 +19,8 @@ from layerprobe.specs import ModelSpec
 from layerprobe.weights import check_files, check_loading_info, translate_weights_error
 
 CAUSAL_LM, ENCODER, EXTRACTIVE_QA = "causal-lm", "encoder", "extractive-qa"
-PURPOSES = ("base", "head", CAUSAL_LM, EXTRACTIVE_QA)
+MASKED_LM = "masked-lm"  # an encoder with its pretraining head (depth --grad)
+PURPOSES = ("base", "head", CAUSAL_LM, EXTRACTIVE_QA, MASKED_LM)
 
 
 @dataclass
@@ -248,11 +249,12 @@ def check_tokenizer_for_harness(tokenizer: Any, spec: ModelSpec) -> None:
         )
 
 
-def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
+def load_model(spec: ModelSpec, purpose: str = "base", lm_eval: bool = False) -> LoadedModel:
     """Load config, tokenizer and model.
 
     `purpose` picks the head: "base" loads none (angular needs no logits), "head" the one matching
-    the model's kind, or name a kind (causal-lm, extractive-qa) explicitly.
+    the model's kind, or name a kind (causal-lm, extractive-qa) explicitly. `lm_eval`: the causal LM
+    will be scored by lm-eval, so its tokenizer is checked for what lm-eval needs before weights load.
     """
     import transformers as tf
 
@@ -268,7 +270,7 @@ def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
             tokenizer = tf.AutoTokenizer.from_pretrained(spec.model, **common)
         except (OSError, ValueError, KeyError) as exc:
             raise _translate_load_error(exc, spec) from exc
-        if purpose == CAUSAL_LM:
+        if lm_eval and purpose == CAUSAL_LM:
             check_tokenizer_for_harness(tokenizer, spec)
         check_before_loading(spec, config)
         device = None if spec.device_map else resolve_device(spec.device)
@@ -277,6 +279,7 @@ def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
             "base": tf.AutoModel,
             CAUSAL_LM: tf.AutoModelForCausalLM,
             EXTRACTIVE_QA: tf.AutoModelForQuestionAnswering,
+            MASKED_LM: tf.AutoModelForMaskedLM,
         }[purpose]
         kwargs = dict(common, dtype=dtype)
         if spec.device_map:

@@ -299,9 +299,10 @@ def test_a_tokenizer_without_eos_or_bos_is_refused_for_lm_eval_before_loading(ti
     tf.PreTrainedTokenizerFast(tokenizer_object=original.backend_tokenizer).save_pretrained(path)
     assert tf.AutoTokenizer.from_pretrained(path).eos_token_id is None
     assert load_model(ModelSpec(str(path), device="cpu")).kind == CAUSAL_LM  # angular needs no special token
+    assert load_model(ModelSpec(str(path), device="cpu"), purpose="head").kind == CAUSAL_LM  # nor depth --grad
     _no_weight_loading(monkeypatch)
     with pytest.raises(LayerprobeError, match="neither an end-of-sequence nor a beginning-of-sequence") as info:
-        load_model(ModelSpec(str(path), device="cpu"), purpose="head")
+        load_model(ModelSpec(str(path), device="cpu"), purpose="head", lm_eval=True)
     assert "eos_token" in info.value.hint
 
 

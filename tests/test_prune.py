@@ -786,3 +786,19 @@ def test_llama4_text_uses_the_shared_engine_and_reports_the_angular_layer_path(t
             results["auto"][1][("lp_arc_like", variant)], results["simple"][1][("lp_arc_like", variant)]
         )
     assert loaded.model.config.num_hidden_layers == 4
+
+
+def test_prune_drop_refuses_a_tokenizer_lm_eval_cannot_use_before_loading(tiny_checkpoints, tmp_path):
+    """No EOS and no BOS: lm-eval would crash inside on the first empty context (a traceback, exit 1)."""
+    path = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoints["llama"], path)
+    original = tf.AutoTokenizer.from_pretrained(path)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (path / name).unlink(missing_ok=True)
+    tf.PreTrainedTokenizerFast(tokenizer_object=original.backend_tokenizer).save_pretrained(path)
+    out = tmp_path / "out"
+    result = invoke(
+        path, "--task", "lp_arc_like", "--include-path", TASKS_DIR, "--quiet", "--device", "cpu", "--out", out
+    )
+    assert_one_line_error(result, "neither an end-of-sequence nor a beginning-of-sequence token", out)
+    assert "eos_token" in result.output.splitlines()[1]
