@@ -60,14 +60,23 @@ def distances(num_layers: int, seed: int, nan_cells=()) -> list[list[float]]:
     return matrix
 
 
-def angular_result(num_layers: int, seed: int = 0, nan_cells=(), model_id="org/tiny-model") -> AngularResult:
+def angular_result(
+    num_layers: int, seed: int = 0, nan_cells=(), model_id="org/tiny-model", stderr: float | None = None
+) -> AngularResult:
+    """With `stderr`, every entry gets a standard error of about that size (varying from cell to cell)."""
+    distance = distances(num_layers, seed, nan_cells)
+    errors = None
+    if stderr is not None:
+        rng = np.random.default_rng(seed + 1)
+        errors = (stderr * rng.uniform(0.5, 1.5, size=(num_layers + 1, num_layers + 1))).tolist()
     return AngularResult(
         model=model_info(num_layers, model_id),
         data={"tokens": 4096, "positions": "all", "positions_averaged": 4000},
-        distance=distances(num_layers, seed, nan_cells),
+        distance=distance,
         nonfinite_tokens=3,
         run=RUN,
         tokens_per_second=100.0,
+        distance_stderr=errors,
     )
 
 
@@ -150,6 +159,19 @@ def marked_minima(ax) -> dict[int, int]:
     return marked
 
 
+def marked_candidates(ax) -> set[tuple[int, int]]:
+    """(n, l) of every cell marked as not significantly above its row minimum (boxes or dots)."""
+    points = []
+    for patch in ax.patches:
+        if patch.get_gid() == "row-candidate":
+            x, y = patch.get_xy()
+            points.append((x + patch.get_width() / 2, y + patch.get_height() / 2))
+    for collection in ax.collections:
+        if isinstance(collection, PathCollection) and collection.get_gid() == "row-candidate":
+            points.extend(map(tuple, collection.get_offsets()))
+    return {(int(round(n)), int(round(start))) for start, n in points}
+
+
 def file_magic(path: Path, magic: bytes) -> bool:
     return path.is_file() and path.read_bytes()[: len(magic)] == magic
 
@@ -214,6 +236,39 @@ def test_heatmap_draws_the_distances_and_marks_row_minima(num_layers):
         assert "4,096 tokens" in ax.get_title() and "positions=all" in ax.get_title()
         assert "org/tiny-model" in ax.get_title()
         assert any("angular distance" in other.get_ylabel() for other in fig.axes[1:])
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("num_layers", [6, 80])
+def test_heatmap_marks_cells_not_significantly_above_the_row_minimum(num_layers):
+    result = angular_result(num_layers, seed=3, nan_cells=[(1, 2)], stderr=0.01 if num_layers == 6 else 0.002)
+    expected = set()
+    for n in range(1, num_layers + 1):  # by plain loops: within 1.96 × sqrt(se² + se_min²) of the row minimum
+        row = {l: result.distance[l][l + n] for l in range(num_layers - n + 1)}
+        row = {l: d for l, d in row.items() if math.isfinite(d)}
+        best = min(row, key=lambda l: (row[l], l))
+        se = {l: result.distance_stderr[l][l + n] for l in row}
+        expected |= {
+            (n, l) for l, d in row.items() if l != best and d - row[best] <= 1.96 * math.hypot(se[l], se[best])
+        }
+    assert expected, "the fixture should leave some rows unclear"
+    fig = report._angular_figure(result)
+    try:
+        ax = fig.axes[0]
+        assert marked_candidates(ax) == expected
+        assert not expected & set(marked_minima(ax).items())
+        summary = angular_summary(result.distance, stderr=result.distance_stderr)["most_redundant"]
+        for n, choice in summary.items():
+            others = {(int(n), l) for l in choice["candidates"] if l != choice["layer"]}
+            assert others == {cell for cell in expected if cell[0] == int(n)}
+            assert choice["clear"] == (not others)
+    finally:
+        plt.close(fig)
+    # A file written before stderrs existed: the minima only, no candidate marks.
+    fig = report._angular_figure(angular_result(num_layers, seed=3))
+    try:
+        assert marked_candidates(fig.axes[0]) == set() and marked_minima(fig.axes[0])
     finally:
         plt.close(fig)
 
