@@ -432,3 +432,84 @@ def test_compare_prune_drop_without_a_common_task_is_a_user_error(tmp_path):
     with pytest.raises(ResultError, match="share no task"):
         report.plot_compare_prune_drop(prune_result(4, ("a",)), prune_result(4, ("b",)), tmp_path / "c.png")
     assert not (tmp_path / "c.png").exists()
+
+
+def test_summary_skips_unmeasured_entries_and_says_so():
+    result = angular_result(6, seed=5, nan_cells=[(2, 3), (0, 6)], stderr=0.01)
+    d = result.distance
+    d[2][3] = d[3][2] = float("nan")
+    summary = angular_summary(d, stderr=result.distance_stderr)
+    adjacent = [d[l][l + 1] for l in range(6)]
+    finite = [v for v in adjacent if math.isfinite(v)]
+    assert summary["mean_adjacent"] == pytest.approx(sum(finite) / len(finite))
+    assert summary["unmeasured"] == [[0, 6], [2, 3]]
+    assert "6" not in summary["most_redundant"]  # its only cell is unmeasured
+    best = min((v, l) for l, v in enumerate(adjacent) if math.isfinite(v))
+    assert summary["most_redundant"]["1"]["layer"] == best[1] != 2
+    assert 2 not in summary["most_redundant"]["1"]["candidates"]
+    assert summary["adjacent_stderr"] == [result.distance_stderr[l][l + 1] for l in range(6)]
+
+
+def test_console_summary_never_calls_an_unmeasured_pair_most_similar(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from layerprobe import console
+
+    result = angular_result(4, seed=5, nan_cells=[(0, 1), (1, 2), (2, 3), (3, 4)], stderr=0.01)
+    printed = {"out": io.StringIO(), "err": io.StringIO()}
+    for name, stream in printed.items():
+        monkeypatch.setattr(console, name, Console(file=stream, width=200))
+    console.print_angular_summary(result)
+    out, err = printed["out"].getvalue(), printed["err"].getvalue()
+    assert "no adjacent pair could be measured" in out and "d = nan" not in out.lower()
+    assert out.count("unmeasured") == 4
+    assert "4 entries could not be measured" in err and "d(x^0, x^1)" in err
+
+    result = angular_result(6, seed=3, stderr=0.01)
+    printed = {"out": io.StringIO(), "err": io.StringIO()}
+    for name, stream in printed.items():
+        monkeypatch.setattr(console, name, Console(file=stream, width=200))
+    console.print_angular_summary(result)
+    choice = angular_summary(result.distance, stderr=result.distance_stderr)["most_redundant"]["1"]
+    line = next(line for line in printed["out"].getvalue().splitlines() if "most similar" in line)
+    assert f"x^{choice['layer']} → x^{choice['layer'] + 1}" in line
+    assert f"± {choice['stderr']:.4f}" in line
+    assert ("a clear choice" in line) == choice["clear"] and ("not clear" in line) == (not choice["clear"])
+
+
+def test_angular_json_round_trips_the_new_fields_and_reads_old_files(tmp_path):
+    result = angular_result(5, seed=2, nan_cells=[(1, 2)], stderr=0.01)
+    counts = [[0] * 6 for _ in range(6)]
+    counts[1][2] = counts[2][1] = 7
+    result = AngularResult(**{**result.__dict__, "nonfinite_positions": counts})
+    data = result.to_dict()
+    assert list(data)[:7] == [
+        "schema",
+        "model",
+        "data",
+        "distance",
+        "distance_stderr",
+        "nonfinite_tokens",
+        "nonfinite_positions",
+    ]
+    write_json(tmp_path / "new.json", data)
+    again = load_result(tmp_path / "new.json")
+    assert again.distance_stderr == result.distance_stderr and again.nonfinite_positions == counts
+    assert again.summary["most_redundant"]["1"]["clear"] in (True, False)
+
+    old = dict(data)
+    for key in ("distance_stderr", "nonfinite_positions", "summary"):
+        del old[key]  # a file written before these fields existed
+    write_json(tmp_path / "old.json", old)
+    legacy = load_result(tmp_path / "old.json")
+    assert legacy.distance_stderr is None and legacy.nonfinite_positions is None
+    choice = legacy.summary["most_redundant"]["1"]
+    assert choice["clear"] is None and choice["candidates"] is None and choice["stderr"] is None
+    assert report.span_candidates(legacy) == {}
+
+    bad = dict(data, distance_stderr=[[0.1] * 6] * 5)
+    write_json(tmp_path / "bad.json", bad)
+    with pytest.raises(ResultError, match="6×6"):
+        load_result(tmp_path / "bad.json")
