@@ -16,7 +16,14 @@ from rich.console import Console
 
 from layerprobe.compare_render import build_table, check_format, render, render_junit
 from layerprobe.errors import LayerprobeError, ResultError
-from layerprobe.gate_rules import GateRules, RuleResult, angular_rules, load_rules, prune_drop_rules
+from layerprobe.gate_rules import (
+    GateRules,
+    RuleResult,
+    angular_rules,
+    angular_stderr_notes,
+    load_rules,
+    prune_drop_rules,
+)
 from layerprobe.results import AngularResult, PruneDropResult, load_result
 
 KIND_FILES = {"angular": "angular.json", "prune_drop": "prune_drop.json"}
@@ -113,7 +120,7 @@ def compare_results(
         for path, result in ((baseline_path, baseline), (candidate_path, candidate)):
             if not result.distance or any(len(row) != len(result.distance) for row in result.distance):
                 raise ResultError(f"Malformed angular result {path}: the distance matrix is not square.")
-        results, notes = angular_rules(baseline, candidate, rules), []
+        results, notes = angular_rules(baseline, candidate, rules), angular_stderr_notes(baseline, candidate)
         watched = ("dataset", "config", "split", "positions", "seq_len")
         notes += [
             f"data.{k} differs: baseline {baseline.data.get(k)!r}, candidate {candidate.data.get(k)!r}"
