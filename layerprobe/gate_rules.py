@@ -240,7 +240,7 @@ def _adjacent_distance_rule(
         "angular",
         "adjacent_distance",
         None,
-        f"d(x^l, x^l+1) of each block may fall by ≤ max({tolerance:g}, {factor:g} × sqrt(se_base² + se_cand²))",
+        f"d(x^l, x^l+1) per block may fall by ≤ max({tolerance:g}, {factor:g} × combined SE)",
         {"adjacent_tolerance": tolerance, "se_factor": factor},
         worst["baseline"],
         worst["candidate"],
