@@ -55,6 +55,10 @@ class AngularAccumulator:
     each pair the accumulator keeps, over windows w, the sums of S_w (the window's summed distance), n_w
     (its measured positions), S_w², S_w·n_w and n_w², which is constant memory however long the corpus.
     `stderr()` turns them into the ratio estimator's standard error (docs/methods.md).
+
+    Within each span row n (the cells d(x^l, x^(l+n)) that compete for "most redundant"), it also keeps
+    the cross moments between cells, so `row_difference_stderr()` can judge a cell against the row's
+    minimum *paired* over the same windows: (L, L, L) float64 numbers, still independent of the corpus.
     """
 
     def __init__(self, num_states: int, device: Any = "cpu") -> None:
@@ -69,6 +73,16 @@ class AngularAccumulator:
         self.sums, self.counts = zeros(), zeros()  # Σ_w S_w and Σ_w n_w per pair
         self.window_sq, self.window_cross, self.count_sq = zeros(), zeros(), zeros()  # Σ S_w², Σ S_w n_w, Σ n_w²
         self.windows = zeros()  # windows in which the pair has at least one measured position
+        # Span rows: row n-1, column l is the cell (l, l+n); cells past the triangle point at (0, 0), masked.
+        span = torch.arange(1, num_states, device=device)[:, None]
+        start = torch.arange(num_states - 1, device=device)[None, :]
+        inside = start + span <= num_states - 1
+        self._row_i, self._row_j = torch.where(inside, start, 0), torch.where(inside, start + span, 0)
+        self._row_inside = inside.double()
+        cube = (num_states - 1,) * 3
+        self.row_ss, self.row_sc, self.row_cc = (
+            torch.zeros(cube, dtype=torch.float64, device=device) for _ in range(3)
+        )  # per row: Σ_w S_a S_b, Σ_w S_a n_b, Σ_w n_a n_b over its cells a, b
         self.seen = 0  # positions given to update()
         self.count = 0  # positions whose every state is finite (measured in every pair)
         self.nonfinite = 0  # positions with a NaN/inf in at least one state
@@ -123,6 +137,11 @@ class AngularAccumulator:
         self.window_cross += (window_sums * window_counts).sum(dim=0)
         self.count_sq += (window_counts * window_counts).sum(dim=0)
         self.windows += (window_counts > 0).sum(dim=0)
+        rows_s = window_sums[:, self._row_i, self._row_j] * self._row_inside  # (windows, L, L)
+        rows_n = window_counts[:, self._row_i, self._row_j] * self._row_inside
+        self.row_ss += torch.einsum("wra,wrb->rab", rows_s, rows_s)
+        self.row_sc += torch.einsum("wra,wrb->rab", rows_s, rows_n)
+        self.row_cc += torch.einsum("wra,wrb->rab", rows_n, rows_n)
 
     def result(self) -> list[list[float]]:
         """The mean distance matrix: symmetric, 0 on the diagonal; NaN where a pair was never measured."""
@@ -143,6 +162,44 @@ class AngularAccumulator:
         variance = residual.clamp(min=0.0) * k / (k - 1).clamp(min=1.0) / (self.counts * self.counts)
         variance = torch.where(k >= 2, variance, torch.full_like(variance, math.nan))
         return _symmetric(variance.sqrt()).tolist()
+
+    def row_difference_stderr(self) -> list[list[float]]:
+        """Per cell (l, l+n): the stderr of d(x^l, x^(l+n)) − the minimum of its span row, paired over windows.
+
+        Both cells are measured on the same windows, so the difference is taken window by window:
+        SE² = Var_a + Var_b − 2·Cov_ab, with Cov_ab = K/(K−1) · Σ_w (S_a − d̄_a n_a)(S_b − d̄_b n_b) / (N_a N_b)
+        (K: the fewer windows of the two). The minimum l* is chosen as `results.angular_summary` chooses
+        it (smallest finite mean, ties to the lowest l); its own cell is 0. Symmetric; NaN where a cell or
+        its row's minimum is unmeasured or fewer than 2 windows measured both; 0 on the diagonal.
+        """
+        import torch
+
+        size = self.num_states
+        mean, raw = _symmetric(self._mean()), self._mean()
+        out = torch.full((size, size), math.nan, dtype=torch.float64)
+        out.fill_diagonal_(0.0)
+        for row in range(size - 1):
+            span = row + 1
+            starts = [l for l in range(size - span) if math.isfinite(mean[l, l + span])]
+            if not starts:
+                continue
+            best = min(starts, key=lambda l: (float(mean[l, l + span]), l))
+            cells = torch.arange(size - span, device=self.device)
+            d, n = raw[cells, cells + span], self.counts[cells, cells + span]
+            k = self.windows[cells, cells + span]
+            ss, sc, cc = self.row_ss[row][: len(cells), : len(cells)], self.row_sc[row], self.row_cc[row]
+            sc, cc = sc[: len(cells), : len(cells)], cc[: len(cells), : len(cells)]
+            d0 = torch.nan_to_num(d)  # unmeasured cells are masked below; keep their NaN out of the products
+            residual = ss - d0[None, :] * sc - d0[:, None] * sc.T + d0[:, None] * d0[None, :] * cc
+            pair_k = torch.minimum(k[:, None], k[None, :])
+            cov = residual * pair_k / (pair_k - 1).clamp(min=1.0) / (n[:, None] * n[None, :]).clamp(min=1.0)
+            variance = cov.diagonal() + cov[best, best] - 2 * cov[:, best]
+            se = variance.clamp(min=0.0).sqrt().cpu()
+            for l in starts:
+                enough = bool(pair_k[l, best] >= 2)
+                value = 0.0 if l == best else float(se[l]) if enough else math.nan
+                out[l, l + span] = out[l + span, l] = value
+        return out.tolist()
 
     def nonfinite_positions(self) -> list[list[int]]:
         """Per pair (i, j): positions left out because x^i or x^j held NaN/inf there."""
@@ -276,6 +333,7 @@ def run_angular(
         data=data,
         distance=accumulator.result(),
         distance_stderr=accumulator.stderr(),
+        row_difference_stderr=accumulator.row_difference_stderr(),
         nonfinite_tokens=accumulator.nonfinite,
         nonfinite_positions=accumulator.nonfinite_positions(),
         run=RunInfo(

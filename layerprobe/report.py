@@ -29,7 +29,6 @@ from layerprobe.results import (  # noqa: E402
     AngularResult,
     MetricDrop,
     PruneDropResult,
-    angular_summary,
     load_result,
 )
 
@@ -85,7 +84,7 @@ def span_candidates(result: AngularResult) -> dict[int, list[int]]:
     """
     if result.distance_stderr is None:
         return {}
-    choices = angular_summary(result.distance, stderr=result.distance_stderr)["most_redundant"]
+    choices = result.summarize()["most_redundant"]
     return {int(n): list(choice["candidates"]) for n, choice in choices.items()}
 
 

@@ -65,7 +65,8 @@ class AngularResult:
     the input of block i and x^L the output of the last block before any final norm.
     `distance_stderr[i][j]` is its standard error from the spread between windows, and
     `nonfinite_positions[i][j]` the positions left out of that entry because x^i or x^j held NaN/inf.
-    Both are None for files written before they existed.
+    `row_difference_stderr[l][l+n]` is the stderr of d(x^l, x^(l+n)) minus the minimum of span row n,
+    paired over windows. All three are None for files written before they existed.
     """
 
     model: ModelInfo
@@ -77,6 +78,13 @@ class AngularResult:
     summary: dict[str, Any] = field(default_factory=dict)
     distance_stderr: list[list[float]] | None = None
     nonfinite_positions: list[list[int]] | None = None
+    row_difference_stderr: list[list[float]] | None = None
+
+    def summarize(self, threshold: float = LAZY_THRESHOLD) -> dict[str, Any]:
+        """`angular_summary` of this result, with whichever standard errors it carries."""
+        return angular_summary(
+            self.distance, threshold, stderr=self.distance_stderr, difference_stderr=self.row_difference_stderr
+        )
 
     @property
     def num_layers(self) -> int:
@@ -89,10 +97,11 @@ class AngularResult:
             "data": dict(self.data),
             "distance": self.distance,
             "distance_stderr": self.distance_stderr,
+            "row_difference_stderr": self.row_difference_stderr,
             "nonfinite_tokens": self.nonfinite_tokens,
             "nonfinite_positions": self.nonfinite_positions,
             "tokens_per_second": self.tokens_per_second,
-            "summary": self.summary or angular_summary(self.distance, stderr=self.distance_stderr),
+            "summary": self.summary or self.summarize(),
             "run": asdict(self.run),
         }
 
@@ -100,9 +109,9 @@ class AngularResult:
     def from_dict(cls, data: dict[str, Any]) -> AngularResult:
         _check_schema(data, ANGULAR_SCHEMA)
         try:
-            stderr = _optional_matrix(
-                data.get("distance_stderr"), float, len(data["distance"])
-            )  # absent before stderrs existed
+            size = len(data["distance"])
+            stderr = _optional_matrix(data.get("distance_stderr"), float, size)  # absent before stderrs existed
+            difference = _optional_matrix(data.get("row_difference_stderr"), float, size)
             return cls(
                 model=ModelInfo.from_dict(data["model"]),
                 data=data["data"],
@@ -110,9 +119,11 @@ class AngularResult:
                 nonfinite_tokens=int(data.get("nonfinite_tokens", 0)),
                 run=RunInfo.from_dict(data["run"]),
                 tokens_per_second=float(data.get("tokens_per_second", 0.0)),
-                summary=data.get("summary") or angular_summary(data["distance"], stderr=stderr),
+                summary=data.get("summary")
+                or angular_summary(data["distance"], stderr=stderr, difference_stderr=difference),
                 distance_stderr=stderr,
-                nonfinite_positions=_optional_matrix(data.get("nonfinite_positions"), int, len(data["distance"])),
+                nonfinite_positions=_optional_matrix(data.get("nonfinite_positions"), int, size),
+                row_difference_stderr=difference,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ResultError(f"Malformed {ANGULAR_SCHEMA} result: {exc!r}") from exc
@@ -233,6 +244,7 @@ def angular_summary(
     threshold: float = LAZY_THRESHOLD,
     stderr: list[list[float]] | None = None,
     z: float = SIGNIFICANCE_Z,
+    difference_stderr: list[list[float]] | None = None,
 ) -> dict[str, Any]:
     """The numbers `compare` gates on, computed once so that humans and CI read the same values.
 
@@ -240,14 +252,16 @@ def angular_summary(
     entries are skipped by every statistic here and listed in `unmeasured`, so a broken block can
     neither be "most similar" nor pull a mean to NaN. With `stderr`, each span's choice of blocks to
     drop says how sure it is: `candidates` are the starts whose distance is not significantly above the
-    row minimum (d_l − d_min ≤ z · sqrt(se_l² + se_min²)), and `clear` is true when only the minimum is.
+    row minimum, and `clear` is true when only the minimum is. The test is paired when
+    `difference_stderr` (the stderr of each cell minus its row minimum, over the same windows) is given:
+    d_l − d_min ≤ z · se(d_l − d_min); otherwise unpaired and conservative: d_l − d_min ≤ z · sqrt(se_l² + se_min²).
     """
     num_layers = len(distance) - 1
     adjacent = [distance[l][l + 1] for l in range(num_layers)]
     finite_adjacent = [d for d in adjacent if math.isfinite(d)]
     most_redundant = {}
     for span in range(1, num_layers + 1):
-        choice = _span_choice(distance, stderr, span, z)
+        choice = _span_choice(distance, stderr, span, z, difference_stderr)
         if choice is not None:
             most_redundant[str(span)] = choice
     lazy = [l for l, d in enumerate(adjacent) if d < threshold]
@@ -265,18 +279,24 @@ def angular_summary(
             if not math.isfinite(distance[i][j])
         ],
         "significance_z": None if stderr is None else z,
+        "candidates_test": None if stderr is None else "unpaired" if difference_stderr is None else "paired",
         "most_redundant": most_redundant,
     }
 
 
 def _span_choice(
-    distance: list[list[float]], stderr: list[list[float]] | None, span: int, z: float
+    distance: list[list[float]],
+    stderr: list[list[float]] | None,
+    span: int,
+    z: float,
+    difference_stderr: list[list[float]] | None = None,
 ) -> dict[str, Any] | None:
     """Gromov et al.'s start l* = argmin_l d(x^l, x^(l+span)) (ties: lowest l), and the starts as good within noise.
 
-    The difference to the minimum is judged with the unpaired combined stderr: both entries come from the
-    same windows, so their errors are positively correlated and the true stderr of the difference is
-    smaller; the candidate list is therefore on the generous side (a "clear" choice is really clear).
+    Paired, the difference to the minimum is judged with its own stderr over the same windows. Without it
+    (older files) the unpaired combined stderr is used: both entries come from the same windows, so their
+    errors are positively correlated and the true stderr of the difference is smaller; the candidate list
+    is then on the generous side (a "clear" choice is really clear).
     """
     num_layers = len(distance) - 1
     row = [(distance[l][l + span], l) for l in range(num_layers - span + 1) if math.isfinite(distance[l][l + span])]
@@ -286,11 +306,14 @@ def _span_choice(
     if stderr is None:
         return {"layer": start, "distance": value, "stderr": None, "clear": None, "candidates": None}
     best_se = stderr[start][start + span]
-    candidates = [
-        l
-        for d, l in sorted(row, key=lambda item: item[1])
-        if not d - value > z * math.hypot(stderr[l][l + span], best_se)  # a NaN stderr cannot rule a start out
-    ]
+
+    def noise(l: int) -> float:
+        if difference_stderr is not None:
+            return difference_stderr[l][l + span]
+        return math.hypot(stderr[l][l + span], best_se)
+
+    # A NaN stderr cannot rule a start out.
+    candidates = [l for d, l in sorted(row, key=lambda item: item[1]) if not d - value > z * noise(l)]
     return {
         "layer": start,
         "distance": value,

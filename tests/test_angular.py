@@ -57,6 +57,35 @@ def ratio_estimate(per_position: np.ndarray, sizes) -> tuple[np.ndarray, np.ndar
     return mean, se
 
 
+def row_difference_reference(per_position: np.ndarray, sizes, mean: np.ndarray) -> np.ndarray:
+    """Stderr of each cell minus its span row's minimum, from per-window residuals in float64.
+
+    Window w's contribution to cell a's ratio estimate is u_a,w = (S_a,w − d_a n_a,w) / N_a; the difference of
+    two cells has SE² = K/(K−1) Σ_w (u_a,w − u_b,w)².
+    """
+    bounds = np.cumsum([0, *sizes])
+    sums = np.array([np.nansum(per_position[a:b], axis=0) for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
+    counts = np.array(
+        [np.isfinite(per_position[a:b]).sum(axis=0) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    )
+    total = counts.sum(axis=0)
+    return paired_from_residuals((sums - sums.sum(axis=0) / total * counts) / total, mean)
+
+
+def paired_from_residuals(u: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """u: (windows, S, S) each window's share of each cell's error; SE of each cell minus its row minimum."""
+    size, k = mean.shape[0], u.shape[0]
+    out = np.full((size, size), np.nan)
+    np.fill_diagonal(out, 0.0)
+    for span in range(1, size):
+        starts = [l for l in range(size - span) if np.isfinite(mean[l, l + span])]
+        best = min(starts, key=lambda l: (mean[l, l + span], l))
+        for l in starts:
+            diff = u[:, l, l + span] - u[:, best, best + span]
+            out[l, l + span] = out[l + span, l] = math.sqrt(k / (k - 1) * (diff**2).sum())
+    return out
+
+
 def test_accumulator_counts_and_skips_nonfinite_per_pair():
     torch.manual_seed(0)
     states = [torch.randn(10, 8) for _ in range(3)]
@@ -110,6 +139,9 @@ def test_stderr_matches_a_per_window_float64_computation(monkeypatch, chunk_posi
     assert np.allclose(np.array(acc.result())[off], mean[off], atol=1e-6)
     assert np.allclose(np.array(acc.stderr())[off], se[off], rtol=1e-5, atol=1e-9)
     assert (se[off] > 0).all()
+    paired = row_difference_reference(pairwise_float64(states), sizes, np.array(acc.result()))
+    got = np.array(acc.row_difference_stderr())
+    assert np.allclose(got, paired, rtol=1e-5, atol=1e-9, equal_nan=True)
 
 
 def test_stderr_of_single_positions_is_the_sample_stderr():
@@ -171,6 +203,9 @@ def test_matrix_matches_float64_hidden_states(tiny_checkpoints, arch, positions)
     se = np.sqrt(k / (k - 1) * (weights[:, None, None] ** 2 * (per_window - mean) ** 2).sum(0)) / weights.sum()
     off = ~np.eye(L + 1, dtype=bool)
     assert np.allclose(np.array(result.distance_stderr)[off], se[off], rtol=1e-3, atol=1e-7)
+    u = weights[:, None, None] * (per_window - mean) / weights.sum()
+    paired = paired_from_residuals(u, np.array(result.distance))
+    assert np.allclose(np.array(result.row_difference_stderr), paired, rtol=1e-3, atol=1e-7)
     assert result.nonfinite_positions == [[0] * (L + 1) for _ in range(L + 1)]
     assert result.data["tokens"] == 700
     assert result.data["positions_averaged"] == (700 if positions == "all" else len(windows))

@@ -273,6 +273,26 @@ def test_heatmap_marks_cells_not_significantly_above_the_row_minimum(num_layers)
         plt.close(fig)
 
 
+def test_a_paired_difference_stderr_decides_the_candidates_when_present():
+    unpaired = angular_result(6, seed=3, stderr=0.01)
+    loose = angular_summary(unpaired.distance, stderr=unpaired.distance_stderr)
+    assert loose["candidates_test"] == "unpaired" and not all(c["clear"] for c in loose["most_redundant"].values())
+    # The same cells, but each one's difference to its row minimum known to 1e-4 (cells move together).
+    tight = AngularResult(**{**unpaired.__dict__, "row_difference_stderr": [[1e-4] * 7 for _ in range(7)]})
+    summary = tight.summarize()
+    assert summary["candidates_test"] == "paired"
+    for n, choice in summary["most_redundant"].items():
+        row = {l: tight.distance[l][l + int(n)] for l in range(7 - int(n))}
+        expected = sorted(l for l, d in row.items() if d - row[choice["layer"]] <= 1.96e-4)
+        assert choice["candidates"] == expected
+    assert all(c["clear"] for c in summary["most_redundant"].values())
+    fig = report._angular_figure(tight)
+    try:
+        assert marked_candidates(fig.axes[0]) == set()
+    finally:
+        plt.close(fig)
+
+
 @pytest.mark.parametrize("num_layers", [6, 80])
 def test_plot_angular_writes_whole_png_and_pdf(tmp_path, num_layers):
     paths = report.plot_angular(angular_result(num_layers, nan_cells=[(0, 1)]), tmp_path / "out")
@@ -483,28 +503,32 @@ def test_angular_json_round_trips_the_new_fields_and_reads_old_files(tmp_path):
     result = angular_result(5, seed=2, nan_cells=[(1, 2)], stderr=0.01)
     counts = [[0] * 6 for _ in range(6)]
     counts[1][2] = counts[2][1] = 7
-    result = AngularResult(**{**result.__dict__, "nonfinite_positions": counts})
+    paired = [[0.001 * (i + j) for j in range(6)] for i in range(6)]
+    result = AngularResult(**{**result.__dict__, "nonfinite_positions": counts, "row_difference_stderr": paired})
     data = result.to_dict()
-    assert list(data)[:7] == [
+    assert list(data)[:8] == [
         "schema",
         "model",
         "data",
         "distance",
         "distance_stderr",
+        "row_difference_stderr",
         "nonfinite_tokens",
         "nonfinite_positions",
     ]
     write_json(tmp_path / "new.json", data)
     again = load_result(tmp_path / "new.json")
     assert again.distance_stderr == result.distance_stderr and again.nonfinite_positions == counts
+    assert again.row_difference_stderr == paired and again.summary["candidates_test"] == "paired"
     assert again.summary["most_redundant"]["1"]["clear"] in (True, False)
 
     old = dict(data)
-    for key in ("distance_stderr", "nonfinite_positions", "summary"):
+    for key in ("distance_stderr", "row_difference_stderr", "nonfinite_positions", "summary"):
         del old[key]  # a file written before these fields existed
     write_json(tmp_path / "old.json", old)
     legacy = load_result(tmp_path / "old.json")
     assert legacy.distance_stderr is None and legacy.nonfinite_positions is None
+    assert legacy.row_difference_stderr is None and legacy.summary["candidates_test"] is None
     choice = legacy.summary["most_redundant"]["1"]
     assert choice["clear"] is None and choice["candidates"] is None and choice["stderr"] is None
     assert report.span_candidates(legacy) == {}
