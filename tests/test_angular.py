@@ -367,7 +367,7 @@ def test_stderr_is_calibrated_on_two_disjoint_halves(tmp_path, positions, one_to
     stack = find_layers(loaded.model)
     windows = build_windows(loaded.tokenizer, iter_documents(spec.corpus), spec.corpus.tokens, seq_len)
     upper = np.triu_indices(stack.num_layers + 1, k=1)
-    z = []
+    z, z_paired = [], []
     for seed in range(3):
         order = np.random.default_rng(seed).permutation(len(windows))
         halves = [[windows[i] for i in sorted(part)] for part in np.array_split(order, 2)]
@@ -376,7 +376,19 @@ def test_stderr_is_calibrated_on_two_disjoint_halves(tmp_path, positions, one_to
         s1, s2 = np.array(first.stderr()), np.array(second.stderr())
         assert (s1[upper] > 0).all() and (s2[upper] > 0).all()
         z.append(np.abs(d1 - d2)[upper] / np.hypot(s1, s2)[upper])
-    z = np.concatenate(z)
+        # The paired differences to the row minimum, where both halves pick the same minimum.
+        p1, p2 = np.array(first.row_difference_stderr()), np.array(second.row_difference_stderr())
+        for span in range(1, len(d1)):
+            rows = [np.array([d[l, l + span] for l in range(len(d1) - span)]) for d in (d1, d2)]
+            best = [int(np.argmin(row)) for row in rows]
+            if best[0] != best[1] or len(rows[0]) < 2:
+                continue
+            others = [l for l in range(len(rows[0])) if l != best[0]]
+            gap = [rows[k][others] - rows[k][best[0]] for k in (0, 1)]
+            se = np.hypot(p1[others, [l + span for l in others]], p2[others, [l + span for l in others]])
+            z_paired.extend(np.abs(gap[0] - gap[1]) / se)
+    z, z_paired = np.concatenate(z), np.array(z_paired)
+    assert len(z_paired) > 20 and (z_paired < 3).mean() >= 0.9, z_paired
     assert np.isfinite(z).all()
     assert (z < 3).mean() >= 0.9, z
     # Not uselessly wide either: |N(0, 1)| has median 0.67; a stderr 5× too wide would give ≈ 0.13.
