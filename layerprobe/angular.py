@@ -122,14 +122,15 @@ class AngularAccumulator:
                 if bool(finite.all()):
                     dist = _distances(unit)
                     window_counts += torch.bincount(ids, minlength=len(sizes)).double()[:, None, None]
+                    self.count += chunk.shape[0]
                 else:
                     self.nonfinite += int((~finite.all(dim=1)).sum())
                     unit = unit.masked_fill(~finite[..., None], 0.0)
                     valid = finite[:, :, None] & finite[:, None, :]  # (positions, L+1, L+1)
                     dist = _distances(unit).masked_fill_(~valid, 0.0)
                     window_counts.index_add_(0, ids, valid.double())
+                    self.count += int(finite.all(dim=1).sum())
                 window_sums.index_add_(0, ids, dist.double())
-                self.count += int(finite.all(dim=1).sum())
         self.seen += total
         self.sums += window_sums.sum(dim=0)
         self.counts += window_counts.sum(dim=0)
