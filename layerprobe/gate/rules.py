@@ -33,7 +33,9 @@ class GateRules:
         max_lazy_increase: how many more lazy blocks the candidate may have than the baseline.
         adjacent_tolerance: how far the mean adjacent distance may fall (absolute).
         max_drop: how far a task's full-model score may get worse (absolute, metric units).
-        se_factor: a layer's ΔP may get worse by at most this many combined standard errors.
+        se_factor: a layer's ΔP may get worse by at most this many combined standard errors; a block's
+            adjacent distance may fall by at most this many combined `distance_stderr`s (rule
+            adjacent_distance, floored at adjacent_tolerance).
         metric: metric gated for every task instead of the task's primary (first) one.
         metrics: per-task metric, overriding `metric`.
         sources: threshold name → "rules file" or "flag"; absent means the default.
