@@ -1,0 +1,329 @@
+"""Write a pruned checkpoint: the model without some blocks, loadable with `from_pretrained`.
+
+The weights written are those of the in-memory removal (`layers.removed_blocks`) that prune-drop
+measures, so the exported model computes what was measured — the same as a mergekit passthrough of
+the kept layers. Everything that can be refused is refused before a weight is read: bad ranges,
+removing every block, an occupied destination, sublayer removal (no config can say "block l has no
+attention"), and a config that cannot describe the kept blocks (see `export_config`). The checkpoint is
+written to a temporary directory next to the destination and renamed into place at the end, so a
+failure leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from layerprobe.errors import LayerprobeError, UnsupportedModel
+from layerprobe.export_config import block_signature, first_difference, kept_config, pattern_fields, stack_config
+from layerprobe.layers import find_layers, removed_blocks
+from layerprobe.models import CAUSAL_LM, EXTRACTIVE_QA, load_config, model_kind, quiet_transformers
+from layerprobe.progress import Progress
+from layerprobe.specs import ExportSpec, parse_layer_ranges
+
+RECORD_NAME = "layerprobe.json"
+RECORD_SCHEMA = "layerprobe/export@1"
+
+
+@dataclass
+class ExportResult:
+    """What was written: the directory, the blocks removed and kept, and the config fields changed."""
+
+    directory: Path
+    removed: list[int]
+    kept: list[int]
+    config_changes: dict[str, Any]
+    parameters_before: int
+    parameters_after: int
+    record: dict[str, Any]
+    mergekit_yaml: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResult:
+    """Check everything cheap, then load, remove the blocks, and write the smaller checkpoint."""
+    progress = progress or Progress()
+    destination = Path(spec.save).expanduser()
+    _check_destination(destination, spec)
+    progress.stage("Reading config")
+    config = load_config(spec.model)
+    kind = model_kind(config)
+    model_class = model_class_for(config, kind, spec.model.trust_remote_code)
+    skeleton = build_skeleton(model_class, config)
+    stack = find_layers(skeleton, spec.model.layers_path)
+    num_layers = stack.num_layers
+    _refuse_sublayers(spec, config, num_layers)
+    removed = parse_layer_ranges(spec.remove, num_layers, "--remove")
+    if len(removed) == num_layers:
+        raise LayerprobeError(
+            f"--remove {spec.remove!r} removes all {num_layers} blocks.", hint="Keep at least one block."
+        )
+    kept = [i for i in range(num_layers) if i not in set(removed)]
+    new_config, changes = kept_config(config, num_layers, kept)
+    verify_kept_config(skeleton, stack.path, removed, model_class, new_config)
+    parameters_before = sum(p.numel() for p in skeleton.parameters())
+
+    progress.stage("Loading weights")
+    model = _load_weights(model_class, spec)
+    stack = find_layers(model, stack.path)
+    tmp = destination.parent / f".{destination.name}.layerprobe-tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        progress.stage("Writing checkpoint")
+        with removed_blocks(stack, removed), _config_swapped(model, new_config), quiet_transformers():
+            parameters_after = sum(p.numel() for p in model.parameters())
+            model.save_pretrained(tmp)
+        del model
+        notes = _copy_tokenizer(spec, tmp)
+        record = _record(spec, config, stack.path, removed, kept, changes, progress)
+        record["parameters"] = {"before": parameters_before, "after": parameters_after}
+        from layerprobe.results import write_json
+
+        write_json(tmp / RECORD_NAME, record)
+        _move_into_place(tmp, destination)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    yaml_path = None
+    if spec.mergekit_yaml:
+        yaml_path = _write_text(Path(spec.mergekit_yaml).expanduser(), mergekit_yaml(spec, kept, record["dtype"]))
+    return ExportResult(
+        destination, removed, kept, changes, parameters_before, parameters_after, record, yaml_path, notes
+    )
+
+
+def _check_destination(destination: Path, spec: ExportSpec) -> None:
+    if destination.exists() and not destination.is_dir():
+        raise LayerprobeError(f"--save {destination} is a file.", hint="Pass a directory path.")
+    if destination.is_dir() and any(destination.iterdir()) and not spec.overwrite:
+        raise LayerprobeError(
+            f"--save {destination} exists and is not empty.", hint="Pick a new directory, or pass --overwrite."
+        )
+    source = Path(spec.model.model).expanduser()
+    if source.exists() and destination.exists() and source.resolve() == destination.resolve():
+        raise LayerprobeError("--save is the source checkpoint's own directory.", hint="Write to a new directory.")
+
+
+def _refuse_sublayers(spec: ExportSpec, config: Any, num_layers: int) -> None:
+    """Sublayer export needs a config that can say "block l has no attention/MLP"; no supported family has one."""
+    for option, text, what in (
+        ("--remove-attention", spec.remove_attention, "attention"),
+        ("--remove-mlp", spec.remove_mlp, "MLP"),
+    ):
+        if not text:
+            continue
+        blocks = parse_layer_ranges(text, num_layers, option)
+        raise UnsupportedModel(
+            f"{option} {text!r}: the {config.model_type} config has no way to say that block "
+            f"{blocks[0]} has no {what}, so the checkpoint cannot drop it, and zeroed weights are not a "
+            "smaller model.",
+            hint=f"Measure it in memory with `prune-drop --unit {what.lower()}`; export removes whole blocks "
+            "(--remove).",
+        )
+
+
+def model_class_for(config: Any, kind: str, trust_remote_code: bool) -> Any:
+    """The checkpoint's own class (its `architectures`), else the auto class of its kind."""
+    import transformers as tf
+
+    architectures = getattr(config, "architectures", None) or []
+    if architectures and not trust_remote_code and hasattr(tf, architectures[0]):
+        return getattr(tf, architectures[0])
+    return {CAUSAL_LM: tf.AutoModelForCausalLM, EXTRACTIVE_QA: tf.AutoModelForQuestionAnswering}.get(kind, tf.AutoModel)
+
+
+def build_skeleton(model_class: Any, config: Any) -> Any:
+    """The model built from `config` on the meta device: every module and shape, no weights, no memory."""
+    from accelerate import init_empty_weights
+
+    with quiet_transformers(), init_empty_weights():
+        if hasattr(model_class, "from_config"):
+            return model_class.from_config(config)
+        return model_class._from_config(config)
+
+
+def verify_kept_config(skeleton: Any, path: str, removed: list[int], model_class: Any, new_config: Any) -> None:
+    """Refuse unless the model built from `new_config` has the kept blocks and the same tensors.
+
+    Compares block by block (classes, shapes, config-derived attributes such as sliding windows) and
+    the whole state dict (names and shapes), so a derived per-layer pattern the config got wrong, or
+    a field no rule knows, is caught before any weight is read.
+    """
+    stack = find_layers(skeleton, path)
+    expected_blocks = [block_signature(b) for i, b in enumerate(stack.blocks) if i not in set(removed)]
+    rebuilt = build_skeleton(model_class, new_config)
+    rebuilt_stack = find_layers(rebuilt, path)
+    fields = ", ".join(pattern_fields(stack_config(new_config, len(expected_blocks)))) or "none found"
+    for new_index, (expected, block) in enumerate(zip(expected_blocks, rebuilt_stack.blocks, strict=False)):
+        difference = first_difference(expected, block_signature(block))
+        if difference:
+            raise UnsupportedModel(
+                f"The config written for the kept blocks builds a different block {new_index} ({difference}): "
+                "the config cannot express the kept pattern.",
+                hint=f"Check the per-layer config fields ({fields}) or remove a different set of blocks.",
+            )
+    with removed_blocks(stack, removed):
+        expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    actual = {k: tuple(v.shape) for k, v in rebuilt.state_dict().items()}
+    if expected != actual:
+        keys = sorted(k for k in set(expected) | set(actual) if expected.get(k) != actual.get(k))
+        raise UnsupportedModel(
+            f"The model rebuilt for the kept blocks has different tensors ({', '.join(keys[:3])}…).",
+            hint=f"A part outside the blocks depends on the layer count; check the config fields ({fields}).",
+        )
+
+
+def _load_weights(model_class: Any, spec: ExportSpec) -> Any:
+    """The full model on CPU in the checkpoint's own dtype (unless --dtype says otherwise)."""
+    import torch
+
+    from layerprobe.models import _translate_load_error
+
+    dtype: Any = "auto" if spec.model.dtype == "auto" else getattr(torch, spec.model.dtype)
+    with quiet_transformers():
+        try:
+            model = model_class.from_pretrained(
+                spec.model.model,
+                revision=spec.model.revision,
+                trust_remote_code=spec.model.trust_remote_code,
+                dtype=dtype,
+            )
+        except (OSError, ValueError, KeyError) as exc:
+            raise _translate_load_error(exc, spec.model) from exc
+    return model.eval()
+
+
+@contextlib.contextmanager
+def _config_swapped(model: Any, config: Any):
+    """`save_pretrained` writes `model.config`: point it at the kept blocks' config while saving."""
+    original = model.config
+    model.config = config
+    try:
+        yield
+    finally:
+        model.config = original
+
+
+def _copy_tokenizer(spec: ExportSpec, directory: Path) -> list[str]:
+    import transformers as tf
+
+    with quiet_transformers():
+        try:
+            tokenizer = tf.AutoTokenizer.from_pretrained(
+                spec.model.model, revision=spec.model.revision, trust_remote_code=spec.model.trust_remote_code
+            )
+        except (OSError, ValueError, KeyError) as exc:
+            return [f"no tokenizer copied: the source has none that loads ({str(exc).splitlines()[0]})"]
+        tokenizer.save_pretrained(directory)
+    return []
+
+
+def _record(
+    spec: ExportSpec,
+    config: Any,
+    path: str,
+    removed: list[int],
+    kept: list[int],
+    changes: dict[str, Any],
+    progress: Progress,
+) -> dict[str, Any]:
+    """The provenance written as layerprobe.json: what was removed, from which source, by which version."""
+    from layerprobe import __version__
+    from layerprobe.provenance import library_versions
+
+    source = Path(spec.model.model).expanduser()
+    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    return {
+        "schema": RECORD_SCHEMA,
+        "source": {
+            "id": spec.model.model,
+            "revision": spec.model.revision,
+            "commit": getattr(config, "_commit_hash", None),
+            "local_sha256": directory_digest(source, progress) if source.is_dir() else None,
+            "architecture": (getattr(config, "architectures", None) or [None])[0],
+            "model_type": getattr(config, "model_type", None),
+        },
+        "layer_path": path,
+        "num_layers": {"before": len(removed) + len(kept), "after": len(kept)},
+        "removed_blocks": removed,
+        "kept_blocks": kept,
+        "config_changes": changes,
+        "dtype": spec.model.dtype if spec.model.dtype != "auto" else str(dtype or "auto").replace("torch.", ""),
+        "layerprobe_version": __version__,
+        "versions": library_versions(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def directory_digest(directory: Path, progress: Progress) -> str:
+    """sha256 over every file's relative path and content: identifies a local source checkpoint."""
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and ".cache" not in p.parts)
+    progress.stage("Hashing source", sum(p.stat().st_size for p in files), "B")
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(str(file.relative_to(directory)).encode() + b"\0")
+        with file.open("rb") as handle:
+            while chunk := handle.read(1 << 24):
+                digest.update(chunk)
+                progress.on_advance(len(chunk))
+    return digest.hexdigest()
+
+
+def kept_ranges(kept: list[int]) -> list[tuple[int, int]]:
+    """Runs of consecutive kept blocks as half-open [start, end) ranges, mergekit's layer_range convention."""
+    ranges: list[tuple[int, int]] = []
+    for index in kept:
+        if ranges and ranges[-1][1] == index:
+            ranges[-1] = (ranges[-1][0], index + 1)
+        else:
+            ranges.append((index, index + 1))
+    return ranges
+
+
+def mergekit_yaml(spec: ExportSpec, kept: list[int], dtype: str) -> str:
+    """The mergekit passthrough config that stacks the kept layer ranges: the same model, built by mergekit."""
+    model = spec.model.model + (f"@{spec.model.revision}" if spec.model.revision else "")
+    lines = [
+        f"# mergekit passthrough equivalent of: layerprobe prune {spec.model.model} --remove {spec.remove}",
+        "# layer_range is half-open [start, end), 0-based, like layerprobe's block indices.",
+        "slices:",
+    ]
+    for start, end in kept_ranges(kept):
+        lines += ["  - sources:", f"      - model: {_yaml_string(model)}", f"        layer_range: [{start}, {end}]"]
+    lines.append("merge_method: passthrough")
+    if dtype in ("float32", "bfloat16", "float16"):
+        lines.append(f"dtype: {dtype}")
+    return "\n".join(lines) + "\n"
+
+
+def _yaml_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _write_text(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _move_into_place(tmp: Path, destination: Path) -> None:
+    """Rename the finished checkpoint onto the destination; an old one (--overwrite) goes only after."""
+    old = None
+    if destination.exists():
+        old = destination.parent / f".{destination.name}.layerprobe-old-{os.getpid()}"
+        os.replace(destination, old)
+    try:
+        os.replace(tmp, destination)
+    except BaseException:
+        if old is not None:
+            os.replace(old, destination)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
