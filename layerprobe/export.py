@@ -55,7 +55,7 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
     config = load_config(spec.model)
     kind = model_kind(config)
     model_class = model_class_for(config, kind, spec.model.trust_remote_code)
-    skeleton = build_skeleton(model_class, config)
+    skeleton = build_skeleton(model_class, config, spec.model.trust_remote_code)
     stack = find_layers(skeleton, spec.model.layers_path)
     num_layers = stack.num_layers
     _refuse_sublayers(spec, config, num_layers)
@@ -66,7 +66,7 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
         )
     kept = [i for i in range(num_layers) if i not in set(removed)]
     new_config, changes = kept_config(config, num_layers, kept)
-    verify_kept_config(skeleton, stack.path, removed, model_class, new_config)
+    verify_kept_config(skeleton, stack.path, removed, model_class, new_config, spec.model.trust_remote_code)
     parameters_before = sum(p.numel() for p in skeleton.parameters())
 
     progress.stage("Loading weights")
@@ -137,17 +137,19 @@ def model_class_for(config: Any, kind: str, trust_remote_code: bool) -> Any:
     return {CAUSAL_LM: tf.AutoModelForCausalLM, EXTRACTIVE_QA: tf.AutoModelForQuestionAnswering}.get(kind, tf.AutoModel)
 
 
-def build_skeleton(model_class: Any, config: Any) -> Any:
+def build_skeleton(model_class: Any, config: Any, trust_remote_code: bool = False) -> Any:
     """The model built from `config` on the meta device: every module and shape, no weights, no memory."""
     from accelerate import init_empty_weights
 
     with quiet_transformers(), init_empty_weights():
-        if hasattr(model_class, "from_config"):
-            return model_class.from_config(config)
+        if model_class.__module__.startswith("transformers.models.auto"):
+            return model_class.from_config(config, trust_remote_code=trust_remote_code)
         return model_class._from_config(config)
 
 
-def verify_kept_config(skeleton: Any, path: str, removed: list[int], model_class: Any, new_config: Any) -> None:
+def verify_kept_config(
+    skeleton: Any, path: str, removed: list[int], model_class: Any, new_config: Any, trust_remote_code: bool = False
+) -> None:
     """Refuse unless the model built from `new_config` has the kept blocks and the same tensors.
 
     Compares block by block (classes, shapes, config-derived attributes such as sliding windows) and
@@ -156,7 +158,7 @@ def verify_kept_config(skeleton: Any, path: str, removed: list[int], model_class
     """
     stack = find_layers(skeleton, path)
     expected_blocks = [block_signature(b) for i, b in enumerate(stack.blocks) if i not in set(removed)]
-    rebuilt = build_skeleton(model_class, new_config)
+    rebuilt = build_skeleton(model_class, new_config, trust_remote_code)
     rebuilt_stack = find_layers(rebuilt, path)
     fields = ", ".join(pattern_fields(stack_config(new_config, len(expected_blocks)))) or "none found"
     for new_index, (expected, block) in enumerate(zip(expected_blocks, rebuilt_stack.blocks, strict=False)):
