@@ -12,23 +12,19 @@ failure leaves nothing half-written.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from layerprobe import export_files as files
 from layerprobe.errors import LayerprobeError, UnsupportedModel
 from layerprobe.export_config import block_signature, first_difference, kept_config, pattern_fields, stack_config
 from layerprobe.layers import find_layers, removed_blocks
 from layerprobe.models import CAUSAL_LM, EXTRACTIVE_QA, load_config, model_kind, quiet_transformers
 from layerprobe.progress import Progress
 from layerprobe.specs import ExportSpec, parse_layer_ranges
-
-RECORD_NAME = "layerprobe.json"
-RECORD_SCHEMA = "layerprobe/export@1"
 
 
 @dataclass
@@ -53,8 +49,7 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
     _check_destination(destination, spec)
     progress.stage("Reading config")
     config = load_config(spec.model)
-    kind = model_kind(config)
-    model_class = model_class_for(config, kind, spec.model.trust_remote_code)
+    model_class = model_class_for(config, model_kind(config), spec.model.trust_remote_code)
     skeleton = build_skeleton(model_class, config, spec.model.trust_remote_code)
     stack = find_layers(skeleton, spec.model.layers_path)
     num_layers = stack.num_layers
@@ -68,34 +63,48 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
     new_config, changes = kept_config(config, num_layers, kept)
     verify_kept_config(skeleton, stack.path, removed, model_class, new_config, spec.model.trust_remote_code)
     parameters_before = sum(p.numel() for p in skeleton.parameters())
+    del skeleton
 
-    progress.stage("Loading weights")
-    model = _load_weights(model_class, spec)
-    stack = find_layers(model, stack.path)
     tmp = destination.parent / f".{destination.name}.layerprobe-tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        progress.stage("Writing checkpoint")
-        with removed_blocks(stack, removed), _config_swapped(model, new_config), quiet_transformers():
-            parameters_after = sum(p.numel() for p in model.parameters())
-            dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-            model.save_pretrained(tmp)
-        del model
-        notes = _copy_tokenizer(spec, tmp)
-        record = _record(spec, config, stack.path, removed, kept, changes, dtype, progress)
+        parameters_after, dtype = _write_weights(spec, model_class, stack.path, removed, new_config, tmp, progress)
+        notes = files.copy_tokenizer(spec, tmp)
+        source, more_notes = files.source_directory(spec)
+        copied = files.copy_other_files(source, tmp) if source is not None else []
+        record = files.record(spec, config, stack.path, removed, kept, changes, dtype, progress)
         record["parameters"] = {"before": parameters_before, "after": parameters_after}
+        record["copied_files"] = copied
         from layerprobe.results import write_json
 
-        write_json(tmp / RECORD_NAME, record)
-        _move_into_place(tmp, destination)
+        write_json(tmp / files.RECORD_NAME, record)
+        files.move_into_place(tmp, destination)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     yaml_path = None
     if spec.mergekit_yaml:
-        yaml_path = _write_text(Path(spec.mergekit_yaml).expanduser(), mergekit_yaml(spec, kept, record["dtype"]))
+        text = files.mergekit_yaml(spec, kept, dtype)
+        yaml_path = files.write_text(Path(spec.mergekit_yaml).expanduser(), text)
     return ExportResult(
-        destination, removed, kept, changes, parameters_before, parameters_after, record, yaml_path, notes
+        destination, removed, kept, changes, parameters_before, parameters_after, record, yaml_path, notes + more_notes
     )
+
+
+def _write_weights(
+    spec: ExportSpec, model_class: Any, path: str, removed: list[int], new_config: Any, directory: Path, progress
+) -> tuple[int, str]:
+    """Load the model, take the blocks out in memory and save_pretrained it with the kept blocks' config.
+
+    Returns the parameters written and their dtype.
+    """
+    progress.stage("Loading weights")
+    model = _load_weights(model_class, spec)
+    progress.stage("Writing checkpoint")
+    with removed_blocks(find_layers(model, path), removed), _config_swapped(model, new_config), quiet_transformers():
+        parameters = sum(p.numel() for p in model.parameters())
+        dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+        model.save_pretrained(directory)
+    return parameters, dtype
 
 
 def _check_destination(destination: Path, spec: ExportSpec) -> None:
@@ -210,123 +219,3 @@ def _config_swapped(model: Any, config: Any):
         yield
     finally:
         model.config = original
-
-
-def _copy_tokenizer(spec: ExportSpec, directory: Path) -> list[str]:
-    import transformers as tf
-
-    with quiet_transformers():
-        try:
-            tokenizer = tf.AutoTokenizer.from_pretrained(
-                spec.model.model, revision=spec.model.revision, trust_remote_code=spec.model.trust_remote_code
-            )
-        except (OSError, ValueError, KeyError) as exc:
-            return [f"no tokenizer copied: the source has none that loads ({str(exc).splitlines()[0]})"]
-        tokenizer.save_pretrained(directory)
-    return []
-
-
-def _record(
-    spec: ExportSpec,
-    config: Any,
-    path: str,
-    removed: list[int],
-    kept: list[int],
-    changes: dict[str, Any],
-    dtype: str,
-    progress: Progress,
-) -> dict[str, Any]:
-    """The provenance written as layerprobe.json: what was removed, from which source, by which version."""
-    from layerprobe import __version__
-    from layerprobe.provenance import library_versions
-
-    source = Path(spec.model.model).expanduser()
-    return {
-        "schema": RECORD_SCHEMA,
-        "source": {
-            "id": spec.model.model,
-            "revision": spec.model.revision,
-            "commit": getattr(config, "_commit_hash", None),
-            "local_sha256": directory_digest(source, progress) if source.is_dir() else None,
-            "architecture": (getattr(config, "architectures", None) or [None])[0],
-            "model_type": getattr(config, "model_type", None),
-        },
-        "layer_path": path,
-        "num_layers": {"before": len(removed) + len(kept), "after": len(kept)},
-        "removed_blocks": removed,
-        "kept_blocks": kept,
-        "config_changes": changes,
-        "dtype": dtype,
-        "layerprobe_version": __version__,
-        "versions": library_versions(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
-def directory_digest(directory: Path, progress: Progress) -> str:
-    """sha256 over every file's relative path and content: identifies a local source checkpoint."""
-    files = sorted(p for p in directory.rglob("*") if p.is_file() and ".cache" not in p.parts)
-    progress.stage("Hashing source", sum(p.stat().st_size for p in files), "B")
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(str(file.relative_to(directory)).encode() + b"\0")
-        with file.open("rb") as handle:
-            while chunk := handle.read(1 << 24):
-                digest.update(chunk)
-                progress.on_advance(len(chunk))
-    return digest.hexdigest()
-
-
-def kept_ranges(kept: list[int]) -> list[tuple[int, int]]:
-    """Runs of consecutive kept blocks as half-open [start, end) ranges, mergekit's layer_range convention."""
-    ranges: list[tuple[int, int]] = []
-    for index in kept:
-        if ranges and ranges[-1][1] == index:
-            ranges[-1] = (ranges[-1][0], index + 1)
-        else:
-            ranges.append((index, index + 1))
-    return ranges
-
-
-def mergekit_yaml(spec: ExportSpec, kept: list[int], dtype: str) -> str:
-    """The mergekit passthrough config that stacks the kept layer ranges: the same model, built by mergekit."""
-    model = spec.model.model + (f"@{spec.model.revision}" if spec.model.revision else "")
-    lines = [
-        f"# mergekit passthrough equivalent of: layerprobe prune {spec.model.model} --remove {spec.remove}",
-        "# layer_range is half-open [start, end), 0-based, like layerprobe's block indices.",
-        "slices:",
-    ]
-    for start, end in kept_ranges(kept):
-        lines += ["  - sources:", f"      - model: {_yaml_string(model)}", f"        layer_range: [{start}, {end}]"]
-    lines.append("merge_method: passthrough")
-    if dtype in ("float32", "bfloat16", "float16"):
-        lines.append(f"dtype: {dtype}")
-    return "\n".join(lines) + "\n"
-
-
-def _yaml_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _write_text(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
-
-
-def _move_into_place(tmp: Path, destination: Path) -> None:
-    """Rename the finished checkpoint onto the destination; an old one (--overwrite) goes only after."""
-    old = None
-    if destination.exists():
-        old = destination.parent / f".{destination.name}.layerprobe-old-{os.getpid()}"
-        os.replace(destination, old)
-    try:
-        os.replace(tmp, destination)
-    except BaseException:
-        if old is not None:
-            os.replace(old, destination)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

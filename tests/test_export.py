@@ -321,7 +321,7 @@ def test_failure_leaves_nothing_half_written(sources, tmp_path, monkeypatch):
     def broken(*_args, **_kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(export, "_copy_tokenizer", broken)  # fails after the weights are written
+    monkeypatch.setattr(export.files, "copy_tokenizer", broken)  # fails after the weights are written
     with pytest.raises(RuntimeError, match="disk full"):
         run_export(ExportSpec(ModelSpec(str(sources("llama"))), str(tmp_path / "out"), remove="1"))
     assert list(tmp_path.iterdir()) == []
@@ -451,3 +451,20 @@ def test_block_signature_tells_sliding_from_full_attention():
     assert first_difference(block_signature(blocks[0]), block_signature(blocks[1])) is None
     difference = first_difference(block_signature(blocks[1]), block_signature(blocks[2]))
     assert difference and ("sliding" in difference or "attention_type" in difference)
+
+
+def test_other_source_files_are_copied_but_not_weights_or_card(sources, tmp_path):
+    source = tmp_path / "src"
+    shutil.copytree(sources("llama"), source)
+    (source / "1_Pooling").mkdir()
+    (source / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    (source / "modules.json").write_text("[]")
+    (source / "README.md").write_text("card of the full model")
+    (source / "pytorch_model.bin").write_bytes(b"old weights")
+    result = run_export(ExportSpec(ModelSpec(str(source)), str(tmp_path / "out"), remove="1"))
+    out = tmp_path / "out"
+    assert (out / "1_Pooling" / "config.json").read_text() == '{"pooling_mode_mean_tokens": true}'
+    assert (out / "modules.json").is_file() and not (out / "README.md").exists()
+    assert not (out / "pytorch_model.bin").exists()
+    assert sorted(result.record["copied_files"]) == ["1_Pooling/config.json", "modules.json"]
+    assert tf.AutoConfig.from_pretrained(out).num_hidden_layers == 5  # the written config, not the source's
