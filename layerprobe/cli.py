@@ -302,6 +302,10 @@ def prune_export(
             help="Also write the equivalent mergekit passthrough config (slices of the kept layer ranges) here.",
         ),
     ] = None,
+    max_shard_size: Annotated[
+        str | None,
+        typer.Option("--max-shard-size", help="Largest safetensors shard, e.g. 5GB (default: transformers' own)."),
+    ] = None,
     revision: RevisionOpt = None,
     dtype: Annotated[
         str,
@@ -330,6 +334,7 @@ def prune_export(
         remove_mlp=remove_mlp,
         overwrite=overwrite,
         mergekit_yaml=str(mergekit_yaml) if mergekit_yaml else None,
+        max_shard_size=max_shard_size,
     )
     progress = RichProgress(quiet)
     with progress.running():

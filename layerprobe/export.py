@@ -103,7 +103,8 @@ def _write_weights(
     with removed_blocks(find_layers(model, path), removed), _config_swapped(model, new_config), quiet_transformers():
         parameters = sum(p.numel() for p in model.parameters())
         dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-        model.save_pretrained(directory)
+        shard = {"max_shard_size": spec.max_shard_size} if spec.max_shard_size else {}
+        model.save_pretrained(directory, **shard)
     return parameters, dtype
 
 

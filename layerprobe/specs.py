@@ -155,7 +155,8 @@ class ExportSpec:
 
     The removal options are the CLI text (`20-27`, inclusive, 0-based), resolved against the model's L
     once its config is read. `save` is the new checkpoint's directory; `mergekit_yaml`, if given, where
-    the equivalent mergekit passthrough config goes.
+    the equivalent mergekit passthrough config goes. `max_shard_size` ("5GB", "500MB") caps each
+    safetensors shard.
     """
 
     model: ModelSpec
@@ -165,6 +166,7 @@ class ExportSpec:
     remove_mlp: str | None = None
     overwrite: bool = False
     mergekit_yaml: str | None = None
+    max_shard_size: str | None = None  # None: transformers' save_pretrained default
 
     def __post_init__(self) -> None:
         if not self.save:
@@ -172,4 +174,8 @@ class ExportSpec:
         if not any((self.remove, self.remove_attention, self.remove_mlp)):
             raise LayerprobeError(
                 "Nothing to remove.", hint="Pass --remove with 0-based inclusive block ranges, e.g. --remove 20-27."
+            )
+        if self.max_shard_size is not None and not re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]i?B", self.max_shard_size):
+            raise LayerprobeError(
+                f"Cannot read --max-shard-size {self.max_shard_size!r}.", hint="Use a size like 5GB or 500MB."
             )

@@ -384,6 +384,7 @@ def test_cli_prune_help_lists_every_option():
         "--save",
         "--overwrite",
         "--mergekit-yaml",
+        "--max-shard-size",
         "--revision",
         "--dtype",
         "--trust-remote-code",
@@ -468,3 +469,19 @@ def test_other_source_files_are_copied_but_not_weights_or_card(sources, tmp_path
     assert not (out / "pytorch_model.bin").exists()
     assert sorted(result.record["copied_files"]) == ["1_Pooling/config.json", "modules.json"]
     assert tf.AutoConfig.from_pretrained(out).num_hidden_layers == 5  # the written config, not the source's
+
+
+def test_sharded_export_loads_and_matches(sources, tmp_path):
+    out = tmp_path / "out"
+    run_export(ExportSpec(ModelSpec(str(sources("llama"))), str(out), remove="2", max_shard_size="50KB"))
+    shards = sorted(p.name for p in out.glob("*.safetensors"))
+    assert len(shards) > 1 and (out / "model.safetensors.index.json").is_file()
+    exported, info, warnings = _load_reporting(tf.AutoModelForCausalLM, out)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and warnings == []
+    original = tf.AutoModelForCausalLM.from_pretrained(sources("llama")).eval()
+    ids = torch.randint(3, 500, (1, 10))
+    with removed_blocks(find_layers(original), [2]):
+        expected = _outputs(original, ids)
+    torch.testing.assert_close(_outputs(exported, ids), expected, rtol=0, atol=0)
+    with pytest.raises(LayerprobeError, match="max-shard-size"):
+        ExportSpec(ModelSpec(str(sources("llama"))), str(out), remove="2", max_shard_size="lots")
