@@ -172,7 +172,13 @@ def verify_kept_config(
     rebuilt = build_skeleton(model_class, new_config, trust_remote_code)
     rebuilt_stack = find_layers(rebuilt, path)
     fields = ", ".join(pattern_fields(stack_config(new_config, len(expected_blocks)))) or "none found"
-    for new_index, (expected, block) in enumerate(zip(expected_blocks, rebuilt_stack.blocks, strict=False)):
+    if len(rebuilt_stack.blocks) != len(expected_blocks):
+        raise UnsupportedModel(
+            f"The config written for the kept blocks builds {len(rebuilt_stack.blocks)} blocks, not "
+            f"{len(expected_blocks)}.",
+            hint=f"Check the config fields that count layers ({fields}).",
+        )
+    for new_index, (expected, block) in enumerate(zip(expected_blocks, rebuilt_stack.blocks, strict=True)):
         difference = first_difference(expected, block_signature(block))
         if difference:
             raise UnsupportedModel(

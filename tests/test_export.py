@@ -203,6 +203,13 @@ def test_export_round_trip(sources, tmp_path, family, remove):
         for name, param in new.named_parameters():
             assert torch.equal(param, old_params[name]), (new_index, name)
 
+    # Everything outside the blocks (embeddings, final norm, head) is the source's too.
+    head_prefix = "" if original.base_model is original else f"{original.base_model_prefix}."
+    blocks_prefix = f"{head_prefix}{find_layers(original).path}."
+    source_state = original.state_dict()
+    outside = {k: v for k, v in exported.state_dict().items() if not k.startswith(blocks_prefix)}
+    assert outside and all(torch.equal(v, source_state[k]) for k, v in outside.items())
+
     # Outputs equal the in-memory removal, on windows longer than the sliding window.
     torch.manual_seed(0)
     ids = torch.randint(3, 500, (2, 12))
