@@ -67,6 +67,19 @@ def _config(family: str):
             v_head_dim=8,
             **COMMON,
         )
+    if family == "gemma3_text":  # 5 sliding : 1 full, from sliding_window_pattern, listed in layer_types
+        return tf.Gemma3TextConfig(head_dim=8, sliding_window=4, sliding_window_pattern=3, **ATTN, **COMMON)
+    if family == "qwen3_moe":
+        return tf.Qwen3MoeConfig(
+            head_dim=8,
+            moe_intermediate_size=16,
+            num_experts=4,
+            num_experts_per_tok=2,
+            decoder_sparse_step=1,
+            mlp_only_layers=[0, 4],
+            **ATTN,
+            **COMMON,
+        )
     if family == "gpt_neox":  # parallel residual
         return tf.GPTNeoXConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, **COMMON)
     if family == "jamba":  # attention iff i % 2 == 1, experts iff i % 2 == 1: derived, no per-layer list
@@ -165,6 +178,8 @@ CASES = [
     ("gemma2", "1-2"),
     ("qwen2_moe", "0"),  # kept sparse pattern F T F F T needs a new step / mlp_only_layers
     ("deepseek_v3", "0"),  # first_k_dense_replace 2 -> 1
+    ("gemma3_text", "2"),  # removes a full-attention layer
+    ("qwen3_moe", "1-2"),  # mlp_only_layers [0, 4] -> [0, 2]
     ("gpt_neox", "2-3"),
     ("gpt2", "0"),
     ("jamba", "0"),  # periodic pattern shifts: offset 1 -> 0
@@ -227,7 +242,9 @@ def _expand(part):
 
 def _check_patterns(family, old, new, kept):
     """The config's per-layer kinds, recomputed here from each family's documented formula."""
-    if family in ("qwen3", "gemma2"):
+    if family == "qwen3_moe":
+        assert new.mlp_only_layers == [0, 2] and new.decoder_sparse_step == 1
+    if family in ("qwen3", "gemma2", "gemma3_text"):
         assert new.layer_types == [old.layer_types[i] for i in kept]
     if family == "qwen3":  # max_window_layers still describes layer_types: full below it, sliding from it on
         assert new.layer_types == [
