@@ -116,8 +116,12 @@ def _check_destination(destination: Path, spec: ExportSpec) -> None:
             f"--save {destination} exists and is not empty.", hint="Pick a new directory, or pass --overwrite."
         )
     source = Path(spec.model.model).expanduser()
-    if source.exists() and destination.exists() and source.resolve() == destination.resolve():
-        raise LayerprobeError("--save is the source checkpoint's own directory.", hint="Write to a new directory.")
+    if source.is_dir() and (
+        source.resolve() == destination.resolve() or source.resolve() in destination.resolve().parents
+    ):
+        raise LayerprobeError(
+            "--save is the source checkpoint's directory or inside it.", hint="Write to a directory outside it."
+        )
 
 
 def _refuse_sublayers(spec: ExportSpec, config: Any, num_layers: int) -> None:

@@ -321,8 +321,10 @@ def test_refusals(sources, tmp_path):
         run_export(ExportSpec(ModelSpec(source), str(tmp_path / "a"), remove="3-1"))
     with pytest.raises(LayerprobeError, match="Nothing to remove"):
         ExportSpec(ModelSpec(source), str(tmp_path / "a"))
-    with pytest.raises(LayerprobeError, match="own directory"):
+    with pytest.raises(LayerprobeError, match="source checkpoint's directory or inside it"):
         run_export(ExportSpec(ModelSpec(source), source, remove="1", overwrite=True))
+    with pytest.raises(LayerprobeError, match="source checkpoint's directory or inside it"):
+        run_export(ExportSpec(ModelSpec(source), f"{source}/pruned", remove="1"))
     assert not (tmp_path / "a").exists()
 
 
