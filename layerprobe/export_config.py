@@ -30,7 +30,17 @@ _POSITION_ATTRIBUTES = re.compile(r"^(layer_idx|layer_id|layer_index|layer_numbe
 # Config fields worth naming when a rebuilt block does not match: they look like per-layer patterns.
 _PATTERN_FIELD = re.compile(r"layer|period|offset|freq|step|pattern|interval|every|replace|window|sparse")
 # Fields that are lists for reasons unrelated to layers, even when their length happens to equal L.
-_NOT_PER_LAYER = {"architectures", "eos_token_id", "bos_token_id", "pad_token_id", "bad_words_ids", "suppress_tokens"}
+_NOT_PER_LAYER = {
+    "architectures",
+    "eos_token_id",
+    "bos_token_id",
+    "pad_token_id",
+    "bad_words_ids",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "forced_decoder_ids",
+    "mrope_section",
+}
 
 
 @dataclass(frozen=True)
