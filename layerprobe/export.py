@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from layerprobe import export_files as files
+import layerprobe.export_files as files
 from layerprobe.errors import LayerprobeError, UnsupportedModel
 from layerprobe.export_config import block_signature, first_difference, kept_config, pattern_fields, stack_config
 from layerprobe.layers import find_layers, removed_blocks

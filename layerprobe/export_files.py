@@ -105,7 +105,6 @@ def record(
     progress: Progress,
 ) -> dict[str, Any]:
     """The provenance written as layerprobe.json: what was removed, from which source, by which version."""
-    from layerprobe import __version__
     from layerprobe.provenance import library_versions
 
     source = Path(spec.model.model).expanduser()
@@ -125,7 +124,6 @@ def record(
         "kept_blocks": kept,
         "config_changes": changes,
         "dtype": dtype,
-        "layerprobe_version": __version__,
         "versions": library_versions(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -177,12 +175,10 @@ def _yaml_string(text: str) -> str:
 
 
 def write_text(path: Path, text: str) -> Path:
-    """Write a small text file atomically (temp file beside it, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    """Write a small text file atomically (see `results.atomic_write`)."""
+    from layerprobe.results import atomic_write
+
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def move_into_place(tmp: Path, destination: Path) -> None:
