@@ -93,11 +93,11 @@ def paired_delta(
     if base.values.keys() != variant.values.keys():
         return None
     strata = []
-    for task, docs in base.values.items():
-        other = variant.values[task]
+    for task in sorted(base.values):  # sorted tasks and documents: the bootstrap's draws are reproducible
+        docs, other = base.values[task], variant.values[task]
         if docs.keys() != other.keys() or not docs:
             return None
-        ids = list(docs)
+        ids = sorted(docs)
         weight = 1.0 if base.weight_by_size is False else float(len(ids))
         strata.append((weight, [docs[i] for i in ids], [other[i] for i in ids]))
     if base.aggregation == MEAN:
