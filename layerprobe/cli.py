@@ -228,6 +228,21 @@ def prune_drop(
             "--resume", help="Continue an interrupted run in the same --out, recomputing nothing already done."
         ),
     ] = False,
+    log_samples: Annotated[
+        bool,
+        typer.Option(
+            "--log-samples",
+            help="Also write every document's metric values, per variant, to <out>/samples/<task>.jsonl.",
+        ),
+    ] = False,
+    angular: Annotated[
+        Path | None,
+        typer.Option(
+            "--angular",
+            help="angular.json of the same model: rank agreement of d(x^l, x^l+1) with ΔP "
+            "(default: <out>/angular.json when it exists).",
+        ),
+    ] = None,
     revision: RevisionOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
@@ -258,6 +273,8 @@ def prune_drop(
         include_path=str(include_path) if include_path else None,
         squad_data=str(squad_data) if squad_data else None,
         engine=engine,
+        log_samples=log_samples,
+        angular=str(angular) if angular else None,
     )
     directory = output_dir(out_dir, model)
     progress = RichProgress(quiet)

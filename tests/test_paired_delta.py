@@ -180,3 +180,156 @@ def test_unpaired_documents_give_no_stderr():
     columns = paired_columns(base, [other, base])
     assert columns["delta_stderr"] == [None, 0.0] and columns["significant"] == [None, False]
     assert columns["delta_method"] == "paired_mean" and columns["bootstrap"] is None
+
+
+# ------------------------------------------------------------------------- through prune-drop, end to end
+def make_spec(path, **overrides):
+    from layerprobe.specs import ModelSpec, PruneSpec
+
+    settings = dict(
+        tasks=TASKS,
+        layers="1,3",
+        num_fewshot=FEWSHOT,
+        batch_size=BATCH,
+        seed=SEED,
+        include_path=str(TASKS_DIR),
+        engine="simple",
+        log_samples=True,
+    )
+    settings.update(overrides)
+    return PruneSpec(model=ModelSpec(str(path), device="cpu"), **settings)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def hand_bootstrap(base: list, pruned: list, aggregate) -> tuple[float, list[float]]:
+    rng = np.random.default_rng(DEFAULT_SEED)
+    diffs = []
+    for _ in range(DEFAULT_DRAWS):
+        pick = [int(i) for i in rng.integers(0, len(base), size=len(base))]
+        diffs.append(aggregate([pruned[i] for i in pick]) - aggregate([base[i] for i in pick]))
+    return float(np.std(diffs, ddof=1)), [float(v) for v in np.percentile(diffs, [2.5, 97.5])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["simple", "shared"])
+def test_prune_drop_paired_fields_and_samples_equal_lm_eval_on_physically_pruned_models(
+    engine, tiny_checkpoints, tmp_path
+):
+    from lm_eval.api.metrics import bits_per_byte, weighted_perplexity
+
+    from layerprobe.models import load_model
+    from layerprobe.prune import run_prune_drop
+    from layerprobe.specs import ModelSpec
+
+    path = tiny_checkpoints["llama"]
+    loaded = load_model(ModelSpec(str(path), device="cpu"), purpose="head")
+    result = run_prune_drop(make_spec(path, engine=engine), tmp_path, loaded=loaded)
+    assert result.engine == engine
+    tokenizer = tf.AutoTokenizer.from_pretrained(path)
+    reference = {None: lm_eval_samples(tf.AutoModelForCausalLM.from_pretrained(path).eval(), tokenizer)}
+    for layer in (1, 3):
+        reference[layer] = lm_eval_samples(physically_deleted(path, "llama", layer), tokenizer)
+
+    # The JSON lines are lm-eval's own per-document values, for every variant.
+    for task in TASKS:
+        rows = read_jsonl(tmp_path / "samples" / f"{task}.jsonl")
+        assert [r["variant"] for r in rows] == sorted((r["variant"] for r in rows), key=lambda v: -1 if v is None else v)
+        for row in rows:
+            want = {s["doc_id"]: s for s in reference[row["variant"]][row["task"]] if s["filter"] == "none"}
+            for metric in result.tasks[task].metrics:
+                got, expected = row[metric], want[row["doc_id"]][metric]
+                if isinstance(expected, (list, tuple)):
+                    assert got[0] == pytest.approx(expected[0], rel=1e-5) and got[1] == expected[1]
+                else:
+                    assert got == expected
+        leaves = LEAVES.get(task, (task,))
+        assert len(rows) == 3 * sum(len(reference[None][leaf]) for leaf in leaves)
+
+    # delta_stderr by hand from lm-eval's logged samples: closed form for means, bootstrap for the rest.
+    aggregations = {"word_perplexity": weighted_perplexity, "byte_perplexity": weighted_perplexity}
+    aggregations["bits_per_byte"] = bits_per_byte
+    for task in TASKS:
+        leaves = LEAVES.get(task, (task,))
+        for metric, drop in result.tasks[task].metrics.items():
+            for k, layer in enumerate(drop.layers):
+                base = [v for leaf in leaves for _, v in sorted(by_doc(reference[None], leaf, metric).items())]
+                pruned = [v for leaf in leaves for _, v in sorted(by_doc(reference[layer], leaf, metric).items())]
+                if metric in aggregations:
+                    se, ci = hand_bootstrap([tuple(v) for v in base], [tuple(v) for v in pruned], aggregations[metric])
+                    assert drop.delta_method == "paired_bootstrap" and drop.bootstrap == {"draws": 1000, "seed": 1234}
+                    assert drop.delta_stderr[k] == pytest.approx(se, rel=1e-3)
+                    assert drop.delta_ci95[k] == pytest.approx(ci, rel=1e-3)
+                else:
+                    assert drop.delta_method == "paired_mean" and drop.bootstrap is None
+                    assert drop.delta_stderr[k] == pytest.approx(hand_paired_stderr(base, pruned), rel=1e-9, abs=1e-15)
+                ci = drop.delta_ci95[k]
+                assert drop.significant[k] == (ci[0] > 0 or ci[1] < 0)
+    mmlu = result.tasks["lp_mmlu"].metrics["acc"]
+    assert any(se > 0 for se in mmlu.delta_stderr)  # some answers changed: not a trivially zero stderr
+    # The paired stderr is narrower than the unpaired combination the gate used to apply.
+    ppl = result.tasks["lp_pydoc_ppl"].metrics["bits_per_byte"]
+    assert all(s is not None and s > 0 for s in ppl.delta_stderr)
+    assert not (tmp_path / "prune_drop.partial.samples").exists()
+
+
+def test_squad_per_question_values_equal_the_scorer_on_a_physically_deleted_qa_model(tiny_checkpoints, tmp_path):
+    import json
+
+    from layerprobe.evaluate.squad import SquadScorer, per_question_scores
+    from layerprobe.evaluate.squad_data import load_squad
+    from layerprobe.prune import run_prune_drop
+    from layerprobe.specs import ModelSpec, PruneSpec
+
+    squad = tmp_path / "squad.jsonl"
+    contexts = [
+        ("Paris is the capital of France. It lies on the Seine.", "What is the capital of France?", "Paris"),
+        ("The Nile flows north through Egypt into the Mediterranean.", "Where does the Nile flow?", "north"),
+        ("Marie Curie won two Nobel prizes, in physics and chemistry.", "How many Nobel prizes?", "two"),
+        ("Water boils at 100 degrees Celsius at sea level.", "At what temperature does water boil?", "100 degrees"),
+        ("The piano has 88 keys, black and white.", "How many keys does a piano have?", "88"),
+        ("Mount Everest is the highest mountain above sea level.", "Which mountain is the highest?", "Mount Everest"),
+    ]
+    rows = [
+        {"id": f"q{i}", "context": c, "question": q, "answers": {"text": [a], "answer_start": [c.index(a)]}}
+        for i, (c, q, a) in enumerate(contexts)
+    ]
+    squad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = tiny_checkpoints["bert_qa"]
+    spec = PruneSpec(
+        model=ModelSpec(str(path), device="cpu"),
+        tasks=("squad",),
+        squad_data=str(squad),
+        batch_size=BATCH,
+        layers="0,2",
+        log_samples=True,
+    )
+    result = run_prune_drop(spec, tmp_path / "out")
+    logged = read_jsonl(tmp_path / "out" / "samples" / "squad.jsonl")
+    examples = load_squad(squad)
+    tokenizer = tf.AutoTokenizer.from_pretrained(path)
+    per_variant = {}
+    for variant in (None, 0, 2):
+        if variant is None:
+            model = tf.AutoModelForQuestionAnswering.from_pretrained(path).eval()
+        else:
+            model = physically_deleted(path, "bert_qa", variant)
+        scores = SquadScorer(model, tokenizer, examples, max_length=256, doc_stride=128, batch_size=BATCH)()
+        per_variant[variant] = per_question_scores(examples, scores.predictions)
+        mine = {r["doc_id"]: r for r in logged if r["variant"] == variant}
+        assert set(mine) == {e.id for e in examples}
+        for metric in ("f1", "exact_match"):
+            assert {i: r[metric] for i, r in mine.items()} == per_variant[variant][metric]
+            assert all(r["task"] == "squad" for r in mine.values())
+    for metric in ("f1", "exact_match"):
+        drop = result.tasks["squad"].metrics[metric]
+        assert drop.delta_method == "paired_mean"
+        for k, layer in enumerate(drop.layers):
+            ids = [e.id for e in examples]
+            base = [per_variant[None][metric][i] for i in ids]
+            pruned = [per_variant[layer][metric][i] for i in ids]
+            assert drop.delta_stderr[k] == pytest.approx(hand_paired_stderr(base, pruned), rel=1e-12, abs=1e-15)
