@@ -17,16 +17,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from layerprobe.agreement import find_angular, load_angular_for, task_agreement
 from layerprobe.errors import TaskError
+from layerprobe.evaluate.samples import from_rows, paired_columns, to_rows
 from layerprobe.layers import LayerStack, find_layers, removed_blocks
 from layerprobe.models import CAUSAL_LM, EXTRACTIVE_QA, LoadedModel, load_config, load_model, model_kind
 from layerprobe.progress import Progress
 from layerprobe.provenance import library_versions, model_info
 from layerprobe.prune_state import PruneState
-from layerprobe.results import MetricDrop, ModelInfo, PruneDropResult, RunInfo, TaskDrop, write_json
+from layerprobe.results import AngularResult, MetricDrop, ModelInfo, PruneDropResult, RunInfo, TaskDrop, write_json
+from layerprobe.sample_log import SampleLog
 from layerprobe.specs import SQUAD_TASK, PruneSpec, parse_layer_ranges
 
 RESULT_NAME = "prune_drop.json"
+PER_SAMPLE_VALUES = "per_sample_values"  # key of a score dict holding MetricSamples; never written as is
 
 
 def check_tasks_fit_model(tasks: tuple[str, ...], kind: str, model: str, engine: str = "auto") -> None:
@@ -81,7 +85,9 @@ class HarnessScorer:
         from layerprobe.evaluate.harness import evaluate
 
         scores = evaluate(self.lm, self.task_sets[task], limit=lm_eval_limit(self.spec.limit), seed=self.spec.seed)
-        return scores_to_dict(scores[task].metrics, scores[task].num_fewshot, scores[task].samples, self.engine)
+        out = scores_to_dict(scores[task].metrics, scores[task].num_fewshot, scores[task].samples, self.engine)
+        out[PER_SAMPLE_VALUES] = scores[task].per_sample
+        return out
 
 
 class SquadTaskScorer:
@@ -120,7 +126,9 @@ class SquadTaskScorer:
     def score(self, task: str) -> dict[str, Any]:
         scores = self.scorer()
         samples = next(iter(scores.metrics.values())).samples
-        return scores_to_dict(scores.metrics, 0, samples, self.engine, nonfinite=scores.nonfinite_windows)
+        out = scores_to_dict(scores.metrics, 0, samples, self.engine, nonfinite=scores.nonfinite_windows)
+        out[PER_SAMPLE_VALUES] = scores.per_sample
+        return out
 
 
 def scores_to_dict(
@@ -243,6 +251,10 @@ def run_prune_drop(
     layers = parse_layer_ranges(spec.layers, stack.num_layers)
     info = model_info(loaded, stack)
     state = PruneState.open(Path(out_dir), fingerprint(spec, info), resume)
+    samples = SampleLog.open(Path(out_dir), resume)
+    samples.reconcile(state)
+    angular = find_angular(spec.angular, Path(out_dir))
+    angular_result = None if angular is None else load_angular_for(angular, info)
     variants: list[int | None] = [None, *layers]
     remaining = sum(not state.has(t, v) for t in spec.tasks for v in variants)
     progress.stage("Preparing tasks")
@@ -255,7 +267,11 @@ def run_prune_drop(
                 continue
             with scorer.variant(layer):
                 for task in pending:
-                    state.record(task, layer, scorer.score(task))
+                    scores = scorer.score(task)
+                    values = scores.pop(PER_SAMPLE_VALUES, {})
+                    samples.append(task, to_rows(layer, values))  # rows first: see sample_log.py
+                    scores["per_sample"] = {name: found.spec() for name, found in values.items()}
+                    state.record(task, layer, scores)
                     progress.on_advance(1)
     engines = sorted({state.get(t, v).get("engine", "simple") for t in spec.tasks for v in variants})
     result = PruneDropResult(
@@ -271,7 +287,10 @@ def run_prune_drop(
             "include_path": spec.include_path,
             "squad_data": spec.squad_data,
         },
-        tasks={task: assemble_task(state, task, layers, spec.limit) for task in spec.tasks},
+        tasks={
+            task: assemble_task(state, task, layers, spec.limit, samples, angular_result, angular)
+            for task in spec.tasks
+        },
         run=RunInfo(
             started_at=started.isoformat(timespec="seconds"),
             seconds=time.perf_counter() - clock,
@@ -280,16 +299,35 @@ def run_prune_drop(
         ),
     )
     write_json(Path(out_dir) / RESULT_NAME, result.to_dict())
+    samples.finish(list(spec.tasks), keep=spec.log_samples)
     state.remove()
     return result
 
 
-def assemble_task(state: PruneState, task: str, layers: list[int], limit: float | None) -> TaskDrop:
-    """Turn the recorded scores of one task into per-metric baseline/pruned/delta lists."""
+def assemble_task(
+    state: PruneState,
+    task: str,
+    layers: list[int],
+    limit: float | None,
+    samples: SampleLog,
+    angular: AngularResult | None = None,
+    angular_path: Path | None = None,
+) -> TaskDrop:
+    """Turn the recorded scores of one task into per-metric baseline/pruned/delta lists.
+
+    The paired uncertainty of each ΔP comes from the per-document rows of the baseline and the variant
+    (`samples`); with an angular result, each metric also gets its agreement block.
+    """
     baseline = state.get(task, None)
+    rows = samples.read(task)
+    values = {
+        variant: from_rows(rows.get(variant, []), state.get(task, variant).get("per_sample", {}))
+        for variant in [None, *layers]
+    }
     metrics = {}
     for name, base in baseline["metrics"].items():
         pruned = [state.get(task, layer)["metrics"][name] for layer in layers]
+        paired = paired_columns(values[None].get(name), [values[layer].get(name) for layer in layers])
         metrics[name] = MetricDrop(
             baseline=base["value"],
             baseline_stderr=base["stderr"],
@@ -297,6 +335,7 @@ def assemble_task(state: PruneState, task: str, layers: list[int], limit: float 
             layers=list(layers),
             pruned=[p["value"] for p in pruned],
             stderr=[p["stderr"] for p in pruned],
+            **paired,
         )
     nonfinite = sum(state.get(task, v).get("nonfinite", 0) for v in [None, *layers])
     return TaskDrop(
@@ -305,4 +344,5 @@ def assemble_task(state: PruneState, task: str, layers: list[int], limit: float 
         limit=limit,
         samples=baseline["samples"],
         nonfinite=nonfinite,
+        agreement=None if angular is None else task_agreement(angular, metrics, str(angular_path)),
     )

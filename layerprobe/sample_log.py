@@ -75,6 +75,18 @@ class SampleLog:
                 previous = variant
         return by_variant
 
+    def reconcile(self, state: Any) -> None:
+        """After a resume: rows and recorded evaluations must describe the same evaluations.
+
+        Rows of a variant the progress file does not list are dropped; a recorded evaluation without
+        rows (a crash between the two writes cannot cause it, but a deleted folder can) is forgotten,
+        so it is evaluated again instead of leaving its ΔP unpaired.
+        """
+        for task in list(state.done):
+            recorded = set(state.variants(task))
+            for variant in recorded - self.keep_only(task, recorded):
+                state.forget(task, variant)
+
     def keep_only(self, task: str, variants: set[int | None]) -> set[int | None]:
         """Drop rows of variants not in `variants`; return the variants that have rows."""
         by_variant = self.read(task)

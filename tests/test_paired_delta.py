@@ -238,7 +238,9 @@ def test_prune_drop_paired_fields_and_samples_equal_lm_eval_on_physically_pruned
     # The JSON lines are lm-eval's own per-document values, for every variant.
     for task in TASKS:
         rows = read_jsonl(tmp_path / "samples" / f"{task}.jsonl")
-        assert [r["variant"] for r in rows] == sorted((r["variant"] for r in rows), key=lambda v: -1 if v is None else v)
+        assert [r["variant"] for r in rows] == sorted(
+            (r["variant"] for r in rows), key=lambda v: -1 if v is None else v
+        )
         for row in rows:
             want = {s["doc_id"]: s for s in reference[row["variant"]][row["task"]] if s["filter"] == "none"}
             for metric in result.tasks[task].metrics:
