@@ -17,7 +17,7 @@ from typing import Any
 
 from layerprobe.errors import ResultError
 from layerprobe.evaluate.stats import DEFAULT_DRAWS, DEFAULT_SEED, spearman_bootstrap, top_k_overlap
-from layerprobe.results import AngularResult, MetricDrop, ModelInfo, load_result
+from layerprobe.results import AngularResult, MetricDrop, load_result
 
 ANGULAR_NAME = "angular.json"
 
@@ -30,17 +30,22 @@ def find_angular(explicit: str | Path | None, out_dir: Path) -> Path | None:
     return found if found.is_file() else None
 
 
-def load_angular_for(path: Path, model: ModelInfo) -> AngularResult:
-    """Read `path` and check it measured a model with the same blocks as `model`."""
+def load_angular_for(path: Path, num_layers: int | None) -> AngularResult:
+    """Read `path` and check it measured a model with `num_layers` blocks (None: not known yet)."""
     result = load_result(path)
     if not isinstance(result, AngularResult):
         raise ResultError(f"{path} is not an angular result.", hint="Pass the angular.json of the same model.")
-    if result.num_layers != model.num_layers:
+    check_angular_fits(result, path, num_layers)
+    return result
+
+
+def check_angular_fits(result: AngularResult, path: Path, num_layers: int | None) -> None:
+    """Refuse an angular result of a model with another number of blocks."""
+    if num_layers is not None and result.num_layers != num_layers:
         raise ResultError(
-            f"{path} measured {result.num_layers} blocks; this model has {model.num_layers}.",
+            f"{path} measured {result.num_layers} blocks; this model has {num_layers}.",
             hint="Pass the angular.json of the same model (layerprobe angular MODEL --out DIR).",
         )
-    return result
 
 
 def default_k(count: int) -> int:

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from layerprobe.agreement import find_angular, load_angular_for, task_agreement
+from layerprobe.agreement import check_angular_fits, find_angular, load_angular_for, task_agreement
 from layerprobe.errors import TaskError
 from layerprobe.evaluate.samples import from_rows, paired_columns, to_rows
 from layerprobe.layers import LayerStack, find_layers, removed_blocks
@@ -244,6 +244,9 @@ def run_prune_drop(
     check_tasks_fit_model(spec.tasks, model_kind(config), spec.model.model, spec.engine)
     if isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
         parse_layer_ranges(spec.layers, config.num_hidden_layers)  # fail before minutes of loading
+    angular = find_angular(spec.angular, Path(out_dir))
+    known_layers = None if spec.model.layers_path else getattr(config, "num_hidden_layers", None)
+    angular_result = None if angular is None else load_angular_for(angular, known_layers)
     if loaded is None:
         progress.stage("Loading model")
         loaded = load_model(spec.model, purpose="head")
@@ -253,8 +256,8 @@ def run_prune_drop(
     state = PruneState.open(Path(out_dir), fingerprint(spec, info), resume)
     samples = SampleLog.open(Path(out_dir), resume)
     samples.reconcile(state)
-    angular = find_angular(spec.angular, Path(out_dir))
-    angular_result = None if angular is None else load_angular_for(angular, info)
+    if angular_result is not None:
+        check_angular_fits(angular_result, angular, stack.num_layers)
     variants: list[int | None] = [None, *layers]
     remaining = sum(not state.has(t, v) for t in spec.tasks for v in variants)
     progress.stage("Preparing tasks")

@@ -343,6 +343,8 @@ def _draw_delta_bars(ax, metric: MetricDrop, metric_name: str) -> None:
             ax.bar([np.nan], [np.nan], color=color, label=label)
     if MISSING in colors:
         ax.plot([], [], "x", color=MISSING, label="not scored (nan)")
+    if metric.paired:
+        ax.errorbar([], [], yerr=[], fmt="none", ecolor="black", elinewidth=0.8, label="paired 95 % CI of ΔP")
     ax.legend(fontsize=8, loc="best")
     _layer_axis(ax, metric.layers)
     better = "higher" if metric.higher_is_better else "lower"

@@ -71,9 +71,37 @@ def test_finding_and_checking_the_angular_file(tmp_path):
     path = write_json(tmp_path / "angular.json", angular_with([0.3, 0.1, 0.2, 0.4]).to_dict())
     assert find_angular(None, tmp_path) == path
     assert find_angular("elsewhere/angular.json", tmp_path) == Path("elsewhere/angular.json")  # given wins
-    assert load_angular_for(path, info(4)).num_layers == 4
+    assert load_angular_for(path, 4).num_layers == 4
     with pytest.raises(ResultError, match="measured 4 blocks; this model has 6"):
-        load_angular_for(path, info(6))
-    block = task_agreement(load_angular_for(path, info(4)), {"acc": drop([-0.3, 0.0, -0.1, -0.4])}, str(path))
+        load_angular_for(path, 6)
+    block = task_agreement(load_angular_for(path, 4), {"acc": drop([-0.3, 0.0, -0.1, -0.4])}, str(path))
     assert block["acc"]["angular"] == str(path) and block["acc"]["adjacent_distance"] == [0.3, 0.1, 0.2, 0.4]
     assert block["acc"]["spearman"] == pytest.approx(-1.0)
+
+
+def test_cli_finds_angular_json_in_out_prints_agreement_and_logs_samples(tiny_checkpoints, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from layerprobe.cli import app
+
+    tasks = Path(__file__).parent / "data" / "tasks"
+    write_json(tmp_path / "angular.json", angular_with([0.3, 0.1, 0.2, 0.4]).to_dict())
+    args = ["prune-drop", str(tiny_checkpoints["llama"]), "--task", "lp_arc_like", "--include-path", str(tasks)]
+    args += ["--limit", "4", "--batch-size", "4", "--device", "cpu", "--quiet", "--engine", "simple"]
+    done = CliRunner().invoke(app, [*args, "--out", str(tmp_path), "--log-samples"], env={"COLUMNS": "250"})
+    assert done.exit_code == 0, done.output
+    assert "agreement with angular: Spearman ρ(d(x^l, x^l+1), ΔP acc)" in done.output
+    assert "paired 95 % CI" in done.output
+    data = json.loads((tmp_path / "prune_drop.json").read_text())
+    block = data["tasks"]["lp_arc_like"]["agreement"]["acc"]
+    assert block["angular"] == str(tmp_path / "angular.json") and block["layers"] == [0, 1, 2, 3]
+    assert data["summary"]["lp_arc_like"]["agreement"] == block
+    lines = (tmp_path / "samples" / "lp_arc_like.jsonl").read_text().splitlines()
+    assert len(lines) == 5 * 4  # baseline and 4 blocks, 4 documents each
+
+    other = tmp_path / "deep.json"
+    write_json(other, angular_with([0.1] * 6).to_dict())
+    refused = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "x"), "--angular", str(other)])
+    assert refused.exit_code == 2 and "measured 6 blocks; this model has 4" in refused.output
