@@ -101,6 +101,8 @@ class SampleLog:
         if keep:
             final = self.out_dir / SAMPLES_DIR
             final.mkdir(parents=True, exist_ok=True)
+            for stale in final.glob("*.jsonl"):  # an earlier run's tasks: never mixed with this run's
+                stale.unlink()
             for task in tasks:
                 self._rewrite(final / file_name(task), self.read(task))
         if self.partial.exists():

@@ -173,6 +173,20 @@ def test_rows_round_trip_and_columns(scored):
             assert again.stderr == pytest.approx(direct.stderr, rel=1e-12)
 
 
+def test_groups_pool_when_size_weighted_and_stratify_otherwise():
+    base = {"a": {0: 1.0, 1: 0.0, 2: 1.0}, "b": {0: 0.0, 1: 1.0, 2: 0.0, 3: 1.0, 4: 1.0}}
+    pruned = {"a": {0: 0.0, 1: 0.0, 2: 1.0}, "b": {0: 1.0, 1: 1.0, 2: 0.0, 3: 0.0, 4: 0.0}}
+    diffs = {t: [pruned[t][i] - base[t][i] for i in sorted(base[t])] for t in base}
+    pooled = paired_delta(MetricSamples("mean", base, True), MetricSamples("mean", pruned, True))
+    everything = [d for t in sorted(diffs) for d in diffs[t]]
+    assert pooled.stderr == pytest.approx(hand_paired_stderr([0.0] * 8, everything), rel=1e-12)
+    assert pooled.delta == pytest.approx(sum(everything) / 8)
+    unweighted = paired_delta(MetricSamples("mean", base, False), MetricSamples("mean", pruned, False))
+    per_task = [hand_paired_stderr([0.0] * len(d), d) for d in diffs.values()]
+    assert unweighted.stderr == pytest.approx(math.sqrt(sum(0.25 * se**2 for se in per_task)), rel=1e-12)
+    assert unweighted.delta == pytest.approx(sum(0.5 * sum(d) / len(d) for d in diffs.values()))
+
+
 def test_unpaired_documents_give_no_stderr():
     base = MetricSamples("mean", {"t": {0: 1.0, 1: 0.0}})
     other = MetricSamples("mean", {"t": {0: 1.0, 2: 0.0}})
