@@ -26,6 +26,10 @@ from layerprobe.evaluate.stats import (
 )
 
 MEAN = "mean"
+# Corpus-level aggregations that score a whole corpus per call (sacrebleu): lm-eval's own bootstrap
+# caps them at 100 draws, and so does this one.
+SLOW_AGGREGATIONS = frozenset({"bleu", "chrf", "ter"})
+SLOW_DRAWS = 100
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,8 @@ def paired_delta(
     aggregate = aggregation_function(base.aggregation)
     if aggregate is None:
         return None
+    if base.aggregation in SLOW_AGGREGATIONS:
+        draws = min(draws, SLOW_DRAWS)
     return paired_bootstrap(strata, _tupled(aggregate), draws=draws, seed=seed)
 
 
@@ -135,11 +141,11 @@ def paired_columns(
     """
     found = [None if base is None or p is None else paired_delta(base, p, draws=draws, seed=seed) for p in pruned]
     methods = {d.method for d in found if d is not None}
-    bootstrapped = "paired_bootstrap" in methods
+    bootstrapped = next((d for d in found if d is not None and d.method == "paired_bootstrap"), None)
     return {
         "delta_stderr": [None if d is None else d.stderr for d in found],
         "delta_ci95": [None if d is None or d.ci95 is None else list(d.ci95) for d in found],
         "significant": [None if d is None else d.significant for d in found],
         "delta_method": methods.pop() if len(methods) == 1 else None,
-        "bootstrap": {"draws": draws, "seed": seed} if bootstrapped else None,
+        "bootstrap": None if bootstrapped is None else {"draws": bootstrapped.draws, "seed": bootstrapped.seed},
     }
