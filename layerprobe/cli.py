@@ -282,7 +282,8 @@ def prune_drop(
         result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks())
     plots = plot_prune_drop(result, directory)
     print_prune_summary(result)
-    out.print(f"wrote {directory / 'prune_drop.json'}" + "".join(f", {p}" for p in plots), highlight=False)
+    written = [*plots, *([directory / "samples"] if spec.log_samples else [])]
+    out.print(f"wrote {directory / 'prune_drop.json'}" + "".join(f", {p}" for p in written), highlight=False)
 
 
 def _positive_int(text: str, option: str) -> int:
