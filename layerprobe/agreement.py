@@ -17,16 +17,14 @@ from typing import Any
 
 from layerprobe.errors import ResultError
 from layerprobe.evaluate.stats import DEFAULT_DRAWS, DEFAULT_SEED, spearman_bootstrap, top_k_overlap
-from layerprobe.results import AngularResult, MetricDrop, load_result
-
-ANGULAR_NAME = "angular.json"
+from layerprobe.results import ANGULAR_JSON, AngularResult, MetricDrop, load_result
 
 
 def find_angular(explicit: str | Path | None, out_dir: Path) -> Path | None:
     """The angular result to compare with: the one given, else an angular.json in the same --out, else None."""
     if explicit is not None:
         return Path(explicit)
-    found = Path(out_dir) / ANGULAR_NAME
+    found = Path(out_dir) / ANGULAR_JSON
     return found if found.is_file() else None
 
 

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from layerprobe.console import RichProgress, err, out, print_angular_summary, print_prune_summary
 from layerprobe.errors import LayerprobeError
+from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON, SAMPLES_DIR
 
 app = typer.Typer(
     name="layerprobe",
@@ -126,10 +127,8 @@ def angular(
 
     Writes angular.json (the full (L+1)×(L+1) matrix) and the heatmap angular.png / angular.pdf.
     """
-    from layerprobe.specs import DEFAULT_DATASET, AngularSpec, CorpusSpec, ModelSpec
+    from layerprobe.specs import AngularSpec, CorpusSpec, ModelSpec
 
-    if dataset == DEFAULT_DATASET and dataset_config is None:
-        dataset_config = "en"
     spec = AngularSpec(
         model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
         corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
@@ -166,10 +165,10 @@ def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
     progress = RichProgress(quiet)
     with progress.running():
         result = run_angular(spec, progress.callbacks())
-    json_path = write_json(directory / "angular.json", result.to_dict())
+    json_path = write_json(directory / ANGULAR_JSON, result.to_dict())
     plots = plot_angular(result, directory)
     print_angular_summary(result)
-    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False)
+    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, soft_wrap=True)
 
 
 @app.command("prune-drop")
@@ -282,8 +281,10 @@ def prune_drop(
         result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks())
     plots = plot_prune_drop(result, directory)
     print_prune_summary(result)
-    written = [*plots, *([directory / "samples"] if spec.log_samples else [])]
-    out.print(f"wrote {directory / 'prune_drop.json'}" + "".join(f", {p}" for p in written), highlight=False)
+    written = [*plots, *([directory / SAMPLES_DIR] if spec.log_samples else [])]
+    out.print(
+        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in written), highlight=False, soft_wrap=True
+    )
 
 
 def _positive_int(text: str, option: str) -> int:
@@ -337,18 +338,79 @@ def plot(
     from layerprobe.report import plot_result
 
     for path in plot_result(result_json, out_dir):
-        out.print(f"wrote {path}", highlight=False)
+        out.print(f"wrote {path}", highlight=False, soft_wrap=True)
 
 
-# `compare` is a thin command kept beside its library (layerprobe/compare.py); its import is light.
-from layerprobe.compare import compare_command  # noqa: E402
+@app.command("compare")
+@friendly_errors
+def compare_command(
+    baseline: Annotated[Path, typer.Argument(help="Baseline result JSON, or a run directory.")],
+    candidate: Annotated[Path, typer.Argument(help="Candidate result JSON of the same kind, or a run directory.")],
+    rules_file: Annotated[
+        Path | None, typer.Option("--rules", help="Rules TOML (sections angular, prune_drop); flags override it.")
+    ] = None,
+    lazy_threshold: Annotated[
+        float | None, typer.Option(help=f"A block is lazy when d(x^l, x^l+1) is below this (default {LAZY_THRESHOLD}).")
+    ] = None,
+    max_lazy_increase: Annotated[int | None, typer.Option(help="Extra lazy blocks allowed (default 0).")] = None,
+    adjacent_tolerance: Annotated[
+        float | None, typer.Option(help="Allowed fall of the mean adjacent distance (default 0.02).")
+    ] = None,
+    max_drop: Annotated[
+        float | None, typer.Option(help="Allowed worsening of a task's full-model score (absolute, default 0.01).")
+    ] = None,
+    se_factor: Annotated[
+        float | None, typer.Option(help="A layer's ΔP may worsen by this × combined stderr (default 2.0).")
+    ] = None,
+    output_format: Annotated[str, typer.Option("--format", help="table|markdown|json on stdout.")] = "table",
+    junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here.")] = None,
+    plot: Annotated[
+        bool, typer.Option("--plot/--no-plot", help="Draw compare.png (compare_<kind>.png for several kinds).")
+    ] = True,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Plot directory (default: next to the candidate result).")
+    ] = None,
+) -> None:
+    """Gate a candidate's results against a baseline's: exit 0 pass, 1 regression, 2 bad input."""
+    from rich.console import Console
 
-app.command("compare")(friendly_errors(compare_command))
+    from layerprobe.gate.figures import plot_verdict
+    from layerprobe.gate.render import build_table, check_format, render, render_junit
+    from layerprobe.gate.rules import load_rules
+    from layerprobe.gate.verdict import compare_paths
 
-
-def main() -> None:  # pragma: no cover - console entry point alias
-    """Run the command line."""
-    app()
+    check_format(output_format)
+    rules = load_rules(
+        rules_file,
+        lazy_threshold=lazy_threshold,
+        max_lazy_increase=max_lazy_increase,
+        adjacent_tolerance=adjacent_tolerance,
+        max_drop=max_drop,
+        se_factor=se_factor,
+    )
+    verdict = compare_paths(baseline, candidate, rules)
+    if output_format == "table":
+        Console().print(build_table(verdict))
+    else:
+        typer.echo(render(verdict, output_format), nl=False)
+    err = Console(stderr=True)
+    if junit is not None:
+        try:
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            junit.write_text(render_junit(verdict), encoding="utf-8")
+        except OSError as exc:
+            raise LayerprobeError(f"Cannot write --junit {junit}: {exc.strerror or exc}") from exc
+        err.print(f"wrote {junit}", highlight=False, markup=False, soft_wrap=True)
+    if plot:
+        try:
+            for path in plot_verdict(verdict, out_dir):
+                err.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
+        except (LayerprobeError, OSError) as exc:  # a plot is a courtesy: it must not change the exit status
+            err.print(
+                f"warning: no plot: {getattr(exc, 'message', exc)}", style="yellow", highlight=False, markup=False
+            )
+    if not verdict.passed:
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,16 +10,26 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
+import secrets
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from layerprobe.errors import ResultError
+
+if TYPE_CHECKING:
+    from layerprobe.evaluate.scores import Evaluation
 
 ANGULAR_SCHEMA = "layerprobe/angular@1"
 PRUNE_DROP_SCHEMA = "layerprobe/prune-drop@1"
 LAZY_THRESHOLD = 0.2
+# The file names of a run directory; every command and the gate read them from here.
+ANGULAR_JSON = "angular.json"
+PRUNE_DROP_JSON = "prune_drop.json"
+PRUNE_DROP_PARTIAL_JSON = "prune_drop.partial.json"
+PRUNE_DROP_PARTIAL_SAMPLES = "prune_drop.partial.samples"  # per-document rows while a run is in progress
+SAMPLES_DIR = "samples"  # --log-samples: <out>/samples/<task>.jsonl
 
 
 @dataclass(frozen=True)
@@ -311,27 +321,68 @@ def prune_drop_summary(tasks: dict[str, TaskDrop]) -> dict[str, Any]:
     return out
 
 
-def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
-    """Write JSON atomically: a reader sees the old file or the new one, never half of one."""
+def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], object]) -> Path:
+    """Have `write(tmp)` fill a temporary file beside `path`, then rename it over `path`.
+
+    A reader sees the old file or the new one, never half of one; on any failure the temporary file is
+    removed. The temporary file is created by `write` itself (not `mkstemp`, which would make it private
+    to its owner), so results and plots get the permissions of any file the user writes and CI artifact
+    uploaders or web servers running as another user can read them. Every result file and plot
+    layerprobe writes goes through here.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes owner-only files; results are meant to be shared
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, allow_nan=True)
-            handle.write("\n")
+        write(tmp)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
+    """Write JSON atomically (see `atomic_write`)."""
+    text = json.dumps(data, indent=2, allow_nan=True) + "\n"
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def evaluation_to_dict(evaluation: Evaluation) -> dict[str, Any]:
+    """The JSON form of one evaluation, as kept in the prune-drop progress file (with its engine)."""
+    return {
+        "metrics": {
+            name: {"value": m.value, "stderr": m.stderr, "higher_is_better": m.higher_is_better}
+            for name, m in evaluation.metrics.items()
+        },
+        "num_fewshot": evaluation.num_fewshot,
+        "samples": evaluation.samples,
+        "engine": evaluation.engine,
+        "nonfinite": evaluation.nonfinite,
+        # How the per-document values (kept in the run's sample log, not here) make up each score.
+        "per_sample": {name: found.spec() for name, found in evaluation.per_sample.items()},
+    }
+
+
+def evaluation_from_dict(data: dict[str, Any]) -> Evaluation:
+    """Read back `evaluation_to_dict`'s form (older progress files may lack engine, nonfinite, per_sample).
+
+    `per_sample` comes back with each metric's aggregation rule and no values (those are in the sample log).
+    """
+    from layerprobe.evaluate.samples import MetricSamples
+    from layerprobe.evaluate.scores import Evaluation, MetricScore
+
+    samples = data.get("samples")
+    metrics = {
+        name: MetricScore(m["value"], m["stderr"], m["higher_is_better"], samples or 0)
+        for name, m in data["metrics"].items()
+    }
+    per_sample = {
+        name: MetricSamples(spec["aggregation"], {}, spec.get("weight_by_size"))
+        for name, spec in (data.get("per_sample") or {}).items()
+    }
+    return Evaluation(
+        metrics, data.get("num_fewshot"), samples, data.get("engine", "simple"), data.get("nonfinite", 0), per_sample
+    )
 
 
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -20,8 +20,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-PARTIAL_DIR = "prune_drop.partial.samples"
-SAMPLES_DIR = "samples"
+from layerprobe.results import PRUNE_DROP_PARTIAL_SAMPLES as PARTIAL_DIR
+from layerprobe.results import SAMPLES_DIR
 
 
 def file_name(task: str) -> str:

@@ -7,8 +7,7 @@ import math
 
 import pytest
 
-from layerprobe.compare import compare_results
-from layerprobe.gate_rules import GateRules
+from layerprobe.gate import GateRules, compare_results
 from layerprobe.results import MetricDrop, ModelInfo, PruneDropResult, RunInfo, TaskDrop, load_result, write_json
 
 RUN = RunInfo(started_at="2025-01-01T00:00:00+00:00", seconds=1.0, versions={"layerprobe": "0"}, device="cpu")

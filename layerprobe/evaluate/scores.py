@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from layerprobe.evaluate.samples import MetricSamples
 
 
 @dataclass(frozen=True)
@@ -21,3 +23,29 @@ class MetricScore:
     stderr: float | None
     higher_is_better: bool | None
     samples: int
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One finished evaluation of one task on one model variant, typed until results.py writes it.
+
+    Attributes:
+        metrics: Metric name → score, in the evaluator's order.
+        num_fewshot: Few-shot examples per document (0 for SQuAD; None for an lm-eval group that mixes).
+        samples: Documents (questions) scored.
+        engine: The engine that produced it ("simple" or "shared").
+        nonfinite: Inputs whose scores were NaN/inf (SQuAD windows; 0 for lm-eval).
+        per_sample: Metric name → its per-document values (lm-eval's `log_samples`, SQuAD's per
+            question), from which prune-drop pairs each variant with the baseline. Read back from a
+            progress file, the values are empty: they live in the run's sample log.
+    """
+
+    metrics: dict[str, MetricScore]
+    num_fewshot: int | None
+    samples: int | None
+    engine: str
+    nonfinite: int = 0
+    per_sample: dict[str, MetricSamples] = field(default_factory=dict)
+
+
+BASELINE = None  # the variant with no block removed; any other variant is the removed block's index

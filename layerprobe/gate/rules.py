@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import LayerprobeError, ResultError
-from layerprobe.results import AngularResult, MetricDrop, PruneDropResult, angular_summary
+from layerprobe.results import LAZY_THRESHOLD, AngularResult, MetricDrop, PruneDropResult, angular_summary
 
 # A change exactly equal to its tolerance passes; this slack keeps float rounding from failing it.
 EPS = 1e-9
@@ -39,7 +39,7 @@ class GateRules:
         sources: threshold name → "rules file" or "flag"; absent means the default.
     """
 
-    lazy_threshold: float = 0.2
+    lazy_threshold: float = LAZY_THRESHOLD
     max_lazy_increase: int = 0
     adjacent_tolerance: float = 0.02
     max_drop: float = 0.01
