@@ -21,6 +21,7 @@ EPS = 1e-9
 SECTIONS = {
     "angular": ("lazy_threshold", "max_lazy_increase", "adjacent_tolerance"),
     "prune_drop": ("max_drop", "se_factor", "metric", "metrics"),
+    "depth": ("max_rms_growth",),
 }
 
 
@@ -46,6 +47,7 @@ class GateRules:
     se_factor: float = 2.0
     metric: str | None = None
     metrics: dict[str, str] = field(default_factory=dict)
+    max_rms_growth: float = 1.25  # depth: RMS(x^L)/RMS(x^0) may grow by this factor over the baseline's
     sources: dict[str, str] = field(default_factory=dict)
 
     def metric_for(self, task: str, primary: str) -> str:
