@@ -130,6 +130,7 @@ class PruneSpec:
     include_path: str | None = None
     squad_data: str | None = None
     engine: str = "auto"
+    prefix_reuse: bool = True  # shared engine: compute a prefix shared by many requests once
 
     def __post_init__(self) -> None:
         if not self.tasks:

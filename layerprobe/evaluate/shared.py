@@ -23,6 +23,7 @@ from lm_eval.models.huggingface import HFLM
 from torch import nn
 
 from layerprobe.evaluate.harness import is_generation_task, quiet_lm_eval
+from layerprobe.evaluate.prefix_cache import PrefixReuse
 from layerprobe.layers import LayerStack, capture_block_states, hidden_from_output, removed_blocks
 from layerprobe.prune import HarnessScorer
 
@@ -59,6 +60,7 @@ class SharedPrefixLM(HFLM):
         layers: list[int],
         batch_size: int | str = 8,
         state_bytes: int = _DEFAULT_STATE_BYTES,
+        prefix_reuse: bool = True,
     ) -> None:
         with quiet_lm_eval():
             super().__init__(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
@@ -70,6 +72,7 @@ class SharedPrefixLM(HFLM):
         self._detected_at = 0  # input length the auto batch size was detected for
         self._output_arity: int | None = None
         self._arity_known = False  # None is a valid arity (a bare tensor), so it cannot mean "not probed"
+        self.prefixes = PrefixReuse(self, prefix_reuse)  # few-shot contexts computed once (prefix_cache.py)
 
     # lm-eval entry point ---------------------------------------------------------------------------
     def _loglikelihood_tokens(
@@ -87,6 +90,9 @@ class SharedPrefixLM(HFLM):
         for context, continuation in keys:
             inp = (context + continuation)[-(self.max_length + 1) :][:-1]
             rows.setdefault(inp, []).append((context, continuation))
+        rows = self.prefixes.score(rows)  # rows sharing a long prefix are scored there; the rest here
+        if not rows:
+            return
         ordered = sorted(rows, key=lambda inp: (-len(inp), inp))  # longest first: least padding
         per_batch = self._batch_rows(ordered[0])
         for start in range(0, len(ordered), per_batch):
@@ -295,7 +301,17 @@ class SharedPrefixScorer(HarnessScorer):
     engine = "shared"
 
     def make_lm(self) -> SharedPrefixLM:
-        return SharedPrefixLM(self.loaded.model, self.loaded.tokenizer, self.stack, self.layers, self.spec.batch_size)
+        return SharedPrefixLM(
+            self.loaded.model,
+            self.loaded.tokenizer,
+            self.stack,
+            self.layers,
+            self.spec.batch_size,
+            prefix_reuse=self.spec.prefix_reuse,
+        )
+
+    def score(self, task: str) -> dict[str, Any]:
+        return {**super().score(task), "prefix_reuse": self.lm.prefixes.status}
 
     @contextlib.contextmanager
     def variant(self, layer: int | None) -> Iterator[None]:
