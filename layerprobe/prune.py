@@ -166,6 +166,7 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
         "num_fewshot": spec.num_fewshot,
         "seed": spec.seed,
         "batch_size": spec.batch_size,
+        "prefix_reuse": spec.prefix_reuse,
         "include_path": files_digest(spec.include_path) if spec.include_path else None,
         "squad_data": files_digest(spec.squad_data) if spec.squad_data else None,
         "versions": {k: versions.get(k) for k in ("torch", "transformers", "lm_eval")},
@@ -270,6 +271,7 @@ def run_prune_drop(
             "batch_size": spec.batch_size,
             "include_path": spec.include_path,
             "squad_data": spec.squad_data,
+            "prefix_reuse": spec.prefix_reuse,
         },
         tasks={task: assemble_task(state, task, layers, spec.limit) for task in spec.tasks},
         run=RunInfo(
@@ -277,11 +279,18 @@ def run_prune_drop(
             seconds=time.perf_counter() - clock,
             versions=library_versions(),
             device=loaded.device_label,
+            prefix_reuse=prefix_reuse_status(state, spec.tasks, variants),
         ),
     )
     write_json(Path(out_dir) / RESULT_NAME, result.to_dict())
     state.remove()
     return result
+
+
+def prefix_reuse_status(state: PruneState, tasks: tuple[str, ...], variants: list[int | None]) -> str | None:
+    """How the shared engine's evaluations treated shared prefixes ("on", "off", "unavailable: …"); None if unused."""
+    found = {state.get(t, v).get("prefix_reuse") for t in tasks for v in variants} - {None}
+    return "; ".join(sorted(found)) or None
 
 
 def assemble_task(state: PruneState, task: str, layers: list[int], limit: float | None) -> TaskDrop:

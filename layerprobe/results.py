@@ -50,6 +50,7 @@ class RunInfo:
     seconds: float
     versions: dict[str, str]
     device: str
+    prefix_reuse: str | None = None  # prune-drop's shared engine: "on", "off" or "unavailable: <why>"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunInfo:

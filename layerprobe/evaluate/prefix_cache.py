@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from layerprobe.layers import capture_block_states, removed_blocks
 
@@ -67,33 +68,37 @@ def find_groups(rooms: dict[Row, int], min_prefix: int = MIN_PREFIX) -> tuple[li
 
     `rooms[row]` is how many leading tokens of `row` a prefix may cover: up to the first position a
     request scores (a prefix holds no scored position and leaves at least one token to run). Rows are
-    sorted, so rows with long common prefixes are neighbours; a group grows while n rows sharing p
-    tokens save at least what the group saved before ((n-1)·p tokens not recomputed) and p ≥
-    `min_prefix`. Returns the groups (two rows or more) and the rows left to the plain path.
+    sorted, so rows with long common prefixes are neighbours and any run of neighbours shares the
+    smallest common length of its adjacent pairs. A group of n rows sharing p tokens saves (n-1)·p token
+    passes; a run is kept whole or split where its common length is smallest, whichever saves more
+    (recursively: the tree of longest common prefixes), and only groups of p ≥ `min_prefix` are kept.
+    Returns the groups (two rows or more) and the rows left to the plain path.
     """
+    rows = sorted(rooms)
+    links = [min(_common_length(a, b), rooms[a], rooms[b]) for a, b in zip(rows, rows[1:], strict=False)]
     groups: list[PrefixGroup] = []
-    rest: list[Row] = []
-    current: list[Row] = []
-    length = 0
+    for lo, hi, length in _best_runs(links, 0, len(rows), min_prefix, 0)[1]:
+        groups.append(PrefixGroup(tuple(rows[lo:hi]), length))
+    grouped = {row for group in groups for row in group.rows}
+    return groups, [row for row in rows if row not in grouped]
 
-    def close() -> None:
-        if len(current) >= 2 and length >= min_prefix:
-            groups.append(PrefixGroup(tuple(current), length))
-        else:
-            rest.extend(current)
 
-    for row in sorted(rooms):
-        if current:
-            shared = min(length, _common_length(current[0], row), rooms[row])
-            if shared >= min_prefix and len(current) * shared >= (len(current) - 1) * length:
-                current.append(row)
-                length = shared
-                continue
-            close()
-        current, length = [row], rooms[row]
-    if current:
-        close()
-    return groups, rest
+def _best_runs(links: list[int], lo: int, hi: int, min_prefix: int, depth: int) -> tuple[int, list]:
+    """(tokens saved, [(lo, hi, prefix length)]) of the best grouping of rows lo … hi-1."""
+    if hi - lo < 2:
+        return 0, []
+    shared = min(links[lo : hi - 1])
+    whole = (hi - lo - 1) * shared if shared >= min_prefix else 0
+    if depth > 200:  # a pathological chain of ever longer prefixes: stop refining
+        return whole, [(lo, hi, shared)] if whole else []
+    saved, runs, start = 0, [], lo
+    for i in range(lo, hi):
+        if i == hi - 1 or links[i] == shared:  # the run splits after row i
+            piece = _best_runs(links, start, i + 1, min_prefix, depth + 1)
+            saved, runs, start = saved + piece[0], runs + piece[1], i + 1
+    if whole and whole >= saved:
+        return whole, [(lo, hi, shared)]
+    return saved, runs
 
 
 def _common_length(a: Row, b: Row) -> int:
@@ -116,8 +121,6 @@ class _CachedReplay(nn.Module):
         self.states, self.output_arity = states, output_arity
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        from transformers.cache_utils import Cache
-
         cache = next((a for a in (*args, *kwargs.values()) if isinstance(a, Cache)), None)
         if cache is not None:
             rows, length = self.states.shape[:2]
@@ -126,6 +129,21 @@ class _CachedReplay(nn.Module):
         if self.output_arity is None:
             return self.states
         return (self.states,) + (None,) * (self.output_arity - 1)
+
+
+class _ReadOnlyLayer(DynamicLayer):
+    """A prefix's keys/values (one row) lent to a batch: `update` returns prefix + new and stores nothing."""
+
+    def __init__(self, layer: DynamicLayer) -> None:
+        super().__init__()
+        self.keys, self.values = layer.keys, layer.values
+        self.dtype, self.device, self.is_initialized = layer.keys.dtype, layer.keys.device, True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        rows = key_states.shape[0]
+        keys = torch.cat([self.keys.expand(rows, -1, -1, -1), key_states], dim=-2)
+        values = torch.cat([self.values.expand(rows, -1, -1, -1), value_states], dim=-2)
+        return keys, values
 
 
 class PrefixReuse:
@@ -162,43 +180,46 @@ class PrefixReuse:
 
         lm = self.lm
         requests = {row[group.length :]: rows[row] for row in group.rows}
-        for variant, suffixes, final in self._finals(group):
+        for variant, suffixes, final in self._finals(group, lm.layers):
             wanted = _positions(suffixes, requests)
             plan = _Gather.of(suffixes, requests, wanted, lm.device)
             for key, answer in lm._head_answers(final, wanted, plan).items():
                 lm.store.setdefault(key, {})[BASELINE if variant is None else variant] = answer
 
     @torch.inference_mode()
-    def _finals(self, group: PrefixGroup) -> Iterator[tuple[int | None, list[Row], torch.Tensor]]:
-        """(variant, suffix batch, final hidden states of the batch) for the baseline and every variant.
+    def _finals(self, group: PrefixGroup, layers: list[int]) -> Iterator[tuple[int | None, list[Row], torch.Tensor]]:
+        """(variant, suffix batch, final hidden states of the batch) for the baseline and each of `layers`.
 
         The baseline's prefix pass runs once per group; each variant's once per wave (the suffix rows
-        whose recorded states fit the engine's memory budget at once).
+        whose recorded states fit the engine's memory budget at once). A suffix batch holds as many
+        tokens as a batch of whole inputs would (more rows, as suffixes are shorter): the prefix's keys
+        and values are read, never copied per row, so its memory is that of a plain batch.
         """
         lm = self.lm
         prefix_ids = torch.tensor([group.prefix], device=lm.device)
         with capture_block_states(lm.stack) as states, lm._count_rows():
             out = self._forward(prefix_ids, None)
         base_cache = out.past_key_values
-        prefix_states = {layer: states[layer] for layer in lm.layers}
+        prefix_states = {layer: states[layer] for layer in layers}
         del states
         suffixes = sorted((row[group.length :] for row in group.rows), key=lambda s: (-len(s), s))
-        per_batch = lm._batch_rows(max(group.rows, key=len))
+        longest = max(group.rows, key=len)
+        per_batch = lm._batch_rows(longest) * max(1, len(longest) // len(suffixes[0]))
         for wave in lm._memory_chunks(suffixes):
             batches = [wave[i : i + per_batch] for i in range(0, len(wave), per_batch)]
             recorded = []
             for batch in batches:
                 ids = _padded(batch, lm)
                 with capture_block_states(lm.stack) as states, lm._count_rows():
-                    final = self._forward(ids, _repeated(base_cache, len(batch))).last_hidden_state
-                recorded.append((ids, {layer: states[layer] for layer in lm.layers}))
+                    final = self._forward(ids, _for_batch(base_cache, len(batch))).last_hidden_state
+                recorded.append((ids, {layer: states[layer] for layer in layers}))
                 del states
                 yield None, batch, final
-            for layer in lm.layers:
+            for layer in layers:
                 with removed_blocks(lm.stack, list(range(layer))) as shrunk:
                     cache = self._replayed(shrunk, prefix_ids, prefix_states[layer], None).past_key_values
                     for batch, (ids, kept) in zip(batches, recorded, strict=True):
-                        final = self._replayed(shrunk, ids, kept[layer], _repeated(cache, len(batch)))
+                        final = self._replayed(shrunk, ids, kept[layer], _for_batch(cache, len(batch)))
                         yield layer, batch, final.last_hidden_state
 
     def _replayed(self, shrunk: Any, ids: torch.Tensor, x_layer: torch.Tensor, cache: Any) -> Any:
@@ -216,17 +237,23 @@ class PrefixReuse:
 
     # the probe ------------------------------------------------------------------------------------
     def _probe(self) -> str | None:
-        """Why prefix reuse cannot be trusted on this model (None: it matches the plain path)."""
+        """Why prefix reuse cannot be trusted on this model (None: it matches the plain path).
+
+        Checked for the baseline and the first and last selected variants (the replayed block first
+        in the stack, and as few blocks after it as are run): a cache that is not reused correctly shows
+        in any of them.
+        """
         lm = self.lm
+        layers = sorted({lm.layers[0], lm.layers[-1]})
         try:
             ids = _probe_ids(lm.tokenizer)
             rows = (ids, ids[:_PROBE_PREFIX] + ids[: _PROBE_LENGTH - _PROBE_PREFIX])
             full = torch.tensor(list(rows), device=lm.device)
             with torch.inference_mode():
                 recorded, final = lm._baseline(full)
-                plain = {None: final, **{layer: lm._without(layer, full, recorded[layer]) for layer in lm.layers}}
+                plain = {None: final, **{layer: lm._without(layer, full, recorded[layer]) for layer in layers}}
             reused: dict[int | None, list[torch.Tensor]] = {}
-            for variant, _batch, got in self._finals(PrefixGroup(tuple(sorted(rows)), _PROBE_PREFIX)):
+            for variant, _batch, got in self._finals(PrefixGroup(tuple(sorted(rows)), _PROBE_PREFIX), layers):
                 reused.setdefault(variant, []).append(got)
         except Exception as exc:  # a model whose blocks or cache do not take a prefilled cache
             return f"its key/value cache cannot be reused ({type(exc).__name__}: {exc})"
@@ -264,8 +291,19 @@ def _padded(batch: list[Row], lm: Any) -> torch.Tensor:
     return torch.tensor([list(row) + [pad] * (width - len(row)) for row in batch], device=lm.device)
 
 
-def _repeated(cache: Any, rows: int) -> Any:
-    """A copy of a one-row prefix cache for a batch of `rows` (the pass appends to it; the original stays)."""
+def _for_batch(cache: Any, rows: int) -> Any:
+    """The one-row prefix cache, for a batch of `rows` suffixes; the prefix's own cache stays as it is.
+
+    A cache of plain full-attention layers is shared read-only: each layer hands its attention the
+    prefix's keys/values broadcast over the batch, joined with the suffix's, and keeps nothing, so no
+    copy of the prefix is made or held per batch. Other caches (sliding windows, …) are copied and
+    repeated over the batch, and the model updates the copy as it always does.
+    """
+    layers = getattr(cache, "layers", None)
+    if type(cache) is DynamicCache and layers and all(type(layer) is DynamicLayer for layer in layers):
+        shared = DynamicCache()
+        shared.layers = [_ReadOnlyLayer(layer) for layer in layers]
+        return shared
     copied = copy.deepcopy(cache)
     if rows > 1:
         copied.batch_repeat_interleave(rows)
