@@ -39,7 +39,11 @@ def long_context(tmp_path_factory) -> dict:
 
 
 spy = test_prune.spy  # the same fixture: the scorers each run built and their raw answers
-WAYS = {"simple": dict(engine="simple"), "plain": dict(engine="shared", prefix_reuse=False), "reuse": {}}
+WAYS = {
+    "simple": dict(engine="simple"),
+    "plain": dict(engine="shared", prefix_reuse=False),
+    "reuse": dict(engine="shared"),
+}
 
 
 # ------------------------------------------------------------------------------------ finding groups
@@ -99,7 +103,7 @@ def _run_all_ways(path, tmp_path, spy, layers: str, **settings):
     return results, answers, tokens, lms
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3", "gpt2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3", pytest.param("gpt2", marks=pytest.mark.slow)])
 def test_prefix_reuse_equals_the_plain_path_and_lm_eval_on_a_5_shot_mmlu_task(arch, long_context, tmp_path, spy):
     path = long_context[arch]
     L = 4
@@ -139,9 +143,7 @@ def test_prefix_reuse_equals_the_plain_path_and_lm_eval_on_a_5_shot_mmlu_task(ar
     assert find_layers(lms["reuse"].model).num_layers == L  # the model is left as it was
 
 
-def test_a_model_whose_cache_cannot_be_reused_falls_back_to_the_plain_path(
-    tiny_checkpoints, tmp_path, spy, monkeypatch
-):
+def test_a_model_whose_cache_cannot_be_reused_falls_back_to_the_plain_path(long_context, tmp_path, spy, monkeypatch):
     """A model that ignores a prefilled cache is caught by the probe; the run scores on the plain path."""
     path = long_context["llama"]
 
