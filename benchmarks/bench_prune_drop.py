@@ -6,7 +6,8 @@ Runs `run_prune_drop` three ways in one process on the same loaded model, tasks 
            input x^l; "block l removed" then runs only blocks l+1 … L-1 and the head from x^l;
   shared   the shared engine as by default: besides, a prompt prefix many requests share (the few-shot
            examples) is run once per (prefix, variant) and only the rest of each request runs.
-Prints the wall time of each (minimum over --repeat rounds, engines in rotating order) and the block
+Prints the wall time of each (minimum over --repeat rounds, engines in rotating order; the process's CPU
+time of the last round beside it, a check when other work shares the machine) and the block
 work each did, counted by forward pre-hooks on the blocks as block-tokens (rows × padded length of
 every block call; probes included) and rows, with the ratios to the simple engine, next to the theory
 for the plain shared engine:
@@ -117,14 +118,14 @@ def run_engine(name: str, spec_args: dict, loaded, out: Path, profile: bool):
     """Wall time, result, hooked block work and the profiler of one run."""
     profiler = cProfile.Profile() if profile else None
     with counted_block_work(list(find_layers(loaded.model).blocks)) as seen:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         if profiler:
             profiler.enable()
         result = run_prune_drop(PruneSpec(**dict(spec_args, **ENGINES[name])), out, loaded=loaded)
         if profiler:
             profiler.disable()
         seconds = time.perf_counter() - start
-    return seconds, result, dict(seen), profiler
+    return seconds, result, dict(seen, cpu=time.process_time() - cpu), profiler
 
 
 def max_relative_difference(a, b) -> float:
@@ -210,8 +211,8 @@ def main() -> None:
     for name in names:
         print(
             f"{name:8}{best[name]:13.2f}{best[name] / best['simple']:10.3f}{work[name]['tokens']:14,}"
-            f"{work[name]['tokens'] / work['simple']['tokens']:10.3f}{work[name]['rows']:12,}   "
-            + ", ".join(f"{t:.2f}" for t in times[name])
+            f"{work[name]['tokens'] / work['simple']['tokens']:10.3f}{work[name]['rows']:12,}"
+            f"{work[name]['cpu']:9.1f}   " + ", ".join(f"{t:.2f}" for t in times[name])
         )
     print()
     print(

@@ -15,11 +15,11 @@ import json
 
 import pytest
 import test_prune
+import torch
 from conftest import build_checkpoint
 from test_prune import RESULT, TASKS_DIR, assert_same_answers, load, make_spec
 
 from layerprobe import prune
-from layerprobe.evaluate import prefix_cache
 from layerprobe.evaluate.prefix_cache import MIN_PREFIX, PrefixReuse, find_groups
 from layerprobe.layers import find_layers, hidden_from_input
 from layerprobe.prune import run_prune_drop
@@ -176,21 +176,20 @@ def test_a_model_whose_cache_cannot_be_reused_falls_back_to_the_plain_path(long_
 
 
 def test_the_probe_passes_on_a_model_that_reuses_its_cache_correctly(long_context, monkeypatch):
-    """The probe is not a rubber stamp: it accepts the real model and rejects a shifted prefix."""
+    """The probe is not a rubber stamp: it accepts the real model and rejects wrongly numbered positions."""
     from layerprobe.evaluate.shared import SharedPrefixLM
 
     loaded = load(long_context["qwen3"])
     stack = find_layers(loaded.model)
     lm = SharedPrefixLM(loaded.model, loaded.tokenizer, stack, [0, 1, 3], batch_size=2)
     assert lm.prefixes._probe() is None
-    monkeypatch.setattr(prefix_cache, "_PROBE_PREFIX", prefix_cache._PROBE_PREFIX - 1)  # cache one token short
+
+    def numbered_from_zero(self, ids, cache):  # a subtle bug: suffix positions restart at 0 after the prefix
+        positions = torch.arange(ids.shape[1]).unsqueeze(0)
+        return self.lm.model.base_model(input_ids=ids, past_key_values=cache, use_cache=True, position_ids=positions)
+
+    monkeypatch.setattr(PrefixReuse, "_forward", numbered_from_zero)
     shifted = PrefixReuse(lm)
-    original = shifted._finals
-
-    def off_by_one(group, layers):
-        return original(prefix_cache.PrefixGroup(group.rows, group.length + 1), layers)
-
-    monkeypatch.setattr(shifted, "_finals", off_by_one)
     assert "away from the plain pass" in shifted._probe()
 
 

@@ -262,6 +262,8 @@ class PrefixReuse:
         for variant, want in plain.items():
             got = torch.cat(reused[variant])
             expected = want[order, _PROBE_PREFIX:]
+            if got.shape != expected.shape:
+                return f"a reused prefix gives final states of shape {tuple(got.shape)}, not {tuple(expected.shape)}"
             difference = float((_logprobs(lm, got) - _logprobs(lm, expected)).abs().max())
             if not difference <= tolerance:
                 label = "the baseline" if variant is None else f"block {variant} removed"
