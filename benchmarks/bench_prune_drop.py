@@ -8,8 +8,8 @@ Runs `run_prune_drop` three ways in one process on the same loaded model, tasks 
            examples) is run once per (prefix, variant) and only the rest of each request runs.
 Prints the wall time of each (minimum over --repeat rounds, engines in rotating order; the process's CPU
 time of the last round beside it, a check when other work shares the machine) and the block
-work each did, counted by forward pre-hooks on the blocks as block-tokens (rows × padded length of
-every block call; probes included) and rows, with the ratios to the simple engine, next to the theory
+work each did, as Progress's block events report it: block-tokens (rows × padded length of every
+block pass; probes included) and rows, with the ratios to the simple engine, next to the theory
 for the plain shared engine:
   block rows      simple L + L(L-1) = L², plain L + Σ(L-1-l) = L(L+1)/2  → ratio (L+1)/(2L)
 Targets on an MMLU-shaped 5-shot task (the default): shared block-tokens ≤ 0.25×, wall ≤ 0.30× simple.
@@ -25,14 +25,12 @@ tasks of tests/data/tasks (lp_mmlu: MMLU-shaped group, 5 dev questions per subje
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import io
 import os
 import pstats
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -42,8 +40,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 import transformers as tf  # noqa: E402
 
-from layerprobe.layers import find_layers, hidden_from_input  # noqa: E402
+from layerprobe.layers import find_layers  # noqa: E402
 from layerprobe.models import load_model  # noqa: E402
+from layerprobe.progress import BlockEvent, Progress  # noqa: E402
 from layerprobe.prune import run_prune_drop  # noqa: E402
 from layerprobe.specs import ModelSpec, PruneSpec  # noqa: E402
 
@@ -93,38 +92,30 @@ def build_model(directory: Path, layers: int, hidden: int, vocab_size: int) -> P
     return directory
 
 
-@contextlib.contextmanager
-def counted_block_work(blocks) -> Iterator[dict[str, int]]:
-    """Count every call of every block in batch rows and in block-tokens (rows × length; probes included)."""
-    seen = {"rows": 0, "tokens": 0}
-
-    def count(_module, args, kwargs) -> None:
-        hidden = hidden_from_input(args, kwargs)
-        seen["rows"] += int(hidden.shape[0])
-        seen["tokens"] += int(hidden.shape[0]) * int(hidden.shape[1])
-
-    handles = [block.register_forward_pre_hook(count, with_kwargs=True) for block in blocks]
-    try:
-        yield seen
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-ENGINES = {"simple": dict(engine="simple"), "plain": dict(engine="shared", prefix_reuse=False), "shared": {}}
+ENGINES = {
+    "simple": dict(engine="simple"),
+    "plain": dict(engine="shared", prefix_reuse=False),
+    "shared": dict(engine="shared"),
+}
 
 
 def run_engine(name: str, spec_args: dict, loaded, out: Path, profile: bool):
-    """Wall time, result, hooked block work and the profiler of one run."""
+    """Wall time, result, the block work Progress reported (every block pass of the evaluations), profiler."""
+    seen = {"rows": 0, "tokens": 0}
+
+    def count(event: BlockEvent) -> None:
+        seen["rows"] += event.rows
+        seen["tokens"] += event.tokens
+
     profiler = cProfile.Profile() if profile else None
-    with counted_block_work(list(find_layers(loaded.model).blocks)) as seen:
-        start, cpu = time.perf_counter(), time.process_time()
-        if profiler:
-            profiler.enable()
-        result = run_prune_drop(PruneSpec(**dict(spec_args, **ENGINES[name])), out, loaded=loaded)
-        if profiler:
-            profiler.disable()
-        seconds = time.perf_counter() - start
+    start, cpu = time.perf_counter(), time.process_time()
+    if profiler:
+        profiler.enable()
+    spec = PruneSpec(**dict(spec_args, **ENGINES[name]))
+    result = run_prune_drop(spec, out, loaded=loaded, progress=Progress(on_block=count))
+    if profiler:
+        profiler.disable()
+    seconds = time.perf_counter() - start
     return seconds, result, dict(seen, cpu=time.process_time() - cpu), profiler
 
 
@@ -206,7 +197,8 @@ def main() -> None:
     print(f"prefix reuse (run.prefix_reuse): shared run -> {runs['shared'][1].run.prefix_reuse}")
     print()
     print(
-        f"{'':8}{'wall s (min)':>13}{'x simple':>10}{'block-tokens':>14}{'x simple':>10}{'block rows':>12}   all rounds"
+        f"{'':8}{'wall s (min)':>13}{'x simple':>10}{'block-tokens':>14}{'x simple':>10}{'block rows':>12}"
+        f"{'cpu s':>9}   all rounds (wall s)"
     )
     for name in names:
         print(
@@ -221,7 +213,7 @@ def main() -> None:
     )
     print(
         f"plain/simple block rows ratio {work['plain']['rows'] / work['simple']['rows']:.3f}, "
-        f"theory (L+1)/(2L) = {(L + 1) / (2 * L):.3f} (hooks also see three one-row probes)"
+        f"theory (L+1)/(2L) = {(L + 1) / (2 * L):.3f} (plus the engines' one-row probes)"
     )
     worst = max(max_relative_difference(runs["simple"][1], runs[name][1]) for name in ("plain", "shared"))
     print(f"max relative difference of any metric between engines: {worst:.2e}")

@@ -15,6 +15,9 @@ from layerprobe.errors import LayerprobeError
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 POSITIONS = ("all", "last")
 DEFAULT_DATASET = "allenai/c4"
+DEFAULT_DATASET_CONFIG = "en"  # C4's English split; used when the default dataset is read without a config
+# Local corpus files by suffix → the `datasets` builder that reads them.
+LOCAL_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 BUILTIN_CORPUS = "builtin:pydoc"
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
@@ -49,21 +52,34 @@ class CorpusSpec:
     """Where the neutral text comes from and how much of it is measured.
 
     `dataset` is a hub dataset id, a local .txt/.jsonl/.parquet file, or `builtin:pydoc` (the
-    standard library's pydoc topics: real English text that needs no network).
+    standard library's pydoc topics: real English text that needs no network). C4 without a config
+    reads its English split, for library callers and the CLI alike.
     """
 
     dataset: str = DEFAULT_DATASET
-    dataset_config: str | None = "en"
+    dataset_config: str | None = None
     split: str = "validation"
     text_field: str = "text"
     tokens: int = 262_144
     seq_len: int = 1024
 
     def __post_init__(self) -> None:
+        if self.dataset == DEFAULT_DATASET and self.dataset_config is None:
+            object.__setattr__(self, "dataset_config", DEFAULT_DATASET_CONFIG)
         if self.tokens < 1:
             raise LayerprobeError(f"--tokens must be positive, got {self.tokens}.")
         if self.seq_len < 2:
             raise LayerprobeError(f"--seq-len must be at least 2, got {self.seq_len}.")
+
+    @property
+    def is_local(self) -> bool:
+        """A file on disk (or a path with a corpus file's suffix, reported missing when opened)."""
+        return os.path.exists(self.dataset) or os.path.splitext(self.dataset)[1].lower() in LOCAL_BUILDERS
+
+    @property
+    def is_hub(self) -> bool:
+        """Read from the Hugging Face hub: neither builtin:pydoc nor a local file."""
+        return self.dataset != BUILTIN_CORPUS and not self.is_local
 
 
 @dataclass(frozen=True)
@@ -145,3 +161,22 @@ class PruneSpec:
             raise LayerprobeError(f"--num-fewshot must be >= 0, got {self.num_fewshot}.")
         if self.batch_size != "auto" and (not isinstance(self.batch_size, int) or self.batch_size < 1):
             raise LayerprobeError(f"--batch-size must be a positive integer or 'auto', got {self.batch_size!r}.")
+
+
+@dataclass(frozen=True)
+class DepthSpec:
+    """One `layerprobe depth` run: the `angular` options, plus whether to measure gradient norms.
+
+    `grad` adds one forward+backward pass with the model's own loss (next-token, or masked-LM with
+    15 % masking seeded by `mask_seed`); it needs a checkpoint that ships its LM head.
+    """
+
+    model: ModelSpec
+    corpus: CorpusSpec = field(default_factory=CorpusSpec)
+    positions: str = "all"
+    batch_size: int = 8
+    grad: bool = False
+    mask_seed: int = 1234
+
+    def __post_init__(self) -> None:
+        AngularSpec(self.model, self.corpus, self.positions, self.batch_size)  # the same checks, one home

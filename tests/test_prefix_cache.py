@@ -94,7 +94,7 @@ def _run_all_ways(path, tmp_path, spy, layers: str, **settings):
             spy.reset()
             work["tokens"] = 0
             spec = make_spec(path, tasks=FEWSHOT_TASKS, layers=layers, **{**settings, **engine})
-            results[way] = run_prune_drop(spec, tmp_path / way, loaded=loaded)
+            results[way] = run_prune_drop(spec, tmp_path / way, loaded=loaded, progress=spy.progress)
             answers[way], tokens[way] = dict(spy.answers), work["tokens"]
             lms[way] = spy.scorers[0].lm
     finally:
@@ -153,7 +153,7 @@ def test_a_model_whose_cache_cannot_be_reused_falls_back_to_the_plain_path(long_
     monkeypatch.setattr(PrefixReuse, "_forward", forgetful)
     loaded = load(path)
     spec = make_spec(path, tasks=("lp_mmlu",), layers="0,3", limit=3, num_fewshot=5, engine="shared")
-    fallen = run_prune_drop(spec, tmp_path / "fallen", loaded=loaded)
+    fallen = run_prune_drop(spec, tmp_path / "fallen", loaded=loaded, progress=spy.progress)
     assert fallen.run.prefix_reuse.startswith("unavailable: with a reused prefix, the baseline gives log-prob")
     fallen_store = spy.scorers[0].lm.store
     spy.reset()
@@ -161,6 +161,7 @@ def test_a_model_whose_cache_cannot_be_reused_falls_back_to_the_plain_path(long_
         make_spec(path, tasks=("lp_mmlu",), layers="0,3", limit=3, num_fewshot=5, engine="shared", prefix_reuse=False),
         tmp_path / "plain",
         loaded=loaded,
+        progress=spy.progress,
     )
     assert fallen_store == spy.scorers[0].lm.store  # the very same arithmetic: the plain path ran
     assert fallen.tasks["lp_mmlu"].to_dict() == plain.tasks["lp_mmlu"].to_dict()
@@ -170,7 +171,7 @@ def test_a_model_whose_cache_cannot_be_reused_falls_back_to_the_plain_path(long_
 
     monkeypatch.setattr(PrefixReuse, "_forward", broken)
     spy.reset()
-    failed = run_prune_drop(spec, tmp_path / "failed", loaded=loaded)
+    failed = run_prune_drop(spec, tmp_path / "failed", loaded=loaded, progress=spy.progress)
     assert failed.run.prefix_reuse == "unavailable: its key/value cache cannot be reused (TypeError: no cache here)"
     assert failed.tasks["lp_mmlu"].to_dict() == plain.tasks["lp_mmlu"].to_dict()
 

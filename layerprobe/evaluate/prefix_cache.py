@@ -197,7 +197,7 @@ class PrefixReuse:
         """
         lm = self.lm
         prefix_ids = torch.tensor([group.prefix], device=lm.device)
-        with capture_block_states(lm.stack) as states, lm._count_rows():
+        with capture_block_states(lm.stack) as states:
             out = self._forward(prefix_ids, None)
         base_cache = out.past_key_values
         prefix_states = {layer: states[layer] for layer in layers}
@@ -210,7 +210,7 @@ class PrefixReuse:
             recorded = []
             for batch in batches:
                 ids = _padded(batch, lm)
-                with capture_block_states(lm.stack) as states, lm._count_rows():
+                with capture_block_states(lm.stack) as states:
                     final = self._forward(ids, _for_batch(base_cache, len(batch))).last_hidden_state
                 recorded.append((ids, {layer: states[layer] for layer in layers}))
                 del states
@@ -225,12 +225,11 @@ class PrefixReuse:
     def _replayed(self, shrunk: Any, ids: torch.Tensor, x_layer: torch.Tensor, cache: Any) -> Any:
         """A cached pass with the shrunk stack's first block (block l) replaying the recorded x^l."""
         block = shrunk.blocks[0]
-        with self.lm._count_rows(skip_first=True):
-            shrunk.blocks[0] = _CachedReplay(x_layer, self.lm._output_arity)
-            try:
-                return self._forward(ids, cache)
-            finally:
-                shrunk.blocks[0] = block
+        shrunk.blocks[0] = _CachedReplay(x_layer, self.lm._output_arity)
+        try:
+            return self._forward(ids, cache)
+        finally:
+            shrunk.blocks[0] = block
 
     def _forward(self, ids: torch.Tensor, cache: Any) -> Any:
         return self.lm.model.base_model(input_ids=ids, past_key_values=cache, use_cache=True)
