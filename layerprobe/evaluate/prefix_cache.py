@@ -176,15 +176,11 @@ class PrefixReuse:
 
     # one group ------------------------------------------------------------------------------------
     def _score_group(self, group: PrefixGroup, rows: dict[Row, list]) -> None:
-        from layerprobe.evaluate.shared import BASELINE, _Gather, _positions
-
         lm = self.lm
         requests = {row[group.length :]: rows[row] for row in group.rows}
         for variant, suffixes, final in self._finals(group, lm.layers):
-            wanted = _positions(suffixes, requests)
-            plan = _Gather.of(suffixes, requests, wanted, lm.device)
-            for key, answer in lm._head_answers(final, wanted, plan).items():
-                lm.store.setdefault(key, {})[BASELINE if variant is None else variant] = answer
+            for key, answer in lm._answers_of(final, suffixes, requests).items():
+                lm.store.setdefault(key, {})[variant] = answer
 
     @torch.inference_mode()
     def _finals(self, group: PrefixGroup, layers: list[int]) -> Iterator[tuple[int | None, list[Row], torch.Tensor]]:
@@ -273,10 +269,8 @@ class PrefixReuse:
 
 
 def _logprobs(lm: Any, final: torch.Tensor) -> torch.Tensor:
-    from layerprobe.evaluate.shared import head_logits
-
     with torch.inference_mode():
-        return nn.functional.log_softmax(head_logits(lm.model, final).float(), dim=-1)
+        return lm._logprobs(final)
 
 
 def _probe_ids(tokenizer: Any) -> tuple[int, ...]:

@@ -163,6 +163,17 @@ class SharedPrefixLM(HFLM):
             finally:
                 shrunk.blocks[0] = block
 
+    def _answers_of(
+        self, final: torch.Tensor, chunk: list[tuple[int, ...]], requests: dict[tuple[int, ...], list[Key]]
+    ) -> dict[Key, tuple[float, bool]]:
+        """The answers of a chunk's requests from its final hidden states (prefix_cache.py scores suffixes so)."""
+        wanted = _positions(chunk, requests)
+        return self._head_answers(final, wanted, _Gather.of(chunk, requests, wanted, self.device))
+
+    def _logprobs(self, final: torch.Tensor) -> torch.Tensor:
+        """fp32 log-probabilities of the head at every position of `final` (the prefix probe compares them)."""
+        return nn.functional.log_softmax(head_logits(self.model, final).float(), dim=-1)
+
     def _base_forward(self, ids: torch.Tensor) -> torch.Tensor:
         base = self.model.base_model
         return base(input_ids=ids, use_cache=False).last_hidden_state
