@@ -18,7 +18,7 @@ from rich.table import Table
 
 from layerprobe.console import RichProgress, err, out, print_angular_summary, print_depth_summary, print_prune_summary
 from layerprobe.errors import LayerprobeError
-from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON
+from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON, SAMPLES_DIR
 
 app = typer.Typer(
     name="layerprobe",
@@ -306,6 +306,21 @@ def prune_drop(
             "--resume", help="Continue an interrupted run in the same --out, recomputing nothing already done."
         ),
     ] = False,
+    log_samples: Annotated[
+        bool,
+        typer.Option(
+            "--log-samples",
+            help="Also write every document's metric values, per variant, to <out>/samples/<task>.jsonl.",
+        ),
+    ] = False,
+    angular: Annotated[
+        Path | None,
+        typer.Option(
+            "--angular",
+            help="angular.json of the same model: rank agreement of d(x^l, x^l+1) with ΔP "
+            "(default: <out>/angular.json when it exists).",
+        ),
+    ] = None,
     revision: RevisionOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
@@ -337,6 +352,8 @@ def prune_drop(
         squad_data=str(squad_data) if squad_data else None,
         engine=engine,
         prefix_reuse=prefix_reuse,
+        log_samples=log_samples,
+        angular=str(angular) if angular else None,
     )
     directory = output_dir(out_dir, model)
     progress = RichProgress(quiet)
@@ -344,9 +361,95 @@ def prune_drop(
         result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks())
     plots = plot_prune_drop(result, directory)
     print_prune_summary(result)
+    written = [*plots, *([directory / SAMPLES_DIR] if spec.log_samples else [])]
     out.print(
-        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in plots), highlight=False, soft_wrap=True
+        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in written), highlight=False, soft_wrap=True
     )
+
+
+@app.command("prune")
+@friendly_errors
+def prune_export(
+    model: ModelArg,
+    save: Annotated[
+        Path,
+        typer.Option("--save", help="Directory for the pruned checkpoint (written to a temp dir, renamed at the end)."),
+    ],
+    remove: Annotated[
+        str | None,
+        typer.Option("--remove", help="Blocks to remove, all at once: 0-based inclusive ranges like 20-27,30."),
+    ] = None,
+    remove_attention: Annotated[
+        str | None,
+        typer.Option(
+            "--remove-attention",
+            help="Blocks whose attention sublayer to drop. Refused (before loading weights) unless the config "
+            "can say a block has no attention: zeroed weights are not a smaller model.",
+        ),
+    ] = None,
+    remove_mlp: Annotated[
+        str | None,
+        typer.Option("--remove-mlp", help="Blocks whose MLP sublayer to drop; refused like --remove-attention."),
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace --save if it exists and is not empty (only once written).")
+    ] = False,
+    mergekit_yaml: Annotated[
+        Path | None,
+        typer.Option(
+            "--mergekit-yaml",
+            help="Also write the equivalent mergekit passthrough config (slices of the kept layer ranges) here.",
+        ),
+    ] = None,
+    max_shard_size: Annotated[
+        str | None,
+        typer.Option("--max-shard-size", help="Largest safetensors shard, e.g. 5GB (default: transformers' own)."),
+    ] = None,
+    revision: RevisionOpt = None,
+    dtype: Annotated[
+        str,
+        typer.Option("--dtype", help="auto|float32|bfloat16|float16. auto: keep the checkpoint's own dtype."),
+    ] = "auto",
+    trust_remote_code: TrustOpt = False,
+    layers_path: LayersPathOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Write a smaller checkpoint without the removed blocks, loadable with from_pretrained.
+
+    The weights are those of the in-memory removal prune-drop measures (and of a mergekit passthrough
+    of the kept layers). The config is rewritten for the kept blocks (num_hidden_layers, layer_types,
+    MoE and sliding-window patterns) and every rebuilt block is checked against the original before any
+    weight is read; the tokenizer and generation config are copied, and layerprobe.json records what was
+    removed from which source. Runs on CPU; needs memory for the full model.
+    """
+    from layerprobe.export import run_export
+    from layerprobe.specs import ExportSpec, ModelSpec
+
+    spec = ExportSpec(
+        model=ModelSpec(model, revision, dtype, "cpu", None, trust_remote_code, layers_path),
+        save=str(save),
+        remove=remove,
+        remove_attention=remove_attention,
+        remove_mlp=remove_mlp,
+        overwrite=overwrite,
+        mergekit_yaml=str(mergekit_yaml) if mergekit_yaml else None,
+        max_shard_size=max_shard_size,
+    )
+    progress = RichProgress(quiet)
+    with progress.running():
+        result = run_export(spec, progress.callbacks())
+    before, after = len(result.removed) + len(result.kept), len(result.kept)
+    changed = ", ".join(f"{k}={v}" for k, v in result.config_changes.items())
+    out.print(
+        f"[bold]{model}[/]: {before} → {after} blocks (removed {', '.join(map(str, result.removed))}), "
+        f"{result.parameters_before:,} → {result.parameters_after:,} parameters; config: {changed}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for note in result.notes:
+        err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+    written = f"wrote {result.directory}" + (f", {result.mergekit_yaml}" if result.mergekit_yaml else "")
+    out.print(written, highlight=False, soft_wrap=True)
 
 
 def _positive_int(text: str, option: str) -> int:
@@ -376,12 +479,14 @@ def layers(
     random weights, one block in memory at a time (--no-placement skips it).
     """
     from layerprobe.layers import find_layers
-    from layerprobe.models import load_skeleton
+    from layerprobe.models import check_skeleton_weights, load_skeleton
     from layerprobe.specs import ModelSpec
 
+    spec = ModelSpec(model, revision, trust_remote_code=trust_remote_code, layers_path=layers_path)
     with err.status("Reading config"):
-        skeleton, architecture, kind = load_skeleton(ModelSpec(model, revision, trust_remote_code=trust_remote_code))
+        skeleton, architecture, kind = load_skeleton(spec)
     stack = find_layers(skeleton, layers_path)
+    check_skeleton_weights(spec, skeleton, stack)  # a config that disagrees with the weights would list wrong L
     sizes = stack.parameters_per_block()
     traced = _traced_placement(skeleton, stack) if placement else None
     out.print(f"[bold]{model}[/]: {architecture} ({kind})", highlight=False)
