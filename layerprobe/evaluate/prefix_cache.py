@@ -228,7 +228,7 @@ class PrefixReuse:
             shrunk.blocks[0] = block
 
     def _forward(self, ids: torch.Tensor, cache: Any) -> Any:
-        return self.lm.model.base_model(input_ids=ids, past_key_values=cache, use_cache=True)
+        return self.lm.stack.root(input_ids=ids, past_key_values=cache, use_cache=True)  # the model without its head
 
     # the probe ------------------------------------------------------------------------------------
     def _probe(self) -> str | None:
