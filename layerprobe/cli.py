@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from layerprobe.console import RichProgress, err, out, print_angular_summary, print_prune_summary
+from layerprobe.console import RichProgress, err, out, print_angular_summary, print_error, print_prune_summary
 from layerprobe.errors import LayerprobeError
 from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON
 
@@ -61,10 +62,7 @@ def friendly_errors(command: Callable) -> Callable:
         try:
             return command(*args, **kwargs)
         except LayerprobeError as exc:
-            # soft_wrap: one line each, also when stderr is a pipe or log (rich would cut at 80 columns)
-            err.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
-            if exc.hint:
-                err.print(f"[dim]hint: {exc.hint}[/]", highlight=False, soft_wrap=True)
+            print_error(exc.message, exc.hint)  # escaped, one line each also in a pipe or log
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/]")
@@ -81,8 +79,10 @@ def model_slug(model: str) -> str:
 
 
 def output_dir(out_opt: Path | None, model: str) -> Path:
-    """`--out` if given, else ./layerprobe-out/<model-slug>/."""
-    return out_opt if out_opt is not None else Path("layerprobe-out") / model_slug(model)
+    """`--out` if given, else ./layerprobe-out/<model-slug>/; an existing file there is refused at once."""
+    from layerprobe.results import check_output_dir
+
+    return check_output_dir(out_opt if out_opt is not None else Path("layerprobe-out") / model_slug(model))
 
 
 @app.command()
@@ -154,7 +154,7 @@ def demo(
         corpus=CorpusSpec(BUILTIN_CORPUS, None, "train", "text", tokens, 512),
         batch_size=8,
     )
-    _run_and_report_angular(spec, out_dir, quiet)
+    _run_and_report_angular(spec, output_dir(out_dir, "demo"), quiet)
 
 
 def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
@@ -168,7 +168,7 @@ def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
     json_path = write_json(directory / ANGULAR_JSON, result.to_dict())
     plots = plot_angular(result, directory)
     print_angular_summary(result)
-    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, soft_wrap=True)
+    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, markup=False)
 
 
 @app.command("prune-drop")
@@ -264,9 +264,7 @@ def prune_drop(
         result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks())
     plots = plot_prune_drop(result, directory)
     print_prune_summary(result)
-    out.print(
-        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in plots), highlight=False, soft_wrap=True
-    )
+    out.print(f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in plots), highlight=False, markup=False)
 
 
 def _positive_int(text: str, option: str) -> int:
@@ -295,7 +293,7 @@ def layers(
         skeleton, architecture, kind = load_skeleton(ModelSpec(model, revision, trust_remote_code=trust_remote_code))
     stack = find_layers(skeleton, layers_path)
     sizes = stack.parameters_per_block()
-    out.print(f"[bold]{model}[/]: {architecture} ({kind})", highlight=False)
+    out.print(f"[bold]{escape(model)}[/]: {escape(f'{architecture} ({kind})')}", highlight=False)
     table = Table()
     table.add_column("block", justify="right")
     table.add_column("class")
@@ -304,7 +302,7 @@ def layers(
         table.add_row(str(index), type(block).__name__, f"{size:,}")
     out.print(table)
     out.print(
-        f"stack path: {stack.path}   L = {stack.num_layers}   block class: {stack.block_class}   "
+        f"stack path: {escape(stack.path)}   L = {stack.num_layers}   block class: {stack.block_class}   "
         f"parameters in blocks: {sum(sizes):,}",
         highlight=False,
     )
@@ -320,7 +318,7 @@ def plot(
     from layerprobe.report import plot_result
 
     for path in plot_result(result_json, out_dir):
-        out.print(f"wrote {path}", highlight=False, soft_wrap=True)
+        out.print(f"wrote {path}", highlight=False, markup=False)
 
 
 @app.command("compare")
@@ -354,8 +352,6 @@ def compare_command(
     ] = None,
 ) -> None:
     """Gate a candidate's results against a baseline's: exit 0 pass, 1 regression, 2 bad input."""
-    from rich.console import Console
-
     from layerprobe.gate.figures import plot_verdict
     from layerprobe.gate.render import build_table, check_format, render, render_junit
     from layerprobe.gate.rules import load_rules
@@ -372,10 +368,10 @@ def compare_command(
     )
     verdict = compare_paths(baseline, candidate, rules)
     if output_format == "table":
-        Console().print(build_table(verdict))
+        out.print(build_table(verdict))
     else:
-        typer.echo(render(verdict, output_format), nl=False)
-    err = Console(stderr=True)
+        text = render(verdict, output_format)
+        typer.echo(text if text.endswith("\n") else text + "\n", nl=False)
     if junit is not None:
         try:
             junit.parent.mkdir(parents=True, exist_ok=True)

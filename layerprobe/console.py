@@ -7,10 +7,12 @@ functions print a result object as a heading, a table and one closing line. Noth
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -22,8 +24,24 @@ from rich.progress import (
 )
 from rich.table import Table
 
-out = Console()
-err = Console(stderr=True)
+# Wide enough that nothing is cut when output goes to a pipe or a CI log (rich would assume 80 columns).
+PIPE_WIDTH = 1000
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console that never hard-wraps what a log or pipe reads: paths, `wrote …` lines and tables stay whole.
+
+    On a terminal rich fits the window as usual; elsewhere (pipe, file, CI log) lines are soft-wrapped, i.e.
+    printed whole, and tables are laid out for a wide page unless COLUMNS says otherwise.
+    """
+    console = Console(stderr=stderr, soft_wrap=True)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.width = PIPE_WIDTH
+    return console
+
+
+out = make_console()
+err = make_console(stderr=True)
 
 
 class RichProgress:
@@ -87,7 +105,7 @@ def print_angular_summary(result: Any) -> None:
     summary = result.to_dict()["summary"]
     adjacent = summary["adjacent"]
     out.print(
-        f"[bold]{result.model.id}[/]: d(x^l, x^(l+1)) over {result.data['positions_averaged']:,} positions",
+        f"[bold]{escape(result.model.id)}[/]: d(x^l, x^(l+1)) over {result.data['positions_averaged']:,} positions",
         highlight=False,
     )  # a heading line, not a table title: titles wrap to the table's width
     table = Table()
@@ -121,11 +139,12 @@ def print_prune_summary(result: Any) -> None:
         metric = task.metrics[metric_name]
         se = f" ± {metric.baseline_stderr:.4f}" if metric.baseline_stderr is not None else ""
         out.print(
-            f"[bold]{result.model.id} · {name} · {metric_name}[/]: baseline {metric.baseline:.4f}{se}", highlight=False
+            f"[bold]{escape(f'{result.model.id} · {name} · {metric_name}')}[/]: baseline {metric.baseline:.4f}{se}",
+            highlight=False,
         )
         table = Table()
         table.add_column("removed block", justify="right")
-        table.add_column(metric_name, justify="right")
+        table.add_column(escape(metric_name), justify="right")
         table.add_column("ΔP", justify="right")
         sign = 1 if metric.higher_is_better else -1
         order = sorted(range(len(metric.layers)), key=lambda i: sign * metric.delta[i])
@@ -136,7 +155,18 @@ def print_prune_summary(result: Any) -> None:
         out.print(table)
         if task.nonfinite:
             err.print(
-                f"[yellow]warning:[/] {name}: {task.nonfinite} inputs gave NaN/inf outputs over all "
+                f"[yellow]warning:[/] {escape(name)}: {task.nonfinite} inputs gave NaN/inf outputs over all "
                 "evaluations (scored as unanswerable; try --dtype float32)"
             )
-    out.print(f"engine: {result.engine}; {result.run.seconds:,.1f} s", highlight=False)
+    out.print(f"engine: {escape(result.engine)}; {result.run.seconds or 0:,.1f} s", highlight=False)
+
+
+def print_error(message: str, hint: str | None = None) -> None:
+    """A user mistake: one red line and an optional dim hint, on stderr, printed as text (never as markup).
+
+    Messages quote user input (paths, task names, TOML sections such as `[angular]`) that rich would
+    otherwise read as markup tags and silently drop.
+    """
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    if hint:
+        err.print(f"[dim]hint: {escape(hint)}[/]", highlight=False, soft_wrap=True)

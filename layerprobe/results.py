@@ -16,7 +16,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from layerprobe import validate as v
 from layerprobe.errors import ResultError
+from layerprobe.validate import Node
 
 if TYPE_CHECKING:
     from layerprobe.evaluate.scores import Evaluation
@@ -28,6 +30,50 @@ LAZY_THRESHOLD = 0.2
 ANGULAR_JSON = "angular.json"
 PRUNE_DROP_JSON = "prune_drop.json"
 PRUNE_DROP_PARTIAL_JSON = "prune_drop.partial.json"
+
+# What each record of a result file must hold, field by field (validate.py's readers). A field a newer
+# layerprobe adds is one line here; optional fields keep older files readable.
+MODEL_FIELDS: dict[str, v.Kind] = {
+    "id": v.text(),
+    "revision": v.text(optional=True),
+    "commit": v.text(optional=True),
+    "architecture": v.text(optional=True),
+    "model_type": v.text(optional=True),
+    "kind": v.text(optional=True),
+    "dtype": v.text(optional=True),
+    "num_layers": v.integer(minimum=1),
+    "layer_path": v.text(optional=True),
+    "block_class": v.text(optional=True),
+}
+RUN_FIELDS: dict[str, v.Kind] = {
+    "started_at": v.text(optional=True),
+    "seconds": v.number(optional=True),
+    "versions": v.string_map(optional=True),
+    "device": v.text(optional=True),
+}
+ANGULAR_DATA_FIELDS: dict[str, v.Kind] = {
+    "dataset": v.text(optional=True),
+    "config": v.text(optional=True),
+    "split": v.text(optional=True),
+    "text_field": v.text(optional=True),
+    "tokens": v.integer(minimum=1),
+    "seq_len": v.integer(optional=True, minimum=1),
+    "windows": v.integer(optional=True, minimum=1),
+    "positions": v.text(),
+    "positions_averaged": v.integer(optional=True, minimum=0),
+}
+TASK_FIELDS: dict[str, v.Kind] = {
+    "num_fewshot": v.integer(optional=True, minimum=0),
+    "limit": v.number(optional=True, finite=True),
+    "samples": v.integer(optional=True, minimum=0),
+    "nonfinite": v.integer(default=0, minimum=0),
+}
+SETTINGS_FIELDS: dict[str, v.Kind] = {
+    "limit": v.number(optional=True, finite=True),
+    "num_fewshot": v.integer(optional=True, minimum=0),
+    "seed": v.integer(optional=True),
+    "batch_size": v.text_or_integer(optional=True),
+}
 
 
 @dataclass(frozen=True)
@@ -46,8 +92,8 @@ class ModelInfo:
     block_class: str
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelInfo:
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+    def from_dict(cls, data: dict[str, Any] | Node, source: str = "model") -> ModelInfo:
+        return cls(**v.read_fields(_node(data, source), MODEL_FIELDS))
 
 
 @dataclass(frozen=True)
@@ -60,8 +106,8 @@ class RunInfo:
     device: str
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunInfo:
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+    def from_dict(cls, data: dict[str, Any] | Node, source: str = "run") -> RunInfo:
+        return cls(**v.read_fields(_node(data, source), RUN_FIELDS))
 
 
 @dataclass(frozen=True)
@@ -97,20 +143,32 @@ class AngularResult:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AngularResult:
-        _check_schema(data, ANGULAR_SCHEMA)
-        try:
-            return cls(
-                model=ModelInfo.from_dict(data["model"]),
-                data=data["data"],
-                distance=[[float(v) for v in row] for row in data["distance"]],
-                nonfinite_tokens=int(data.get("nonfinite_tokens", 0)),
-                run=RunInfo.from_dict(data["run"]),
-                tokens_per_second=float(data.get("tokens_per_second", 0.0)),
-                summary=data.get("summary") or angular_summary(data["distance"]),
+    def from_dict(cls, data: dict[str, Any], source: str = "angular result") -> AngularResult:
+        """Validate every field (see `ANGULAR_DATA_FIELDS`, `MODEL_FIELDS`) and build the result.
+
+        The stored `summary` is recomputed from `distance`, so it can never disagree with the matrix.
+
+        Raises:
+            ResultError: naming `source` and the JSON path of the first bad field.
+        """
+        root = Node(data, source)
+        _check_schema(root, ANGULAR_SCHEMA)
+        model = ModelInfo.from_dict(root.key("model"))
+        distance = _distance_matrix(root.key("distance"))
+        if model.num_layers != len(distance) - 1:
+            root.key("model").key("num_layers").fail(
+                f"L = {len(distance) - 1} to match the {len(distance)}×{len(distance)} distance matrix",
+                f"got {model.num_layers}",
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ResultError(f"Malformed {ANGULAR_SCHEMA} result: {exc!r}") from exc
+        return cls(
+            model=model,
+            data=v.checked_record(root.key("data"), ANGULAR_DATA_FIELDS),
+            distance=distance,
+            nonfinite_tokens=root.key("nonfinite_tokens").integer(default=0, minimum=0),
+            run=RunInfo.from_dict(root.key("run")),
+            tokens_per_second=root.key("tokens_per_second").number(default=0.0),
+            summary=angular_summary(distance),
+        )
 
 
 @dataclass(frozen=True)
@@ -138,14 +196,31 @@ class MetricDrop:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MetricDrop:
+    def from_dict(cls, data: dict[str, Any] | Node, source: str = "metric") -> MetricDrop:
+        """Validate one metric: `layers`, `pruned` and `stderr` must be parallel arrays of the right types."""
+        node = _node(data, source)
+        layers = [item.integer(minimum=0) for item in node.key("layers").items()]
+        if len(set(layers)) != len(layers):
+            node.key("layers").fail("an array of distinct block indices", f"got {layers}")
+        pruned_node, stderr_node = node.key("pruned"), node.key("stderr")
+        pruned = [item.number() for item in pruned_node.items()]
+        stderr = (
+            [item.number(optional=True) for item in stderr_node.items()]
+            if stderr_node.present and stderr_node.value is not None
+            else [None] * len(layers)
+        )
+        for name, values in (("pruned", pruned), ("stderr", stderr)):
+            if len(values) != len(layers):
+                node.key(name).fail(
+                    f"an array of {len(layers)} items (one per entry of layers)", f"got {len(values)} items"
+                )
         return cls(
-            baseline=data["baseline"],
-            baseline_stderr=data.get("baseline_stderr"),
-            higher_is_better=bool(data.get("higher_is_better", True)),
-            layers=[int(v) for v in data["layers"]],
-            pruned=list(data["pruned"]),
-            stderr=list(data.get("stderr") or [None] * len(data["layers"])),
+            baseline=node.key("baseline").number(),
+            baseline_stderr=node.key("baseline_stderr").number(optional=True),
+            higher_is_better=node.key("higher_is_better").flag(default=True),
+            layers=layers,
+            pruned=pruned,
+            stderr=stderr,
         )
 
 
@@ -173,14 +248,11 @@ class TaskDrop:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TaskDrop:
-        return cls(
-            metrics={k: MetricDrop.from_dict(v) for k, v in data["metrics"].items()},
-            num_fewshot=data.get("num_fewshot"),
-            limit=data.get("limit"),
-            samples=data.get("samples"),
-            nonfinite=int(data.get("nonfinite", 0)),
-        )
+    def from_dict(cls, data: dict[str, Any] | Node, source: str = "task") -> TaskDrop:
+        node = _node(data, source)
+        fields = v.read_fields(node, TASK_FIELDS)
+        metrics = {name: MetricDrop.from_dict(metric) for name, metric in node.key("metrics").entries(min_length=1)}
+        return cls(metrics=metrics, **fields)
 
 
 @dataclass(frozen=True)
@@ -207,20 +279,33 @@ class PruneDropResult:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PruneDropResult:
-        _check_schema(data, PRUNE_DROP_SCHEMA)
-        try:
-            tasks = {k: TaskDrop.from_dict(v) for k, v in data["tasks"].items()}
-            return cls(
-                model=ModelInfo.from_dict(data["model"]),
-                engine=data.get("engine", "simple"),
-                settings=data.get("settings", {}),
-                tasks=tasks,
-                run=RunInfo.from_dict(data["run"]),
-                summary=data.get("summary") or prune_drop_summary(tasks),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ResultError(f"Malformed {PRUNE_DROP_SCHEMA} result: {exc!r}") from exc
+    def from_dict(cls, data: dict[str, Any], source: str = "prune-drop result") -> PruneDropResult:
+        """Validate every field (see `TASK_FIELDS`, `MODEL_FIELDS`) and build the result.
+
+        Removed blocks must lie in 0 … L−1; the stored `summary` is recomputed from the tasks.
+
+        Raises:
+            ResultError: naming `source` and the JSON path of the first bad field.
+        """
+        root = Node(data, source)
+        _check_schema(root, PRUNE_DROP_SCHEMA)
+        model = ModelInfo.from_dict(root.key("model"))
+        tasks = {name: TaskDrop.from_dict(task) for name, task in root.key("tasks").entries(min_length=1)}
+        for name, task in tasks.items():
+            for metric_name, metric in task.metrics.items():
+                outside = [layer for layer in metric.layers if layer >= model.num_layers]
+                if outside:
+                    root.key("tasks").key(name).key("metrics").key(metric_name).key("layers").fail(
+                        f"block indices below L = {model.num_layers} (model.num_layers)", f"got {outside}"
+                    )
+        return cls(
+            model=model,
+            engine=root.key("engine").text(default="simple"),
+            settings=v.checked_record(root.key("settings"), SETTINGS_FIELDS) if root.key("settings").present else {},
+            tasks=tasks,
+            run=RunInfo.from_dict(root.key("run")),
+            summary=prune_drop_summary(tasks),
+        )
 
 
 def angular_summary(distance: list[list[float]], threshold: float = LAZY_THRESHOLD) -> dict[str, Any]:
@@ -291,6 +376,20 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], object]) 
     return path
 
 
+def check_output_dir(directory: str | os.PathLike[str], option: str = "--out") -> Path:
+    """Refuse an output directory that is an existing file (or lies under one) before anything is computed."""
+    directory = Path(directory)
+    for part in (directory, *directory.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise ResultError(
+                    f"{option} {directory} cannot be a directory: {part} is an existing file.",
+                    hint=f"Pass a directory to {option} (it is created if missing).",
+                )
+            break
+    return directory
+
+
 def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
     """Write JSON atomically (see `atomic_write`)."""
     text = json.dumps(data, indent=2, allow_nan=True) + "\n"
@@ -311,16 +410,28 @@ def evaluation_to_dict(evaluation: Evaluation) -> dict[str, Any]:
     }
 
 
-def evaluation_from_dict(data: dict[str, Any]) -> Evaluation:
-    """Read back `evaluation_to_dict`'s form (older progress files may lack engine and nonfinite)."""
+def evaluation_from_dict(data: dict[str, Any] | Node, source: str = "evaluation") -> Evaluation:
+    """Read back `evaluation_to_dict`'s form, checked (older progress files may lack engine and nonfinite)."""
     from layerprobe.evaluate.scores import Evaluation, MetricScore
 
-    samples = data.get("samples")
+    node = _node(data, source)
+    samples = node.key("samples").integer(optional=True, minimum=0)
     metrics = {
-        name: MetricScore(m["value"], m["stderr"], m["higher_is_better"], samples or 0)
-        for name, m in data["metrics"].items()
+        name: MetricScore(
+            m.key("value").number(),
+            m.key("stderr").number(optional=True),
+            m.key("higher_is_better").flag(optional=True),
+            samples or 0,
+        )
+        for name, m in node.key("metrics").entries(min_length=1)
     }
-    return Evaluation(metrics, data.get("num_fewshot"), samples, data.get("engine", "simple"), data.get("nonfinite", 0))
+    return Evaluation(
+        metrics,
+        node.key("num_fewshot").integer(optional=True, minimum=0),
+        samples,
+        node.key("engine").text(default="simple"),
+        node.key("nonfinite").integer(default=0, minimum=0),
+    )
 
 
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -335,23 +446,52 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ResultError(f"{path} is not readable JSON: {exc}") from exc
+    except RecursionError:  # json recurses once per nesting level: "[[[[…" 100,000 deep
+        raise ResultError(f"{path} is not a layerprobe result: its JSON is nested too deeply to read.") from None
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("layerprobe/"):
         raise ResultError(f"{path} is not a layerprobe result (no 'schema': 'layerprobe/...').")
     return data
 
 
 def load_result(path: str | os.PathLike[str]) -> AngularResult | PruneDropResult:
-    """Read any layerprobe result file into its result object."""
+    """Read any layerprobe result file into its result object, validated field by field (validate.py).
+
+    This is the one place a result file becomes a typed object: the gate and the plots never see raw JSON.
+    """
     data = read_json(path)
     kind = str(data["schema"]).split("@")[0]
     if kind == ANGULAR_SCHEMA.split("@")[0]:
-        return AngularResult.from_dict(data)
+        return AngularResult.from_dict(data, str(path))
     if kind == PRUNE_DROP_SCHEMA.split("@")[0]:
-        return PruneDropResult.from_dict(data)
-    raise ResultError(f"{path}: unknown result schema {data['schema']!r}.")
+        return PruneDropResult.from_dict(data, str(path))
+    hint = None
+    if kind == "layerprobe/compare":
+        hint = "That is compare's verdict; pass the angular.json or prune_drop.json files it compared."
+    elif kind == "layerprobe/prune-drop-partial":
+        hint = "That is an unfinished prune-drop run; finish it with prune-drop --resume first."
+    raise ResultError(f"{path}: unknown result schema {data['schema']!r}.", hint=hint)
 
 
-def _check_schema(data: dict[str, Any], expected: str) -> None:
-    schema = data.get("schema")
+def _check_schema(root: Node, expected: str) -> None:
+    schema = root.obj().get("schema")
     if schema != expected:
-        raise ResultError(f"Expected a {expected} result, got schema {schema!r}.")
+        raise ResultError(f"{root.source}: expected a {expected} result, got schema {schema!r}.")
+
+
+def _node(data: dict[str, Any] | Node, source: str) -> Node:
+    return data if isinstance(data, Node) else Node(data, source)
+
+
+def _distance_matrix(node: Node) -> list[list[float]]:
+    """An (L+1)×(L+1) matrix of distances in [0, 1] (or NaN), L ≥ 1; a ragged or empty one is refused."""
+    rows = node.items()
+    size = len(rows)
+    if size < 2:
+        node.fail("an (L+1)×(L+1) matrix with L ≥ 1 block", f"got {size} row{'s' if size != 1 else ''}")
+    matrix = []
+    for row in rows:
+        cells = row.items()
+        if len(cells) != size:
+            row.fail(f"an array of {size} numbers (the matrix has {size} rows)", f"got {len(cells)} items")
+        matrix.append([cell.number(low=0.0, high=1.0) for cell in cells])
+    return matrix
