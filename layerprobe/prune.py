@@ -104,4 +104,5 @@ def assemble_task(state: PruneState, task: str, layers: list[int], limit: float 
         limit=limit,
         samples=baseline.samples,
         nonfinite=baseline.nonfinite + sum(v.nonfinite for v in variants),
+        version=baseline.version,
     )

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -67,6 +69,7 @@ TASK_FIELDS: dict[str, v.Kind] = {
     "limit": v.number(optional=True, finite=True),
     "samples": v.integer(optional=True, minimum=0),
     "nonfinite": v.integer(default=0, minimum=0),
+    "version": v.text(optional=True),
 }
 SETTINGS_FIELDS: dict[str, v.Kind] = {
     "limit": v.number(optional=True, finite=True),
@@ -233,6 +236,7 @@ class TaskDrop:
     limit: float | None
     samples: int | None
     nonfinite: int = 0  # evaluations' inputs with NaN/inf model outputs (SQuAD windows): counted, never hidden
+    version: str | None = None  # lm-eval's version of the task (None for squad or older files)
 
     @property
     def primary_metric(self) -> str:
@@ -244,6 +248,7 @@ class TaskDrop:
             "limit": self.limit,
             "samples": self.samples,
             "nonfinite": self.nonfinite,
+            "version": self.version,
             "metrics": {name: m.to_dict() for name, m in self.metrics.items()},
         }
 
@@ -363,17 +368,69 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], object]) 
     removed. The temporary file is created by `write` itself (not `mkstemp`, which would make it private
     to its owner), so results and plots get the permissions of any file the user writes and CI artifact
     uploaders or web servers running as another user can read them. Every result file and plot
-    layerprobe writes goes through here.
+    layerprobe writes goes through here. The temporary name carries the writer's pid
+    (`.angular.json.<pid>-<hex>.tmp`), so the leftovers of a writer killed with SIGKILL, which no
+    `finally` can remove, are recognised and removed by the next write into that directory
+    (`remove_stale_temp_files`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    remove_stale_temp_files(path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
         write(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+# `.angular.json.<pid>-<8 hex>.tmp` (and the pid-less `.angular.json.<8 hex>.tmp` of earlier versions).
+_TEMP_NAME = re.compile(r"^\..+\.(?:(\d+)-)?[0-9a-f]{8}\.tmp$")
+_PROCESS_STARTED = time.time()
+_CLEANED: set[Path] = set()
+
+
+def remove_stale_temp_files(directory: Path) -> list[Path]:
+    """Remove temporary files of `atomic_write` that no live writer holds; once per directory and process.
+
+    A file counts as stale when its pid is not a running process, or, for the pid-less names of earlier
+    versions, when it is older than this process. Only names of `atomic_write`'s own pattern are touched.
+    """
+    directory = Path(directory)
+    key = directory.resolve()
+    if key in _CLEANED:
+        return []
+    _CLEANED.add(key)
+    removed = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return []
+    for entry in entries:
+        match = _TEMP_NAME.match(entry.name)
+        if not match or not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            stale = not _pid_alive(int(match[1])) if match[1] else entry.stat().st_mtime < _PROCESS_STARTED
+            if stale:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except OSError:  # another process removed it first, or it is not ours to remove
+            continue
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # exists but belongs to someone else, or cannot be asked: leave its file alone
+    return True
 
 
 def check_output_dir(directory: str | os.PathLike[str], option: str = "--out") -> Path:
@@ -407,6 +464,7 @@ def evaluation_to_dict(evaluation: Evaluation) -> dict[str, Any]:
         "samples": evaluation.samples,
         "engine": evaluation.engine,
         "nonfinite": evaluation.nonfinite,
+        "version": evaluation.version,
     }
 
 
@@ -431,6 +489,7 @@ def evaluation_from_dict(data: dict[str, Any] | Node, source: str = "evaluation"
         samples,
         node.key("engine").text(default="simple"),
         node.key("nonfinite").integer(default=0, minimum=0),
+        node.key("version").text(optional=True),
     )
 
 

@@ -40,6 +40,7 @@ class Evaluation:
     samples: int | None
     engine: str
     nonfinite: int = 0
+    version: str | None = None  # the task's version as lm-eval reports it (a new version may change prompts)
 
 
 BASELINE = None  # the variant with no block removed; any other variant is the removed block's index
