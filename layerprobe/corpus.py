@@ -108,8 +108,6 @@ def iter_documents(spec: CorpusSpec) -> Iterator[str]:
 
 
 def _open_rows(spec: CorpusSpec) -> Iterable[dict]:
-    import datasets
-
     suffix = Path(spec.dataset).suffix.lower()
     try:
         if spec.is_local:
@@ -124,9 +122,13 @@ def _open_rows(spec: CorpusSpec) -> Iterable[dict]:
                 return ({"text": paragraph} for paragraph in iter_paragraphs(Path(spec.dataset)))
             if suffix == ".jsonl":
                 return iter_jsonl_rows(Path(spec.dataset))
+            import datasets  # only here: importing it costs seconds that a .txt/.jsonl corpus does not need
+
             builder = LOCAL_BUILDERS[suffix]
             extra = {"sample_by": "paragraph"} if builder == "text" else {}
             return datasets.load_dataset(builder, data_files=spec.dataset, split="train", streaming=True, **extra)
+        import datasets
+
         return datasets.load_dataset(spec.dataset, spec.dataset_config, split=spec.split, streaming=True)
     except CorpusError:
         raise
