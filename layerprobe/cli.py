@@ -17,7 +17,15 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from layerprobe.console import RichProgress, err, out, print_angular_summary, print_error, print_prune_summary
+from layerprobe.console import (
+    RichProgress,
+    err,
+    out,
+    print_angular_summary,
+    print_depth_summary,
+    print_error,
+    print_prune_summary,
+)
 from layerprobe.errors import LayerprobeError
 from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON
 
@@ -52,6 +60,31 @@ LayersPathOpt = Annotated[
 ]
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory (default: ./layerprobe-out/<model>/).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).")]
+
+# Corpus options shared by every command that streams text through a model (angular, depth).
+TokensOpt = Annotated[int, typer.Option("--tokens", help="Positions to stream through the model (exact).")]
+PositionsOpt = Annotated[
+    str,
+    typer.Option(
+        "--positions",
+        help="all: mean over every measured position; last: the last text token of each window (Gromov et al.).",
+    ),
+]
+DatasetOpt = Annotated[
+    str,
+    typer.Option(
+        "--dataset",
+        help="Hub dataset id, a local .txt/.jsonl/.parquet file, or builtin:pydoc (offline English text).",
+    ),
+]
+DatasetConfigOpt = Annotated[
+    str | None,
+    typer.Option("--dataset-config", help="Hub dataset config (default: en for allenai/c4, none otherwise)."),
+]
+SplitOpt = Annotated[str, typer.Option("--split", help="Hub dataset split.")]
+TextFieldOpt = Annotated[str, typer.Option("--text-field", help="Column/field that holds the text.")]
+SeqLenOpt = Annotated[int, typer.Option("--seq-len", help="Window length in tokens (capped by the model's context).")]
+WindowBatchOpt = Annotated[int, typer.Option("--batch-size", help="Windows per forward pass.")]
 
 
 def friendly_errors(command: Callable) -> Callable:
@@ -89,31 +122,14 @@ def output_dir(out_opt: Path | None, model: str) -> Path:
 @friendly_errors
 def angular(
     model: ModelArg,
-    tokens: Annotated[int, typer.Option("--tokens", help="Positions to stream through the model (exact).")] = 262_144,
-    positions: Annotated[
-        str,
-        typer.Option(
-            "--positions",
-            help="all: mean over every measured position; last: the last text token of each window (Gromov et al.).",
-        ),
-    ] = "all",
-    dataset: Annotated[
-        str,
-        typer.Option(
-            "--dataset",
-            help="Hub dataset id, a local .txt/.jsonl/.parquet file, or builtin:pydoc (offline English text).",
-        ),
-    ] = "allenai/c4",
-    dataset_config: Annotated[
-        str | None,
-        typer.Option("--dataset-config", help="Hub dataset config (default: en for allenai/c4, none otherwise)."),
-    ] = None,
-    split: Annotated[str, typer.Option("--split", help="Hub dataset split.")] = "validation",
-    text_field: Annotated[str, typer.Option("--text-field", help="Column/field that holds the text.")] = "text",
-    seq_len: Annotated[
-        int, typer.Option("--seq-len", help="Window length in tokens (capped by the model's context).")
-    ] = 1024,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Windows per forward pass.")] = 8,
+    tokens: TokensOpt = 262_144,
+    positions: PositionsOpt = "all",
+    dataset: DatasetOpt = "allenai/c4",
+    dataset_config: DatasetConfigOpt = None,
+    split: SplitOpt = "validation",
+    text_field: TextFieldOpt = "text",
+    seq_len: SeqLenOpt = 1024,
+    batch_size: WindowBatchOpt = 8,
     revision: RevisionOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
@@ -168,6 +184,69 @@ def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
     json_path = write_json(directory / ANGULAR_JSON, result.to_dict())
     plots = plot_angular(result, directory)
     print_angular_summary(result)
+    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, markup=False)
+
+
+@app.command()
+@friendly_errors
+def depth(
+    model: ModelArg,
+    grad: Annotated[
+        bool,
+        typer.Option(
+            "--grad",
+            help="Also the gradient norm of each block and sublayer for the model's own loss "
+            "(next-token, or masked-LM for encoders); one more forward+backward pass.",
+        ),
+    ] = False,
+    mask_seed: Annotated[int, typer.Option("--mask-seed", help="Seed of the 15 % masked-LM masking (--grad).")] = 1234,
+    tokens: TokensOpt = 262_144,
+    positions: PositionsOpt = "all",
+    dataset: DatasetOpt = "allenai/c4",
+    dataset_config: DatasetConfigOpt = None,
+    split: SplitOpt = "validation",
+    text_field: TextFieldOpt = "text",
+    seq_len: SeqLenOpt = 1024,
+    batch_size: WindowBatchOpt = 8,
+    revision: RevisionOpt = None,
+    dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
+    device_map: DeviceMapOpt = None,
+    trust_remote_code: TrustOpt = False,
+    layers_path: LayersPathOpt = None,
+    out_dir: OutOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Why blocks are lazy: norm placement, residual growth, per-block and per-sublayer updates, gradient norms.
+
+    Norm placement is traced (Pre-LN, Post-LN, Mix-LN, sandwich, parallel, LayerNorm Scaling); residual
+    RMS and variance are given for x^0 … x^L, relative updates per block and per sublayer (attention,
+    MLP), and with --grad the gradient norm of each block for the model's own loss.
+
+    Writes depth.json and the figure depth.png / depth.pdf.
+    """
+    from layerprobe.depth import run_depth
+    from layerprobe.depth_plots import plot_depth
+    from layerprobe.results import write_json
+    from layerprobe.specs import DEFAULT_DATASET, CorpusSpec, DepthSpec, ModelSpec
+
+    if dataset == DEFAULT_DATASET and dataset_config is None:
+        dataset_config = "en"
+    spec = DepthSpec(
+        model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
+        corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
+        positions=positions,
+        batch_size=batch_size,
+        grad=grad,
+        mask_seed=mask_seed,
+    )
+    directory = output_dir(out_dir, model)
+    progress = RichProgress(quiet)
+    with progress.running():
+        result = run_depth(spec, progress.callbacks())
+    json_path = write_json(directory / "depth.json", result.to_dict())
+    plots = plot_depth(result, directory)
+    print_depth_summary(result)
     out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, markup=False)
 
 
@@ -280,10 +359,18 @@ def layers(
     revision: RevisionOpt = None,
     trust_remote_code: TrustOpt = False,
     layers_path: LayersPathOpt = None,
+    placement: Annotated[
+        bool,
+        typer.Option(
+            "--placement/--no-placement",
+            help="Trace each block's norm placement (random weights, one block in memory at a time).",
+        ),
+    ] = True,
 ) -> None:
-    """Show the block stack layerprobe finds: its path, L, the block class and parameters per block.
+    """Show the block stack layerprobe finds: its path, L, the block class, parameters and norm placement per block.
 
-    Only the config is downloaded: the model is built without weights, so this is instant for any size.
+    Only the config is downloaded: the model is built without weights. Norm placement is traced with
+    random weights, one block in memory at a time (--no-placement skips it).
     """
     from layerprobe.layers import find_layers
     from layerprobe.models import load_skeleton
@@ -293,14 +380,20 @@ def layers(
         skeleton, architecture, kind = load_skeleton(ModelSpec(model, revision, trust_remote_code=trust_remote_code))
     stack = find_layers(skeleton, layers_path)
     sizes = stack.parameters_per_block()
+    traced = _traced_placement(skeleton, stack) if placement else None
     out.print(f"[bold]{escape(model)}[/]: {escape(f'{architecture} ({kind})')}", highlight=False)
     table = Table()
     table.add_column("block", justify="right")
     table.add_column("class")
     table.add_column("parameters", justify="right")
+    if traced is not None:
+        table.add_column("placement")
     for index, (block, size) in enumerate(zip(stack.blocks, sizes, strict=True)):
-        table.add_row(str(index), type(block).__name__, f"{size:,}")
+        row = [str(index), type(block).__name__, f"{size:,}"]
+        table.add_row(*row, *([traced.labels[index]] if traced is not None else []))
     out.print(table)
+    if traced is not None:
+        out.print(f"placement: {escape(traced.summary)}", highlight=False)
     out.print(
         f"stack path: {escape(stack.path)}   L = {stack.num_layers}   block class: {stack.block_class}   "
         f"parameters in blocks: {sum(sizes):,}",
@@ -308,16 +401,31 @@ def layers(
     )
 
 
+def _traced_placement(skeleton: Any, stack: Any) -> Any:
+    """The traced placement of a weightless skeleton, or None (with a warning) when it cannot be traced."""
+    from layerprobe.placement_skeleton import placement_without_weights
+
+    vocab = getattr(getattr(skeleton, "config", None), "vocab_size", None) or 2
+    try:
+        with err.status("Tracing norm placement"):
+            return placement_without_weights(skeleton, stack, vocab)
+    except (LayerprobeError, RuntimeError, TypeError, ValueError) as exc:
+        err.print(f"[yellow]warning:[/] norm placement not traced: {escape(str(exc))}", highlight=False)
+        return None
+
+
 @app.command()
 @friendly_errors
 def plot(
-    result_json: Annotated[Path, typer.Argument(help="An angular.json or prune_drop.json written by layerprobe.")],
+    result_json: Annotated[
+        Path, typer.Argument(help="An angular.json, prune_drop.json or depth.json written by layerprobe.")
+    ],
     out_dir: Annotated[Path | None, typer.Option("--out", help="Where to write (default: next to the JSON).")] = None,
 ) -> None:
-    """Redraw the plots of a result JSON (heatmap or ΔP bars)."""
-    from layerprobe.report import plot_result
+    """Redraw the plots of a result JSON (heatmap, ΔP bars or the depth figure)."""
+    from layerprobe.depth_plots import redraw
 
-    for path in plot_result(result_json, out_dir):
+    for path in redraw(result_json, out_dir):
         out.print(f"wrote {path}", highlight=False, markup=False)
 
 
@@ -327,7 +435,8 @@ def compare_command(
     baseline: Annotated[Path, typer.Argument(help="Baseline result JSON, or a run directory.")],
     candidate: Annotated[Path, typer.Argument(help="Candidate result JSON of the same kind, or a run directory.")],
     rules_file: Annotated[
-        Path | None, typer.Option("--rules", help="Rules TOML (sections angular, prune_drop); flags override it.")
+        Path | None,
+        typer.Option("--rules", help="Rules TOML (sections angular, prune_drop, depth); flags override it."),
     ] = None,
     lazy_threshold: Annotated[
         float | None, typer.Option(help=f"A block is lazy when d(x^l, x^l+1) is below this (default {LAZY_THRESHOLD}).")
@@ -341,6 +450,9 @@ def compare_command(
     ] = None,
     se_factor: Annotated[
         float | None, typer.Option(help="A layer's ΔP may worsen by this × combined stderr (default 2.0).")
+    ] = None,
+    max_rms_growth: Annotated[
+        float | None, typer.Option(help="depth: RMS(x^L)/RMS(x^0) may grow by this factor over the baseline's (1.25).")
     ] = None,
     output_format: Annotated[str, typer.Option("--format", help="table|markdown|json on stdout.")] = "table",
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here.")] = None,
@@ -365,6 +477,7 @@ def compare_command(
         adjacent_tolerance=adjacent_tolerance,
         max_drop=max_drop,
         se_factor=se_factor,
+        max_rms_growth=max_rms_growth,
     )
     verdict = compare_paths(baseline, candidate, rules)
     if output_format == "table":

@@ -14,12 +14,13 @@ import re
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from layerprobe import validate as v
 from layerprobe.errors import ResultError
+from layerprobe.placement import BlockPlacement, Placement, SublayerPlacement
 from layerprobe.validate import Node
 
 if TYPE_CHECKING:
@@ -27,11 +28,14 @@ if TYPE_CHECKING:
 
 ANGULAR_SCHEMA = "layerprobe/angular@1"
 PRUNE_DROP_SCHEMA = "layerprobe/prune-drop@1"
+DEPTH_SCHEMA = "layerprobe/depth@1"
+SUBLAYER_KINDS = ("attention", "mlp")
 LAZY_THRESHOLD = 0.2
 # The file names of a run directory; every command and the gate read them from here.
 ANGULAR_JSON = "angular.json"
 PRUNE_DROP_JSON = "prune_drop.json"
 PRUNE_DROP_PARTIAL_JSON = "prune_drop.partial.json"
+DEPTH_JSON = "depth.json"
 
 # What each record of a result file must hold, field by field (validate.py's readers). A field a newer
 # layerprobe adds is one line here; optional fields keep older files readable.
@@ -70,6 +74,15 @@ TASK_FIELDS: dict[str, v.Kind] = {
     "samples": v.integer(optional=True, minimum=0),
     "nonfinite": v.integer(default=0, minimum=0),
     "version": v.text(optional=True),
+}
+DEPTH_DATA_FIELDS: dict[str, v.Kind] = {**ANGULAR_DATA_FIELDS, "tokens": v.integer(optional=True, minimum=1)}
+DEPTH_DATA_FIELDS["positions"] = v.text(optional=True)
+SUBLAYER_PLACEMENT_FIELDS: dict[str, v.Kind] = {
+    "module": v.text(),
+    "residual": v.text(),
+    "reads_norm": v.flag(),
+    "output_norm": v.flag(),
+    "normed_after": v.flag(),
 }
 SETTINGS_FIELDS: dict[str, v.Kind] = {
     "limit": v.number(optional=True, finite=True),
@@ -512,7 +525,7 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
-def load_result(path: str | os.PathLike[str]) -> AngularResult | PruneDropResult:
+def load_result(path: str | os.PathLike[str]) -> AngularResult | PruneDropResult | DepthResult:
     """Read any layerprobe result file into its result object, validated field by field (validate.py).
 
     This is the one place a result file becomes a typed object: the gate and the plots never see raw JSON.
@@ -523,9 +536,11 @@ def load_result(path: str | os.PathLike[str]) -> AngularResult | PruneDropResult
         return AngularResult.from_dict(data, str(path))
     if kind == PRUNE_DROP_SCHEMA.split("@")[0]:
         return PruneDropResult.from_dict(data, str(path))
+    if kind == DEPTH_SCHEMA.split("@")[0]:
+        return DepthResult.from_dict(data, str(path))
     hint = None
     if kind == "layerprobe/compare":
-        hint = "That is compare's verdict; pass the angular.json or prune_drop.json files it compared."
+        hint = "That is compare's verdict; pass the result files it compared (angular.json, prune_drop.json, …)."
     elif kind == "layerprobe/prune-drop-partial":
         hint = "That is an unfinished prune-drop run; finish it with prune-drop --resume first."
     raise ResultError(f"{path}: unknown result schema {data['schema']!r}.", hint=hint)
@@ -541,6 +556,39 @@ def _node(data: dict[str, Any] | Node, source: str) -> Node:
     return data if isinstance(data, Node) else Node(data, source)
 
 
+def _placement(node: Node, layers: int) -> Placement:
+    """The `placement` block of depth.json: one label per block, its evidence, the model-level reading."""
+    blocks = []
+    for item in node.key("blocks").items():
+        subs = {}
+        for kind in ("attention", "mlp"):
+            sub = item.key(kind)
+            subs[kind] = (
+                None
+                if not sub.present or sub.value is None
+                else SublayerPlacement(**v.read_fields(sub, SUBLAYER_PLACEMENT_FIELDS))
+            )
+        norms = item.key("norms")
+        blocks.append(
+            BlockPlacement(
+                block=item.key("block").integer(minimum=0),
+                label=item.key("label").text(),
+                norms=norms.text_map() if norms.present and norms.value is not None else {},
+                norm_scale=item.key("norm_scale").number(optional=True),
+                reason=item.key("reason").text(optional=True),
+                **subs,
+            )
+        )
+    if len(blocks) != layers:
+        node.key("blocks").fail(f"an array of L = {layers} blocks", f"got {len(blocks)} items")
+    return Placement(
+        blocks=blocks,
+        pattern=node.key("pattern").text(),
+        summary=node.key("summary").text(),
+        transition=node.key("transition").integer(optional=True, minimum=0),
+    )
+
+
 def _distance_matrix(node: Node) -> list[list[float]]:
     """An (L+1)×(L+1) matrix of distances in [0, 1] (or NaN), L ≥ 1; a ragged or empty one is refused."""
     rows = node.items()
@@ -554,3 +602,182 @@ def _distance_matrix(node: Node) -> list[list[float]]:
             row.fail(f"an array of {size} numbers (the matrix has {size} rows)", f"got {len(cells)} items")
         matrix.append([cell.number(low=0.0, high=1.0) for cell in cells])
     return matrix
+
+
+# --- layerprobe depth ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Per-index statistics over measured positions: mean, population std, min, max, count."""
+
+    mean: list[float]
+    std: list[float]
+    min: list[float]
+    max: list[float]
+    count: list[int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(
+        cls, data: dict[str, Any] | Node, source: str = "spread", length: int | None = None, length_name: str = "L"
+    ) -> Spread:
+        """Five parallel arrays (`length` entries each, named `length_name` in errors); NaN allowed, counts ≥ 0."""
+        node = _node(data, source)
+        values = {name: [item.number() for item in node.key(name).items()] for name in ("mean", "std", "min", "max")}
+        values["count"] = [item.integer(minimum=0) for item in node.key("count").items()]
+        expected = len(values["mean"]) if length is None else length
+        for name, items in values.items():
+            if len(items) != expected:
+                node.key(name).fail(f"an array of {length_name} = {expected} items", f"got {len(items)} items")
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class GradNorms:
+    """‖∇θ mean loss‖ per block and per sublayer (parameters as in `sublayers.Sublayer.parameters`)."""
+
+    loss: str  # "next-token" | "masked-lm"
+    mean_loss: float
+    positions: int
+    block: list[float]
+    sublayers: dict[str, list[float | None]] | None
+    settings: dict[str, Any] = field(default_factory=dict)
+    peak_memory_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | Node, source: str = "grad", length: int | None = None) -> GradNorms:
+        node = _node(data, source)
+        block = [item.number(optional=True) for item in node.key("block").items()]
+        if length is not None and len(block) != length:
+            node.key("block").fail(f"an array of L = {length} items", f"got {len(block)} items")
+        subs = node.key("sublayers")
+        sublayers = None
+        if subs.present and subs.value is not None:
+            sublayers = {
+                kind: [item.number(optional=True) for item in values.items()] for kind, values in subs.entries()
+            }
+        settings = node.key("settings")
+        return cls(
+            loss=node.key("loss").text(),
+            mean_loss=node.key("mean_loss").number(),
+            positions=node.key("positions").integer(minimum=0),
+            block=block,
+            sublayers=sublayers,
+            settings=dict(settings.obj()) if settings.present and settings.value is not None else {},
+            peak_memory_bytes=node.key("peak_memory_bytes").integer(optional=True, minimum=0),
+        )
+
+
+@dataclass(frozen=True)
+class DepthResult:
+    """Residual stream and update statistics across depth, plus norm placement (and gradient norms).
+
+    Indices: `rms` and `variance` have L+1 entries (x^0 … x^L, x^L before any final norm); `update`
+    and each sublayer have L entries (block l).
+    """
+
+    model: ModelInfo
+    data: dict[str, Any]
+    placement: Placement
+    rms: Spread
+    variance: Spread
+    update: Spread
+    sublayers: dict[str, dict[str, Any]] | None  # kind → {"modules": [L paths], "relative": Spread}
+    grad: GradNorms | None
+    nonfinite_tokens: int
+    run: RunInfo
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.update.mean)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": DEPTH_SCHEMA,
+            "model": asdict(self.model),
+            "data": dict(self.data),
+            "placement": self.placement.to_dict(),
+            "residual": {"rms": self.rms.to_dict(), "variance": self.variance.to_dict()},
+            "update": {"relative": self.update.to_dict()},
+            "sublayers": None
+            if self.sublayers is None
+            else {
+                kind: {"modules": entry["modules"], "relative": entry["relative"].to_dict()}
+                for kind, entry in self.sublayers.items()
+            },
+            "grad": None if self.grad is None else self.grad.to_dict(),
+            "nonfinite_tokens": self.nonfinite_tokens,
+            "summary": self.summary or depth_summary(self),
+            "run": asdict(self.run),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "depth result") -> DepthResult:
+        """Validate every field (lengths L+1 for the residual, L for updates, sublayers and gradients).
+
+        Raises:
+            ResultError: naming `source` and the JSON path of the first bad field.
+        """
+        root = Node(data, source)
+        _check_schema(root, DEPTH_SCHEMA)
+        model = ModelInfo.from_dict(root.key("model"))
+        layers = model.num_layers
+        update = Spread.from_dict(root.key("update").key("relative"), length=layers)
+        residual = root.key("residual")
+        subs = root.key("sublayers")
+        sublayers = None
+        if subs.present and subs.value is not None:
+            sublayers = {}
+            for kind, entry in subs.entries():
+                modules = [item.text(optional=True) for item in entry.key("modules").items()]
+                if len(modules) != layers:
+                    entry.key("modules").fail(f"an array of L = {layers} items", f"got {len(modules)} items")
+                sublayers[kind] = {
+                    "modules": modules,
+                    "relative": Spread.from_dict(entry.key("relative"), length=layers),
+                }
+        grad = root.key("grad")
+        result = cls(
+            model=model,
+            data=v.checked_record(root.key("data"), DEPTH_DATA_FIELDS),
+            placement=_placement(root.key("placement"), layers),
+            rms=Spread.from_dict(residual.key("rms"), length=layers + 1, length_name="L+1"),
+            variance=Spread.from_dict(residual.key("variance"), length=layers + 1, length_name="L+1"),
+            update=update,
+            sublayers=sublayers,
+            grad=None if not grad.present or grad.value is None else GradNorms.from_dict(grad, length=layers),
+            nonfinite_tokens=root.key("nonfinite_tokens").integer(default=0, minimum=0),
+            run=RunInfo.from_dict(root.key("run")),
+        )
+        return replace(result, summary=depth_summary(result))  # recomputed: never trusted from the file
+
+
+def depth_summary(result: DepthResult) -> dict[str, Any]:
+    """The numbers `compare` gates on and a reader wants first.
+
+    `rms_growth` = mean RMS of x^L / mean RMS of x^0: how much the residual stream grows across the
+    stack (the Curse of Depth's symptom under Pre-LN; ≈ 1 under Post-LN, whose every block renormalises).
+    """
+    rms = result.rms.mean
+    growth = rms[-1] / rms[0] if rms and rms[0] and math.isfinite(rms[0]) else None
+    updates = [(u, l) for l, u in enumerate(result.update.mean) if math.isfinite(u)]
+    out: dict[str, Any] = {
+        "rms_growth": growth,
+        "placement": result.placement.summary,
+        "placement_pattern": result.placement.pattern,
+        "mean_relative_update": sum(u for u, _ in updates) / len(updates) if updates else None,
+        "smallest_update": None if not updates else {"layer": min(updates)[1], "relative": min(updates)[0]},
+    }
+    if result.grad is not None:
+        finite = [g for g in result.grad.block if g is not None and math.isfinite(g)]
+        out["grad_ratio_last_first"] = (
+            result.grad.block[-1] / result.grad.block[0] if finite and result.grad.block[0] else None
+        )
+    return out

@@ -160,3 +160,22 @@ class PruneSpec:
             raise LayerprobeError(f"--num-fewshot must be >= 0, got {self.num_fewshot}.")
         if self.batch_size != "auto" and (not isinstance(self.batch_size, int) or self.batch_size < 1):
             raise LayerprobeError(f"--batch-size must be a positive integer or 'auto', got {self.batch_size!r}.")
+
+
+@dataclass(frozen=True)
+class DepthSpec:
+    """One `layerprobe depth` run: the `angular` options, plus whether to measure gradient norms.
+
+    `grad` adds one forward+backward pass with the model's own loss (next-token, or masked-LM with
+    15 % masking seeded by `mask_seed`); it needs a checkpoint that ships its LM head.
+    """
+
+    model: ModelSpec
+    corpus: CorpusSpec = field(default_factory=CorpusSpec)
+    positions: str = "all"
+    batch_size: int = 8
+    grad: bool = False
+    mask_seed: int = 1234
+
+    def __post_init__(self) -> None:
+        AngularSpec(self.model, self.corpus, self.positions, self.batch_size)  # the same checks, one home

@@ -1,7 +1,8 @@
 """Imports point one way: no cycles inside layerprobe, and lower floors never import upper ones.
 
-Floors (docs/design.md): top cli, console; middle angular, prune, prune_state, report, gate/; ground
-models, layers, corpus, evaluate/, results, specs, errors, progress, provenance, demo. The graph is
+Floors (docs/design.md): top cli, console; middle angular, prune, prune_state, report, gate/, depth*;
+ground models, layers, trace, sublayers, placement*, corpus, evaluate/, results, specs, errors, progress,
+provenance, demo. The graph is
 read from the source (every `import`, also those inside functions and under TYPE_CHECKING), so a lazy
 import cannot hide a cycle.
 """
@@ -16,8 +17,29 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "layerprobe"
 TOP = {"layerprobe.cli", "layerprobe.console", "layerprobe.__main__"}
-GROUND = ("layerprobe.evaluate", "layerprobe.results", "layerprobe.errors", "layerprobe.specs", "layerprobe.models")
-UPPER = ("layerprobe.cli", "layerprobe.console", "layerprobe.prune", "layerprobe.angular", "layerprobe.gate")
+GROUND = (
+    "layerprobe.evaluate",
+    "layerprobe.results",
+    "layerprobe.errors",
+    "layerprobe.specs",
+    "layerprobe.models",
+    "layerprobe.trace",
+    "layerprobe.sublayers",
+    "layerprobe.placement",
+    "layerprobe.placement_skeleton",
+)
+UPPER = (
+    "layerprobe.cli",
+    "layerprobe.console",
+    "layerprobe.prune",
+    "layerprobe.angular",
+    "layerprobe.gate",
+    "layerprobe.depth",
+    "layerprobe.depth_stats",
+    "layerprobe.depth_grad",
+    "layerprobe.depth_plots",
+    "layerprobe.depth_rules",
+)
 
 
 def module_name(path: Path) -> str:

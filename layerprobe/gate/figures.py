@@ -54,6 +54,8 @@ def plot_verdict(verdict: Verdict, out_dir: str | Path | None = None) -> list[Pa
     """Draw compare.png (compare_<kind>.png when several kinds) next to the candidate, or in `out_dir`."""
     paths = []
     for comp in verdict.comparisons:
+        if comp.kind == "depth":  # its own figure (depth.png) already shows both curves' shape
+            continue
         directory = Path(out_dir) if out_dir is not None else comp.candidate.path.parent
         name = f"compare_{comp.kind}.png" if len(verdict.comparisons) > 1 else "compare.png"
         draw = plot_compare_angular if comp.kind == "angular" else plot_compare_prune_drop

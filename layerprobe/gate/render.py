@@ -72,6 +72,7 @@ def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
                             "limit": r.limit,
                             "difference": r.difference,
                             "worse_if": r.worse_if,
+                            "scale": r.scale,
                             "passed": r.passed,
                             "message": r.message,
                             "details": r.details,
@@ -232,6 +233,9 @@ def _cells(r: RuleResult) -> list[str]:
     """baseline, candidate, candidate − baseline, the direction that is worse, and the allowed change."""
     count = r.rule == "lazy_blocks"
     bound = "≤" if r.worse_if == "higher" else "≥"
+    if r.scale == "ratio":  # a factor, not a difference: shown as ×ratio against ≤ ×limit
+        ratio = "—" if r.change is None else f"×{_num(r.change)}"
+        return [_num(r.baseline), _num(r.candidate), ratio, r.worse_if, f"{bound} ×{_num(r.limit)}"]
     return [
         _num(r.baseline, count),
         _num(r.candidate, count),

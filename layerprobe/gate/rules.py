@@ -21,6 +21,7 @@ EPS = 1e-9
 SECTIONS = {
     "angular": ("lazy_threshold", "max_lazy_increase", "adjacent_tolerance"),
     "prune_drop": ("max_drop", "se_factor", "metric", "metrics"),
+    "depth": ("max_rms_growth",),
 }
 
 
@@ -46,6 +47,7 @@ class GateRules:
     se_factor: float = 2.0
     metric: str | None = None
     metrics: dict[str, str] = field(default_factory=dict)
+    max_rms_growth: float = 1.25  # depth: RMS(x^L)/RMS(x^0) may grow by this factor over the baseline's
     sources: dict[str, str] = field(default_factory=dict)
 
     def metric_for(self, task: str, primary: str) -> str:
@@ -83,10 +85,16 @@ class RuleResult:
     message: str
     details: dict[str, Any] = field(default_factory=dict)
     worse_if: str = "higher"
+    scale: str = "absolute"  # "ratio": change and limit are candidate / baseline (depth's rms_growth)
 
     @property
     def difference(self) -> float | None:
-        """The candidate minus the baseline, in the rule's units (None when either is missing)."""
+        """The candidate minus the baseline, in the rule's units (None when either is missing).
+
+        For a "ratio" rule it is candidate / baseline, the quantity its limit bounds.
+        """
+        if self.scale == "ratio":
+            return self.change
         if self.baseline is None or self.candidate is None:
             return None
         if self.baseline == self.candidate:  # equal infinities are no change, as in `change`

@@ -13,9 +13,9 @@ from typing import Any
 
 from layerprobe.errors import ResultError
 from layerprobe.gate.rules import GateRules, RuleResult, angular_rules, prune_drop_rules
-from layerprobe.results import ANGULAR_JSON, PRUNE_DROP_JSON, AngularResult, PruneDropResult, load_result
+from layerprobe.results import ANGULAR_JSON, DEPTH_JSON, PRUNE_DROP_JSON, AngularResult, PruneDropResult, load_result
 
-KIND_FILES = {"angular": ANGULAR_JSON, "prune_drop": PRUNE_DROP_JSON}
+KIND_FILES = {"angular": ANGULAR_JSON, "prune_drop": PRUNE_DROP_JSON, "depth": DEPTH_JSON}
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,10 @@ def compare_results(
             if not result.distance or any(len(row) != len(result.distance) for row in result.distance):
                 raise ResultError(f"Malformed angular result {path}: the distance matrix is not square.")
         results, notes = angular_rules(baseline, candidate, rules), _angular_notes(baseline, candidate)
+    elif kind == "depth":
+        from layerprobe.depth_rules import depth_notes, depth_rules
+
+        results, notes = depth_rules(baseline, candidate, rules.max_rms_growth), depth_notes(baseline, candidate)
     else:
         results, notes = prune_drop_rules(baseline, candidate, rules)
         notes += _prune_drop_notes(baseline, candidate)
@@ -188,9 +192,11 @@ def _pair_inputs(baseline: Path, candidate: Path) -> tuple[list[tuple[Path, Path
 
 
 def _kind(result: Any) -> str:
+    if type(result).__name__ == "DepthResult":
+        return "depth"
     return "angular" if isinstance(result, AngularResult) else "prune_drop"
 
 
 def _side(path: Path, result: AngularResult | PruneDropResult) -> Side:
-    layers = result.num_layers if isinstance(result, AngularResult) else result.model.num_layers
+    layers = result.num_layers if hasattr(result, "num_layers") else result.model.num_layers
     return Side(path, result.model.id, result.model.revision, result.model.commit, int(layers))
