@@ -187,3 +187,42 @@ def test_paths_with_brackets_survive_in_messages(tmp_path):
     result = cli("plot", missing)
     assert result.exit_code == 2
     assert "[angular]" in result.stderr
+
+
+def depth_dict() -> dict:
+    from layerprobe.placement import BlockPlacement, Placement
+    from layerprobe.results import DepthResult, GradNorms, Spread
+
+    def spread(n: int) -> Spread:
+        return Spread([1.0] * n, [0.1] * n, [0.5] * n, [2.0] * n, [8] * n)
+
+    blocks = [BlockPlacement(0, "Pre-LN", {"ln": "LayerNorm"}), BlockPlacement(1, "Pre-LN")]
+    model = ModelInfo("org/m", None, None, "X", "x", "causal-lm", "float32", 2, "layers", "Block")
+    sublayers = {"attention": {"modules": ["a0", "a1"], "relative": spread(2)}}
+    grad = GradNorms("next-token", 2.5, 64, [0.1, 0.2], None)
+    data = {"dataset": "builtin:pydoc", "tokens": 64, "positions": "all", "positions_averaged": 64}
+    placement = Placement(blocks, "Pre-LN", "Pre-LN throughout")
+    result = DepthResult(model, data, placement, spread(3), spread(3), spread(2), sublayers, grad, 0, RUN)
+    return result.to_dict()
+
+
+DEPTH_CASES = [
+    ("residual.rms.mean", "x", 'residual.rms.mean must be an array, got "x"'),
+    ("residual.rms.mean", [1.0], "residual.rms.mean must be an array of L+1 = 3 items, got 1 items"),
+    ("placement", None, "placement must be an object, got null"),
+    ("placement.blocks", [], "placement.blocks must be an array of L = 2 blocks, got 0 items"),
+    ("grad.block", [0.1], "grad.block must be an array of L = 2 items, got 1 items"),
+    ("sublayers.attention.modules", ["a0"], "sublayers.attention.modules must be an array of L = 2 items"),
+    ("update.relative.count", [8, -1], "update.relative.count[1] must be an integer ≥ 0, got -1"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), DEPTH_CASES, ids=[c[0] + "=" + repr(c[1]) for c in DEPTH_CASES])
+def test_hostile_depth_json_names_file_and_field(tmp_path, path, value, message):
+    good = write_json(tmp_path / "good" / "depth.json", depth_dict())
+    assert load_result(good).to_dict() == json.loads(good.read_text())
+    bad = write_json(tmp_path / "bad" / "depth.json", edit(depth_dict(), path, value))
+    for args in (("compare", good, bad, "--no-plot"), ("plot", bad)):
+        result = cli(*args)
+        assert result.exit_code == 2, result.output
+        assert f"{bad}: {message}" in " ".join(result.stderr.split()), result.stderr
