@@ -7,7 +7,6 @@ functions print a result object as a heading, a table and one closing line. Noth
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,11 +31,11 @@ def make_console(stderr: bool = False) -> Console:
     """A console that never hard-wraps what a log or pipe reads: paths, `wrote …` lines and tables stay whole.
 
     On a terminal rich fits the window as usual; elsewhere (pipe, file, CI log) lines are soft-wrapped, i.e.
-    printed whole, and tables are laid out for a wide page unless COLUMNS says otherwise.
+    printed whole, and tables are laid out for a wide page.
     """
     console = Console(stderr=stderr, soft_wrap=True)
-    if not console.is_terminal and not os.environ.get("COLUMNS"):
-        console.width = PIPE_WIDTH
+    if not console.is_terminal:  # also over an exported COLUMNS=80, which some shells and runners set
+        console.size = (PIPE_WIDTH, 25)  # both: with TERM=dumb rich would otherwise fall back to 80 columns
     return console
 
 

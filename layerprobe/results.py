@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from layerprobe import validate as v
+import layerprobe.validate as v
 from layerprobe.errors import ResultError
 from layerprobe.placement import BlockPlacement, Placement, SublayerPlacement
 from layerprobe.validate import Node

@@ -131,8 +131,7 @@ def test_console_summaries_escape_names(capsys):
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    env["PYTHONPATH"] = str(ROOT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "TERM": "dumb"}  # as some CI runners export
     return subprocess.run(
         [sys.executable, "-m", "layerprobe", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
     )
