@@ -226,3 +226,11 @@ def test_hostile_depth_json_names_file_and_field(tmp_path, path, value, message)
         result = cli(*args)
         assert result.exit_code == 2, result.output
         assert f"{bad}: {message}" in " ".join(result.stderr.split()), result.stderr
+
+
+def test_angular_out_that_is_an_existing_file_is_refused_before_any_work(tmp_path):
+    blocker = tmp_path / "taken"
+    blocker.write_text("not a directory")
+    result = cli("angular", "org/not-loaded", "--dataset", "builtin:pydoc", "--out", blocker / "sub", "--quiet")
+    assert result.exit_code == 2, result.output
+    assert f"{blocker} is an existing file" in " ".join(result.stderr.split())
