@@ -67,7 +67,7 @@ class RichProgress:
     def stage(self, name: str, total: int | None, unit: str = "") -> None:
         self._finish_current()
         self.unit = unit
-        self.task = self.bar.add_task(name, total=total, rate="")
+        self.task = self.bar.add_task(escape(name), total=total, rate="")
 
     def _finish_current(self) -> None:
         if self.task is None:
