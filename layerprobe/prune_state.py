@@ -109,7 +109,8 @@ class PruneState:
         data = read_json(path)
         if data.get("schema") != PARTIAL_SCHEMA:
             raise ResultError(f"{path} is not a prune-drop progress file.")
-        stored = data.get("fingerprint", {})
+        fingerprint_node = Node(data, str(path)).key("fingerprint")
+        stored = fingerprint_node.obj() if fingerprint_node.present else {}
         differing = sorted(k for k in set(stored) | set(fingerprint) if stored.get(k) != fingerprint.get(k))
         if differing:
             details = "; ".join(f"{k}: was {stored.get(k)!r}, now {fingerprint.get(k)!r}" for k in differing)

@@ -170,6 +170,9 @@ def test_resume_file_with_a_bad_entry_is_named(tmp_path):
     write_json(tmp_path / "prune_drop.partial.json", partial)
     with pytest.raises(ResultError, match=r'done\.arc\.baseline\.metrics\.acc\.value must be a number, got "0.5"'):
         PruneState.open(tmp_path, {"model": "m"}, resume=True)
+    write_json(tmp_path / "prune_drop.partial.json", {**partial, "fingerprint": ["m"]})
+    with pytest.raises(ResultError, match=r"fingerprint must be an object, got an array of 1 item"):
+        PruneState.open(tmp_path, {"model": "m"}, resume=True)
 
 
 def test_plot_out_that_is_an_existing_file_is_refused(tmp_path):
