@@ -103,7 +103,7 @@ def test_format_json_and_markdown_end_with_a_newline(tmp_path):
     for fmt in ("json", "markdown"):
         result = runner.invoke(app, ["compare", str(base), str(base), "--format", fmt, "--no-plot"])
         assert result.exit_code == 0, result.output
-        assert result.stdout.endswith("}\n" if fmt == "json" else "|\n\n")
+        assert result.stdout.endswith("}\n" if fmt == "json" else "\n")
 
 
 # --- rich markup never eats text -----------------------------------------------------------------------
