@@ -76,6 +76,12 @@ ANGULAR_CASES = [
     ("nonfinite_tokens", -1, "nonfinite_tokens must be an integer ≥ 0, got -1"),
     ("run", [], "run must be an object, got an array of 0 items"),
     ("run.versions", {"torch": 2}, "run.versions.torch must be a string, got 2"),
+    (
+        "distance_stderr",
+        [[0.0]],
+        "distance_stderr must be an array of 4 rows (like the 4×4 distance matrix), got 1 rows",
+    ),
+    ("nonfinite_positions", [[0, 0, 0, "1"]] * 4, 'nonfinite_positions[0][3] must be an integer ≥ 0, got "1"'),
 ]
 
 
