@@ -36,6 +36,8 @@ SIGNIFICANCE_Z = 1.96  # "not significantly above the row minimum": within 1.96 
 ANGULAR_JSON = "angular.json"
 PRUNE_DROP_JSON = "prune_drop.json"
 PRUNE_DROP_PARTIAL_JSON = "prune_drop.partial.json"
+PRUNE_DROP_PARTIAL_SAMPLES = "prune_drop.partial.samples"  # per-document rows while a run is in progress
+SAMPLES_DIR = "samples"  # --log-samples: <out>/samples/<task>.jsonl
 DEPTH_JSON = "depth.json"
 
 # What each record of a result file must hold, field by field (validate.py's readers). A field a newer
@@ -75,6 +77,7 @@ TASK_FIELDS: dict[str, v.Kind] = {
     "samples": v.integer(optional=True, minimum=0),
     "nonfinite": v.integer(default=0, minimum=0),
     "version": v.text(optional=True),
+    "agreement": v.any_object(optional=True),  # metric → agreement with an angular result (agreement.py)
 }
 DEPTH_DATA_FIELDS: dict[str, v.Kind] = {**ANGULAR_DATA_FIELDS, "tokens": v.integer(optional=True, minimum=1)}
 DEPTH_DATA_FIELDS["positions"] = v.text(optional=True)
@@ -212,7 +215,14 @@ class AngularResult:
 
 @dataclass(frozen=True)
 class MetricDrop:
-    """One metric of one task: the baseline and the score with each evaluated layer removed."""
+    """One metric of one task: the baseline and the score with each evaluated layer removed.
+
+    `stderr` is each pruned score's own standard error (as lm-eval reports it). `delta_stderr`,
+    `delta_ci95` and `significant` describe the *paired* difference pruned − baseline, computed from the
+    per-document values of both variants (`delta_method`: "paired_mean" closed form or
+    "paired_bootstrap", with `bootstrap` = {"draws", "seed"}). Files written before they existed read
+    back with them None; consumers then fall back to the unpaired stderrs.
+    """
 
     baseline: float
     baseline_stderr: float | None
@@ -220,19 +230,37 @@ class MetricDrop:
     layers: list[int]
     pruned: list[float]
     stderr: list[float | None]
+    delta_stderr: list[float | None] | None = None
+    delta_ci95: list[list[float] | None] | None = None
+    significant: list[bool | None] | None = None
+    delta_method: str | None = None
+    bootstrap: dict[str, int] | None = None
 
     @property
     def delta(self) -> list[float]:
         return [p - self.baseline for p in self.pruned]
 
+    @property
+    def paired(self) -> bool:
+        """Whether this metric carries paired stderrs (files before issue #10 do not)."""
+        return self.delta_stderr is not None
+
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["delta"] = self.delta
-        # Keep the documented key order: baseline, ..., pruned, delta, stderr.
-        return {
-            k: out[k]
-            for k in ("baseline", "baseline_stderr", "higher_is_better", "layers", "pruned", "delta", "stderr")
+        out = {
+            "baseline": self.baseline,
+            "baseline_stderr": self.baseline_stderr,
+            "higher_is_better": self.higher_is_better,
+            "layers": list(self.layers),
+            "pruned": list(self.pruned),
+            "delta": self.delta,
+            "delta_stderr": self.delta_stderr,
+            "delta_ci95": self.delta_ci95,
+            "significant": self.significant,
+            "delta_method": self.delta_method,
+            "bootstrap": self.bootstrap,
+            "stderr": list(self.stderr),
         }
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | Node, source: str = "metric") -> MetricDrop:
@@ -260,6 +288,11 @@ class MetricDrop:
             layers=layers,
             pruned=pruned,
             stderr=stderr,
+            delta_stderr=_per_layer(node.key("delta_stderr"), layers, lambda n: n.number(optional=True)),
+            delta_ci95=_per_layer(node.key("delta_ci95"), layers, _interval),
+            significant=_per_layer(node.key("significant"), layers, lambda n: n.flag(optional=True)),
+            delta_method=node.key("delta_method").text(optional=True),
+            bootstrap=_bootstrap(node.key("bootstrap")),
         )
 
 
@@ -273,13 +306,14 @@ class TaskDrop:
     samples: int | None
     nonfinite: int = 0  # evaluations' inputs with NaN/inf model outputs (SQuAD windows): counted, never hidden
     version: str | None = None  # lm-eval's version of the task (None for squad or older files)
+    agreement: dict[str, dict[str, Any]] | None = None  # metric → agreement with an angular result (#10)
 
     @property
     def primary_metric(self) -> str:
         return next(iter(self.metrics))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "num_fewshot": self.num_fewshot,
             "limit": self.limit,
             "samples": self.samples,
@@ -287,6 +321,9 @@ class TaskDrop:
             "version": self.version,
             "metrics": {name: m.to_dict() for name, m in self.metrics.items()},
         }
+        if self.agreement is not None:
+            out["agreement"] = self.agreement
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | Node, source: str = "task") -> TaskDrop:
@@ -471,7 +508,13 @@ def prune_drop_summary(tasks: dict[str, TaskDrop]) -> dict[str, Any]:
             "baseline_stderr": noise,
             "layers_within_stderr": within,
             "most_harmful": worst,
+            # Blocks whose paired 95 % interval of ΔP excludes 0; None for files without paired stderrs.
+            "significant_layers": None
+            if metric.significant is None
+            else [l for l, sig in zip(metric.layers, metric.significant, strict=True) if sig],
         }
+        if task.agreement and metric_name in task.agreement:
+            out[name]["agreement"] = task.agreement[metric_name]
     return out
 
 
@@ -579,11 +622,18 @@ def evaluation_to_dict(evaluation: Evaluation) -> dict[str, Any]:
         "engine": evaluation.engine,
         "nonfinite": evaluation.nonfinite,
         "version": evaluation.version,
+        # How the per-document values (kept in the run's sample log, not here) make up each score.
+        "per_sample": {name: found.spec() for name, found in evaluation.per_sample.items()},
     }
 
 
 def evaluation_from_dict(data: dict[str, Any] | Node, source: str = "evaluation") -> Evaluation:
-    """Read back `evaluation_to_dict`'s form, checked (older progress files may lack engine and nonfinite)."""
+    """Read back `evaluation_to_dict`'s form, checked field by field.
+
+    Older progress files may lack engine, nonfinite, per_sample and version. `per_sample` comes back with
+    each metric's aggregation rule and no values (those are in the sample log).
+    """
+    from layerprobe.evaluate.samples import MetricSamples
     from layerprobe.evaluate.scores import Evaluation, MetricScore
 
     node = _node(data, source)
@@ -597,12 +647,20 @@ def evaluation_from_dict(data: dict[str, Any] | Node, source: str = "evaluation"
         )
         for name, m in node.key("metrics").entries(min_length=1)
     }
+    per_sample_node = node.key("per_sample")
+    per_sample = {}
+    if per_sample_node.present and per_sample_node.value is not None:
+        per_sample = {
+            name: MetricSamples(spec.key("aggregation").text(), {}, spec.key("weight_by_size").flag(optional=True))
+            for name, spec in per_sample_node.entries()
+        }
     return Evaluation(
         metrics,
         node.key("num_fewshot").integer(optional=True, minimum=0),
         samples,
         node.key("engine").text(default="simple"),
         node.key("nonfinite").integer(default=0, minimum=0),
+        per_sample,
         node.key("version").text(optional=True),
     )
 
@@ -688,6 +746,32 @@ def _placement(node: Node, layers: int) -> Placement:
         summary=node.key("summary").text(),
         transition=node.key("transition").integer(optional=True, minimum=0),
     )
+
+
+def _per_layer(node: Node, layers: list[int], read: Callable[[Node], Any]) -> list[Any] | None:
+    """An optional array with one entry per removed layer (absent or null in older files: None)."""
+    if not node.present or node.value is None:
+        return None
+    values = [read(item) for item in node.items()]
+    if len(values) != len(layers):
+        node.fail(f"an array of {len(layers)} items (one per entry of layers)", f"got {len(values)} items")
+    return values
+
+
+def _interval(node: Node) -> list[float] | None:
+    """A [low, high] pair of numbers, or null."""
+    if node.value is None:
+        return None
+    bounds = [item.number() for item in node.items()]
+    if len(bounds) != 2:
+        node.fail("null or an array [low, high]", f"got {len(bounds)} items")
+    return bounds
+
+
+def _bootstrap(node: Node) -> dict[str, int] | None:
+    if not node.present or node.value is None:
+        return None
+    return {name: int(item.integer()) for name, item in node.entries()}
 
 
 def _distance_matrix(node: Node) -> list[list[float]]:

@@ -213,3 +213,14 @@ def string_map(optional: bool = False) -> Kind:
         return node.text_map()
 
     return read
+
+
+def any_object(optional: bool = False) -> Kind:
+    """An object whose members are read by their own code (e.g. prune-drop's `agreement`): only its type here."""
+
+    def read(node: Node) -> Any:
+        if optional and (not node.present or node.value is None):
+            return None
+        return node.obj()
+
+    return read
