@@ -123,6 +123,9 @@ PRUNE_CASES = [
     ("tasks.arc.num_fewshot", 1.5, "tasks.arc.num_fewshot must be an integer ≥ 0, got 1.5"),
     ("model", None, "model must be an object, got null"),
     ("settings.limit", "all", 'settings.limit must be a number, got "all"'),
+    ("tasks.arc.metrics.acc.delta_stderr", [0.1], "tasks.arc.metrics.acc.delta_stderr must be an array of 3 items"),
+    ("tasks.arc.metrics.acc.delta_ci95", [[0, 1], [0], None], "delta_ci95[1] must be null or an array [low, high]"),
+    ("tasks.arc.agreement", "high", 'tasks.arc.agreement must be an object, got "high"'),
 ]
 
 
