@@ -65,10 +65,10 @@ ANGULAR_DATA_FIELDS: dict[str, v.Kind] = {
     "config": v.text(optional=True),
     "split": v.text(optional=True),
     "text_field": v.text(optional=True),
-    "tokens": v.integer(minimum=1),
+    "tokens": v.integer(optional=True, minimum=1),
     "seq_len": v.integer(optional=True, minimum=1),
     "windows": v.integer(optional=True, minimum=1),
-    "positions": v.text(),
+    "positions": v.text(optional=True),
     "positions_averaged": v.integer(optional=True, minimum=0),
 }
 TASK_FIELDS: dict[str, v.Kind] = {
@@ -79,8 +79,7 @@ TASK_FIELDS: dict[str, v.Kind] = {
     "version": v.text(optional=True),
     "agreement": v.any_object(optional=True),  # metric → agreement with an angular result (agreement.py)
 }
-DEPTH_DATA_FIELDS: dict[str, v.Kind] = {**ANGULAR_DATA_FIELDS, "tokens": v.integer(optional=True, minimum=1)}
-DEPTH_DATA_FIELDS["positions"] = v.text(optional=True)
+DEPTH_DATA_FIELDS: dict[str, v.Kind] = dict(ANGULAR_DATA_FIELDS)
 SUBLAYER_PLACEMENT_FIELDS: dict[str, v.Kind] = {
     "module": v.text(),
     "residual": v.text(),

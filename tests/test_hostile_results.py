@@ -70,7 +70,7 @@ ANGULAR_CASES = [
     ("model", None, "model must be an object, got null"),
     ("data", None, "data must be an object, got null"),
     ("data.tokens", "12", 'data.tokens must be an integer ≥ 1, got "12"'),
-    ("data.tokens", None, "data.tokens must be an integer ≥ 1, got null"),
+    ("data.tokens", 1.5, "data.tokens must be an integer ≥ 1, got 1.5"),
     ("model.id", 7, "model.id must be a string, got 7"),
     ("model.num_layers", 9, "model.num_layers must be L = 3 to match the 4×4 distance matrix, got 9"),
     ("nonfinite_tokens", -1, "nonfinite_tokens must be an integer ≥ 0, got -1"),
