@@ -440,15 +440,15 @@ def prune_export(
     before, after = len(result.removed) + len(result.kept), len(result.kept)
     changed = ", ".join(f"{k}={v}" for k, v in result.config_changes.items())
     out.print(
-        f"[bold]{model}[/]: {before} → {after} blocks (removed {', '.join(map(str, result.removed))}), "
-        f"{result.parameters_before:,} → {result.parameters_after:,} parameters; config: {changed}",
+        f"[bold]{escape(model)}[/]: {before} → {after} blocks (removed {', '.join(map(str, result.removed))}), "
+        f"{result.parameters_before:,} → {result.parameters_after:,} parameters; config: {escape(changed)}",
         highlight=False,
         soft_wrap=True,
     )
     for note in result.notes:
-        err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     written = f"wrote {result.directory}" + (f", {result.mergekit_yaml}" if result.mergekit_yaml else "")
-    out.print(written, highlight=False, soft_wrap=True)
+    out.print(written, highlight=False, markup=False)
 
 
 def _positive_int(text: str, option: str) -> int:
