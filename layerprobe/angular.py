@@ -21,9 +21,9 @@ from layerprobe.models import LoadedModel, load_model, takes_argument
 from layerprobe.progress import Progress
 from layerprobe.provenance import library_versions, model_info
 from layerprobe.results import AngularResult, RunInfo
-from layerprobe.specs import AngularSpec
+from layerprobe.specs import DEFAULT_CHUNK_BYTES, AngularSpec
 
-_CHUNK_BYTES = 256 * 1024**2  # fp32 states upcast at once: (positions × (L+1) × hidden × 4) bytes, ~256 MiB
+_CHUNK_BYTES = DEFAULT_CHUNK_BYTES  # fp32 states upcast at once: (positions × (L+1) × hidden × 4) bytes, ~256 MiB
 
 
 def angular_distance(a, b):
@@ -119,10 +119,13 @@ def measure(
     positions: str,
     batch_size: int,
     on_batch: Callable[[int], None] | None = None,
+    max_state_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> AngularAccumulator:
     """Run the windows through the model once, accumulating distances at the chosen positions.
 
-    `positions="all"` measures every position; `"last"` the last text token of each window.
+    `positions="all"` measures every position; `"last"` the last text token of each window. The states
+    of one batch stay on the devices that computed them (several GPUs under --device-map); the
+    accumulator gathers at most `max_state_bytes` of them (fp32, all depths) onto its device at a time.
     """
     import torch
 
@@ -151,11 +154,25 @@ def measure(
                 rows = torch.arange(len(group))
                 last = torch.tensor([w.last_text_position for w in group])
                 flat = [s[rows.to(s.device), last.to(s.device)] for s in states]  # states may span GPUs
-            accumulator.update(flat)
+            for piece in _position_chunks(flat, max_state_bytes):
+                accumulator.update(piece)
             states.clear()
             if on_batch:
                 on_batch(sum(len(w.input_ids) for w in group))
     return accumulator
+
+
+def _position_chunks(flat: list, max_bytes: int) -> Iterator[list]:
+    """Slices of the same positions at every depth, each at most `max_bytes` once upcast to fp32.
+
+    Args:
+        flat: L+1 tensors, each (positions, hidden), possibly on different devices.
+        max_bytes: bound on positions × (L+1) × hidden × 4 per slice (at least one position per slice).
+    """
+    total, hidden = flat[0].shape
+    step = max(1, max_bytes // (len(flat) * hidden * 4))
+    for start in range(0, total, step):
+        yield [s[start : start + step] for s in flat]
 
 
 def run_angular(
@@ -178,7 +195,9 @@ def run_angular(
     )
     progress.stage("Measuring", spec.corpus.tokens, "tok")
     measure_clock = time.perf_counter()
-    accumulator = measure(loaded, stack, windows, spec.positions, spec.batch_size, progress.on_advance)
+    accumulator = measure(
+        loaded, stack, windows, spec.positions, spec.batch_size, progress.on_advance, spec.max_state_bytes
+    )
     measure_seconds = time.perf_counter() - measure_clock
     corpus = spec.corpus
     data = {

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from layerprobe.console import RichProgress, err, out, print_angular_summary, print_prune_summary
@@ -48,6 +49,32 @@ LayersPathOpt = Annotated[
     str | None,
     typer.Option("--layers-path", help="Dotted path of the blocks' ModuleList (e.g. model.layers), if not found."),
 ]
+ModelArgsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model-args",
+        help="Extra from_pretrained keywords as k=v,k=v (lm-eval's syntax): true/false/none, numbers, strings, "
+        "and {k:v,...} mappings, e.g. low_cpu_mem_usage=true,max_memory={0:70GiB,1:70GiB,cpu:200GiB}.",
+    ),
+]
+Load4Opt = Annotated[
+    bool, typer.Option("--load-in-4bit", help="Quantize the weights to 4-bit NF4 with bitsandbytes (extra [quant]).")
+]
+Load8Opt = Annotated[
+    bool, typer.Option("--load-in-8bit", help="Quantize the weights to 8-bit with bitsandbytes (extra [quant]).")
+]
+AttnOpt = Annotated[
+    str | None,
+    typer.Option("--attn-implementation", help="eager|sdpa|flash_attention_2|... (default: transformers' choice)."),
+]
+MaxStateMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-state-memory",
+        help="Bound on hidden states held at once, e.g. 512MiB or 4GiB. prune-drop: block inputs the shared "
+        "engine records per chunk (default 2GiB); angular: fp32 states gathered on one device (default 256MiB).",
+    ),
+]
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory (default: ./layerprobe-out/<model>/).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).")]
 
@@ -61,15 +88,46 @@ def friendly_errors(command: Callable) -> Callable:
             return command(*args, **kwargs)
         except LayerprobeError as exc:
             # soft_wrap: one line each, also when stderr is a pipe or log (rich would cut at 80 columns)
-            err.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+            # escape: messages quote user text and commands like `pip install 'layerprobe[quant]'`, not markup
+            err.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False, soft_wrap=True)
             if exc.hint:
-                err.print(f"[dim]hint: {exc.hint}[/]", highlight=False, soft_wrap=True)
+                err.print(f"[dim]hint: {escape(exc.hint)}[/]", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/]")
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def model_spec(
+    model: str,
+    revision: str | None,
+    dtype: str,
+    device: str,
+    device_map: str | None,
+    trust_remote_code: bool,
+    layers_path: str | None,
+    model_args: str | None,
+    load_in_4bit: bool,
+    load_in_8bit: bool,
+    attn_implementation: str | None,
+) -> Any:
+    """The ModelSpec of every command that loads weights, from the shared options above."""
+    from layerprobe.specs import ModelSpec, parse_model_args, quantization_from_flags
+
+    return ModelSpec(
+        model,
+        revision,
+        dtype,
+        device,
+        device_map,
+        trust_remote_code,
+        layers_path,
+        model_args=parse_model_args(model_args),
+        quantization=quantization_from_flags(load_in_4bit, load_in_8bit),
+        attn_implementation=attn_implementation,
+    )
 
 
 def model_slug(model: str) -> str:
@@ -119,6 +177,11 @@ def angular(
     device_map: DeviceMapOpt = None,
     trust_remote_code: TrustOpt = False,
     layers_path: LayersPathOpt = None,
+    model_args: ModelArgsOpt = None,
+    load_in_4bit: Load4Opt = False,
+    load_in_8bit: Load8Opt = False,
+    attn_implementation: AttnOpt = None,
+    max_state_memory: MaxStateMemoryOpt = None,
     out_dir: OutOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -126,15 +189,28 @@ def angular(
 
     Writes angular.json (the full (L+1)×(L+1) matrix) and the heatmap angular.png / angular.pdf.
     """
-    from layerprobe.specs import DEFAULT_DATASET, AngularSpec, CorpusSpec, ModelSpec
+    from layerprobe.specs import DEFAULT_CHUNK_BYTES, DEFAULT_DATASET, AngularSpec, CorpusSpec, parse_memory_size
 
     if dataset == DEFAULT_DATASET and dataset_config is None:
         dataset_config = "en"
     spec = AngularSpec(
-        model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
+        model=model_spec(
+            model,
+            revision,
+            dtype,
+            device,
+            device_map,
+            trust_remote_code,
+            layers_path,
+            model_args,
+            load_in_4bit,
+            load_in_8bit,
+            attn_implementation,
+        ),
         corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
         positions=positions,
         batch_size=batch_size,
+        max_state_bytes=parse_memory_size(max_state_memory) or DEFAULT_CHUNK_BYTES,
     )
     _run_and_report_angular(spec, output_dir(out_dir, model), quiet)
 
@@ -234,6 +310,11 @@ def prune_drop(
     device_map: DeviceMapOpt = None,
     trust_remote_code: TrustOpt = False,
     layers_path: LayersPathOpt = None,
+    model_args: ModelArgsOpt = None,
+    load_in_4bit: Load4Opt = False,
+    load_in_8bit: Load8Opt = False,
+    attn_implementation: AttnOpt = None,
+    max_state_memory: MaxStateMemoryOpt = None,
     out_dir: OutOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -244,11 +325,23 @@ def prune_drop(
     """
     from layerprobe.prune import run_prune_drop
     from layerprobe.report import plot_prune_drop
-    from layerprobe.specs import ModelSpec, PruneSpec
+    from layerprobe.specs import DEFAULT_STATE_BYTES, PruneSpec, parse_memory_size
 
     parsed_batch: int | str = batch_size if batch_size == "auto" else _positive_int(batch_size, "--batch-size")
     spec = PruneSpec(
-        model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
+        model=model_spec(
+            model,
+            revision,
+            dtype,
+            device,
+            device_map,
+            trust_remote_code,
+            layers_path,
+            model_args,
+            load_in_4bit,
+            load_in_8bit,
+            attn_implementation,
+        ),
         tasks=tuple(task),
         layers=layers_opt,
         limit=limit,
@@ -258,6 +351,7 @@ def prune_drop(
         include_path=str(include_path) if include_path else None,
         squad_data=str(squad_data) if squad_data else None,
         engine=engine,
+        max_state_bytes=parse_memory_size(max_state_memory) or DEFAULT_STATE_BYTES,
     )
     directory = output_dir(out_dir, model)
     progress = RichProgress(quiet)

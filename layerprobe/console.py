@@ -87,7 +87,7 @@ def print_angular_summary(result: Any) -> None:
     summary = result.to_dict()["summary"]
     adjacent = summary["adjacent"]
     out.print(
-        f"[bold]{result.model.id}[/]: d(x^l, x^(l+1)) over {result.data['positions_averaged']:,} positions",
+        f"[bold]{result.model.label}[/]: d(x^l, x^(l+1)) over {result.data['positions_averaged']:,} positions",
         highlight=False,
     )  # a heading line, not a table title: titles wrap to the table's width
     table = Table()
@@ -121,7 +121,8 @@ def print_prune_summary(result: Any) -> None:
         metric = task.metrics[metric_name]
         se = f" ± {metric.baseline_stderr:.4f}" if metric.baseline_stderr is not None else ""
         out.print(
-            f"[bold]{result.model.id} · {name} · {metric_name}[/]: baseline {metric.baseline:.4f}{se}", highlight=False
+            f"[bold]{result.model.label} · {name} · {metric_name}[/]: baseline {metric.baseline:.4f}{se}",
+            highlight=False,
         )
         table = Table()
         table.add_column("removed block", justify="right")

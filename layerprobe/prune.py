@@ -19,7 +19,15 @@ from typing import Any
 
 from layerprobe.errors import TaskError
 from layerprobe.layers import LayerStack, find_layers, removed_blocks
-from layerprobe.models import CAUSAL_LM, EXTRACTIVE_QA, LoadedModel, load_config, load_model, model_kind
+from layerprobe.models import (
+    CAUSAL_LM,
+    EXTRACTIVE_QA,
+    LoadedModel,
+    check_loadable,
+    load_config,
+    load_model,
+    model_kind,
+)
 from layerprobe.progress import Progress
 from layerprobe.provenance import library_versions, model_info
 from layerprobe.prune_state import PruneState
@@ -160,12 +168,16 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
         "commit": info.commit,
         "files": files_digest(info.id) if info.commit is None and os.path.isdir(info.id) else None,
         "dtype": info.dtype,
+        "quantization": info.quantization,
+        "attn_implementation": info.attn_implementation,
+        "model_args": info.model_args,
         "num_layers": info.num_layers,
         "layer_path": info.layer_path,
         "limit": spec.limit,
         "num_fewshot": spec.num_fewshot,
         "seed": spec.seed,
         "batch_size": spec.batch_size,
+        "max_state_bytes": spec.max_state_bytes,  # splits the shared engine's batches: padding, so rounding
         "include_path": files_digest(spec.include_path) if spec.include_path else None,
         "squad_data": files_digest(spec.squad_data) if spec.squad_data else None,
         "versions": {k: versions.get(k) for k in ("torch", "transformers", "lm_eval")},
@@ -232,6 +244,8 @@ def run_prune_drop(
     progress = progress or Progress()
     started = datetime.now(timezone.utc)
     clock = time.perf_counter()
+    if loaded is None:
+        check_loadable(spec.model)
     config = load_config(spec.model) if loaded is None else loaded.model.config
     check_tasks_fit_model(spec.tasks, model_kind(config), spec.model.model, spec.engine)
     if isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
@@ -268,6 +282,7 @@ def run_prune_drop(
             "num_fewshot": spec.num_fewshot,
             "seed": spec.seed,
             "batch_size": spec.batch_size,
+            "max_state_bytes": spec.max_state_bytes,
             "include_path": spec.include_path,
             "squad_data": spec.squad_data,
         },

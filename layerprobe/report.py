@@ -25,7 +25,7 @@ from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from layerprobe.errors import ResultError  # noqa: E402
-from layerprobe.results import AngularResult, MetricDrop, PruneDropResult, load_result  # noqa: E402
+from layerprobe.results import AngularResult, MetricDrop, ModelInfo, PruneDropResult, load_result  # noqa: E402
 
 HEATMAP_CMAP = "viridis_r"  # The papers draw small distances (lazy spans) yellow.
 DIFF_CMAP = "RdBu_r"
@@ -128,7 +128,9 @@ def _angular_figure(result: AngularResult):
     fig.colorbar(image, ax=ax, label=DISTANCE_LABEL, shrink=0.85, aspect=30, pad=0.02)
     tokens = result.data.get("tokens")
     tokens = f"{tokens:,}" if isinstance(tokens, int) else tokens
-    ax.set_title(f"{_short(result.model.id)} · {tokens} tokens · positions={result.data.get('positions')}", fontsize=11)
+    ax.set_title(
+        f"{_title_name(result.model)} · {tokens} tokens · positions={result.data.get('positions')}", fontsize=11
+    )
     return fig
 
 
@@ -139,7 +141,7 @@ def _prune_drop_figure(result: PruneDropResult, task: str):
         figsize=(float(np.clip(3.5 + 0.13 * len(metric.layers), 7.0, 14.0)), 4.8), layout="constrained"
     )
     _draw_delta_bars(ax, metric, metric_name)
-    ax.set_title(f"{_short(result.model.id)} · {task} · {metric_name}\nbaseline = {_value_text(metric)}", fontsize=11)
+    ax.set_title(f"{_title_name(result.model)} · {task} · {metric_name}\nbaseline = {_value_text(metric)}", fontsize=11)
     return fig
 
 
@@ -407,6 +409,11 @@ def _save(fig, *paths: Path) -> list[Path]:
     finally:
         plt.close(fig)
     return list(paths)
+
+
+def _title_name(model: ModelInfo) -> str:
+    """The model's short name, marked when its weights were quantized (a quantized ΔP is not the model's)."""
+    return _short(model.id) + (f" ({model.quantization})" if model.quantization else "")
 
 
 def _short(model_id: str) -> str:

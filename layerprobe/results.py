@@ -36,10 +36,21 @@ class ModelInfo:
     num_layers: int
     layer_path: str
     block_class: str
+    # How the weights were loaded (absent in results written before these options existed: read as defaults).
+    quantization: str | None = None  # e.g. "bitsandbytes-4bit-nf4"; None = the checkpoint's own weights
+    attn_implementation: str | None = None
+    model_args: dict[str, Any] = field(default_factory=dict)  # extra from_pretrained keywords (--model-args)
+
+    @property
+    def label(self) -> str:
+        """The model's name for titles and summaries, marked when its weights were quantized."""
+        return f"{self.id} ({self.quantization})" if self.quantization else self.id
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelInfo:
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+        values = {k: data.get(k) for k in cls.__dataclass_fields__}
+        values["model_args"] = data.get("model_args") or {}
+        return cls(**values)
 
 
 @dataclass(frozen=True)
