@@ -162,7 +162,8 @@ def child(kind: str, args, path: Path) -> dict:
         if kind == "forward":
             with torch.inference_mode():
                 for group in batches(windows, args.batch_size):
-                    loaded.model(input_ids=torch.tensor([w.input_ids for w in group], device=loaded.input_device))
+                    ids = torch.tensor([w.input_ids for w in group], device=loaded.input_device)
+                    loaded.model(input_ids=ids, use_cache=False)
             return {"states_held": 0}
         if kind == "angular":
             measure(loaded, stack, windows, "all", args.batch_size, max_state_bytes=bound or DEFAULT_CHUNK_BYTES)
