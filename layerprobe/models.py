@@ -100,7 +100,7 @@ def from_pretrained_kwargs(spec: ModelSpec, dtype: Any, device: Any) -> dict[str
         else:
             kwargs["quantization_config"] = tf.BitsAndBytesConfig(load_in_8bit=True)
         if not spec.device_map:
-            kwargs["device_map"] = {"": device}
+            kwargs["device_map"] = {"": str(device)}
     # A copy: accelerate rewrites max_memory in place, and the spec's values are what the result records.
     kwargs.update(copy.deepcopy(spec.model_args))  # ModelSpec refuses keys that duplicate the options above
     return kwargs

@@ -220,7 +220,7 @@ def test_quantized_load_builds_a_bitsandbytes_config():
     config = kwargs["quantization_config"]
     assert config.load_in_4bit and not config.load_in_8bit
     assert config.bnb_4bit_quant_type == "nf4" and config.bnb_4bit_compute_dtype == torch.bfloat16
-    assert kwargs["device_map"] == {"": torch.device("cpu")}  # bitsandbytes models cannot be moved after loading
+    assert kwargs["device_map"] == {"": "cpu"}  # bitsandbytes models cannot be moved after loading
     kwargs = from_pretrained_kwargs(ModelSpec("m", quantization="8bit", device_map="auto"), torch.float16, None)
     assert kwargs["quantization_config"].load_in_8bit and kwargs["device_map"] == "auto"
 
