@@ -5,8 +5,8 @@ Runs `run_prune_drop` twice in one process on the same loaded model, tasks and s
   shared   one baseline pass per batch that records every block's input x^l; "block l removed" then
            runs only blocks l+1 … L-1 and the head from the recorded x^l.
 Prints the wall time of each (minimum over --repeat alternating rounds), the ratio shared/simple
-(target ≤ 0.6 on CPU), and the block forward passes each made, counted in batch rows by forward
-pre-hooks on the blocks, next to the theory:
+(target ≤ 0.6 on CPU), and the block forward passes each made, in batch rows as Progress's block
+events report them, next to the theory:
   block rows      simple L + L(L-1) = L², shared L + Σ(L-1-l) = L(L+1)/2  → ratio (L+1)/(2L)
   forward passes  simple L+1, shared (L+2)/2 (embedding + head counted as one block) → (L+2)/(2(L+1))
 Asserts nothing. No network: the model is a LLaMA-shaped random checkpoint built here (or --model PATH)
@@ -21,14 +21,12 @@ tasks of tests/data/tasks (MMLU-shaped group with few-shot, ARC-shaped).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import io
 import os
 import pstats
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -38,9 +36,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 import transformers as tf  # noqa: E402
 
-from layerprobe import prune  # noqa: E402
-from layerprobe.layers import find_layers, hidden_from_input  # noqa: E402
+from layerprobe.layers import find_layers  # noqa: E402
 from layerprobe.models import load_model  # noqa: E402
+from layerprobe.progress import BlockEvent, Progress  # noqa: E402
 from layerprobe.prune import run_prune_drop  # noqa: E402
 from layerprobe.specs import ModelSpec, PruneSpec  # noqa: E402
 
@@ -90,47 +88,24 @@ def build_model(directory: Path, layers: int, hidden: int, vocab_size: int) -> P
     return directory
 
 
-@contextlib.contextmanager
-def counted_block_rows(blocks) -> Iterator[dict[str, int]]:
-    """Count every call of every block, weighted by its batch rows (probes included)."""
-    seen = {"rows": 0}
-
-    def count(_module, args, kwargs) -> None:
-        seen["rows"] += int(hidden_from_input(args, kwargs).shape[0])
-
-    handles = [block.register_forward_pre_hook(count, with_kwargs=True) for block in blocks]
-    try:
-        yield seen
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
 def run_engine(engine: str, spec_args: dict, loaded, out: Path, profile: bool):
-    """Wall time, result, hooked block rows and (shared engine) its own block_rows counter."""
-    made = []
-    original = prune.make_scorers
+    """Wall time, result and the block rows Progress reported (every block pass of the evaluations)."""
+    rows = {"count": 0}
 
-    def remember(*args, **kwargs):
-        scorers = original(*args, **kwargs)
-        made.extend(scorer for scorer, _ in scorers)
-        return scorers
+    def count(event: BlockEvent) -> None:
+        rows["count"] += event.rows
 
-    prune.make_scorers = remember
     profiler = cProfile.Profile() if profile else None
-    try:
-        with counted_block_rows(list(find_layers(loaded.model).blocks)) as seen:
-            start = time.perf_counter()
-            if profiler:
-                profiler.enable()
-            result = run_prune_drop(PruneSpec(engine=engine, **spec_args), out, loaded=loaded)
-            if profiler:
-                profiler.disable()
-            seconds = time.perf_counter() - start
-    finally:
-        prune.make_scorers = original
-    own = getattr(getattr(made[0], "lm", None), "block_rows", None) if made else None
-    return seconds, result, seen["rows"], own, profiler
+    start = time.perf_counter()
+    if profiler:
+        profiler.enable()
+    result = run_prune_drop(
+        PruneSpec(engine=engine, **spec_args), out, loaded=loaded, progress=Progress(on_block=count)
+    )
+    if profiler:
+        profiler.disable()
+    seconds = time.perf_counter() - start
+    return seconds, result, rows["count"], profiler
 
 
 def max_relative_difference(a, b) -> float:
@@ -196,8 +171,8 @@ def main() -> None:
                 )
                 times[engine].append(runs[engine][0])
 
-    (_, simple, rows_simple, _, prof_simple) = runs["simple"]
-    (_, shared, rows_shared_hooked, rows_shared, prof_shared) = runs["shared"]
+    (_, simple, rows_simple, prof_simple) = runs["simple"]
+    (_, shared, rows_shared, prof_shared) = runs["shared"]
     t_simple, t_shared = min(times["simple"]), min(times["shared"])
     params = sum(p.numel() for p in loaded.model.parameters())
     print(
@@ -213,8 +188,8 @@ def main() -> None:
     print(f"{'':8}{'wall s (min)':>13}{'block rows':>12}   all rounds")
     print(f"{'simple':8}{t_simple:13.2f}{rows_simple:12,}   {', '.join(f'{t:.2f}' for t in times['simple'])}")
     print(
-        f"{'shared':8}{t_shared:13.2f}{rows_shared or 0:12,}   {', '.join(f'{t:.2f}' for t in times['shared'])}"
-        f"   (hooks saw {rows_shared_hooked:,} rows incl. probes)"
+        f"{'shared':8}{t_shared:13.2f}{rows_shared:12,}   {', '.join(f'{t:.2f}' for t in times['shared'])}"
+        f"   (incl. one {L}-row probe of the blocks' outputs)"
     )
     print()
     print(f"wall time ratio shared/simple:   {t_shared / t_simple:.3f}   (target <= 0.6)")

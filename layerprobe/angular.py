@@ -11,7 +11,6 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
 from typing import Any
 
 from layerprobe.corpus import Window, batches, build_windows, iter_documents
@@ -19,8 +18,8 @@ from layerprobe.errors import UnsupportedModel
 from layerprobe.layers import LayerStack, capture_block_states, find_layers
 from layerprobe.models import LoadedModel, load_model, takes_argument
 from layerprobe.progress import Progress
-from layerprobe.provenance import library_versions, model_info
-from layerprobe.results import AngularResult, RunInfo
+from layerprobe.provenance import RunTimer, model_info
+from layerprobe.results import AngularResult
 from layerprobe.specs import DEFAULT_CHUNK_BYTES, AngularSpec
 
 _CHUNK_BYTES = DEFAULT_CHUNK_BYTES  # fp32 states upcast at once: (positions × (L+1) × hidden × 4) bytes, ~256 MiB
@@ -180,8 +179,7 @@ def run_angular(
 ) -> AngularResult:
     """Load the model (unless given), build the windows, measure, and return the result."""
     progress = progress or Progress()
-    started = datetime.now(timezone.utc)
-    clock = time.perf_counter()
+    timer = RunTimer()
     if loaded is None:
         progress.stage("Loading model")
         loaded = load_model(spec.model, purpose="base")
@@ -202,8 +200,8 @@ def run_angular(
     corpus = spec.corpus
     data = {
         "dataset": corpus.dataset,
-        "config": corpus.dataset_config if _is_hub(corpus.dataset) else None,
-        "split": corpus.split if _is_hub(corpus.dataset) else None,
+        "config": corpus.dataset_config if corpus.is_hub else None,
+        "split": corpus.split if corpus.is_hub else None,
         "text_field": corpus.text_field,
         "tokens": sum(len(w.input_ids) for w in windows),
         "seq_len": seq_len,
@@ -216,19 +214,6 @@ def run_angular(
         data=data,
         distance=accumulator.result(),
         nonfinite_tokens=accumulator.nonfinite,
-        run=RunInfo(
-            started_at=started.isoformat(timespec="seconds"),
-            seconds=time.perf_counter() - clock,
-            versions=library_versions(),
-            device=loaded.device_label,
-        ),
+        run=timer.finish(loaded.device_label),
         tokens_per_second=data["tokens"] / measure_seconds if measure_seconds > 0 else 0.0,
     )
-
-
-def _is_hub(dataset: str) -> bool:
-    import os
-
-    from layerprobe.specs import BUILTIN_CORPUS
-
-    return dataset != BUILTIN_CORPUS and not os.path.exists(dataset)

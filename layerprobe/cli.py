@@ -17,8 +17,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from layerprobe.console import RichProgress, err, out, print_angular_summary, print_prune_summary
+from layerprobe.console import RichProgress, err, out, print_angular_summary, print_depth_summary, print_prune_summary
 from layerprobe.errors import LayerprobeError
+from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON
 
 app = typer.Typer(
     name="layerprobe",
@@ -77,6 +78,31 @@ MaxStateMemoryOpt = Annotated[
 ]
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory (default: ./layerprobe-out/<model>/).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).")]
+
+# Corpus options shared by every command that streams text through a model (angular, depth).
+TokensOpt = Annotated[int, typer.Option("--tokens", help="Positions to stream through the model (exact).")]
+PositionsOpt = Annotated[
+    str,
+    typer.Option(
+        "--positions",
+        help="all: mean over every measured position; last: the last text token of each window (Gromov et al.).",
+    ),
+]
+DatasetOpt = Annotated[
+    str,
+    typer.Option(
+        "--dataset",
+        help="Hub dataset id, a local .txt/.jsonl/.parquet file, or builtin:pydoc (offline English text).",
+    ),
+]
+DatasetConfigOpt = Annotated[
+    str | None,
+    typer.Option("--dataset-config", help="Hub dataset config (default: en for allenai/c4, none otherwise)."),
+]
+SplitOpt = Annotated[str, typer.Option("--split", help="Hub dataset split.")]
+TextFieldOpt = Annotated[str, typer.Option("--text-field", help="Column/field that holds the text.")]
+SeqLenOpt = Annotated[int, typer.Option("--seq-len", help="Window length in tokens (capped by the model's context).")]
+WindowBatchOpt = Annotated[int, typer.Option("--batch-size", help="Windows per forward pass.")]
 
 
 def friendly_errors(command: Callable) -> Callable:
@@ -146,31 +172,14 @@ def output_dir(out_opt: Path | None, model: str) -> Path:
 @friendly_errors
 def angular(
     model: ModelArg,
-    tokens: Annotated[int, typer.Option("--tokens", help="Positions to stream through the model (exact).")] = 262_144,
-    positions: Annotated[
-        str,
-        typer.Option(
-            "--positions",
-            help="all: mean over every measured position; last: the last text token of each window (Gromov et al.).",
-        ),
-    ] = "all",
-    dataset: Annotated[
-        str,
-        typer.Option(
-            "--dataset",
-            help="Hub dataset id, a local .txt/.jsonl/.parquet file, or builtin:pydoc (offline English text).",
-        ),
-    ] = "allenai/c4",
-    dataset_config: Annotated[
-        str | None,
-        typer.Option("--dataset-config", help="Hub dataset config (default: en for allenai/c4, none otherwise)."),
-    ] = None,
-    split: Annotated[str, typer.Option("--split", help="Hub dataset split.")] = "validation",
-    text_field: Annotated[str, typer.Option("--text-field", help="Column/field that holds the text.")] = "text",
-    seq_len: Annotated[
-        int, typer.Option("--seq-len", help="Window length in tokens (capped by the model's context).")
-    ] = 1024,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Windows per forward pass.")] = 8,
+    tokens: TokensOpt = 262_144,
+    positions: PositionsOpt = "all",
+    dataset: DatasetOpt = "allenai/c4",
+    dataset_config: DatasetConfigOpt = None,
+    split: SplitOpt = "validation",
+    text_field: TextFieldOpt = "text",
+    seq_len: SeqLenOpt = 1024,
+    batch_size: WindowBatchOpt = 8,
     revision: RevisionOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
@@ -189,10 +198,8 @@ def angular(
 
     Writes angular.json (the full (L+1)×(L+1) matrix) and the heatmap angular.png / angular.pdf.
     """
-    from layerprobe.specs import DEFAULT_CHUNK_BYTES, DEFAULT_DATASET, AngularSpec, CorpusSpec, parse_memory_size
+    from layerprobe.specs import DEFAULT_CHUNK_BYTES, AngularSpec, CorpusSpec, parse_memory_size
 
-    if dataset == DEFAULT_DATASET and dataset_config is None:
-        dataset_config = "en"
     spec = AngularSpec(
         model=model_spec(
             model,
@@ -242,9 +249,88 @@ def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
     progress = RichProgress(quiet)
     with progress.running():
         result = run_angular(spec, progress.callbacks())
-    json_path = write_json(directory / "angular.json", result.to_dict())
+    json_path = write_json(directory / ANGULAR_JSON, result.to_dict())
     plots = plot_angular(result, directory)
     print_angular_summary(result)
+    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, soft_wrap=True)
+
+
+@app.command()
+@friendly_errors
+def depth(
+    model: ModelArg,
+    grad: Annotated[
+        bool,
+        typer.Option(
+            "--grad",
+            help="Also the gradient norm of each block and sublayer for the model's own loss "
+            "(next-token, or masked-LM for encoders); one more forward+backward pass.",
+        ),
+    ] = False,
+    mask_seed: Annotated[int, typer.Option("--mask-seed", help="Seed of the 15 % masked-LM masking (--grad).")] = 1234,
+    tokens: TokensOpt = 262_144,
+    positions: PositionsOpt = "all",
+    dataset: DatasetOpt = "allenai/c4",
+    dataset_config: DatasetConfigOpt = None,
+    split: SplitOpt = "validation",
+    text_field: TextFieldOpt = "text",
+    seq_len: SeqLenOpt = 1024,
+    batch_size: WindowBatchOpt = 8,
+    revision: RevisionOpt = None,
+    dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
+    device_map: DeviceMapOpt = None,
+    trust_remote_code: TrustOpt = False,
+    layers_path: LayersPathOpt = None,
+    model_args: ModelArgsOpt = None,
+    load_in_4bit: Load4Opt = False,
+    load_in_8bit: Load8Opt = False,
+    attn_implementation: AttnOpt = None,
+    out_dir: OutOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Why blocks are lazy: norm placement, residual growth, per-block and per-sublayer updates, gradient norms.
+
+    Norm placement is traced (Pre-LN, Post-LN, Mix-LN, sandwich, parallel, LayerNorm Scaling); residual
+    RMS and variance are given for x^0 … x^L, relative updates per block and per sublayer (attention,
+    MLP), and with --grad the gradient norm of each block for the model's own loss.
+
+    Writes depth.json and the figure depth.png / depth.pdf.
+    """
+    from layerprobe.depth import run_depth
+    from layerprobe.depth_plots import plot_depth
+    from layerprobe.results import write_json
+    from layerprobe.specs import DEFAULT_DATASET, CorpusSpec, DepthSpec
+
+    if dataset == DEFAULT_DATASET and dataset_config is None:
+        dataset_config = "en"
+    spec = DepthSpec(
+        model=model_spec(
+            model,
+            revision,
+            dtype,
+            device,
+            device_map,
+            trust_remote_code,
+            layers_path,
+            model_args,
+            load_in_4bit,
+            load_in_8bit,
+            attn_implementation,
+        ),
+        corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
+        positions=positions,
+        batch_size=batch_size,
+        grad=grad,
+        mask_seed=mask_seed,
+    )
+    directory = output_dir(out_dir, model)
+    progress = RichProgress(quiet)
+    with progress.running():
+        result = run_depth(spec, progress.callbacks())
+    json_path = write_json(directory / "depth.json", result.to_dict())
+    plots = plot_depth(result, directory)
+    print_depth_summary(result)
     out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False)
 
 
@@ -359,7 +445,94 @@ def prune_drop(
         result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks())
     plots = plot_prune_drop(result, directory)
     print_prune_summary(result)
-    out.print(f"wrote {directory / 'prune_drop.json'}" + "".join(f", {p}" for p in plots), highlight=False)
+    out.print(
+        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in plots), highlight=False, soft_wrap=True
+    )
+
+
+@app.command("prune")
+@friendly_errors
+def prune_export(
+    model: ModelArg,
+    save: Annotated[
+        Path,
+        typer.Option("--save", help="Directory for the pruned checkpoint (written to a temp dir, renamed at the end)."),
+    ],
+    remove: Annotated[
+        str | None,
+        typer.Option("--remove", help="Blocks to remove, all at once: 0-based inclusive ranges like 20-27,30."),
+    ] = None,
+    remove_attention: Annotated[
+        str | None,
+        typer.Option(
+            "--remove-attention",
+            help="Blocks whose attention sublayer to drop. Refused (before loading weights) unless the config "
+            "can say a block has no attention: zeroed weights are not a smaller model.",
+        ),
+    ] = None,
+    remove_mlp: Annotated[
+        str | None,
+        typer.Option("--remove-mlp", help="Blocks whose MLP sublayer to drop; refused like --remove-attention."),
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace --save if it exists and is not empty (only once written).")
+    ] = False,
+    mergekit_yaml: Annotated[
+        Path | None,
+        typer.Option(
+            "--mergekit-yaml",
+            help="Also write the equivalent mergekit passthrough config (slices of the kept layer ranges) here.",
+        ),
+    ] = None,
+    max_shard_size: Annotated[
+        str | None,
+        typer.Option("--max-shard-size", help="Largest safetensors shard, e.g. 5GB (default: transformers' own)."),
+    ] = None,
+    revision: RevisionOpt = None,
+    dtype: Annotated[
+        str,
+        typer.Option("--dtype", help="auto|float32|bfloat16|float16. auto: keep the checkpoint's own dtype."),
+    ] = "auto",
+    trust_remote_code: TrustOpt = False,
+    layers_path: LayersPathOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Write a smaller checkpoint without the removed blocks, loadable with from_pretrained.
+
+    The weights are those of the in-memory removal prune-drop measures (and of a mergekit passthrough
+    of the kept layers). The config is rewritten for the kept blocks (num_hidden_layers, layer_types,
+    MoE and sliding-window patterns) and every rebuilt block is checked against the original before any
+    weight is read; the tokenizer and generation config are copied, and layerprobe.json records what was
+    removed from which source. Runs on CPU; needs memory for the full model.
+    """
+    from layerprobe.export import run_export
+    from layerprobe.specs import ExportSpec, ModelSpec
+
+    spec = ExportSpec(
+        model=ModelSpec(model, revision, dtype, "cpu", None, trust_remote_code, layers_path),
+        save=str(save),
+        remove=remove,
+        remove_attention=remove_attention,
+        remove_mlp=remove_mlp,
+        overwrite=overwrite,
+        mergekit_yaml=str(mergekit_yaml) if mergekit_yaml else None,
+        max_shard_size=max_shard_size,
+    )
+    progress = RichProgress(quiet)
+    with progress.running():
+        result = run_export(spec, progress.callbacks())
+    before, after = len(result.removed) + len(result.kept), len(result.kept)
+    changed = ", ".join(f"{k}={v}" for k, v in result.config_changes.items())
+    out.print(
+        f"[bold]{model}[/]: {before} → {after} blocks (removed {', '.join(map(str, result.removed))}), "
+        f"{result.parameters_before:,} → {result.parameters_after:,} parameters; config: {changed}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for note in result.notes:
+        err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+    written = f"wrote {result.directory}" + (f", {result.mergekit_yaml}" if result.mergekit_yaml else "")
+    out.print(written, highlight=False, soft_wrap=True)
 
 
 def _positive_int(text: str, option: str) -> int:
@@ -375,10 +548,18 @@ def layers(
     revision: RevisionOpt = None,
     trust_remote_code: TrustOpt = False,
     layers_path: LayersPathOpt = None,
+    placement: Annotated[
+        bool,
+        typer.Option(
+            "--placement/--no-placement",
+            help="Trace each block's norm placement (random weights, one block in memory at a time).",
+        ),
+    ] = True,
 ) -> None:
-    """Show the block stack layerprobe finds: its path, L, the block class and parameters per block.
+    """Show the block stack layerprobe finds: its path, L, the block class, parameters and norm placement per block.
 
-    Only the config is downloaded: the model is built without weights, so this is instant for any size.
+    Only the config is downloaded: the model is built without weights. Norm placement is traced with
+    random weights, one block in memory at a time (--no-placement skips it).
     """
     from layerprobe.layers import find_layers
     from layerprobe.models import load_skeleton
@@ -388,14 +569,20 @@ def layers(
         skeleton, architecture, kind = load_skeleton(ModelSpec(model, revision, trust_remote_code=trust_remote_code))
     stack = find_layers(skeleton, layers_path)
     sizes = stack.parameters_per_block()
+    traced = _traced_placement(skeleton, stack) if placement else None
     out.print(f"[bold]{model}[/]: {architecture} ({kind})", highlight=False)
     table = Table()
     table.add_column("block", justify="right")
     table.add_column("class")
     table.add_column("parameters", justify="right")
+    if traced is not None:
+        table.add_column("placement")
     for index, (block, size) in enumerate(zip(stack.blocks, sizes, strict=True)):
-        table.add_row(str(index), type(block).__name__, f"{size:,}")
+        row = [str(index), type(block).__name__, f"{size:,}"]
+        table.add_row(*row, *([traced.labels[index]] if traced is not None else []))
     out.print(table)
+    if traced is not None:
+        out.print(f"placement: {traced.summary}", highlight=False)
     out.print(
         f"stack path: {stack.path}   L = {stack.num_layers}   block class: {stack.block_class}   "
         f"parameters in blocks: {sum(sizes):,}",
@@ -403,28 +590,109 @@ def layers(
     )
 
 
+def _traced_placement(skeleton: Any, stack: Any) -> Any:
+    """The traced placement of a weightless skeleton, or None (with a warning) when it cannot be traced."""
+    from layerprobe.placement_skeleton import placement_without_weights
+
+    vocab = getattr(getattr(skeleton, "config", None), "vocab_size", None) or 2
+    try:
+        with err.status("Tracing norm placement"):
+            return placement_without_weights(skeleton, stack, vocab)
+    except (LayerprobeError, RuntimeError, TypeError, ValueError) as exc:
+        err.print(f"[yellow]warning:[/] norm placement not traced: {exc}", highlight=False, soft_wrap=True)
+        return None
+
+
 @app.command()
 @friendly_errors
 def plot(
-    result_json: Annotated[Path, typer.Argument(help="An angular.json or prune_drop.json written by layerprobe.")],
+    result_json: Annotated[
+        Path, typer.Argument(help="An angular.json, prune_drop.json or depth.json written by layerprobe.")
+    ],
     out_dir: Annotated[Path | None, typer.Option("--out", help="Where to write (default: next to the JSON).")] = None,
 ) -> None:
-    """Redraw the plots of a result JSON (heatmap or ΔP bars)."""
-    from layerprobe.report import plot_result
+    """Redraw the plots of a result JSON (heatmap, ΔP bars or the depth figure)."""
+    from layerprobe.depth_plots import redraw
 
-    for path in plot_result(result_json, out_dir):
-        out.print(f"wrote {path}", highlight=False)
-
-
-# `compare` is a thin command kept beside its library (layerprobe/compare.py); its import is light.
-from layerprobe.compare import compare_command  # noqa: E402
-
-app.command("compare")(friendly_errors(compare_command))
+    for path in redraw(result_json, out_dir):
+        out.print(f"wrote {path}", highlight=False, soft_wrap=True)
 
 
-def main() -> None:  # pragma: no cover - console entry point alias
-    """Run the command line."""
-    app()
+@app.command("compare")
+@friendly_errors
+def compare_command(
+    baseline: Annotated[Path, typer.Argument(help="Baseline result JSON, or a run directory.")],
+    candidate: Annotated[Path, typer.Argument(help="Candidate result JSON of the same kind, or a run directory.")],
+    rules_file: Annotated[
+        Path | None,
+        typer.Option("--rules", help="Rules TOML (sections angular, prune_drop, depth); flags override it."),
+    ] = None,
+    lazy_threshold: Annotated[
+        float | None, typer.Option(help=f"A block is lazy when d(x^l, x^l+1) is below this (default {LAZY_THRESHOLD}).")
+    ] = None,
+    max_lazy_increase: Annotated[int | None, typer.Option(help="Extra lazy blocks allowed (default 0).")] = None,
+    adjacent_tolerance: Annotated[
+        float | None, typer.Option(help="Allowed fall of the mean adjacent distance (default 0.02).")
+    ] = None,
+    max_drop: Annotated[
+        float | None, typer.Option(help="Allowed worsening of a task's full-model score (absolute, default 0.01).")
+    ] = None,
+    se_factor: Annotated[
+        float | None, typer.Option(help="A layer's ΔP may worsen by this × combined stderr (default 2.0).")
+    ] = None,
+    max_rms_growth: Annotated[
+        float | None, typer.Option(help="depth: RMS(x^L)/RMS(x^0) may grow by this factor over the baseline's (1.25).")
+    ] = None,
+    output_format: Annotated[str, typer.Option("--format", help="table|markdown|json on stdout.")] = "table",
+    junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here.")] = None,
+    plot: Annotated[
+        bool, typer.Option("--plot/--no-plot", help="Draw compare.png (compare_<kind>.png for several kinds).")
+    ] = True,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Plot directory (default: next to the candidate result).")
+    ] = None,
+) -> None:
+    """Gate a candidate's results against a baseline's: exit 0 pass, 1 regression, 2 bad input."""
+    from rich.console import Console
+
+    from layerprobe.gate.figures import plot_verdict
+    from layerprobe.gate.render import build_table, check_format, render, render_junit
+    from layerprobe.gate.rules import load_rules
+    from layerprobe.gate.verdict import compare_paths
+
+    check_format(output_format)
+    rules = load_rules(
+        rules_file,
+        lazy_threshold=lazy_threshold,
+        max_lazy_increase=max_lazy_increase,
+        adjacent_tolerance=adjacent_tolerance,
+        max_drop=max_drop,
+        se_factor=se_factor,
+        max_rms_growth=max_rms_growth,
+    )
+    verdict = compare_paths(baseline, candidate, rules)
+    if output_format == "table":
+        Console().print(build_table(verdict))
+    else:
+        typer.echo(render(verdict, output_format), nl=False)
+    err = Console(stderr=True)
+    if junit is not None:
+        try:
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            junit.write_text(render_junit(verdict), encoding="utf-8")
+        except OSError as exc:
+            raise LayerprobeError(f"Cannot write --junit {junit}: {exc.strerror or exc}") from exc
+        err.print(f"wrote {junit}", highlight=False, markup=False, soft_wrap=True)
+    if plot:
+        try:
+            for path in plot_verdict(verdict, out_dir):
+                err.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
+        except (LayerprobeError, OSError) as exc:  # a plot is a courtesy: it must not change the exit status
+            err.print(
+                f"warning: no plot: {getattr(exc, 'message', exc)}", style="yellow", highlight=False, markup=False
+            )
+    if not verdict.passed:
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import CorpusError, EmptyCorpus
-from layerprobe.specs import BUILTIN_CORPUS, CorpusSpec
+from layerprobe.specs import BUILTIN_CORPUS, LOCAL_BUILDERS, CorpusSpec
 
-LOCAL_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 _TOKENIZE_BATCH = 64
 
 
@@ -106,9 +105,8 @@ def _open_rows(spec: CorpusSpec) -> Iterable[dict]:
     import datasets
 
     suffix = Path(spec.dataset).suffix.lower()
-    local = os.path.exists(spec.dataset) or suffix in LOCAL_BUILDERS
     try:
-        if local:
+        if spec.is_local:
             if not os.path.isfile(spec.dataset):
                 raise CorpusError(f"No corpus file at {spec.dataset}.", hint="Check the path.")
             if suffix not in LOCAL_BUILDERS:
@@ -123,7 +121,7 @@ def _open_rows(spec: CorpusSpec) -> Iterable[dict]:
     except CorpusError:
         raise
     except Exception as exc:  # datasets raises many unrelated types for "not reachable"
-        where = spec.dataset + (f" ({spec.dataset_config}, {spec.split})" if not local else "")
+        where = spec.dataset + (f" ({spec.dataset_config}, {spec.split})" if not spec.is_local else "")
         raise CorpusError(
             f"Cannot open corpus {where}: {str(exc).splitlines()[0] if str(exc) else exc!r}",
             hint="Without network access pass a local .txt/.jsonl/.parquet file with --dataset "

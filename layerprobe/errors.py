@@ -7,6 +7,12 @@ status 2. Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+# The one hint for "a dataset could not be fetched from the hub" (lm-eval tasks, SQuAD, corpora).
+OFFLINE_HINT = (
+    "pre-cache the dataset (run once with network, HF_DATASETS_OFFLINE=1 afterwards) or use local files: "
+    "--include-path with a local task YAML (dataset_path: json + data_files), or --squad-data FILE"
+)
+
 
 class LayerprobeError(Exception):
     """A mistake in the user's input, explained in one line, with a hint on how to fix it."""

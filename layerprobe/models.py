@@ -18,7 +18,8 @@ from layerprobe.errors import LayerprobeError, ModelNotFound, UnsupportedModel
 from layerprobe.specs import ModelSpec
 
 CAUSAL_LM, ENCODER, EXTRACTIVE_QA = "causal-lm", "encoder", "extractive-qa"
-PURPOSES = ("base", "head", CAUSAL_LM, EXTRACTIVE_QA)
+MASKED_LM = "masked-lm"  # an encoder with its pretraining head (depth --grad)
+PURPOSES = ("base", "head", CAUSAL_LM, EXTRACTIVE_QA, MASKED_LM)
 
 
 @dataclass
@@ -294,6 +295,7 @@ def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
             "base": tf.AutoModel,
             CAUSAL_LM: tf.AutoModelForCausalLM,
             EXTRACTIVE_QA: tf.AutoModelForQuestionAnswering,
+            MASKED_LM: tf.AutoModelForMaskedLM,
         }[purpose]
         kwargs = from_pretrained_kwargs(spec, dtype, device)
         try:

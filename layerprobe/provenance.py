@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
+from datetime import datetime, timezone
 from typing import Any
 
 from layerprobe.layers import LayerStack
 from layerprobe.models import LoadedModel
-from layerprobe.results import ModelInfo
+from layerprobe.results import ModelInfo, RunInfo
 
 
 def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:
@@ -45,3 +47,19 @@ def library_versions() -> dict[str, str]:
         except PackageNotFoundError:
             continue
     return out
+
+
+class RunTimer:
+    """The `run` block of a result: started now, finished (seconds, versions, device) by `finish`."""
+
+    def __init__(self) -> None:
+        self.started = datetime.now(timezone.utc)
+        self._clock = time.perf_counter()
+
+    def finish(self, device: str) -> RunInfo:
+        return RunInfo(
+            started_at=self.started.isoformat(timespec="seconds"),
+            seconds=time.perf_counter() - self._clock,
+            versions=library_versions(),
+            device=device,
+        )

@@ -9,20 +9,83 @@ commit, dtype, few-shot, limit, seed and task sources. Mixing scores of two expe
 
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from layerprobe.errors import ResultError
-from layerprobe.results import read_json, write_json
+from layerprobe.provenance import library_versions
+from layerprobe.results import (
+    PRUNE_DROP_PARTIAL_JSON,
+    evaluation_from_dict,
+    evaluation_to_dict,
+    read_json,
+    write_json,
+)
 
-PARTIAL_NAME = "prune_drop.partial.json"
+if TYPE_CHECKING:
+    from layerprobe.evaluate.scores import Evaluation
+    from layerprobe.results import ModelInfo
+    from layerprobe.specs import PruneSpec
+
+PARTIAL_NAME = PRUNE_DROP_PARTIAL_JSON
 PARTIAL_SCHEMA = "layerprobe/prune-drop-partial@1"
-BASELINE = "baseline"
+BASELINE_KEY = "baseline"  # how the baseline variant (layer None everywhere in code) is spelled on disk
 
 
 def variant_key(layer: int | None) -> str:
     """The JSON key of a variant: "baseline" or the removed block's index."""
-    return BASELINE if layer is None else str(layer)
+    return BASELINE_KEY if layer is None else str(layer)
+
+
+def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
+    """Everything that changes a score; two runs may share a progress file only if these agree.
+
+    A hub model is pinned by its commit; a local checkpoint (commit None) by a stat digest of its files,
+    so a retrained `./ckpt` is never mixed with the old one. Local task folders and SQuAD files are
+    digested the same way, and library versions are included: a new lm-eval can change prompts.
+    """
+    versions = library_versions()
+    return {
+        "model": info.id,
+        "revision": info.revision,
+        "commit": info.commit,
+        "files": files_stat_digest(info.id) if info.commit is None and os.path.isdir(info.id) else None,
+        "dtype": info.dtype,
+        "quantization": info.quantization,
+        "attn_implementation": info.attn_implementation,
+        "model_args": info.model_args,
+        "num_layers": info.num_layers,
+        "layer_path": info.layer_path,
+        "limit": spec.limit,
+        "num_fewshot": spec.num_fewshot,
+        "seed": spec.seed,
+        "batch_size": spec.batch_size,
+        "max_state_bytes": spec.max_state_bytes,  # splits the shared engine's batches: padding, so rounding
+        "include_path": files_stat_digest(spec.include_path) if spec.include_path else None,
+        "squad_data": files_stat_digest(spec.squad_data) if spec.squad_data else None,
+        "versions": {k: versions.get(k) for k in ("torch", "transformers", "lm_eval")},
+    }
+
+
+def files_stat_digest(path: str) -> str:
+    """sha256 over the names, sizes and modification times (not the contents) of the files under `path`.
+
+    Reading a 15 GB checkpoint to hash it would cost minutes per run; a retrained or copied-over file
+    changes its size or mtime, which is what this is for.
+    """
+    root = Path(path)
+    if not root.exists():  # reported by the loader that needs it, with a proper message
+        return f"{os.path.abspath(path)}@missing"
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    digest = hashlib.sha256()
+    for file in files:
+        stat = file.stat()
+        digest.update(
+            f"{file.relative_to(root) if root.is_dir() else file.name}|{stat.st_size}|{stat.st_mtime_ns}\n".encode()
+        )
+    return f"{os.path.abspath(path)}@{digest.hexdigest()[:16]}"
 
 
 class PruneState:
@@ -62,12 +125,12 @@ class PruneState:
     def has(self, task: str, layer: int | None) -> bool:
         return variant_key(layer) in self.done.get(task, {})
 
-    def get(self, task: str, layer: int | None) -> dict[str, Any]:
-        return self.done[task][variant_key(layer)]
+    def get(self, task: str, layer: int | None) -> Evaluation:
+        return evaluation_from_dict(self.done[task][variant_key(layer)])
 
-    def record(self, task: str, layer: int | None, scores: dict[str, Any]) -> None:
+    def record(self, task: str, layer: int | None, evaluation: Evaluation) -> None:
         """Keep one finished evaluation and write the whole state to disk before returning."""
-        self.done.setdefault(task, {})[variant_key(layer)] = scores
+        self.done.setdefault(task, {})[variant_key(layer)] = evaluation_to_dict(evaluation)
         write_json(self.path, {"schema": PARTIAL_SCHEMA, "fingerprint": self.fingerprint, "done": self.done})
 
     def remove(self) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import secrets
 from pathlib import Path
 
 import matplotlib
@@ -24,8 +23,14 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from layerprobe.errors import ResultError  # noqa: E402
-from layerprobe.results import AngularResult, MetricDrop, ModelInfo, PruneDropResult, load_result  # noqa: E402
+from layerprobe.results import (  # noqa: E402
+    AngularResult,
+    MetricDrop,
+    ModelInfo,
+    PruneDropResult,
+    atomic_write,
+    load_result,
+)
 
 HEATMAP_CMAP = "viridis_r"  # The papers draw small distances (lazy spans) yellow.
 DIFF_CMAP = "RdBu_r"
@@ -84,24 +89,6 @@ def plot_prune_drop(result: PruneDropResult, out_dir: Path) -> list[Path]:
     return paths
 
 
-def plot_compare_angular(baseline: AngularResult, candidate: AngularResult, out_path: Path) -> Path:
-    """Baseline heatmap, candidate heatmap, and candidate − baseline over the blocks both models have.
-
-    A pruned candidate has fewer blocks than its baseline, so the difference is taken by block index over
-    the first min(L) blocks; the panel title says so, because index k no longer names the same weights.
-    """
-    return _save(_compare_angular_figure(baseline, candidate), Path(out_path))[0]
-
-
-def plot_compare_prune_drop(baseline: PruneDropResult, candidate: PruneDropResult, out_path: Path) -> Path:
-    """Per common task, grouped ΔP bars of baseline and candidate, and their difference by layer index.
-
-    Raises:
-        ResultError: the two results share no task scored with the same primary metric.
-    """
-    return _save(_compare_prune_drop_figure(baseline, candidate), Path(out_path))[0]
-
-
 def plot_result(json_path: Path, out_dir: Path | None = None) -> list[Path]:
     """Redraw every plot of a result JSON (backs `layerprobe plot`); defaults to the JSON's directory."""
     json_path = Path(json_path)
@@ -142,76 +129,6 @@ def _prune_drop_figure(result: PruneDropResult, task: str):
     )
     _draw_delta_bars(ax, metric, metric_name)
     ax.set_title(f"{_title_name(result.model)} · {task} · {metric_name}\nbaseline = {_value_text(metric)}", fontsize=11)
-    return fig
-
-
-def _compare_angular_figure(baseline: AngularResult, candidate: AngularResult):
-    common = min(baseline.num_layers, candidate.num_layers)
-    largest = max(baseline.num_layers, candidate.num_layers)
-    side = float(np.clip(2.5 + 0.07 * largest, 4.6, 6.0))
-    fig, axes = plt.subplots(1, 3, figsize=(3 * side + 2.5, side + 0.6), layout="constrained")
-    for ax, res, role in ((axes[0], baseline, "baseline"), (axes[1], candidate, "candidate")):
-        image, _ = _draw_heatmap(ax, span_matrix(res.distance), annotate=largest <= 8)
-        ax.set_title(f"{role}: {_short(res.model.id)}\nL = {res.num_layers}", fontsize=10)
-    fig.colorbar(image, ax=axes[:2], label=DISTANCE_LABEL, shrink=0.8, aspect=30)
-    diff = span_matrix(candidate.distance, common) - span_matrix(baseline.distance, common)
-    finite = np.abs(diff.compressed())
-    limit = max(float(finite.max()) if finite.size else 0.0, 1e-3)
-    diff_image, _ = _draw_heatmap(
-        axes[2], diff, cmap=DIFF_CMAP, limits=(-limit, limit), annotate=largest <= 8, mark_minima=False
-    )
-    axes[2].set_title(f"candidate − baseline\nblocks 0–{common - 1} matched by index (min L = {common})", fontsize=10)
-    fig.colorbar(diff_image, ax=axes[2], label="Δ distance (candidate − baseline)", shrink=0.8, aspect=30)
-    fig.suptitle("angular distance: baseline vs candidate (red = candidate changes more)", fontsize=11)
-    return fig
-
-
-def _compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropResult):
-    rows = []
-    for task, drop in baseline.tasks.items():
-        metric_name = drop.primary_metric
-        if task in candidate.tasks and metric_name in candidate.tasks[task].metrics:
-            other = candidate.tasks[task].metrics[metric_name]
-            rows.append((task, metric_name, drop.metrics[metric_name], other))
-    if not rows:
-        raise ResultError(
-            "The baseline and candidate results share no task with the same primary metric.",
-            hint="Run prune-drop on both models with the same --tasks.",
-        )
-    layers = max(len(set(b.layers) | set(c.layers)) for _, _, b, c in rows)
-    fig, axes = plt.subplots(
-        len(rows),
-        2,
-        figsize=(float(np.clip(5.0 + 0.2 * layers, 11.0, 18.0)), 4.0 * len(rows)),
-        squeeze=False,
-        layout="constrained",
-        gridspec_kw={"width_ratios": [3, 2]},
-    )
-    for (task, metric_name, base, cand), (ax_bars, ax_diff) in zip(rows, axes, strict=True):
-        for metric, offset, label, color in ((base, -0.2, "baseline", "#7f8c8d"), (cand, 0.2, "candidate", "#e67e22")):
-            _bars(ax_bars, np.asarray(metric.layers) + offset, metric.delta, metric.stderr, color, 0.4, label)
-        _zero_line(ax_bars, base.baseline_stderr)
-        ax_bars.legend(fontsize=8, loc="best")
-        ax_bars.set_title(
-            f"{task} · {metric_name}: ΔP per removed layer\nbaseline model {_value_text(base)}"
-            f" · candidate model {_value_text(cand)}",
-            fontsize=9,
-        )
-        _layer_axis(ax_bars, sorted(set(base.layers) | set(cand.layers)))
-        ax_bars.set_ylabel(f"ΔP ({metric_name})")
-        shared = sorted(set(base.layers) & set(cand.layers))
-        before = dict(zip(base.layers, base.delta, strict=True))
-        after = dict(zip(cand.layers, cand.delta, strict=True))
-        diff = [after[layer] - before[layer] for layer in shared]
-        colors = [_effect_color(d if base.higher_is_better else -d) for d in diff]
-        _bars(ax_diff, shared, diff, [None] * len(shared), colors, 0.8, None)
-        _zero_line(ax_diff, None)
-        _layer_axis(ax_diff, shared)
-        ax_diff.set_ylabel("ΔP(candidate) − ΔP(baseline)")
-        ax_diff.set_title("difference, matched by layer index\n(blue = candidate better, red = worse)", fontsize=9)
-    fig.suptitle(
-        f"prune-drop: {_short(baseline.model.id)} (baseline) vs {_short(candidate.model.id)} (candidate)", fontsize=11
-    )
     return fig
 
 
@@ -390,22 +307,10 @@ def _unique(name: str, used: set[str]) -> str:
 
 
 def _save(fig, *paths: Path) -> list[Path]:
-    """Save a figure to each path atomically, then close it, also when saving fails.
-
-    Each file is written under a temporary name in its own directory and renamed over the target, so a
-    reader never sees half an image. The temporary file is created by `savefig` itself (not `mkstemp`,
-    which would make it private to its owner), so plots get the same permissions as any file the user
-    writes, and CI artifact uploaders or web servers running as another user can read them.
-    """
+    """Save a figure to each path atomically (`results.atomic_write`), then close it, also on failure."""
     try:
         for path in paths:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-            try:
-                fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=150)
-                os.replace(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
+            atomic_write(path, lambda tmp, path=path: fig.savefig(tmp, format=path.suffix.lstrip(".").lower(), dpi=150))
     finally:
         plt.close(fig)
     return list(paths)

@@ -10,16 +10,28 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
+import secrets
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from layerprobe.errors import ResultError
+from layerprobe.placement import Placement
+
+if TYPE_CHECKING:
+    from layerprobe.evaluate.scores import Evaluation
 
 ANGULAR_SCHEMA = "layerprobe/angular@1"
 PRUNE_DROP_SCHEMA = "layerprobe/prune-drop@1"
+DEPTH_SCHEMA = "layerprobe/depth@1"
+SUBLAYER_KINDS = ("attention", "mlp")
 LAZY_THRESHOLD = 0.2
+# The file names of a run directory; every command and the gate read them from here.
+ANGULAR_JSON = "angular.json"
+PRUNE_DROP_JSON = "prune_drop.json"
+PRUNE_DROP_PARTIAL_JSON = "prune_drop.partial.json"
+DEPTH_JSON = "depth.json"
 
 
 @dataclass(frozen=True)
@@ -274,27 +286,56 @@ def prune_drop_summary(tasks: dict[str, TaskDrop]) -> dict[str, Any]:
     return out
 
 
-def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
-    """Write JSON atomically: a reader sees the old file or the new one, never half of one."""
+def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], object]) -> Path:
+    """Have `write(tmp)` fill a temporary file beside `path`, then rename it over `path`.
+
+    A reader sees the old file or the new one, never half of one; on any failure the temporary file is
+    removed. The temporary file is created by `write` itself (not `mkstemp`, which would make it private
+    to its owner), so results and plots get the permissions of any file the user writes and CI artifact
+    uploaders or web servers running as another user can read them. Every result file and plot
+    layerprobe writes goes through here.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes owner-only files; results are meant to be shared
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, allow_nan=True)
-            handle.write("\n")
+        write(tmp)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
+    """Write JSON atomically (see `atomic_write`)."""
+    text = json.dumps(data, indent=2, allow_nan=True) + "\n"
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def evaluation_to_dict(evaluation: Evaluation) -> dict[str, Any]:
+    """The JSON form of one evaluation, as kept in the prune-drop progress file (with its engine)."""
+    return {
+        "metrics": {
+            name: {"value": m.value, "stderr": m.stderr, "higher_is_better": m.higher_is_better}
+            for name, m in evaluation.metrics.items()
+        },
+        "num_fewshot": evaluation.num_fewshot,
+        "samples": evaluation.samples,
+        "engine": evaluation.engine,
+        "nonfinite": evaluation.nonfinite,
+    }
+
+
+def evaluation_from_dict(data: dict[str, Any]) -> Evaluation:
+    """Read back `evaluation_to_dict`'s form (older progress files may lack engine and nonfinite)."""
+    from layerprobe.evaluate.scores import Evaluation, MetricScore
+
+    samples = data.get("samples")
+    metrics = {
+        name: MetricScore(m["value"], m["stderr"], m["higher_is_better"], samples or 0)
+        for name, m in data["metrics"].items()
+    }
+    return Evaluation(metrics, data.get("num_fewshot"), samples, data.get("engine", "simple"), data.get("nonfinite", 0))
 
 
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -314,7 +355,7 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
-def load_result(path: str | os.PathLike[str]) -> AngularResult | PruneDropResult:
+def load_result(path: str | os.PathLike[str]) -> AngularResult | PruneDropResult | DepthResult:
     """Read any layerprobe result file into its result object."""
     data = read_json(path)
     kind = str(data["schema"]).split("@")[0]
@@ -322,6 +363,8 @@ def load_result(path: str | os.PathLike[str]) -> AngularResult | PruneDropResult
         return AngularResult.from_dict(data)
     if kind == PRUNE_DROP_SCHEMA.split("@")[0]:
         return PruneDropResult.from_dict(data)
+    if kind == DEPTH_SCHEMA.split("@")[0]:
+        return DepthResult.from_dict(data)
     raise ResultError(f"{path}: unknown result schema {data['schema']!r}.")
 
 
@@ -329,3 +372,152 @@ def _check_schema(data: dict[str, Any], expected: str) -> None:
     schema = data.get("schema")
     if schema != expected:
         raise ResultError(f"Expected a {expected} result, got schema {schema!r}.")
+
+
+# --- layerprobe depth ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Per-index statistics over measured positions: mean, population std, min, max, count."""
+
+    mean: list[float]
+    std: list[float]
+    min: list[float]
+    max: list[float]
+    count: list[int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Spread:
+        return cls(
+            mean=[float(v) for v in data["mean"]],
+            std=[float(v) for v in data["std"]],
+            min=[float(v) for v in data["min"]],
+            max=[float(v) for v in data["max"]],
+            count=[int(v) for v in data["count"]],
+        )
+
+
+@dataclass(frozen=True)
+class GradNorms:
+    """‖∇θ mean loss‖ per block and per sublayer (parameters as in `sublayers.Sublayer.parameters`)."""
+
+    loss: str  # "next-token" | "masked-lm"
+    mean_loss: float
+    positions: int
+    block: list[float]
+    sublayers: dict[str, list[float | None]] | None
+    settings: dict[str, Any] = field(default_factory=dict)
+    peak_memory_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GradNorms:
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class DepthResult:
+    """Residual stream and update statistics across depth, plus norm placement (and gradient norms).
+
+    Indices: `rms` and `variance` have L+1 entries (x^0 … x^L, x^L before any final norm); `update`
+    and each sublayer have L entries (block l).
+    """
+
+    model: ModelInfo
+    data: dict[str, Any]
+    placement: Placement
+    rms: Spread
+    variance: Spread
+    update: Spread
+    sublayers: dict[str, dict[str, Any]] | None  # kind → {"modules": [L paths], "relative": Spread}
+    grad: GradNorms | None
+    nonfinite_tokens: int
+    run: RunInfo
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.update.mean)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": DEPTH_SCHEMA,
+            "model": asdict(self.model),
+            "data": dict(self.data),
+            "placement": self.placement.to_dict(),
+            "residual": {"rms": self.rms.to_dict(), "variance": self.variance.to_dict()},
+            "update": {"relative": self.update.to_dict()},
+            "sublayers": None
+            if self.sublayers is None
+            else {
+                kind: {"modules": entry["modules"], "relative": entry["relative"].to_dict()}
+                for kind, entry in self.sublayers.items()
+            },
+            "grad": None if self.grad is None else self.grad.to_dict(),
+            "nonfinite_tokens": self.nonfinite_tokens,
+            "summary": self.summary or depth_summary(self),
+            "run": asdict(self.run),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DepthResult:
+        schema = data.get("schema")
+        if schema != DEPTH_SCHEMA:
+            raise ResultError(f"Expected a {DEPTH_SCHEMA} result, got schema {schema!r}.")
+        try:
+            subs = data.get("sublayers")
+            result = cls(
+                model=ModelInfo.from_dict(data["model"]),
+                data=data["data"],
+                placement=Placement.from_dict(data["placement"]),
+                rms=Spread.from_dict(data["residual"]["rms"]),
+                variance=Spread.from_dict(data["residual"]["variance"]),
+                update=Spread.from_dict(data["update"]["relative"]),
+                sublayers=None
+                if subs is None
+                else {
+                    k: {"modules": list(v["modules"]), "relative": Spread.from_dict(v["relative"])}
+                    for k, v in subs.items()
+                },
+                grad=None if data.get("grad") is None else GradNorms.from_dict(data["grad"]),
+                nonfinite_tokens=int(data.get("nonfinite_tokens", 0)),
+                run=RunInfo.from_dict(data["run"]),
+                summary=data.get("summary") or {},
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResultError(f"Malformed {DEPTH_SCHEMA} result: {exc!r}") from exc
+        if len(result.rms.mean) != result.num_layers + 1:
+            raise ResultError(
+                f"Malformed {DEPTH_SCHEMA} result: residual.rms needs L+1 = {result.num_layers + 1} values."
+            )
+        return result
+
+
+def depth_summary(result: DepthResult) -> dict[str, Any]:
+    """The numbers `compare` gates on and a reader wants first.
+
+    `rms_growth` = mean RMS of x^L / mean RMS of x^0: how much the residual stream grows across the
+    stack (the Curse of Depth's symptom under Pre-LN; ≈ 1 under Post-LN, whose every block renormalises).
+    """
+    rms = result.rms.mean
+    growth = rms[-1] / rms[0] if rms and rms[0] and math.isfinite(rms[0]) else None
+    updates = [(u, l) for l, u in enumerate(result.update.mean) if math.isfinite(u)]
+    out: dict[str, Any] = {
+        "rms_growth": growth,
+        "placement": result.placement.summary,
+        "placement_pattern": result.placement.pattern,
+        "mean_relative_update": sum(u for u, _ in updates) / len(updates) if updates else None,
+        "smallest_update": None if not updates else {"layer": min(updates)[1], "relative": min(updates)[0]},
+    }
+    if result.grad is not None:
+        finite = [g for g in result.grad.block if g is not None and math.isfinite(g)]
+        out["grad_ratio_last_first"] = (
+            result.grad.block[-1] / result.grad.block[0] if finite and result.grad.block[0] else None
+        )
+    return out

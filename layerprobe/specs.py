@@ -16,6 +16,9 @@ from layerprobe.errors import LayerprobeError
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 POSITIONS = ("all", "last")
 DEFAULT_DATASET = "allenai/c4"
+DEFAULT_DATASET_CONFIG = "en"  # C4's English split; used when the default dataset is read without a config
+# Local corpus files by suffix → the `datasets` builder that reads them.
+LOCAL_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 BUILTIN_CORPUS = "builtin:pydoc"
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 QUANTIZATIONS = ("4bit", "8bit")
@@ -200,21 +203,34 @@ class CorpusSpec:
     """Where the neutral text comes from and how much of it is measured.
 
     `dataset` is a hub dataset id, a local .txt/.jsonl/.parquet file, or `builtin:pydoc` (the
-    standard library's pydoc topics: real English text that needs no network).
+    standard library's pydoc topics: real English text that needs no network). C4 without a config
+    reads its English split, for library callers and the CLI alike.
     """
 
     dataset: str = DEFAULT_DATASET
-    dataset_config: str | None = "en"
+    dataset_config: str | None = None
     split: str = "validation"
     text_field: str = "text"
     tokens: int = 262_144
     seq_len: int = 1024
 
     def __post_init__(self) -> None:
+        if self.dataset == DEFAULT_DATASET and self.dataset_config is None:
+            object.__setattr__(self, "dataset_config", DEFAULT_DATASET_CONFIG)
         if self.tokens < 1:
             raise LayerprobeError(f"--tokens must be positive, got {self.tokens}.")
         if self.seq_len < 2:
             raise LayerprobeError(f"--seq-len must be at least 2, got {self.seq_len}.")
+
+    @property
+    def is_local(self) -> bool:
+        """A file on disk (or a path with a corpus file's suffix, reported missing when opened)."""
+        return os.path.exists(self.dataset) or os.path.splitext(self.dataset)[1].lower() in LOCAL_BUILDERS
+
+    @property
+    def is_hub(self) -> bool:
+        """Read from the Hugging Face hub: neither builtin:pydoc nor a local file."""
+        return self.dataset != BUILTIN_CORPUS and not self.is_local
 
 
 @dataclass(frozen=True)
@@ -236,8 +252,11 @@ class AngularSpec:
             raise LayerprobeError(f"--batch-size must be positive, got {self.batch_size}.")
 
 
-def parse_layer_ranges(text: str | None, num_layers: int) -> list[int]:
-    """Parse `0-3,7` (inclusive ranges, 0-based) into sorted unique block indices within [0, L-1]."""
+def parse_layer_ranges(text: str | None, num_layers: int, option: str = "--layers") -> list[int]:
+    """Parse `0-3,7` (inclusive ranges, 0-based) into sorted unique block indices within [0, L-1].
+
+    `option` names the command-line option in error messages.
+    """
     if text is None or text.strip() in ("", "all"):
         return list(range(num_layers))
     chosen: set[int] = set()
@@ -246,7 +265,7 @@ def parse_layer_ranges(text: str | None, num_layers: int) -> list[int]:
         match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if not match:
             raise LayerprobeError(
-                f"Cannot read layer range {part!r} in --layers {text!r}.",
+                f"Cannot read layer range {part!r} in {option} {text!r}.",
                 hint="Use 0-based inclusive ranges like 0-3,7.",
             )
         start = int(match.group(1))
@@ -255,7 +274,7 @@ def parse_layer_ranges(text: str | None, num_layers: int) -> list[int]:
             raise LayerprobeError(f"Layer range {part!r} runs backwards.", hint=f"Did you mean {end}-{start}?")
         if end >= num_layers:
             raise LayerprobeError(
-                f"--layers {text!r} is out of range: the model has {num_layers} blocks.",
+                f"{option} {text!r} is out of range: the model has {num_layers} blocks.",
                 hint=f"Blocks are numbered 0 to {num_layers - 1}.",
             )
         chosen.update(range(start, end + 1))
@@ -301,3 +320,54 @@ class PruneSpec:
             raise LayerprobeError(f"--num-fewshot must be >= 0, got {self.num_fewshot}.")
         if self.batch_size != "auto" and (not isinstance(self.batch_size, int) or self.batch_size < 1):
             raise LayerprobeError(f"--batch-size must be a positive integer or 'auto', got {self.batch_size!r}.")
+
+
+@dataclass(frozen=True)
+class DepthSpec:
+    """One `layerprobe depth` run: the `angular` options, plus whether to measure gradient norms.
+
+    `grad` adds one forward+backward pass with the model's own loss (next-token, or masked-LM with
+    15 % masking seeded by `mask_seed`); it needs a checkpoint that ships its LM head.
+    """
+
+    model: ModelSpec
+    corpus: CorpusSpec = field(default_factory=CorpusSpec)
+    positions: str = "all"
+    batch_size: int = 8
+    grad: bool = False
+    mask_seed: int = 1234
+
+    def __post_init__(self) -> None:
+        AngularSpec(self.model, self.corpus, self.positions, self.batch_size)  # the same checks, one home
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    """One `layerprobe prune` run: write a checkpoint without some blocks (or sublayers).
+
+    The removal options are the CLI text (`20-27`, inclusive, 0-based), resolved against the model's L
+    once its config is read. `save` is the new checkpoint's directory; `mergekit_yaml`, if given, where
+    the equivalent mergekit passthrough config goes. `max_shard_size` ("5GB", "500MB") caps each
+    safetensors shard.
+    """
+
+    model: ModelSpec
+    save: str
+    remove: str | None = None
+    remove_attention: str | None = None
+    remove_mlp: str | None = None
+    overwrite: bool = False
+    mergekit_yaml: str | None = None
+    max_shard_size: str | None = None  # None: transformers' save_pretrained default
+
+    def __post_init__(self) -> None:
+        if not self.save:
+            raise LayerprobeError("No --save directory given.", hint="Pass --save DIR for the pruned checkpoint.")
+        if not any((self.remove, self.remove_attention, self.remove_mlp)):
+            raise LayerprobeError(
+                "Nothing to remove.", hint="Pass --remove with 0-based inclusive block ranges, e.g. --remove 20-27."
+            )
+        if self.max_shard_size is not None and not re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]i?B", self.max_shard_size):
+            raise LayerprobeError(
+                f"Cannot read --max-shard-size {self.max_shard_size!r}.", hint="Use a size like 5GB or 500MB."
+            )

@@ -15,6 +15,18 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if "HF_DATASETS_CACHE" not in os.environ:
+    # Each test process gets its own `datasets` cache. lm-eval loads the local task files through
+    # `datasets.load_dataset("json", ...)`, which prepares Arrow files in the shared ~/.cache: two xdist
+    # workers (or two checkouts) preparing the same file at once can see each other's half-written
+    # cache, which made CLI tests fail under -n 2 and pass alone. Set before `datasets` is imported.
+    import atexit
+    import shutil
+    import tempfile
+
+    _cache = tempfile.mkdtemp(prefix="layerprobe-test-datasets-")
+    os.environ["HF_DATASETS_CACHE"] = _cache
+    atexit.register(shutil.rmtree, _cache, True)
 
 TINY_ARCHITECTURES = ("llama", "qwen3", "deepseek_v3", "gpt2", "bert")
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
+from collections.abc import Iterator
 
 import torch
 import transformers as tf
@@ -78,3 +80,49 @@ def physically_deleted(path, arch, layer, dtype=torch.float32):
     missing, unexpected = fresh.load_state_dict(state, strict=False)
     assert not unexpected and all("rotary" in k or "inv_freq" in k or "attn.bias" in k for k in missing), missing
     return fresh.eval()
+
+
+@contextlib.contextmanager
+def counted_block_rows(blocks) -> Iterator[dict[str, int]]:
+    """Count every call of every block, weighted by its batch rows (probes included): {"count": rows}.
+
+    The independent tally the tests hold Progress's block events (and the engines' work) against.
+    """
+    seen = {"count": 0}
+
+    def count(_module, args, kwargs) -> None:
+        hidden = args[0] if args else kwargs["hidden_states"]
+        seen["count"] += int(hidden.shape[0])
+
+    handles = [block.register_forward_pre_hook(count, with_kwargs=True) for block in blocks]
+    try:
+        yield seen
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def squad_v11_json(paragraphs) -> dict:
+    """The official SQuAD v1.1 layout for (title, context, [(id, question, [answers])]) paragraphs."""
+    return {
+        "version": "1.1",
+        "data": [
+            {
+                "title": title,
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [
+                            {
+                                "id": qid,
+                                "question": question,
+                                "answers": [{"text": g, "answer_start": context.index(g)} for g in golds],
+                            }
+                            for qid, question, golds in qas
+                        ],
+                    }
+                ],
+            }
+            for title, context, qas in paragraphs
+        ],
+    }

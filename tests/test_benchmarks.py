@@ -1,5 +1,6 @@
 """The benchmark scripts still run end to end (tiny settings; they time nothing that is asserted)."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,11 +17,15 @@ def _run(script: str, *args: str) -> str:
         text=True,
         timeout=600,
         cwd=ROOT,
+        # The script's own folder is sys.path[0]: point Python at this checkout, not whichever
+        # layerprobe the environment has installed.
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
 
+@pytest.mark.slow
 def test_bench_angular_runs(minilm):
     out = _run(
         "bench_angular.py", "--layers", "2", "--hidden", "64", "--tokens", "512", "--seq-len", "128", "--repeats", "1"
@@ -28,6 +33,7 @@ def test_bench_angular_runs(minilm):
     assert "ratio to floor" in out and "per-span / layerprobe" in out
 
 
+@pytest.mark.slow
 def test_bench_prune_drop_runs():
     out = _run(
         "bench_prune_drop.py",

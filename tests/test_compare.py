@@ -17,9 +17,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from layerprobe.cli import friendly_errors
-from layerprobe.compare import compare_command, compare_paths, compare_results, plot_verdict
-from layerprobe.compare_render import (
+from layerprobe.cli import compare_command, friendly_errors
+from layerprobe.errors import LayerprobeError, ResultError
+from layerprobe.gate.figures import plot_verdict
+from layerprobe.gate.render import (
     render,
     render_json,
     render_junit,
@@ -27,8 +28,8 @@ from layerprobe.compare_render import (
     render_table,
     verdict_to_dict,
 )
-from layerprobe.errors import LayerprobeError, ResultError
-from layerprobe.gate_rules import GateRules, load_rules
+from layerprobe.gate.rules import GateRules, load_rules
+from layerprobe.gate.verdict import compare_paths, compare_results
 from layerprobe.results import (
     AngularResult,
     MetricDrop,
@@ -457,7 +458,7 @@ def test_json_output_parses_back_with_every_rule_and_threshold(mixed_verdict):
 def test_json_output_has_no_nan_literals():
     nan = float("nan")
     comp_verdict = compare_results(angular(BASE_ADJ), angular([nan, nan, 0.4, 0.1]), GateRules())
-    from layerprobe.compare import Verdict
+    from layerprobe.gate.verdict import Verdict
 
     text = render_json(Verdict(Path("b"), Path("c"), GateRules(), [comp_verdict], []))
     assert "NaN" not in text and json.loads(text)["comparisons"][0]["results"][0]["details"]
@@ -479,7 +480,7 @@ def test_markdown_output_has_a_headline_and_one_row_per_rule(mixed_verdict):
 
 
 def test_markdown_escapes_pipes_in_task_names():
-    from layerprobe.compare import Verdict
+    from layerprobe.gate.verdict import Verdict
 
     comp = compare_results(
         prune({"a|b": {"acc": metric(0.7, [0.7] * 4)}}), prune({"a|b": {"acc": metric(0.6, [0.6] * 4)}}), GateRules()

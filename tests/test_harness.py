@@ -144,6 +144,7 @@ def test_relative_data_files_resolve_next_to_the_yaml_from_any_cwd(tmp_path, mon
     assert len(ts.tasks["lp_cwd_relative"].eval_docs) == 10
 
 
+@pytest.mark.slow
 def test_unknown_task_suggests_close_names():
     # Not in the include path, so lm-eval's whole index is searched too (the slow part of this file).
     with pytest.raises(TaskError) as caught:
@@ -218,6 +219,7 @@ def test_group_reports_size_weighted_aggregate(task_set, models):
     assert list(group.metrics) == ["acc"]
 
 
+@pytest.mark.slow
 def test_lm_eval_mmlu_group_structure_offline(models, monkeypatch):
     """The real `mmlu` group (4 subgroups, 57 subjects) on stand-in data: datasets.load_dataset is faked."""
     import datasets

@@ -17,25 +17,25 @@ import pytest
 import torch
 import transformers as tf
 from conftest import build_checkpoint
-from reference import physically_deleted
+from reference import counted_block_rows, physically_deleted, squad_v11_json
 from typer.testing import CliRunner
 
-from layerprobe import prune
 from layerprobe.cli import app
 from layerprobe.errors import ResultError, TaskError
-from layerprobe.evaluate import squad as squad_module
 from layerprobe.evaluate.squad import SquadScorer
 from layerprobe.evaluate.squad_data import load_squad
-from layerprobe.layers import find_layers, hidden_from_input
+from layerprobe.layers import find_layers
 from layerprobe.models import load_model
 from layerprobe.progress import Progress
-from layerprobe.prune import HarnessScorer, run_prune_drop
-from layerprobe.prune_state import PARTIAL_NAME, PruneState
+from layerprobe.prune import run_prune_drop
+from layerprobe.prune_state import PARTIAL_NAME
 from layerprobe.specs import ModelSpec, PruneSpec
 
 TASKS_DIR = Path(__file__).parent / "data" / "tasks"
 TASKS = ("lp_mmlu", "lp_arc_like", "lp_pydoc_ppl")  # MMLU-shaped group, ARC-shaped, rolling perplexity
 CAUSAL = ("llama", "qwen3", "gpt2", "deepseek_v3")
+# The default run checks one architecture end to end; the sweep over the others is marked slow.
+CAUSAL_SWEEP = [CAUSAL[0], *(pytest.param(a, marks=pytest.mark.slow) for a in CAUSAL[1:])]
 BATCH, LIMIT, SEED, FEWSHOT = 4, 3, 1234, 2
 RESULT = "prune_drop.json"
 runner = CliRunner()
@@ -91,50 +91,36 @@ def sample_responses(samples: dict) -> dict:
 
 
 class Spy:
-    """Records, per finished (task, variant), the scorer's raw answers; and the scorers a run built."""
+    """Watches runs through the front door (Progress events): per finished (task, variant), the order,
+    the scorer's raw answers, the scorers used, and the rows every block pass reported."""
 
     def __init__(self) -> None:
         self.recorded: list[tuple[str, int | None]] = []
         self.answers: dict[tuple[str, int | None], object] = {}
         self.scorers: list = []
-        self._latest: dict[str, object] = {}
+        self.block_rows = 0
+        self.advances: list[float] = []
+        self.progress = Progress(on_advance=self.advances.append, on_evaluation=self._evaluated, on_block=self._block)
 
     def reset(self) -> None:
         self.__init__()
 
+    def _evaluated(self, event) -> None:
+        self.recorded.append((event.task, event.variant))
+        if event.scorer not in self.scorers:
+            self.scorers.append(event.scorer)
+        if hasattr(event.scorer, "task_sets"):
+            self.answers[(event.task, event.variant)] = task_set_responses(event.scorer.task_sets[event.task])
+        else:
+            self.answers[(event.task, event.variant)] = dict(event.scorer.last.predictions)
+
+    def _block(self, event) -> None:
+        self.block_rows += event.rows
+
 
 @pytest.fixture()
-def spy(monkeypatch):
-    watcher = Spy()
-    score, record, make_scorers = HarnessScorer.score, PruneState.record, prune.make_scorers
-    squad_call = SquadScorer.__call__
-
-    def watched_score(self, task):
-        out = score(self, task)
-        watcher._latest[task] = task_set_responses(self.task_sets[task])
-        return out
-
-    def watched_squad(self, *args, **kwargs):
-        out = squad_call(self, *args, **kwargs)
-        watcher._latest["squad"] = dict(out.predictions)
-        return out
-
-    def watched_record(self, task, layer, scores):
-        watcher.recorded.append((task, layer))
-        if task in watcher._latest:
-            watcher.answers[(task, layer)] = watcher._latest.pop(task)
-        return record(self, task, layer, scores)
-
-    def watched_make_scorers(*args, **kwargs):
-        made = make_scorers(*args, **kwargs)
-        watcher.scorers.extend(scorer for scorer, _ in made)
-        return made
-
-    monkeypatch.setattr(HarnessScorer, "score", watched_score)
-    monkeypatch.setattr(squad_module.SquadScorer, "__call__", watched_squad)
-    monkeypatch.setattr(PruneState, "record", watched_record)
-    monkeypatch.setattr(prune, "make_scorers", watched_make_scorers)
-    return watcher
+def spy():
+    return Spy()
 
 
 def assert_same_answers(got: dict, want: dict, rel: float = 1e-5) -> None:
@@ -197,7 +183,7 @@ def assert_metric_equal(metric: str, got: float, want: float) -> None:
 
 
 # ----------------------------------------------------------- 1. equal to delete-and-evaluate, per engine
-@pytest.mark.parametrize("arch", CAUSAL)
+@pytest.mark.parametrize("arch", CAUSAL_SWEEP)
 def test_prune_drop_equals_lm_eval_on_a_physically_deleted_model(arch, tiny_checkpoints, tmp_path, spy, monkeypatch):
     path = tiny_checkpoints[arch]
     loaded = load(path)
@@ -205,10 +191,15 @@ def test_prune_drop_equals_lm_eval_on_a_physically_deleted_model(arch, tiny_chec
     results, answers = {}, {}
     for engine in ("simple", "shared"):
         spy.reset()
-        results[engine] = run_prune_drop(
-            make_spec(path, layers="0,1,3", engine=engine), tmp_path / engine, loaded=loaded
-        )
+        with counted_block_rows(find_layers(loaded.model).blocks) as hooked:
+            results[engine] = run_prune_drop(
+                make_spec(path, layers="0,1,3", engine=engine), tmp_path / engine, loaded=loaded, progress=spy.progress
+            )
         answers[engine] = dict(spy.answers)
+        # Progress saw every block pass of the evaluations (the shared engine's head checks come before).
+        assert 0 < spy.block_rows <= hooked["count"]
+        if engine == "simple":
+            assert spy.block_rows == hooked["count"]
         assert results[engine].engine == engine
         assert json.loads((tmp_path / engine / RESULT).read_text())["engine"] == engine
         assert results[engine].tasks["lp_mmlu"].num_fewshot == FEWSHOT
@@ -251,35 +242,28 @@ def deep_llama(tmp_path_factory) -> Path:
     return build_checkpoint("llama", tmp_path_factory.mktemp("deep") / "llama8", num_layers=8)
 
 
+@pytest.mark.slow
 def test_engines_agree_on_an_8_layer_model_and_the_shared_one_does_less_work(deep_llama, tmp_path, spy):
     loaded = load(deep_llama)
     blocks = list(find_layers(loaded.model).blocks)
     L = len(blocks)
     assert L == 8
-    rows = {"count": 0}
-
-    def count(_module, args, kwargs):
-        rows["count"] += hidden_from_input(args, kwargs).shape[0]
-
-    handles = [block.register_forward_pre_hook(count, with_kwargs=True) for block in blocks]
-    results, answers, hooked, shared_rows = {}, {}, {}, None
-    try:
+    results, answers, hooked, reported = {}, {}, {}, {}
+    with counted_block_rows(blocks) as rows:
         for engine in ("simple", "shared"):
             spy.reset()
             rows["count"] = 0
             results[engine] = run_prune_drop(
-                make_spec(deep_llama, layers=None, engine=engine), tmp_path / engine, loaded=loaded
+                make_spec(deep_llama, layers=None, engine=engine),
+                tmp_path / engine,
+                loaded=loaded,
+                progress=spy.progress,
             )
-            hooked[engine], answers[engine] = rows["count"], dict(spy.answers)
+            hooked[engine], answers[engine], reported[engine] = rows["count"], dict(spy.answers), spy.block_rows
             assert results[engine].engine == engine
             assert json.loads((tmp_path / engine / RESULT).read_text())["engine"] == engine
-            if engine == "shared":
-                (scorer,) = spy.scorers
-                assert scorer.engine == "shared"
-                shared_rows = scorer.lm.block_rows
-    finally:
-        for handle in handles:
-            handle.remove()
+            (scorer,) = spy.scorers
+            assert scorer.engine == engine
 
     simple, shared = results["simple"], results["shared"]
     assert list(simple.tasks) == list(shared.tasks) == list(TASKS)
@@ -299,11 +283,13 @@ def test_engines_agree_on_an_8_layer_model_and_the_shared_one_does_less_work(dee
     # The shared engine ran, and did less block work: per batch row, the simple engine runs L blocks for
     # the baseline and L-1 per variant (L²); the shared one L for the baseline and L-1-l after each
     # recorded x^l (L(L+1)/2), a ratio of (L+1)/(2L).
-    assert shared_rows is not None and 0 < shared_rows < hooked["simple"]
-    # What the hooks saw of the shared run: its counted passes plus three one-row probes, once per run
-    # (two to check the head, one for the blocks' output arity).
-    assert shared_rows <= hooked["shared"] <= shared_rows + 3 * L
-    assert shared_rows / hooked["simple"] == pytest.approx((L + 1) / (2 * L), rel=0.01)
+    # Progress reports every block pass of the evaluations: all of them for the simple engine; for the
+    # shared one all but the two one-row head checks made before evaluating (L rows each).
+    assert reported["simple"] == hooked["simple"]
+    assert 0 < reported["shared"] < hooked["simple"]
+    assert reported["shared"] <= hooked["shared"] <= reported["shared"] + 2 * L
+    # (The one-row probe of the blocks' output arity adds L rows to the shared count.)
+    assert (reported["shared"] - L) / reported["simple"] == pytest.approx((L + 1) / (2 * L), rel=0.01)
 
 
 GENERATION_YAML = """\
@@ -352,7 +338,7 @@ def test_engine_auto_falls_back_to_simple_for_generation_and_shared_refuses(
         include_path=str(tasks_with_generation),
         engine="auto",
     )
-    result = run_prune_drop(spec, tmp_path / "auto", loaded=loaded)
+    result = run_prune_drop(spec, tmp_path / "auto", loaded=loaded, progress=spy.progress)
     assert result.engine == "simple" and [s.engine for s in spy.scorers] == ["simple"]
     assert json.loads((tmp_path / "auto" / RESULT).read_text())["engine"] == "simple"
     assert list(result.tasks["lp_gen"].metrics) == ["exact_match"]
@@ -402,28 +388,7 @@ SQUAD_PARAGRAPHS = [
 
 @pytest.fixture(scope="module")
 def squad_file(tmp_path_factory) -> Path:
-    data = {
-        "version": "1.1",
-        "data": [
-            {
-                "title": f"t{i}",
-                "paragraphs": [
-                    {
-                        "context": context,
-                        "qas": [
-                            {
-                                "id": qid,
-                                "question": question,
-                                "answers": [{"text": g, "answer_start": context.index(g)} for g in golds],
-                            }
-                            for qid, question, golds in qas
-                        ],
-                    }
-                ],
-            }
-            for i, (context, qas) in enumerate(SQUAD_PARAGRAPHS)
-        ],
-    }
+    data = squad_v11_json((f"t{i}", context, qas) for i, (context, qas) in enumerate(SQUAD_PARAGRAPHS))
     path = tmp_path_factory.mktemp("squad") / "dev-v1.1.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
@@ -434,7 +399,7 @@ def test_squad_equals_the_scorer_on_a_physically_deleted_qa_model(tiny_checkpoin
     spec = PruneSpec(
         model=ModelSpec(str(path), device="cpu"), tasks=("squad",), squad_data=str(squad_file), batch_size=BATCH
     )
-    result = run_prune_drop(spec, tmp_path)
+    result = run_prune_drop(spec, tmp_path, progress=spy.progress)
     assert result.engine == "simple" and result.model.kind == "extractive-qa"
     task = result.tasks["squad"]
     assert list(task.metrics) == ["f1", "exact_match"] and task.samples == 6
@@ -448,12 +413,17 @@ def test_squad_equals_the_scorer_on_a_physically_deleted_qa_model(tiny_checkpoin
         else:
             model = physically_deleted(path, "bert_qa", variant)
             assert model.config.num_hidden_layers == L - 1
-        want = SquadScorer(model, tokenizer, examples, max_length=256, doc_stride=128, batch_size=BATCH)()
+        scorer = SquadScorer(model, tokenizer, examples, max_length=256, doc_stride=128, batch_size=BATCH)
+        want = scorer()
         assert spy.answers[("squad", variant)] == want.predictions, variant
         for metric, score in want.metrics.items():
             assert value_at(task.metrics[metric], variant) == score.value, (metric, variant)
             assert stderr_at(task.metrics[metric], variant) == score.stderr
     assert any(spy.answers[("squad", l)] != spy.answers[("squad", None)] for l in range(L))
+    # The bar moves batch by batch: one advance per batch of windows, adding up to one per evaluation.
+    batches = -(-scorer.num_windows // BATCH)
+    assert batches > 1 and len(spy.advances) == (L + 1) * batches
+    assert sum(spy.advances) == pytest.approx(L + 1)
 
 
 # ------------------------------------------------------------------------------------------ 4. resume
@@ -480,26 +450,23 @@ def done_entries(out: Path) -> set[tuple[str, str]]:
     return {(task, variant) for task, variants in data["done"].items() for variant in variants}
 
 
-def test_resume_continues_an_interrupted_run_and_recomputes_nothing(tiny_checkpoints, tmp_path, spy, monkeypatch):
+def test_resume_continues_an_interrupted_run_and_recomputes_nothing(tiny_checkpoints, tmp_path, spy):
     path = tiny_checkpoints["llama"]
     loaded = load(path)
-    full = run_prune_drop(resume_spec(path), tmp_path / "full", loaded=loaded)
+    full = run_prune_drop(resume_spec(path), tmp_path / "full", loaded=loaded, progress=spy.progress)
     assert spy.recorded == ORDER
 
     k, out = 3, tmp_path / "interrupted"
     spy.reset()
-    calls = {"n": 0}
-    watched = HarnessScorer.score
 
-    def interrupting(self, task):
-        if calls["n"] == k:
+    def interrupting(event):  # Ctrl-C right after the k-th evaluation was saved
+        spy.recorded.append((event.task, event.variant))
+        if len(spy.recorded) == k:
             raise KeyboardInterrupt
-        calls["n"] += 1
-        return watched(self, task)
 
-    monkeypatch.setattr(HarnessScorer, "score", interrupting)
     with pytest.raises(KeyboardInterrupt):
-        run_prune_drop(resume_spec(path), out, loaded=loaded)
+        run_prune_drop(resume_spec(path), out, loaded=loaded, progress=Progress(on_evaluation=interrupting))
+    assert spy.recorded == ORDER[:k]
     assert done_entries(out) == {(task, "baseline" if layer is None else str(layer)) for task, layer in ORDER[:k]}
     assert not (out / RESULT).exists()
     assert find_layers(loaded.model).num_layers == 4  # the interrupted variant's block is back
@@ -537,9 +504,8 @@ def test_resume_continues_an_interrupted_run_and_recomputes_nothing(tiny_checkpo
         run_prune_drop(resume_spec(path), out, loaded=loaded)
     assert (out / PARTIAL_NAME).read_text() == before
 
-    monkeypatch.setattr(HarnessScorer, "score", watched)
     spy.reset()
-    resumed = run_prune_drop(resume_spec(path), out, resume=True, loaded=loaded)
+    resumed = run_prune_drop(resume_spec(path), out, resume=True, loaded=loaded, progress=spy.progress)
     assert spy.recorded == ORDER[k:]  # only what was missing
     assert comparable(resumed) == comparable(full)
     assert json.loads((out / RESULT).read_text())["tasks"] == full.to_dict()["tasks"]
@@ -561,7 +527,9 @@ def test_resume_with_an_extra_task_computes_only_that_task(tiny_checkpoints, tmp
     assert len(done_entries(tmp_path)) == len(ORDER) and not (tmp_path / RESULT).exists()
 
     spy.reset()
-    result = run_prune_drop(resume_spec(path, tasks=(*RESUME_TASKS, "lp_mmlu")), tmp_path, resume=True, loaded=loaded)
+    result = run_prune_drop(
+        resume_spec(path, tasks=(*RESUME_TASKS, "lp_mmlu")), tmp_path, resume=True, loaded=loaded, progress=spy.progress
+    )
     assert spy.recorded == [("lp_mmlu", None), ("lp_mmlu", 0), ("lp_mmlu", 3)]
     assert list(result.tasks) == [*RESUME_TASKS, "lp_mmlu"]
     alone = run_prune_drop(resume_spec(path, tasks=("lp_mmlu",)), tmp_path / "alone", loaded=loaded)
@@ -587,11 +555,12 @@ def assert_one_line_error(result, message: str, out: Path) -> None:
 @pytest.mark.parametrize(
     ("model", "args", "message", "hint"),
     [
-        (
+        pytest.param(  # an unknown name searches lm-eval's whole task index: about a minute
             "llama",
             ["--task", "lp_arc_likee"],
             "unknown lm-eval task: 'lp_arc_likee' (did you mean lp_arc_like?)",
             "--include-path",
+            marks=pytest.mark.slow,
         ),
         ("llama", ["--task", "lp_arc_like", "--layers", "0,4"], "out of range: the model has 4 blocks", "0 to 3"),
         ("llama", ["--task", "lp_arc_like", "--layers", "1-x"], "Cannot read layer range '1-x'", "0-3,7"),
@@ -712,14 +681,14 @@ def test_a_retrained_local_checkpoint_is_a_different_run(tmp_path):
     """Local checkpoints have no commit hash: their files pin them, so --resume cannot mix two trainings."""
     import os
 
-    from layerprobe.prune import files_digest
+    from layerprobe.prune_state import files_stat_digest
 
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
     (checkpoint / "model.safetensors").write_bytes(b"weights of run 1")
-    first = files_digest(str(checkpoint))
-    assert files_digest(str(checkpoint)) == first
+    first = files_stat_digest(str(checkpoint))
+    assert files_stat_digest(str(checkpoint)) == first
     (checkpoint / "model.safetensors").write_bytes(b"weights of run 2, retrained")
     os.utime(checkpoint / "model.safetensors", ns=(1, 1))
-    assert files_digest(str(checkpoint)) != first
-    assert files_digest(str(tmp_path / "missing")).endswith("@missing")
+    assert files_stat_digest(str(checkpoint)) != first
+    assert files_stat_digest(str(tmp_path / "missing")).endswith("@missing")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from matplotlib.figure import Figure
 
 from layerprobe import report
 from layerprobe.errors import ResultError
+from layerprobe.gate import figures
 from layerprobe.results import (
     AngularResult,
     MetricDrop,
@@ -321,7 +323,7 @@ def test_plot_result_rejects_a_file_that_is_not_a_result(tmp_path):
 def test_compare_angular_differences_over_the_common_layers(tmp_path, base_layers, cand_layers):
     baseline = angular_result(base_layers, seed=1, model_id="org/base")
     candidate = angular_result(cand_layers, seed=2, nan_cells=[(0, 1)], model_id="org/pruned")
-    fig = report._compare_angular_figure(baseline, candidate)
+    fig = figures._compare_angular_figure(baseline, candidate)
     try:
         heatmaps = [ax for ax in fig.axes if ax.images]
         assert len(heatmaps) == 3
@@ -346,14 +348,14 @@ def test_compare_angular_differences_over_the_common_layers(tmp_path, base_layer
         assert marked_minima(heatmaps[2]) == {}
     finally:
         plt.close(fig)
-    path = report.plot_compare_angular(baseline, candidate, tmp_path / "compare.png")
+    path = figures.plot_compare_angular(baseline, candidate, tmp_path / "compare.png")
     assert path == tmp_path / "compare.png" and file_magic(path, PNG_MAGIC)
 
 
 def test_compare_prune_drop_with_a_pruned_candidate(tmp_path):
     baseline = prune_result(12, tasks=("arc_easy", "mmlu"), seed=0)
     candidate = prune_result(9, tasks=("mmlu", "piqa"), seed=5)
-    fig = report._compare_prune_drop_figure(baseline, candidate)
+    fig = figures._compare_prune_drop_figure(baseline, candidate)
     try:
         assert len(fig.axes) == 2  # one row: mmlu is the only common task
         bars_ax, diff_ax = fig.axes
@@ -369,11 +371,38 @@ def test_compare_prune_drop_with_a_pruned_candidate(tmp_path):
         assert "mmlu" in bars_ax.get_title()
     finally:
         plt.close(fig)
-    path = report.plot_compare_prune_drop(baseline, candidate, tmp_path / "compare.png")
+    path = figures.plot_compare_prune_drop(baseline, candidate, tmp_path / "compare.png")
     assert file_magic(path, PNG_MAGIC)
 
 
 def test_compare_prune_drop_without_a_common_task_is_a_user_error(tmp_path):
     with pytest.raises(ResultError, match="share no task"):
-        report.plot_compare_prune_drop(prune_result(4, ("a",)), prune_result(4, ("b",)), tmp_path / "c.png")
+        figures.plot_compare_prune_drop(prune_result(4, ("a",)), prune_result(4, ("b",)), tmp_path / "c.png")
     assert not (tmp_path / "c.png").exists()
+
+
+def test_an_evaluation_round_trips_through_its_json_form():
+    from layerprobe.evaluate.scores import Evaluation, MetricScore
+    from layerprobe.results import evaluation_from_dict, evaluation_to_dict
+
+    evaluation = Evaluation(
+        {"f1": MetricScore(71.5, 2.25, True, 6), "em": MetricScore(50.0, None, None, 6)}, 0, 6, "simple", 2
+    )
+    data = json.loads(json.dumps(evaluation_to_dict(evaluation)))
+    assert data["metrics"]["em"] == {"value": 50.0, "stderr": None, "higher_is_better": None}
+    assert evaluation_from_dict(data) == evaluation
+
+
+def test_atomic_write_leaves_nothing_behind_when_writing_fails(tmp_path):
+    from layerprobe.results import atomic_write
+
+    target = tmp_path / "kept.json"
+    target.write_text("old")
+
+    def half_then_fail(tmp):
+        tmp.write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(target, half_then_fail)
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["kept.json"]

@@ -9,8 +9,9 @@ import statistics
 
 import pytest
 import torch
+from reference import squad_v11_json
 
-from layerprobe.errors import TaskError
+from layerprobe.errors import OFFLINE_HINT, TaskError
 from layerprobe.evaluate.squad import (
     METRICS,
     SquadScorer,
@@ -20,7 +21,7 @@ from layerprobe.evaluate.squad import (
     normalize_answer,
     score_predictions,
 )
-from layerprobe.evaluate.squad_data import OFFLINE_HINT, SquadExample, load_squad
+from layerprobe.evaluate.squad_data import SquadExample, load_squad
 
 # Paragraphs written for these tests. The first is far longer than 64 tokens, so with max_length=64 and
 # doc_stride=16 it becomes several overlapping windows.
@@ -81,28 +82,7 @@ EXPECTED = [
 
 
 def _official_json() -> dict:
-    return {
-        "version": "1.1",
-        "data": [
-            {
-                "title": title,
-                "paragraphs": [
-                    {
-                        "context": context,
-                        "qas": [
-                            {
-                                "id": qid,
-                                "question": question,
-                                "answers": [{"text": g, "answer_start": context.index(g)} for g in golds],
-                            }
-                            for qid, question, golds in qas
-                        ],
-                    }
-                ],
-            }
-            for title, context, qas in PARAGRAPHS
-        ],
-    }
+    return squad_v11_json(PARAGRAPHS)
 
 
 def _rows() -> list[dict]:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from layerprobe.evaluate.scores import MetricScore
+from layerprobe.evaluate.scores import Evaluation, MetricScore
 from layerprobe.evaluate.tasks import (
     OFFLINE_HINT,
     TaskSet,
@@ -29,9 +30,21 @@ from layerprobe.evaluate.tasks import (
     quiet_lm_eval,
     seed_everything,
 )
+from layerprobe.layers import removed_blocks
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from lm_eval.models.huggingface import HFLM
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from layerprobe.layers import LayerStack
+    from layerprobe.models import LoadedModel
+    from layerprobe.specs import PruneSpec
 
 __all__ = [
     "DEFAULT_BOOTSTRAP_ITERS",
+    "HarnessScorer",
     "OFFLINE_HINT",
     "MetricScore",
     "TaskScores",
@@ -68,7 +81,7 @@ class TaskScores:
     subtasks: dict[str, TaskScores] = field(default_factory=dict)
 
 
-def make_lm(model: Any, tokenizer: Any, batch_size: int | str = 1, max_length: int | None = None) -> Any:
+def make_lm(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int | str = 1) -> HFLM:
     """Wrap an already loaded causal LM in one lm-eval `HFLM`, to be reused for every variant of it.
 
     HFLM keeps a reference to `model`, so blocks removed from (or restored to) that object in place are
@@ -80,12 +93,11 @@ def make_lm(model: Any, tokenizer: Any, batch_size: int | str = 1, max_length: i
         model: A `transformers` causal LM (`…ForCausalLM`), in eval mode.
         tokenizer: Its tokenizer.
         batch_size: Requests per forward pass, or "auto".
-        max_length: Longest input in tokens; None reads it from the model config.
     """
     from lm_eval.models.huggingface import HFLM
 
     with quiet_lm_eval():
-        return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)
+        return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
 
 
 def evaluate(
@@ -171,3 +183,45 @@ def _agreed(values: Iterable[Any]) -> Any:
     """The one value all of `values` share, else None."""
     distinct = set(values)
     return distinct.pop() if len(distinct) == 1 else None
+
+
+def lm_eval_limit(limit: float | None) -> int | float | None:
+    """lm-eval reads an int as a document count and a float below 1 as a fraction."""
+    if limit is None:
+        return None
+    return int(limit) if float(limit).is_integer() else limit
+
+
+class HarnessScorer:
+    """lm-eval tasks, built once, scored on whatever state the model is in (the simple engine).
+
+    Each variant takes its block out of the live model (`layers.removed_blocks`) and puts it back after.
+    """
+
+    engine = "simple"
+    reports_progress = False
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        stack: LayerStack,
+        spec: PruneSpec,
+        task_sets: dict[str, TaskSet],
+        layers: list[int],
+    ) -> None:
+        self.loaded, self.stack, self.spec, self.task_sets, self.layers = loaded, stack, spec, task_sets, layers
+        self.lm = self.make_lm()
+
+    def make_lm(self) -> HFLM:
+        return make_lm(self.loaded.model, self.loaded.tokenizer, self.spec.batch_size)
+
+    @contextmanager
+    def variant(self, layer: int | None) -> Iterator[None]:
+        with removed_blocks(self.stack, [] if layer is None else [layer]):
+            yield
+
+    def score(self, task: str) -> Evaluation:
+        scores = evaluate(self.lm, self.task_sets[task], limit=lm_eval_limit(self.spec.limit), seed=self.spec.seed)[
+            task
+        ]
+        return Evaluation(scores.metrics, scores.num_fewshot, scores.samples, self.engine)

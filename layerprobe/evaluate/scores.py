@@ -21,3 +21,25 @@ class MetricScore:
     stderr: float | None
     higher_is_better: bool | None
     samples: int
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One finished evaluation of one task on one model variant, typed until results.py writes it.
+
+    Attributes:
+        metrics: Metric name → score, in the evaluator's order.
+        num_fewshot: Few-shot examples per document (0 for SQuAD; None for an lm-eval group that mixes).
+        samples: Documents (questions) scored.
+        engine: The engine that produced it ("simple" or "shared").
+        nonfinite: Inputs whose scores were NaN/inf (SQuAD windows; 0 for lm-eval).
+    """
+
+    metrics: dict[str, MetricScore]
+    num_fewshot: int | None
+    samples: int | None
+    engine: str
+    nonfinite: int = 0
+
+
+BASELINE = None  # the variant with no block removed; any other variant is the removed block's index

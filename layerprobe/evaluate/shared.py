@@ -16,20 +16,25 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from lm_eval.models.huggingface import HFLM
 from torch import nn
 
-from layerprobe.evaluate.harness import is_generation_task, quiet_lm_eval
+from layerprobe.evaluate.harness import HarnessScorer, is_generation_task, quiet_lm_eval
+from layerprobe.evaluate.scores import BASELINE
 from layerprobe.layers import LayerStack, capture_block_states, hidden_from_output, removed_blocks
 from layerprobe.models import module_device
-from layerprobe.prune import HarnessScorer
 from layerprobe.specs import DEFAULT_STATE_BYTES
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from layerprobe.evaluate.tasks import TaskSet
+    from layerprobe.models import LoadedModel
+
 Key = tuple[tuple[int, ...], tuple[int, ...]]
-BASELINE = None
 _DEFAULT_STATE_BYTES = DEFAULT_STATE_BYTES  # recorded block inputs held at once (--max-state-memory)
 
 
@@ -55,8 +60,8 @@ class SharedPrefixLM(HFLM):
 
     def __init__(
         self,
-        model: Any,
-        tokenizer: Any,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
         stack: LayerStack,
         layers: list[int],
         batch_size: int | str = 8,
@@ -67,7 +72,6 @@ class SharedPrefixLM(HFLM):
         self.stack, self.layers, self.state_bytes = stack, sorted(layers), state_bytes
         self.active: int | None = BASELINE
         self.store: dict[Key, dict[int | None, tuple[float, bool]]] = {}
-        self.block_rows = 0  # block forward passes, counted per sequence (benchmarks read it)
         self._rows_per_batch: int | None = None
         self._detected_at = 0  # input length the auto batch size was detected for
         self._output_arity: int | None = None
@@ -138,7 +142,7 @@ class SharedPrefixLM(HFLM):
 
     def _baseline(self, ids: torch.Tensor) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
         """Run all blocks once, keeping the input of each selected block and the normed final states."""
-        with capture_block_states(self.stack) as states, self._count_rows():
+        with capture_block_states(self.stack) as states:
             final = self._base_forward(ids)
         # x^l is the input of block l; nothing beyond the selected blocks is kept.
         if not self._arity_known:
@@ -154,7 +158,7 @@ class SharedPrefixLM(HFLM):
         target = module_device(following)
         if target is not None and x_layer.device != target:
             x_layer = x_layer.to(target)
-        with removed_blocks(self.stack, list(range(layer))) as shrunk, self._count_rows(skip_first=True):
+        with removed_blocks(self.stack, list(range(layer))) as shrunk:
             block = shrunk.blocks[0]  # block `layer`, now first (for layer 0 the list is the model's own)
             shrunk.blocks[0] = _Replay(x_layer, self._output_arity)
             try:
@@ -184,22 +188,8 @@ class SharedPrefixLM(HFLM):
             key: (total, bool(hit)) for key, total, hit in zip(plan.keys, totals.tolist(), greedy.tolist(), strict=True)
         }
 
-    @contextlib.contextmanager
-    def _count_rows(self, skip_first: bool = False) -> Iterator[None]:
-        blocks = list(self.stack.root.get_submodule(self.stack.path))[1 if skip_first else 0 :]
 
-        def count(_module: Any, args: tuple) -> None:
-            self.block_rows += int(args[0].shape[0]) if args else 0
-
-        handles = [block.register_forward_pre_hook(count) for block in blocks]
-        try:
-            yield
-        finally:
-            for handle in handles:
-                handle.remove()
-
-
-def head_logits(model: Any, hidden: torch.Tensor) -> torch.Tensor:
+def head_logits(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
     """The causal LM's logits for final hidden states (N, hidden) → (N, vocab).
 
     Applies the output embedding and the logit transforms some families add after it (soft-capping,
@@ -278,7 +268,7 @@ def _arity_of(stack: LayerStack, ids: torch.Tensor, forward: Any) -> int | None:
     return None if isinstance(output, torch.Tensor) else len(output)
 
 
-def verify_head(model: Any, tokenizer: Any, atol: float = 1e-4) -> str | None:
+def verify_head(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, atol: float = 1e-4) -> str | None:
     """Compare the engine's head path with the model's own forward on a short text; None if they agree."""
     device = model.get_input_embeddings().weight.device
     ids = tokenizer("The quick brown fox jumps over the lazy dog.", return_tensors="pt")["input_ids"]
@@ -324,7 +314,7 @@ class SharedPrefixScorer(HarnessScorer):
             self.lm.active = BASELINE
 
 
-def unsupported_reason(loaded: Any, task_sets: dict[str, Any]) -> str | None:
+def unsupported_reason(loaded: LoadedModel, task_sets: dict[str, TaskSet]) -> str | None:
     """Why the shared engine cannot score this run (generation tasks, an unusual head), or None."""
     for task, task_set in task_sets.items():
         if is_generation_task(task_set, task):

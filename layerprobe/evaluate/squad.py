@@ -19,16 +19,19 @@ import re
 import statistics
 import string
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from layerprobe.errors import TaskError
-from layerprobe.evaluate.scores import MetricScore
-from layerprobe.evaluate.squad_data import SquadExample
+from layerprobe.evaluate.scores import Evaluation, MetricScore
+from layerprobe.evaluate.squad_data import SquadExample, load_squad
+from layerprobe.layers import removed_blocks
+from layerprobe.models import context_length
 
 METRICS = ("f1", "exact_match")
 NOT_QA_HINT = (
@@ -37,6 +40,14 @@ NOT_QA_HINT = (
 )
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from layerprobe.layers import LayerStack
+    from layerprobe.models import LoadedModel
+    from layerprobe.progress import Progress
+    from layerprobe.specs import PruneSpec
 
 
 @dataclass(frozen=True)
@@ -161,8 +172,8 @@ class SquadScorer:
 
     def __init__(
         self,
-        model: Any,
-        tokenizer: Any,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
         examples: list[SquadExample],
         *,
         max_length: int = 384,
@@ -185,8 +196,8 @@ class SquadScorer:
         repeated = [k for k, count in Counter(e.id for e in examples).items() if count > 1]
         if not examples or repeated:
             raise TaskError(f"SQuAD needs questions with unique ids; got {len(examples)}, repeated: {repeated[:5]}")
-        limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-        if isinstance(limit, int) and max_length > limit:
+        limit = context_length(getattr(model, "config", None), tokenizer)
+        if limit is not None and max_length > limit:
             raise TaskError(f"max_length {max_length} exceeds the model's {limit} positions")
         self.model, self.examples = model, list(examples)
         self.max_answer_length, self.n_best = max_answer_length, n_best
@@ -290,3 +301,46 @@ def _padded(rows: list[list], fill: int = 0) -> torch.Tensor:
 def _device(model: Any) -> torch.device:
     device = getattr(model, "device", None)
     return device if isinstance(device, torch.device) else next(model.parameters()).device
+
+
+class SquadTaskScorer:
+    """prune-drop's scorer for `--task squad`: questions tokenized once, one pass per variant.
+
+    Advances the evaluation stage of `progress` window by window (a fraction of one evaluation per
+    batch), so a SQuAD run shows a moving bar instead of one that jumps once per variant.
+    """
+
+    engine = "simple"
+    reports_progress = True
+
+    def __init__(self, loaded: LoadedModel, stack: LayerStack, spec: PruneSpec, progress: Progress) -> None:
+        if spec.limit is not None and spec.limit < 1:  # a fraction of the questions, rounded up like lm-eval
+            examples = load_squad(spec.squad_data)
+            examples = examples[: math.ceil(len(examples) * spec.limit)]
+        else:
+            examples = load_squad(spec.squad_data, None if spec.limit is None else int(spec.limit))
+        batch = spec.batch_size if isinstance(spec.batch_size, int) else 32
+        self.stack, self.progress = stack, progress
+        # The usual 384-token windows (stride 128), shortened for a model with fewer positions.
+        positions = loaded.context_length
+        max_length = min(384, positions) if positions is not None else 384
+        self.scorer = SquadScorer(
+            loaded.model,
+            loaded.tokenizer,
+            examples,
+            max_length=max_length,
+            doc_stride=min(128, max_length // 2),
+            batch_size=batch,
+        )
+        self.last: SquadScores | None = None  # the latest call's predictions, for callers that inspect them
+
+    @contextmanager
+    def variant(self, layer: int | None) -> Iterator[None]:
+        with removed_blocks(self.stack, [] if layer is None else [layer]):
+            yield
+
+    def score(self, task: str) -> Evaluation:
+        windows = self.scorer.num_windows
+        self.last = scores = self.scorer(progress=lambda n: self.progress.on_advance(n / windows))
+        samples = next(iter(scores.metrics.values())).samples
+        return Evaluation(scores.metrics, 0, samples, self.engine, nonfinite=scores.nonfinite_windows)

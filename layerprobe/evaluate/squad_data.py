@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerprobe.errors import TaskError
+from layerprobe.errors import OFFLINE_HINT, TaskError
 
 HUB_DATASET = "rajpurkar/squad"
-OFFLINE_HINT = "pass a local SQuAD v1.1 JSON with --squad-data FILE or pre-cache the dataset"
 _FORMAT_HINT = (
     "expected the official SQuAD v1.1 JSON ({'data': [{'paragraphs': [{'context', 'qas'}]}]}) "
     "or .jsonl rows {id, question, context, answers: {text: [...]}}"

@@ -27,12 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerprobe.errors import TaskError
+from layerprobe.errors import OFFLINE_HINT, TaskError
 
-OFFLINE_HINT = (
-    "pre-cache the dataset (run once with network, HF_DATASETS_OFFLINE=1 afterwards) or point "
-    "--include-path at a local task YAML (dataset_path: json + data_files)"
-)
 LOCAL_FILES_HINT = "check data_files in the task YAML (relative paths are looked up in the YAML's folder)"
 GENERATION = "generate_until"
 

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import LayerprobeError, ResultError
-from layerprobe.results import AngularResult, MetricDrop, PruneDropResult, angular_summary
+from layerprobe.results import LAZY_THRESHOLD, AngularResult, MetricDrop, PruneDropResult, angular_summary
 
 # A change exactly equal to its tolerance passes; this slack keeps float rounding from failing it.
 EPS = 1e-9
 SECTIONS = {
     "angular": ("lazy_threshold", "max_lazy_increase", "adjacent_tolerance"),
     "prune_drop": ("max_drop", "se_factor", "metric", "metrics"),
+    "depth": ("max_rms_growth",),
 }
 
 
@@ -39,13 +40,14 @@ class GateRules:
         sources: threshold name → "rules file" or "flag"; absent means the default.
     """
 
-    lazy_threshold: float = 0.2
+    lazy_threshold: float = LAZY_THRESHOLD
     max_lazy_increase: int = 0
     adjacent_tolerance: float = 0.02
     max_drop: float = 0.01
     se_factor: float = 2.0
     metric: str | None = None
     metrics: dict[str, str] = field(default_factory=dict)
+    max_rms_growth: float = 1.25  # depth: RMS(x^L)/RMS(x^0) may grow by this factor over the baseline's
     sources: dict[str, str] = field(default_factory=dict)
 
     def metric_for(self, task: str, primary: str) -> str:

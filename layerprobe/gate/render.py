@@ -1,7 +1,7 @@
 """Renderers for `layerprobe compare`: pure functions of a `Verdict`, each returning a plain string.
 
 A terminal table (rich), GitHub markdown for $GITHUB_STEP_SUMMARY, strict JSON (schema
-layerprobe/compare@1) and JUnit XML; tests parse them back. Building the verdict lives in `compare.py`.
+layerprobe/compare@1) and JUnit XML; tests parse them back. Building the verdict lives in `gate/verdict.py`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from rich.text import Text
 from layerprobe.errors import LayerprobeError
 
 if TYPE_CHECKING:
-    from layerprobe.compare import Verdict
-    from layerprobe.gate_rules import RuleResult
+    from layerprobe.gate.rules import RuleResult
+    from layerprobe.gate.verdict import Verdict
 
 COMPARE_SCHEMA = "layerprobe/compare@1"
 FORMATS = ("table", "markdown", "json")

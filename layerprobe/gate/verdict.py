@@ -1,25 +1,21 @@
-"""`layerprobe compare`: gate a candidate checkpoint's results against a baseline's, for CI.
+"""The gate's verdict: pair a baseline's results with a candidate's, apply the rules, say pass or fail.
 
-The library pairs the inputs (two files, or two run directories), applies `gate_rules`, and returns a
-`Verdict`; the renderers in `compare_render.py` turn it into a terminal table, GitHub markdown, JSON or
-JUnit XML. Exit status: 0 pass, 1 regression, 2 bad input (LayerprobeError).
+`compare_paths` pairs the inputs (two files, or two run directories), applies `gate.rules`, and returns a
+`Verdict`; `gate.render` turns it into a terminal table, GitHub markdown, JSON or JUnit XML, and
+`gate.figures` draws it. The `compare` command in cli.py maps it to exit 0 pass, 1 regression, 2 bad input.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
-from rich.console import Console
+from layerprobe.errors import ResultError
+from layerprobe.gate.rules import GateRules, RuleResult, angular_rules, prune_drop_rules
+from layerprobe.results import ANGULAR_JSON, DEPTH_JSON, PRUNE_DROP_JSON, AngularResult, PruneDropResult, load_result
 
-from layerprobe.compare_render import build_table, check_format, render, render_junit
-from layerprobe.errors import LayerprobeError, ResultError
-from layerprobe.gate_rules import GateRules, RuleResult, angular_rules, load_rules, prune_drop_rules
-from layerprobe.results import AngularResult, PruneDropResult, load_result
-
-KIND_FILES = {"angular": "angular.json", "prune_drop": "prune_drop.json"}
+KIND_FILES = {"angular": ANGULAR_JSON, "prune_drop": PRUNE_DROP_JSON, "depth": DEPTH_JSON}
 
 
 @dataclass(frozen=True)
@@ -120,6 +116,10 @@ def compare_results(
             for k in watched
             if baseline.data.get(k) != candidate.data.get(k)
         ]
+    elif kind == "depth":
+        from layerprobe.depth_rules import depth_notes, depth_rules
+
+        results, notes = depth_rules(baseline, candidate, rules.max_rms_growth), depth_notes(baseline, candidate)
     else:
         results, notes = prune_drop_rules(baseline, candidate, rules)
         notes += [
@@ -139,85 +139,6 @@ def compare_results(
             f"over blocks 0–{common - 1}, whole-stack rules use each model's own L",
         )
     return KindComparison(kind, sides[0], sides[1], results, notes, baseline, candidate)
-
-
-def plot_verdict(verdict: Verdict, out_dir: str | Path | None = None) -> list[Path]:
-    """Draw compare.png (compare_<kind>.png when several kinds) next to the candidate, or in `out_dir`."""
-    from layerprobe.report import plot_compare_angular, plot_compare_prune_drop
-
-    paths = []
-    for comp in verdict.comparisons:
-        directory = Path(out_dir) if out_dir is not None else comp.candidate.path.parent
-        name = f"compare_{comp.kind}.png" if len(verdict.comparisons) > 1 else "compare.png"
-        draw = plot_compare_angular if comp.kind == "angular" else plot_compare_prune_drop
-        paths.append(draw(comp.baseline_result, comp.candidate_result, directory / name))
-    return paths
-
-
-# --- the command (registered in cli.py as `compare`) --------------------------------------------------
-
-
-def compare_command(
-    baseline: Annotated[Path, typer.Argument(help="Baseline result JSON, or a run directory.")],
-    candidate: Annotated[Path, typer.Argument(help="Candidate result JSON of the same kind, or a run directory.")],
-    rules_file: Annotated[
-        Path | None, typer.Option("--rules", help="Rules TOML (sections angular, prune_drop); flags override it.")
-    ] = None,
-    lazy_threshold: Annotated[
-        float | None, typer.Option(help="A block is lazy when d(x^l, x^l+1) is below this (default 0.2).")
-    ] = None,
-    max_lazy_increase: Annotated[int | None, typer.Option(help="Extra lazy blocks allowed (default 0).")] = None,
-    adjacent_tolerance: Annotated[
-        float | None, typer.Option(help="Allowed fall of the mean adjacent distance (default 0.02).")
-    ] = None,
-    max_drop: Annotated[
-        float | None, typer.Option(help="Allowed worsening of a task's full-model score (absolute, default 0.01).")
-    ] = None,
-    se_factor: Annotated[
-        float | None, typer.Option(help="A layer's ΔP may worsen by this × combined stderr (default 2.0).")
-    ] = None,
-    output_format: Annotated[str, typer.Option("--format", help="table|markdown|json on stdout.")] = "table",
-    junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here.")] = None,
-    plot: Annotated[
-        bool, typer.Option("--plot/--no-plot", help="Draw compare.png (compare_<kind>.png for several kinds).")
-    ] = True,
-    out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Plot directory (default: next to the candidate result).")
-    ] = None,
-) -> None:
-    """Gate a candidate's results against a baseline's: exit 0 pass, 1 regression, 2 bad input."""
-    check_format(output_format)
-    rules = load_rules(
-        rules_file,
-        lazy_threshold=lazy_threshold,
-        max_lazy_increase=max_lazy_increase,
-        adjacent_tolerance=adjacent_tolerance,
-        max_drop=max_drop,
-        se_factor=se_factor,
-    )
-    verdict = compare_paths(baseline, candidate, rules)
-    if output_format == "table":
-        Console().print(build_table(verdict))
-    else:
-        typer.echo(render(verdict, output_format), nl=False)
-    err = Console(stderr=True)
-    if junit is not None:
-        try:
-            junit.parent.mkdir(parents=True, exist_ok=True)
-            junit.write_text(render_junit(verdict), encoding="utf-8")
-        except OSError as exc:
-            raise LayerprobeError(f"Cannot write --junit {junit}: {exc.strerror or exc}") from exc
-        err.print(f"wrote {junit}", highlight=False, markup=False)
-    if plot:
-        try:
-            for path in plot_verdict(verdict, out_dir):
-                err.print(f"wrote {path}", highlight=False, markup=False)
-        except (LayerprobeError, OSError) as exc:  # a plot is a courtesy: it must not change the exit status
-            err.print(
-                f"warning: no plot: {getattr(exc, 'message', exc)}", style="yellow", highlight=False, markup=False
-            )
-    if not verdict.passed:
-        raise typer.Exit(1)
 
 
 # --- helpers -------------------------------------------------------------------------------------------
@@ -251,9 +172,11 @@ def _pair_inputs(baseline: Path, candidate: Path) -> tuple[list[tuple[Path, Path
 
 
 def _kind(result: Any) -> str:
+    if type(result).__name__ == "DepthResult":
+        return "depth"
     return "angular" if isinstance(result, AngularResult) else "prune_drop"
 
 
 def _side(path: Path, result: AngularResult | PruneDropResult) -> Side:
-    layers = result.num_layers if isinstance(result, AngularResult) else result.model.num_layers
+    layers = result.num_layers if hasattr(result, "num_layers") else result.model.num_layers
     return Side(path, result.model.id, result.model.revision, result.model.commit, int(layers))

@@ -1,0 +1,100 @@
+"""Which scorer scores which task: the Scorer protocol, the task/model fit checks and the engine choice.
+
+prune-drop's orchestrator asks `make_scorers` for one scorer per group of tasks and then only calls
+`variant(layer)` and `score(task)`; everything about lm-eval, SQuAD and the shared-prefix engine stays
+in this package. Heavy imports (torch, lm_eval) happen inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Protocol
+
+from layerprobe.errors import TaskError
+from layerprobe.models import CAUSAL_LM, EXTRACTIVE_QA
+from layerprobe.specs import SQUAD_TASK
+
+if TYPE_CHECKING:
+    from layerprobe.evaluate.scores import Evaluation
+    from layerprobe.layers import LayerStack
+    from layerprobe.models import LoadedModel
+    from layerprobe.progress import Progress
+    from layerprobe.specs import PruneSpec
+
+__all__ = ["Scorer", "check_tasks_fit_model", "make_scorers"]
+
+
+class Scorer(Protocol):
+    """Scores tasks on the model as one variant (None: the baseline; l: block l removed) leaves it.
+
+    `reports_progress` is True when `score` advances the progress bar itself (SQuAD, per window);
+    otherwise the caller advances it by one per evaluation.
+    """
+
+    engine: str
+    reports_progress: bool
+
+    def variant(self, layer: int | None) -> AbstractContextManager[None]: ...
+
+    def score(self, task: str) -> Evaluation: ...
+
+
+def check_tasks_fit_model(tasks: tuple[str, ...], kind: str, model: str, engine: str = "auto") -> None:
+    """Refuse task/model pairs that cannot be scored, before spending minutes loading weights."""
+    if engine == "shared" and SQUAD_TASK in tasks:
+        raise TaskError(
+            "--engine shared scores lm-eval loglikelihood tasks; squad has no shared-prefix engine.",
+            hint="Use --engine auto or simple for squad.",
+        )
+    for task in tasks:
+        if task == SQUAD_TASK and kind == CAUSAL_LM:
+            raise TaskError(
+                f"'{SQUAD_TASK}' here scores extractive-QA encoders; {model} is a causal LM.",
+                hint="For a causal LM use lm-eval's generative SQuAD task: --task squad_completion "
+                "(or --task squadv2).",
+            )
+        if task == SQUAD_TASK and kind != EXTRACTIVE_QA:
+            raise TaskError(
+                f"{model} has no question-answering head, so it cannot be scored on SQuAD.",
+                hint="Use a checkpoint fine-tuned for SQuAD (…ForQuestionAnswering), e.g. "
+                "csarron/bert-base-uncased-squad-v1.",
+            )
+        if task != SQUAD_TASK and kind != CAUSAL_LM:
+            raise TaskError(
+                f"{task!r} is an lm-evaluation-harness task and needs a causal LM; {model} is an {kind} model.",
+                hint="Score extractive-QA encoders with --task squad.",
+            )
+
+
+def make_scorers(
+    loaded: LoadedModel, stack: LayerStack, spec: PruneSpec, layers: list[int], progress: Progress
+) -> list[tuple[Scorer, list[str]]]:
+    """Pick the scorer (and engine) for each task: lm-eval tasks share one, SQuAD has its own."""
+    harness_tasks = [t for t in spec.tasks if t != SQUAD_TASK]
+    scorers: list[tuple[Scorer, list[str]]] = []
+    if harness_tasks:
+        scorers.append((_harness_scorer(loaded, stack, spec, harness_tasks, layers), harness_tasks))
+    if SQUAD_TASK in spec.tasks:
+        from layerprobe.evaluate.squad import SquadTaskScorer
+
+        scorers.append((SquadTaskScorer(loaded, stack, spec, progress), [SQUAD_TASK]))
+    return scorers
+
+
+def _harness_scorer(
+    loaded: LoadedModel, stack: LayerStack, spec: PruneSpec, tasks: list[str], layers: list[int]
+) -> Scorer:
+    """The simple engine, or the shared-prefix one where it applies (see evaluate/shared.py)."""
+    from layerprobe.evaluate.harness import HarnessScorer, build_tasks
+
+    task_sets = {task: build_tasks([task], spec.include_path, spec.num_fewshot, spec.seed) for task in tasks}
+    if spec.engine == "simple":
+        return HarnessScorer(loaded, stack, spec, task_sets, layers)
+    from layerprobe.evaluate.shared import SharedPrefixScorer, unsupported_reason
+
+    reason = unsupported_reason(loaded, task_sets)
+    if reason is None:
+        return SharedPrefixScorer(loaded, stack, spec, task_sets, layers)
+    if spec.engine == "shared":
+        raise TaskError(f"--engine shared cannot score this run: {reason}.", hint="Use --engine simple.")
+    return HarnessScorer(loaded, stack, spec, task_sets, layers)
