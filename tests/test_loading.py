@@ -23,10 +23,10 @@ from layerprobe.angular import AngularAccumulator, measure
 from layerprobe.cli import app
 from layerprobe.corpus import build_windows, iter_documents
 from layerprobe.errors import LayerprobeError, ResultError
+from layerprobe.evaluate.scores import Evaluation
 from layerprobe.layers import find_layers
 from layerprobe.models import load_model, module_device
-from layerprobe.prune import fingerprint
-from layerprobe.prune_state import PruneState
+from layerprobe.prune_state import PruneState, fingerprint
 from layerprobe.report import _angular_figure, _prune_drop_figure
 from layerprobe.results import AngularResult, ModelInfo, PruneDropResult, load_result
 from layerprobe.specs import (
@@ -292,7 +292,7 @@ def test_fingerprint_separates_loading_options(tmp_path):
         other = fingerprint(spec, changed)
         assert other != plain
         state = PruneState.open(tmp_path / "run", plain, resume=False)
-        state.record("lp_arc_like", None, {"metrics": {}, "num_fewshot": 0, "samples": 1, "engine": "simple"})
+        state.record("lp_arc_like", None, Evaluation(metrics={}, num_fewshot=0, samples=1, engine="simple"))
         with pytest.raises(ResultError):
             PruneState.open(tmp_path / "run", other, resume=True)
         state.remove()
