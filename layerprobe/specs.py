@@ -304,6 +304,8 @@ class PruneSpec:
     squad_data: str | None = None
     engine: str = "auto"
     max_state_bytes: int = DEFAULT_STATE_BYTES  # shared engine: recorded block inputs held at once
+    log_samples: bool = False  # write <out>/samples/<task>.jsonl (per-document values) at the end
+    angular: str | None = None  # angular.json to rank-compare with ΔP (None: <out>/angular.json if there)
 
     def __post_init__(self) -> None:
         if self.max_state_bytes < 1:

@@ -19,7 +19,7 @@ import transformers as tf
 from typer.testing import CliRunner
 
 from layerprobe import angular as angular_module
-from layerprobe.angular import AngularAccumulator, measure
+from layerprobe.angular import measure
 from layerprobe.cli import app
 from layerprobe.corpus import build_windows, iter_documents
 from layerprobe.errors import LayerprobeError, ResultError
@@ -448,25 +448,27 @@ def test_angular_under_device_map_equals_one_device(tiny_checkpoints, tmp_path):
 
 
 def test_angular_gathers_at_most_the_bound(tiny_checkpoints, monkeypatch):
-    """Each accumulator update (what is moved onto its device at once) stays within max_state_bytes."""
+    """Each slice of states the accumulator upcasts onto its device stays within max_state_bytes."""
     loaded = load_model(ModelSpec(str(tiny_checkpoints["llama"]), device="cpu", dtype="float32"), purpose="base")
     stack = find_layers(loaded.model)
     spec = CorpusSpec(BUILTIN_CORPUS, None, "train", "text", 512, 64)
     windows = build_windows(loaded.tokenizer, iter_documents(spec), spec.tokens, spec.seq_len)
     hidden = loaded.model.config.hidden_size
     bound = 10 * (stack.num_layers + 1) * hidden * 4  # ten positions at every depth, in fp32
-    sizes: list[int] = []
-    update = AngularAccumulator.update
+    free = measure(loaded, stack, windows, "all", 4)
+    slices: list[int] = []
+    distances = angular_module._distances
 
-    def watched(self, states):
-        sizes.append(states[0].shape[0])
-        return update(self, states)
+    def watched(unit):
+        slices.append(unit.shape[0])
+        return distances(unit)
 
-    free = torch.tensor(measure(loaded, stack, windows, "all", 4).result())
-    monkeypatch.setattr(angular_module.AngularAccumulator, "update", watched)
+    monkeypatch.setattr(angular_module, "_distances", watched)
     bounded = measure(loaded, stack, windows, "all", 4, max_state_bytes=bound)
-    assert max(sizes) == 10 and sum(sizes) == bounded.count == 512
-    torch.testing.assert_close(torch.tensor(bounded.result()), free, atol=1e-6, rtol=0)
+    assert max(slices) == 10 and sum(slices) == bounded.count == 512
+    torch.testing.assert_close(torch.tensor(bounded.result()), torch.tensor(free.result()), atol=1e-6, rtol=0)
+    # the standard errors treat each window as one sample however it is sliced
+    torch.testing.assert_close(torch.tensor(bounded.stderr()), torch.tensor(free.stderr()), atol=1e-6, rtol=0)
 
 
 def test_prune_drop_figure_title_marks_quantization():
