@@ -20,9 +20,9 @@ from layerprobe.models import LoadedModel, load_model, takes_argument
 from layerprobe.progress import Progress
 from layerprobe.provenance import RunTimer, model_info
 from layerprobe.results import AngularResult
-from layerprobe.specs import AngularSpec
+from layerprobe.specs import DEFAULT_CHUNK_BYTES, AngularSpec
 
-_CHUNK_BYTES = 256 * 1024**2  # fp32 states upcast at once: (positions × (L+1) × hidden × 4) bytes, ~256 MiB
+_CHUNK_BYTES = DEFAULT_CHUNK_BYTES  # fp32 states upcast at once: (positions × (L+1) × hidden × 4) bytes, ~256 MiB
 
 
 def angular_distance(a, b):
@@ -60,11 +60,12 @@ class AngularAccumulator:
     minimum *paired* over the same windows: (L, L, L) float64 numbers, still independent of the corpus.
     """
 
-    def __init__(self, num_states: int, device: Any = "cpu") -> None:
+    def __init__(self, num_states: int, device: Any = "cpu", chunk_bytes: int = _CHUNK_BYTES) -> None:
         import torch
 
         self.num_states = num_states
         self.device = device
+        self.chunk_bytes = chunk_bytes  # fp32 states of all depths gathered onto `device` per step
 
         def zeros():
             return torch.zeros(num_states, num_states, dtype=torch.float64, device=device)
@@ -109,7 +110,7 @@ class AngularAccumulator:
         shape = (len(sizes), self.num_states, self.num_states)
         window_sums = torch.zeros(shape, dtype=torch.float64, device=self.device)
         window_counts = torch.zeros(shape, dtype=torch.float64, device=self.device)
-        step = max(1, _CHUNK_BYTES // (self.num_states * hidden * 4))
+        step = max(1, self.chunk_bytes // (self.num_states * hidden * 4))
         with full_fp32_matmul():
             for start in range(0, total, step):
                 chunk = torch.stack(
@@ -253,14 +254,17 @@ def measure(
     positions: str,
     batch_size: int,
     on_batch: Callable[[int], None] | None = None,
+    max_state_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> AngularAccumulator:
     """Run the windows through the model once, accumulating distances at the chosen positions.
 
-    `positions="all"` measures every position; `"last"` the last text token of each window.
+    `positions="all"` measures every position; `"last"` the last text token of each window. The states
+    of one batch stay on the devices that computed them (several GPUs under --device-map); the
+    accumulator gathers at most `max_state_bytes` of them (fp32, all depths) onto its device at a time.
     """
     import torch
 
-    accumulator = AngularAccumulator(stack.num_layers + 1, device=loaded.input_device)
+    accumulator = AngularAccumulator(stack.num_layers + 1, device=loaded.input_device, chunk_bytes=max_state_bytes)
     extra = {"use_cache": False} if takes_argument(loaded.model, "use_cache") else {}
     with torch.inference_mode(), capture_block_states(stack) as states:
         for group in batches(windows, batch_size):
@@ -313,7 +317,9 @@ def run_angular(
     )
     progress.stage("Measuring", spec.corpus.tokens, "tok")
     measure_clock = time.perf_counter()
-    accumulator = measure(loaded, stack, windows, spec.positions, spec.batch_size, progress.on_advance)
+    accumulator = measure(
+        loaded, stack, windows, spec.positions, spec.batch_size, progress.on_advance, spec.max_state_bytes
+    )
     measure_seconds = time.perf_counter() - measure_clock
     corpus = spec.corpus
     data = {

@@ -58,6 +58,32 @@ LayersPathOpt = Annotated[
     str | None,
     typer.Option("--layers-path", help="Dotted path of the blocks' ModuleList (e.g. model.layers), if not found."),
 ]
+ModelArgsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model-args",
+        help="Extra from_pretrained keywords as k=v,k=v (lm-eval's syntax): true/false/none, numbers, strings, "
+        "and {k:v,...} mappings, e.g. low_cpu_mem_usage=true,max_memory={0:70GiB,1:70GiB,cpu:200GiB}.",
+    ),
+]
+Load4Opt = Annotated[
+    bool, typer.Option("--load-in-4bit", help="Quantize the weights to 4-bit NF4 with bitsandbytes (extra [quant]).")
+]
+Load8Opt = Annotated[
+    bool, typer.Option("--load-in-8bit", help="Quantize the weights to 8-bit with bitsandbytes (extra [quant]).")
+]
+AttnOpt = Annotated[
+    str | None,
+    typer.Option("--attn-implementation", help="eager|sdpa|flash_attention_2|... (default: transformers' choice)."),
+]
+MaxStateMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-state-memory",
+        help="Bound on hidden states held at once, e.g. 512MiB or 4GiB. prune-drop: block inputs the shared "
+        "engine records per chunk (default 2GiB); angular: fp32 states gathered on one device (default 256MiB).",
+    ),
+]
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory (default: ./layerprobe-out/<model>/).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).")]
 
@@ -104,6 +130,36 @@ def friendly_errors(command: Callable) -> Callable:
     return wrapper
 
 
+def model_spec(
+    model: str,
+    revision: str | None,
+    dtype: str,
+    device: str,
+    device_map: str | None,
+    trust_remote_code: bool,
+    layers_path: str | None,
+    model_args: str | None,
+    load_in_4bit: bool,
+    load_in_8bit: bool,
+    attn_implementation: str | None,
+) -> Any:
+    """The ModelSpec of every command that loads weights, from the shared options above."""
+    from layerprobe.specs import ModelSpec, parse_model_args, quantization_from_flags
+
+    return ModelSpec(
+        model,
+        revision,
+        dtype,
+        device,
+        device_map,
+        trust_remote_code,
+        layers_path,
+        model_args=parse_model_args(model_args),
+        quantization=quantization_from_flags(load_in_4bit, load_in_8bit),
+        attn_implementation=attn_implementation,
+    )
+
+
 def model_slug(model: str) -> str:
     """A directory name for a model id or path: `meta-llama/Llama-2-7b-hf` → `meta-llama__Llama-2-7b-hf`."""
     path = Path(model)
@@ -136,6 +192,11 @@ def angular(
     device_map: DeviceMapOpt = None,
     trust_remote_code: TrustOpt = False,
     layers_path: LayersPathOpt = None,
+    model_args: ModelArgsOpt = None,
+    load_in_4bit: Load4Opt = False,
+    load_in_8bit: Load8Opt = False,
+    attn_implementation: AttnOpt = None,
+    max_state_memory: MaxStateMemoryOpt = None,
     out_dir: OutOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -143,13 +204,26 @@ def angular(
 
     Writes angular.json (the full (L+1)×(L+1) matrix) and the heatmap angular.png / angular.pdf.
     """
-    from layerprobe.specs import AngularSpec, CorpusSpec, ModelSpec
+    from layerprobe.specs import DEFAULT_CHUNK_BYTES, AngularSpec, CorpusSpec, parse_memory_size
 
     spec = AngularSpec(
-        model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
+        model=model_spec(
+            model,
+            revision,
+            dtype,
+            device,
+            device_map,
+            trust_remote_code,
+            layers_path,
+            model_args,
+            load_in_4bit,
+            load_in_8bit,
+            attn_implementation,
+        ),
         corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
         positions=positions,
         batch_size=batch_size,
+        max_state_bytes=parse_memory_size(max_state_memory) or DEFAULT_CHUNK_BYTES,
     )
     _run_and_report_angular(spec, output_dir(out_dir, model), quiet)
 
@@ -214,6 +288,10 @@ def depth(
     device_map: DeviceMapOpt = None,
     trust_remote_code: TrustOpt = False,
     layers_path: LayersPathOpt = None,
+    model_args: ModelArgsOpt = None,
+    load_in_4bit: Load4Opt = False,
+    load_in_8bit: Load8Opt = False,
+    attn_implementation: AttnOpt = None,
     out_dir: OutOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -228,12 +306,24 @@ def depth(
     from layerprobe.depth import run_depth
     from layerprobe.depth_plots import plot_depth
     from layerprobe.results import write_json
-    from layerprobe.specs import DEFAULT_DATASET, CorpusSpec, DepthSpec, ModelSpec
+    from layerprobe.specs import DEFAULT_DATASET, CorpusSpec, DepthSpec
 
     if dataset == DEFAULT_DATASET and dataset_config is None:
         dataset_config = "en"
     spec = DepthSpec(
-        model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
+        model=model_spec(
+            model,
+            revision,
+            dtype,
+            device,
+            device_map,
+            trust_remote_code,
+            layers_path,
+            model_args,
+            load_in_4bit,
+            load_in_8bit,
+            attn_implementation,
+        ),
         corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
         positions=positions,
         batch_size=batch_size,
@@ -335,6 +425,11 @@ def prune_drop(
     device_map: DeviceMapOpt = None,
     trust_remote_code: TrustOpt = False,
     layers_path: LayersPathOpt = None,
+    model_args: ModelArgsOpt = None,
+    load_in_4bit: Load4Opt = False,
+    load_in_8bit: Load8Opt = False,
+    attn_implementation: AttnOpt = None,
+    max_state_memory: MaxStateMemoryOpt = None,
     out_dir: OutOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -345,11 +440,23 @@ def prune_drop(
     """
     from layerprobe.prune import run_prune_drop
     from layerprobe.report import plot_prune_drop
-    from layerprobe.specs import ModelSpec, PruneSpec
+    from layerprobe.specs import DEFAULT_STATE_BYTES, PruneSpec, parse_memory_size
 
     parsed_batch: int | str = batch_size if batch_size == "auto" else _positive_int(batch_size, "--batch-size")
     spec = PruneSpec(
-        model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
+        model=model_spec(
+            model,
+            revision,
+            dtype,
+            device,
+            device_map,
+            trust_remote_code,
+            layers_path,
+            model_args,
+            load_in_4bit,
+            load_in_8bit,
+            attn_implementation,
+        ),
         tasks=tuple(task),
         layers=layers_opt,
         limit=limit,
@@ -360,6 +467,7 @@ def prune_drop(
         squad_data=str(squad_data) if squad_data else None,
         engine=engine,
         prefix_reuse=prefix_reuse,
+        max_state_bytes=parse_memory_size(max_state_memory) or DEFAULT_STATE_BYTES,
         log_samples=log_samples,
         angular=str(angular) if angular else None,
     )

@@ -111,7 +111,7 @@ def print_angular_summary(result: Any) -> None:
     adjacent_se = summary.get("adjacent_stderr")
     seen = result.data["positions_averaged"] + result.nonfinite_tokens
     out.print(
-        f"[bold]{escape(result.model.id)}[/]: d(x^l, x^(l+1)) over {seen:,} positions", highlight=False
+        f"[bold]{escape(result.model.label)}[/]: d(x^l, x^(l+1)) over {seen:,} positions", highlight=False
     )  # a heading line, not a table title: titles wrap to the table's width
     table = Table()
     table.add_column("block l", justify="right")
@@ -175,7 +175,7 @@ def print_prune_summary(result: Any) -> None:
         metric = task.metrics[metric_name]
         se = f" ± {metric.baseline_stderr:.4f}" if metric.baseline_stderr is not None else ""
         out.print(
-            f"[bold]{escape(f'{result.model.id} · {name} · {metric_name}')}[/]: baseline {metric.baseline:.4f}{se}",
+            f"[bold]{escape(f'{result.model.label} · {name} · {metric_name}')}[/]: baseline {metric.baseline:.4f}{se}",
             highlight=False,
         )
         table = Table()

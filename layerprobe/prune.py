@@ -15,7 +15,7 @@ from layerprobe.agreement import check_angular_fits, find_angular, load_angular_
 from layerprobe.evaluate.samples import from_rows, paired_columns, to_rows
 from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers
 from layerprobe.layers import find_layers
-from layerprobe.models import LoadedModel, load_config, load_model, model_kind
+from layerprobe.models import LoadedModel, check_loadable, load_config, load_model, model_kind
 from layerprobe.progress import EvaluationEvent, Progress
 from layerprobe.provenance import RunTimer, model_info
 from layerprobe.prune_state import PruneState, fingerprint
@@ -36,6 +36,8 @@ def run_prune_drop(
     """Score the baseline and every selected block removed; write prune_drop.json into `out_dir`."""
     progress = progress or Progress()
     timer = RunTimer()
+    if loaded is None:
+        check_loadable(spec.model)  # e.g. bitsandbytes missing for --load-in-4bit: before any loading
     config = load_config(spec.model) if loaded is None else loaded.model.config
     check_tasks_fit_model(spec.tasks, model_kind(config), spec.model.model, spec.engine)
     if isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
@@ -84,6 +86,7 @@ def run_prune_drop(
             "num_fewshot": spec.num_fewshot,
             "seed": spec.seed,
             "batch_size": spec.batch_size,
+            "max_state_bytes": spec.max_state_bytes,
             "include_path": spec.include_path,
             "squad_data": spec.squad_data,
             "prefix_reuse": spec.prefix_reuse,

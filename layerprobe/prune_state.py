@@ -54,6 +54,9 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
         "commit": info.commit,
         "files": files_stat_digest(info.id) if info.commit is None and os.path.isdir(info.id) else None,
         "dtype": info.dtype,
+        "quantization": info.quantization,
+        "attn_implementation": info.attn_implementation,
+        "model_args": info.model_args,
         "num_layers": info.num_layers,
         "layer_path": info.layer_path,
         "limit": spec.limit,
@@ -61,6 +64,7 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
         "seed": spec.seed,
         "batch_size": spec.batch_size,
         "prefix_reuse": spec.prefix_reuse,
+        "max_state_bytes": spec.max_state_bytes,  # splits the shared engine's batches: padding, so rounding
         "include_path": files_stat_digest(spec.include_path) if spec.include_path else None,
         "squad_data": files_stat_digest(spec.squad_data) if spec.squad_data else None,
         "versions": {k: versions.get(k) for k in ("torch", "transformers", "lm_eval")},

@@ -26,6 +26,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 from layerprobe.results import (  # noqa: E402
     AngularResult,
     MetricDrop,
+    ModelInfo,
     PruneDropResult,
     atomic_write,
     check_output_dir,
@@ -130,7 +131,9 @@ def _angular_figure(result: AngularResult):
     fig.colorbar(image, ax=ax, label=DISTANCE_LABEL, shrink=0.85, aspect=30, pad=0.02)
     tokens = result.data.get("tokens")
     tokens = f"{tokens:,}" if isinstance(tokens, int) else tokens
-    ax.set_title(f"{_short(result.model.id)} · {tokens} tokens · positions={result.data.get('positions')}", fontsize=11)
+    ax.set_title(
+        f"{_title_name(result.model)} · {tokens} tokens · positions={result.data.get('positions')}", fontsize=11
+    )
     return fig
 
 
@@ -144,7 +147,7 @@ def _prune_drop_figure(result: PruneDropResult, task: str):
     agreement = (result.tasks[task].agreement or {}).get(metric_name)
     if agreement and agreement.get("adjacent_distance"):
         _overlay_distance(ax, agreement)
-    ax.set_title(f"{_short(result.model.id)} · {task} · {metric_name}\nbaseline = {_value_text(metric)}", fontsize=11)
+    ax.set_title(f"{_title_name(result.model)} · {task} · {metric_name}\nbaseline = {_value_text(metric)}", fontsize=11)
     return fig
 
 
@@ -411,6 +414,11 @@ def _save(fig, *paths: Path) -> list[Path]:
     finally:
         plt.close(fig)
     return list(paths)
+
+
+def _title_name(model: ModelInfo) -> str:
+    """The model's short name, marked when its weights were quantized (a quantized ΔP is not the model's)."""
+    return _short(model.id) + (f" ({model.quantization})" if model.quantization else "")
 
 
 def _short(model_id: str) -> str:

@@ -53,6 +53,9 @@ MODEL_FIELDS: dict[str, v.Kind] = {
     "num_layers": v.integer(minimum=1),
     "layer_path": v.text(optional=True),
     "block_class": v.text(optional=True),
+    "quantization": v.text(optional=True),
+    "attn_implementation": v.text(optional=True),
+    "model_args": v.any_object(optional=True),
 }
 RUN_FIELDS: dict[str, v.Kind] = {
     "started_at": v.text(optional=True),
@@ -110,10 +113,21 @@ class ModelInfo:
     num_layers: int
     layer_path: str
     block_class: str
+    # How the weights were loaded (absent in results written before these options existed: read as defaults).
+    quantization: str | None = None  # e.g. "bitsandbytes-4bit-nf4"; None = the checkpoint's own weights
+    attn_implementation: str | None = None
+    model_args: dict[str, Any] = field(default_factory=dict)  # extra from_pretrained keywords (--model-args)
+
+    @property
+    def label(self) -> str:
+        """The model's name for titles and summaries, marked when its weights were quantized."""
+        return f"{self.id} ({self.quantization})" if self.quantization else self.id
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | Node, source: str = "model") -> ModelInfo:
-        return cls(**v.read_fields(_node(data, source), MODEL_FIELDS))
+        values = v.read_fields(_node(data, source), MODEL_FIELDS)
+        values["model_args"] = values.get("model_args") or {}
+        return cls(**values)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from layerprobe.errors import LayerprobeError
 
@@ -20,6 +21,24 @@ DEFAULT_DATASET_CONFIG = "en"  # C4's English split; used when the default datas
 LOCAL_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 BUILTIN_CORPUS = "builtin:pydoc"
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+QUANTIZATIONS = ("4bit", "8bit")
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+# from_pretrained keywords that have their own option: naming them in --model-args too would be ambiguous.
+_DEDICATED = {
+    "dtype": "--dtype",
+    "torch_dtype": "--dtype",
+    "device_map": "--device-map",
+    "device": "--device",
+    "revision": "--revision",
+    "trust_remote_code": "--trust-remote-code",
+    "load_in_4bit": "--load-in-4bit",
+    "load_in_8bit": "--load-in-8bit",
+    "quantization_config": "--load-in-4bit / --load-in-8bit",
+    "pretrained": "the MODEL argument",
+    "config": "the MODEL argument",
+}
+DEFAULT_STATE_BYTES = 2 * 1024**3  # shared engine: recorded block inputs held at once (prune-drop)
+DEFAULT_CHUNK_BYTES = 256 * 1024**2  # angular: fp32 states gathered on one device at once
 
 
 @dataclass(frozen=True)
@@ -33,6 +52,9 @@ class ModelSpec:
     device_map: str | None = None
     trust_remote_code: bool = False
     layers_path: str | None = None
+    model_args: dict[str, Any] = field(default_factory=dict)
+    quantization: str | None = None
+    attn_implementation: str | None = None
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -45,6 +67,135 @@ class ModelSpec:
             raise LayerprobeError(f"Unknown --device {self.device!r}.", hint="Use auto, cpu, cuda, cuda:N or mps.")
         if self.device_map not in (None, "auto"):
             raise LayerprobeError(f"Unknown --device-map {self.device_map!r}.", hint="The only value is 'auto'.")
+        if self.quantization not in (None, *QUANTIZATIONS):
+            raise LayerprobeError(f"Unknown quantization {self.quantization!r}.", hint="Use 4bit or 8bit.")
+        if "attn_implementation" in self.model_args:  # lm-eval's spelling; one home: the dedicated field
+            if self.attn_implementation is not None:
+                raise LayerprobeError(
+                    "The attention implementation is given twice (--attn-implementation and --model-args).",
+                    hint="Keep one of them.",
+                )
+            args = dict(self.model_args)
+            object.__setattr__(self, "attn_implementation", args.pop("attn_implementation"))
+            object.__setattr__(self, "model_args", args)
+        if self.attn_implementation is not None and self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise LayerprobeError(
+                f"Unknown --attn-implementation {self.attn_implementation!r}.",
+                hint=f"Use one of {', '.join(ATTN_IMPLEMENTATIONS)}.",
+            )
+        for key in self.model_args:
+            if key in _DEDICATED:
+                raise LayerprobeError(
+                    f"--model-args names {key!r}, which has its own option.",
+                    hint=f"Use {_DEDICATED[key]} instead of {key}= in --model-args.",
+                )
+
+
+def quantization_from_flags(load_in_4bit: bool, load_in_8bit: bool) -> str | None:
+    """`--load-in-4bit` / `--load-in-8bit` → "4bit" / "8bit" / None; both at once is a mistake."""
+    if load_in_4bit and load_in_8bit:
+        raise LayerprobeError(
+            "--load-in-4bit and --load-in-8bit were both given.", hint="Pick one quantization (or neither)."
+        )
+    return "4bit" if load_in_4bit else "8bit" if load_in_8bit else None
+
+
+def parse_model_args(text: str | None) -> dict[str, Any]:
+    """Read `--model-args k=v,k=v` the way lm-eval reads its `--model_args`, plus braces for mappings.
+
+    Values: `true`/`false` → bool, `none` → None, integers and floats → numbers, anything else a string.
+    A value in braces is a mapping with the same rules for its values and integer-looking keys as ints,
+    which is what `max_memory` needs: `max_memory={0:20GiB,1:20GiB,cpu:60GiB}` (commas inside braces do
+    not split arguments). Quotes around keys and values are dropped, so JSON-ish text works too.
+    """
+    if text is None or not text.strip():
+        return {}
+    parsed: dict[str, Any] = {}
+    for part in _split_top_level(text.strip(), ","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise LayerprobeError(
+                f"Cannot read {part.strip()!r} in --model-args.",
+                hint="Write key=value pairs separated by commas, e.g. attn_implementation=sdpa,low_cpu_mem_usage=true.",
+            )
+        if key in parsed:
+            raise LayerprobeError(f"--model-args names {key!r} twice.")
+        parsed[key] = _parse_value(value.strip(), key)
+    return parsed
+
+
+def _split_top_level(text: str, sep: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for char in text:
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth < 0:
+                raise LayerprobeError(f"Unbalanced '}}' in --model-args {text!r}.")
+        if char == sep and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    if depth != 0:
+        raise LayerprobeError(f"Unbalanced '{{' in --model-args {text!r}.")
+    parts.append("".join(current))
+    return parts
+
+
+def _parse_value(value: str, key: str) -> Any:
+    if value.startswith("{") and value.endswith("}"):
+        mapping: dict[Any, Any] = {}
+        for item in _split_top_level(value[1:-1], ","):
+            if not item.strip():
+                continue
+            inner_key, sep, inner_value = item.partition(":")
+            if not sep:
+                raise LayerprobeError(
+                    f"Cannot read {item.strip()!r} in --model-args {key}=.",
+                    hint="Write mappings as {key:value,...}, e.g. max_memory={0:20GiB,cpu:60GiB}.",
+                )
+            name = _scalar(inner_key.strip())
+            mapping[name] = _parse_value(inner_value.strip(), key)
+        return mapping
+    return _scalar(value)
+
+
+def _scalar(value: str) -> Any:
+    value = value.strip().strip("'\"")
+    lowered = value.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered == "none":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            continue
+    return value
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|kb|kib|mb|mib|gb|gib|tb|tib)?\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20, "gb": 10**9, "gib": 2**30, "tb": 10**12}
+_UNITS["tib"] = 2**40
+
+
+def parse_memory_size(text: str | None, option: str = "--max-state-memory") -> int | None:
+    """`512MiB`, `2GiB`, `1.5GB`, `1000000` (bytes) → bytes; None stays None (the library's default)."""
+    if text is None:
+        return None
+    match = _SIZE.match(text)
+    if not match:
+        raise LayerprobeError(f"Cannot read {option} {text!r}.", hint="Write a size like 512MiB, 2GiB or 1.5GB.")
+    size = int(float(match.group(1)) * _UNITS[(match.group(2) or "b").lower()])
+    if size < 1:
+        raise LayerprobeError(f"{option} must be positive, got {text!r}.")
+    return size
 
 
 @dataclass(frozen=True)
@@ -90,8 +241,11 @@ class AngularSpec:
     corpus: CorpusSpec = field(default_factory=CorpusSpec)
     positions: str = "all"
     batch_size: int = 8
+    max_state_bytes: int = DEFAULT_CHUNK_BYTES  # fp32 states gathered on one device at once
 
     def __post_init__(self) -> None:
+        if self.max_state_bytes < 1:
+            raise LayerprobeError(f"--max-state-memory must be positive, got {self.max_state_bytes} bytes.")
         if self.positions not in POSITIONS:
             raise LayerprobeError(f"Unknown --positions {self.positions!r}.", hint="Use 'all' or 'last'.")
         if self.batch_size < 1:
@@ -150,10 +304,13 @@ class PruneSpec:
     squad_data: str | None = None
     engine: str = "auto"
     prefix_reuse: bool = True  # shared engine: compute a prefix shared by many requests once
+    max_state_bytes: int = DEFAULT_STATE_BYTES  # shared engine: recorded block inputs held at once
     log_samples: bool = False  # write <out>/samples/<task>.jsonl (per-document values) at the end
     angular: str | None = None  # angular.json to rank-compare with ΔP (None: <out>/angular.json if there)
 
     def __post_init__(self) -> None:
+        if self.max_state_bytes < 1:
+            raise LayerprobeError(f"--max-state-memory must be positive, got {self.max_state_bytes} bytes.")
         if not self.tasks:
             raise LayerprobeError("No --task given.", hint="e.g. --task mmlu, --task arc_easy or --task squad.")
         if len(set(self.tasks)) != len(self.tasks):

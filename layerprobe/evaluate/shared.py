@@ -26,6 +26,8 @@ from layerprobe.evaluate.harness import HarnessScorer, is_generation_task, quiet
 from layerprobe.evaluate.prefix_cache import PrefixReuse
 from layerprobe.evaluate.scores import BASELINE, Evaluation
 from layerprobe.layers import LayerStack, base_of, capture_block_states, hidden_from_output, removed_blocks
+from layerprobe.models import module_device
+from layerprobe.specs import DEFAULT_STATE_BYTES
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from layerprobe.models import LoadedModel
 
 Key = tuple[tuple[int, ...], tuple[int, ...]]
-_DEFAULT_STATE_BYTES = 2 * 1024**3  # recorded block inputs held at once (per chunk of a batch)
+_DEFAULT_STATE_BYTES = DEFAULT_STATE_BYTES  # recorded block inputs held at once (--max-state-memory)
 
 
 class _Replay(nn.Module):
@@ -121,7 +123,8 @@ class SharedPrefixLM(HFLM):
     def _memory_chunks(self, batch: list[tuple[int, ...]]) -> Iterator[list[tuple[int, ...]]]:
         """Split a batch so the recorded inputs of all selected blocks fit the memory budget."""
         hidden = getattr(self.model.config, "hidden_size", None) or self.model.get_input_embeddings().embedding_dim
-        itemsize = next(self.model.parameters()).element_size()
+        # States have the embedding's dtype (quantized linear weights are packed bytes: not the states' size).
+        itemsize = self.model.get_input_embeddings().weight.element_size()
         # The capture hooks hold every block's input (L+1 states) until the baseline pass returns.
         per_row = (self.stack.num_layers + 1) * len(batch[0]) * hidden * itemsize
         rows = max(1, self.state_bytes // per_row)
@@ -155,6 +158,12 @@ class SharedPrefixLM(HFLM):
 
     def _without(self, layer: int, ids: torch.Tensor, x_layer: torch.Tensor) -> torch.Tensor:
         """Final hidden states with block `layer` removed: x^layer fed straight to block layer+1."""
+        # Under --device-map the recorded x^layer stays where it was made; only the copy replayed now moves,
+        # to where the next block computes (accelerate's hooks would move it too; this also covers no hooks).
+        following = self.stack.blocks[min(layer + 1, self.stack.num_layers - 1)]
+        target = module_device(following)
+        if target is not None and x_layer.device != target:
+            x_layer = x_layer.to(target)
         with removed_blocks(self.stack, list(range(layer))) as shrunk:
             block = shrunk.blocks[0]  # block `layer`, now first (for layer 0 the list is the model's own)
             shrunk.blocks[0] = _Replay(x_layer, self._output_arity)
@@ -183,9 +192,11 @@ class SharedPrefixLM(HFLM):
         One gather for all requests of the chunk (no per-request tensors, two host transfers in all).
         """
         rows, cols = wanted[:, 0].to(final.device), wanted[:, 1].to(final.device)
-        logprobs = nn.functional.log_softmax(
-            head_logits(self.model, final[rows, cols]), dim=-1, dtype=self.softmax_dtype
-        )
+        hidden = final[rows, cols]
+        head_device = module_device(self.model.get_output_embeddings())  # final norm and head may differ
+        if head_device is not None and hidden.device != head_device:
+            hidden = hidden.to(head_device)
+        logprobs = nn.functional.log_softmax(head_logits(self.model, hidden), dim=-1, dtype=self.softmax_dtype)
         index, target, real = (t.to(logprobs.device) for t in (plan.index, plan.target, plan.real))
         totals = logprobs[index, target].masked_fill(~real, 0).sum(dim=-1)  # (requests,)
         greedy = ((logprobs.argmax(dim=-1)[index] == target) | ~real).all(dim=-1)
@@ -308,6 +319,7 @@ class SharedPrefixScorer(HarnessScorer):
             self.layers,
             self.spec.batch_size,
             prefix_reuse=self.spec.prefix_reuse,
+            state_bytes=self.spec.max_state_bytes,
         )
 
     def score(self, task: str) -> Evaluation:
@@ -327,6 +339,4 @@ def unsupported_reason(loaded: LoadedModel, task_sets: dict[str, TaskSet]) -> st
     for task, task_set in task_sets.items():
         if is_generation_task(task_set, task):
             return f"task {task} generates text (only loglikelihood-type tasks share prefixes)"
-    if loaded.spec.device_map:
-        return "the model is spread over devices with --device-map"
     return verify_head(loaded.model, loaded.tokenizer)
