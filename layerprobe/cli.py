@@ -292,6 +292,21 @@ def prune_drop(
             "before the removed one.",
         ),
     ] = "auto",
+    unit: Annotated[
+        str,
+        typer.Option(
+            "--unit",
+            help="What each variant removes: block (the whole block), attention or mlp (that sublayer's output "
+            "is zero, as if its output projection were; MoE: every expert).",
+        ),
+    ] = "block",
+    span: Annotated[
+        int,
+        typer.Option(
+            "--span",
+            help="Remove n consecutive blocks [l, l+n) per variant (L-n+1 variants; --layers picks the starts l).",
+        ),
+    ] = 1,
     resume: Annotated[
         bool,
         typer.Option(
@@ -307,7 +322,7 @@ def prune_drop(
     out_dir: OutOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Performance drop ΔP = P_pruned − P_original with each block removed in turn.
+    """Performance drop ΔP = P_pruned − P_original with each block (span, attention or MLP sublayer) removed in turn.
 
     Writes prune_drop.json and one plot per task (prune_drop_<task>.png). Progress is saved after every
     evaluation; rerun with --resume after an interruption.
@@ -328,6 +343,8 @@ def prune_drop(
         include_path=str(include_path) if include_path else None,
         squad_data=str(squad_data) if squad_data else None,
         engine=engine,
+        unit=unit,
+        span=span,
     )
     directory = output_dir(out_dir, model)
     progress = RichProgress(quiet)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from layerprobe.ablation import Remover
+from layerprobe.errors import LayerprobeError
 from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers
 from layerprobe.layers import find_layers
 from layerprobe.models import LoadedModel, load_config, load_model, model_kind
@@ -40,13 +42,19 @@ def run_prune_drop(
         progress.stage("Loading model")
         loaded = load_model(spec.model, purpose="head")
     stack = find_layers(loaded.model, spec.model.layers_path)
-    layers = parse_layer_ranges(spec.layers, stack.num_layers)
+    remover = Remover.for_model(loaded.model, stack, spec.unit, spec.span)
+    layers = remover.ablation.starts(stack.num_layers, parse_layer_ranges(spec.layers, stack.num_layers))
+    if not layers:
+        raise LayerprobeError(
+            f"No selected start leaves a span of {spec.span} blocks inside the model's {stack.num_layers}.",
+            hint=f"Select starts l <= {stack.num_layers - spec.span} with --layers.",
+        )
     info = model_info(loaded, stack)
     state = PruneState.open(Path(out_dir), fingerprint(spec, info), resume)
     variants: list[int | None] = [None, *layers]
     remaining = sum(not state.has(t, v) for t in spec.tasks for v in variants)
     progress.stage("Preparing tasks")
-    scorers = make_scorers(loaded, stack, spec, layers, progress) if remaining else []
+    scorers = make_scorers(loaded, stack, spec, layers, progress, remover) if remaining else []
     progress.stage("Evaluating (task × variant)", remaining, "eval")
     with progress.watching_blocks(stack):
         for scorer, tasks in scorers:
@@ -74,6 +82,9 @@ def run_prune_drop(
             "batch_size": spec.batch_size,
             "include_path": spec.include_path,
             "squad_data": spec.squad_data,
+            "unit": spec.unit,
+            "span": spec.span,
+            "sublayers": remover.module_paths(),
         },
         tasks={task: assemble_task(state, task, layers, spec.limit) for task in spec.tasks},
         run=timer.finish(loaded.device_label),

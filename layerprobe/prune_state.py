@@ -61,6 +61,8 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
         "batch_size": spec.batch_size,
         "include_path": files_stat_digest(spec.include_path) if spec.include_path else None,
         "squad_data": files_stat_digest(spec.squad_data) if spec.squad_data else None,
+        "unit": spec.unit,
+        "span": spec.span,
         "versions": {k: versions.get(k) for k in ("torch", "transformers", "lm_eval")},
     }
 

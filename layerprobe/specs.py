@@ -149,8 +149,13 @@ class PruneSpec:
     include_path: str | None = None
     squad_data: str | None = None
     engine: str = "auto"
+    unit: str = "block"  # what a variant removes: a block, or block l's attention / MLP sublayer
+    span: int = 1  # with unit "block": blocks [l, l+span) leave together
 
     def __post_init__(self) -> None:
+        from layerprobe.ablation import Ablation
+
+        Ablation(self.unit, self.span)  # validates --unit / --span with the same one-line errors
         if not self.tasks:
             raise LayerprobeError("No --task given.", hint="e.g. --task mmlu, --task arc_easy or --task squad.")
         if len(set(self.tasks)) != len(self.tasks):
