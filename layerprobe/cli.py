@@ -18,7 +18,7 @@ from rich.table import Table
 
 from layerprobe.console import RichProgress, err, out, print_angular_summary, print_depth_summary, print_prune_summary
 from layerprobe.errors import LayerprobeError
-from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON
+from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON, SAMPLES_DIR
 
 app = typer.Typer(
     name="layerprobe",
@@ -313,6 +313,21 @@ def prune_drop(
             "--resume", help="Continue an interrupted run in the same --out, recomputing nothing already done."
         ),
     ] = False,
+    log_samples: Annotated[
+        bool,
+        typer.Option(
+            "--log-samples",
+            help="Also write every document's metric values, per variant, to <out>/samples/<task>.jsonl.",
+        ),
+    ] = False,
+    angular: Annotated[
+        Path | None,
+        typer.Option(
+            "--angular",
+            help="angular.json of the same model: rank agreement of d(x^l, x^l+1) with ΔP "
+            "(default: <out>/angular.json when it exists).",
+        ),
+    ] = None,
     revision: RevisionOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
@@ -345,6 +360,8 @@ def prune_drop(
         engine=engine,
         unit=unit,
         span=span,
+        log_samples=log_samples,
+        angular=str(angular) if angular else None,
     )
     directory = output_dir(out_dir, model)
     progress = RichProgress(quiet)
@@ -352,8 +369,9 @@ def prune_drop(
         result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks())
     plots = plot_prune_drop(result, directory)
     print_prune_summary(result)
+    written = [*plots, *([directory / SAMPLES_DIR] if spec.log_samples else [])]
     out.print(
-        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in plots), highlight=False, soft_wrap=True
+        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in written), highlight=False, soft_wrap=True
     )
 
 

@@ -11,14 +11,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from layerprobe.ablation import Remover
+from layerprobe.agreement import check_angular_fits, find_angular, load_angular_for, task_agreement
 from layerprobe.errors import LayerprobeError
+from layerprobe.evaluate.samples import from_rows, paired_columns, to_rows
 from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers
 from layerprobe.layers import find_layers
 from layerprobe.models import LoadedModel, load_config, load_model, model_kind
 from layerprobe.progress import EvaluationEvent, Progress
 from layerprobe.provenance import RunTimer, model_info
 from layerprobe.prune_state import PruneState, fingerprint
-from layerprobe.results import PRUNE_DROP_JSON, MetricDrop, PruneDropResult, TaskDrop, write_json
+from layerprobe.results import PRUNE_DROP_JSON, AngularResult, MetricDrop, PruneDropResult, TaskDrop, write_json
+from layerprobe.sample_log import SampleLog
 from layerprobe.specs import PruneSpec, parse_layer_ranges
 
 __all__ = ["check_tasks_fit_model", "run_prune_drop"]
@@ -38,6 +41,9 @@ def run_prune_drop(
     check_tasks_fit_model(spec.tasks, model_kind(config), spec.model.model, spec.engine)
     if isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
         parse_layer_ranges(spec.layers, config.num_hidden_layers)  # fail before minutes of loading
+    angular = find_angular(spec.angular, Path(out_dir))
+    known_layers = None if spec.model.layers_path else getattr(config, "num_hidden_layers", None)
+    angular_result = None if angular is None else load_angular_for(angular, known_layers)
     if loaded is None:
         progress.stage("Loading model")
         loaded = load_model(spec.model, purpose="head")
@@ -50,7 +56,11 @@ def run_prune_drop(
             hint=f"Select starts l <= {stack.num_layers - spec.span} with --layers.",
         )
     info = model_info(loaded, stack)
+    if angular_result is not None:
+        check_angular_fits(angular_result, angular, stack.num_layers)
     state = PruneState.open(Path(out_dir), fingerprint(spec, info), resume)
+    samples = SampleLog.open(Path(out_dir), resume)
+    samples.reconcile(state)
     variants: list[int | None] = [None, *layers]
     remaining = sum(not state.has(t, v) for t in spec.tasks for v in variants)
     progress.stage("Preparing tasks")
@@ -65,6 +75,7 @@ def run_prune_drop(
                 with scorer.variant(layer):
                     for task in pending:
                         evaluation = scorer.score(task)
+                        samples.append(task, to_rows(layer, evaluation.per_sample))  # rows first: sample_log.py
                         state.record(task, layer, evaluation)
                         if not scorer.reports_progress:
                             progress.on_advance(1)
@@ -86,18 +97,50 @@ def run_prune_drop(
             "span": spec.span,
             "sublayers": remover.module_paths(),
         },
-        tasks={task: assemble_task(state, task, layers, spec.limit) for task in spec.tasks},
+        tasks={
+            # A sublayer's ΔP is not what a block's angular distance predicts: no agreement block for it.
+            task: assemble_task(
+                state,
+                task,
+                layers,
+                spec.limit,
+                samples,
+                None if spec.unit != "block" else angular_result,
+                angular,
+                spec.span,
+            )
+            for task in spec.tasks
+        },
         run=timer.finish(loaded.device_label),
     )
     write_json(Path(out_dir) / PRUNE_DROP_JSON, result.to_dict())
+    samples.finish(list(spec.tasks), keep=spec.log_samples)
     state.remove()
     return result
 
 
-def assemble_task(state: PruneState, task: str, layers: list[int], limit: float | None) -> TaskDrop:
-    """Turn the recorded scores of one task into per-metric baseline/pruned/delta lists."""
+def assemble_task(
+    state: PruneState,
+    task: str,
+    layers: list[int],
+    limit: float | None,
+    samples: SampleLog,
+    angular: AngularResult | None = None,
+    angular_path: Path | None = None,
+    span: int = 1,
+) -> TaskDrop:
+    """Turn the recorded scores of one task into per-metric baseline/pruned/delta lists.
+
+    The paired uncertainty of each ΔP comes from the per-document rows of the baseline and of the variant
+    (`samples`); with an angular result, each metric also gets its agreement block.
+    """
     baseline = state.get(task, None)
     variants = [state.get(task, layer) for layer in layers]
+    rows = samples.read(task)
+    values = {
+        variant: from_rows(rows.get(variant, []), {m: s.spec() for m, s in evaluation.per_sample.items()})
+        for variant, evaluation in zip([None, *layers], [baseline, *variants], strict=True)
+    }
     metrics = {}
     for name, base in baseline.metrics.items():
         pruned = [v.metrics[name] for v in variants]
@@ -108,6 +151,7 @@ def assemble_task(state: PruneState, task: str, layers: list[int], limit: float 
             layers=list(layers),
             pruned=[p.value for p in pruned],
             stderr=[p.stderr for p in pruned],
+            **paired_columns(values[None].get(name), [values[layer].get(name) for layer in layers]),
         )
     return TaskDrop(
         metrics=metrics,
@@ -115,4 +159,5 @@ def assemble_task(state: PruneState, task: str, layers: list[int], limit: float 
         limit=limit,
         samples=baseline.samples,
         nonfinite=baseline.nonfinite + sum(v.nonfinite for v in variants),
+        agreement=None if angular is None else task_agreement(angular, metrics, str(angular_path), span),
     )
