@@ -9,6 +9,9 @@ Prints the wall time of each (minimum over --repeat alternating rounds), the rat
 events report them, next to the theory:
   block rows      simple L + L(L-1) = L², shared L + Σ(L-1-l) = L(L+1)/2  → ratio (L+1)/(2L)
   forward passes  simple L+1, shared (L+2)/2 (embedding + head counted as one block) → (L+2)/(2(L+1))
+With --units (default block,attention) each unit is measured the same way and the ratios are printed
+side by side: an ablated sublayer keeps block l, so the shared engine runs blocks l … L-1 per variant:
+  block rows      simple L + L·L, shared L + Σ(L-l) = L + L(L+1)/2 → ratio (L+3)/(2(L+1))
 Asserts nothing. No network: the model is a LLaMA-shaped random checkpoint built here (or --model PATH)
 with a byte-level BPE tokenizer trained on the stdlib's pydoc text; the tasks are the local lm-eval
 tasks of tests/data/tasks (MMLU-shaped group with few-shot, ARC-shaped).
@@ -137,6 +140,9 @@ def main() -> None:
         default=3,
         help="timed rounds (engines alternate); the minimum is reported, robust to other load on the machine",
     )
+    parser.add_argument(
+        "--units", default="block,attention", help="comma-separated --unit values to measure (block, attention, mlp)"
+    )
     parser.add_argument("--profile", action="store_true", help="print cProfile's top entries of both runs")
     args = parser.parse_args()
     if args.threads:
@@ -154,6 +160,7 @@ def main() -> None:
             batch_size=args.batch_size,
             include_path=str(args.include_path),
         )
+        units = args.units.split(",")
         # Warm-up: imports, dataset loading and first-call costs are paid here, by neither engine.
         for engine in ("simple", "shared"):
             run_prune_drop(
@@ -161,19 +168,24 @@ def main() -> None:
                 Path(tmp) / f"warm-{engine}",
                 loaded=loaded,
             )
-        times: dict[str, list[float]] = {"simple": [], "shared": []}
-        runs = {}
-        for round_ in range(max(1, args.repeat)):
-            order = ("simple", "shared") if round_ % 2 == 0 else ("shared", "simple")
-            for engine in order:
-                runs[engine] = run_engine(
-                    engine, spec_args, loaded, Path(tmp) / f"{engine}-{round_}", args.profile and round_ == 0
-                )
-                times[engine].append(runs[engine][0])
+        measured = {}
+        for unit in units:
+            unit_args = dict(spec_args, unit=unit)
+            times: dict[str, list[float]] = {"simple": [], "shared": []}
+            runs = {}
+            for round_ in range(max(1, args.repeat)):
+                order = ("simple", "shared") if round_ % 2 == 0 else ("shared", "simple")
+                for engine in order:
+                    runs[engine] = run_engine(
+                        engine,
+                        unit_args,
+                        loaded,
+                        Path(tmp) / f"{unit}-{engine}-{round_}",
+                        args.profile and round_ == 0 and unit == units[0],
+                    )
+                    times[engine].append(runs[engine][0])
+            measured[unit] = (times, runs)
 
-    (_, simple, rows_simple, prof_simple) = runs["simple"]
-    (_, shared, rows_shared, prof_shared) = runs["shared"]
-    t_simple, t_shared = min(times["simple"]), min(times["shared"])
     params = sum(p.numel() for p in loaded.model.parameters())
     print(
         f"model: {path if args.model else 'built LLaMA'}  L={L}  hidden={loaded.model.config.hidden_size}  "
@@ -183,23 +195,30 @@ def main() -> None:
         f"tasks: {args.tasks}  limit={args.limit:g}  num_fewshot={args.num_fewshot}  "
         f"batch_size={args.batch_size}  variants={L + 1}"
     )
-    print(f"engine reported: simple run -> {simple.engine}, shared run -> {shared.engine}")
-    print()
-    print(f"{'':8}{'wall s (min)':>13}{'block rows':>12}   all rounds")
-    print(f"{'simple':8}{t_simple:13.2f}{rows_simple:12,}   {', '.join(f'{t:.2f}' for t in times['simple'])}")
-    print(
-        f"{'shared':8}{t_shared:13.2f}{rows_shared:12,}   {', '.join(f'{t:.2f}' for t in times['shared'])}"
-        f"   (incl. one {L}-row probe of the blocks' outputs)"
-    )
-    print()
-    print(f"wall time ratio shared/simple:   {t_shared / t_simple:.3f}   (target <= 0.6)")
-    if rows_shared:
+    ratios = {}
+    for unit, (times, runs) in measured.items():
+        (_, simple, rows_simple, prof_simple) = runs["simple"]
+        (_, shared, rows_shared, prof_shared) = runs["shared"]
+        t_simple, t_shared = min(times["simple"]), min(times["shared"])
+        ratios[unit] = t_shared / t_simple
+        print(f"\n==== --unit {unit} ====")
+        print(f"engine reported: simple run -> {simple.engine}, shared run -> {shared.engine}")
+        print(f"{'':8}{'wall s (min)':>13}{'block rows':>12}   all rounds")
+        print(f"{'simple':8}{t_simple:13.2f}{rows_simple:12,}   {', '.join(f'{t:.2f}' for t in times['simple'])}")
         print(
-            f"block rows ratio shared/simple:  {rows_shared / rows_simple:.3f}   "
-            f"theory (L+1)/(2L) = {(L + 1) / (2 * L):.3f}"
+            f"{'shared':8}{t_shared:13.2f}{rows_shared:12,}   {', '.join(f'{t:.2f}' for t in times['shared'])}"
+            f"   (incl. one {L}-row probe of the blocks' outputs)"
         )
-    print(f"forward passes, theory (L+2)/(2(L+1)) = {(L + 2) / (2 * (L + 1)):.3f}")
-    print(f"max relative difference of any metric between engines: {max_relative_difference(simple, shared):.2e}")
+        print(f"wall time ratio shared/simple:   {t_shared / t_simple:.3f}   (target <= 0.6)")
+        # A removed block skips block l; an ablated sublayer still runs block l (with one branch zeroed).
+        theory = (L + 1) / (2 * L) if unit == "block" else (L + 3) / (2 * (L + 1))
+        formula = "(L+1)/(2L)" if unit == "block" else "(L+3)/(2(L+1))"
+        if rows_shared:
+            print(f"block rows ratio shared/simple:  {rows_shared / rows_simple:.3f}   theory {formula} = {theory:.3f}")
+        print(f"max relative difference of any metric between engines: {max_relative_difference(simple, shared):.2e}")
+    if len(ratios) > 1:
+        print("\nwall time ratio shared/simple, side by side: " + "   ".join(f"{u} {r:.3f}" for u, r in ratios.items()))
+    (_, _, _, prof_simple), (_, _, _, prof_shared) = measured[units[0]][1]["simple"], measured[units[0]][1]["shared"]
     for name, profiler in (("simple", prof_simple), ("shared", prof_shared)):
         if profiler:
             text = io.StringIO()

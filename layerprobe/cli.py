@@ -481,7 +481,7 @@ def layers(
         ),
     ] = True,
 ) -> None:
-    """Show the block stack layerprobe finds: its path, L, the block class, parameters and norm placement per block.
+    """Show the block stack layerprobe finds: its path, L, block class, parameters, norm placement, sublayers.
 
     Only the config is downloaded: the model is built without weights. Norm placement is traced with
     random weights, one block in memory at a time (--no-placement skips it).
@@ -502,9 +502,14 @@ def layers(
     table.add_column("parameters", justify="right")
     if traced is not None:
         table.add_column("placement")
+        table.add_column("attention")  # the modules prune-drop --unit attention / mlp zero, found by tracing
+        table.add_column("mlp")
     for index, (block, size) in enumerate(zip(stack.blocks, sizes, strict=True)):
         row = [str(index), type(block).__name__, f"{size:,}"]
-        table.add_row(*row, *([traced.labels[index]] if traced is not None else []))
+        if traced is not None:
+            placed = traced.blocks[index]
+            row += [traced.labels[index], *(s.module if s else "?" for s in (placed.attention, placed.mlp))]
+        table.add_row(*row)
     out.print(table)
     if traced is not None:
         out.print(f"placement: {traced.summary}", highlight=False)

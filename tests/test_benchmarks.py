@@ -51,3 +51,4 @@ def test_bench_prune_drop_runs():
         "1",
     )
     assert "wall time ratio shared/simple" in out and "theory" in out
+    assert "--unit attention" in out and "side by side: block" in out  # the sublayer ratio next to the block one
