@@ -61,6 +61,14 @@ class Ablation:
         return list(range(start, start + self.span))
 
 
+def variant_label(settings: dict[str, Any]) -> str:
+    """How a result's variant index reads, from its settings (e.g. "removed block", "mlp removed (block)")."""
+    unit, span = settings.get("unit", BLOCK), settings.get("span", 1)
+    if unit != BLOCK:
+        return f"{unit} removed (block)"
+    return "removed block" if span == 1 else f"removed blocks l…l+{span - 1} (start l)"
+
+
 def span_blocks(start: int, n: int) -> list[int]:
     """Blocks [start, start+n): the span whose removal angular's d(x^start, x^(start+n)) predicts."""
     return list(range(start, start + n))

@@ -154,6 +154,8 @@ def print_prune_summary(result: Any) -> None:
     With paired uncertainty, each ΔP shows its paired 95 % interval and is coloured (red: hurts, green:
     helps) only when that interval excludes 0; older results colour against the baseline's stderr.
     """
+    from layerprobe.ablation import variant_label
+
     for name, task in result.tasks.items():
         metric_name = task.primary_metric
         metric = task.metrics[metric_name]
@@ -162,7 +164,7 @@ def print_prune_summary(result: Any) -> None:
             f"[bold]{result.model.id} · {name} · {metric_name}[/]: baseline {metric.baseline:.4f}{se}", highlight=False
         )
         table = Table()
-        table.add_column("removed block", justify="right")
+        table.add_column(variant_label(result.settings), justify="right")
         table.add_column(metric_name, justify="right")
         table.add_column("ΔP", justify="right")
         if metric.paired:

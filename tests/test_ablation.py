@@ -288,3 +288,11 @@ def test_deep_model_span_covers_every_start(tmp_path):
     model = tf.AutoModelForCausalLM.from_pretrained(path).eval()
     stack = find_layers(model)
     assert Ablation("block", 3).starts(stack.num_layers, range(6)) == [0, 1, 2, 3]  # L − n + 1 variants
+
+
+def test_variant_label_names_what_was_removed():
+    from layerprobe.ablation import variant_label
+
+    assert variant_label({}) == "removed block"  # results written before --unit/--span
+    assert variant_label({"unit": "attention", "span": 1}) == "attention removed (block)"
+    assert variant_label({"unit": "block", "span": 3}) == "removed blocks l…l+2 (start l)"
