@@ -307,6 +307,14 @@ def prune_drop(
             help="Remove n consecutive blocks [l, l+n) per variant (L-n+1 variants; --layers picks the starts l).",
         ),
     ] = 1,
+    prefix_reuse: Annotated[
+        bool,
+        typer.Option(
+            "--prefix-reuse/--no-prefix-reuse",
+            help="Shared engine: compute the key/value cache of a prompt prefix many requests share (few-shot "
+            "examples) once per variant and run only the rest of each request.",
+        ),
+    ] = True,
     resume: Annotated[
         bool,
         typer.Option(
@@ -360,6 +368,7 @@ def prune_drop(
         engine=engine,
         unit=unit,
         span=span,
+        prefix_reuse=prefix_reuse,
         log_samples=log_samples,
         angular=str(angular) if angular else None,
     )

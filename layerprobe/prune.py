@@ -8,6 +8,7 @@ model is scored again and the block is put back. Every finished (task, variant) 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from layerprobe.ablation import Remover
@@ -96,6 +97,7 @@ def run_prune_drop(
             "unit": spec.unit,
             "span": spec.span,
             "sublayers": remover.module_paths(),
+            "prefix_reuse": spec.prefix_reuse,
         },
         tasks={
             # A sublayer's ΔP is not what a block's angular distance predicts: no agreement block for it.
@@ -111,12 +113,18 @@ def run_prune_drop(
             )
             for task in spec.tasks
         },
-        run=timer.finish(loaded.device_label),
+        run=replace(timer.finish(loaded.device_label), prefix_reuse=prefix_reuse_status(state, spec.tasks, variants)),
     )
     write_json(Path(out_dir) / PRUNE_DROP_JSON, result.to_dict())
     samples.finish(list(spec.tasks), keep=spec.log_samples)
     state.remove()
     return result
+
+
+def prefix_reuse_status(state: PruneState, tasks: tuple[str, ...], variants: list[int | None]) -> str | None:
+    """How the shared engine treated shared prompt prefixes ("on", "off", "unavailable: …"); None if unused."""
+    found = {state.get(t, v).prefix_reuse for t in tasks for v in variants} - {None}
+    return "; ".join(sorted(found)) or None
 
 
 def assemble_task(

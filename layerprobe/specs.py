@@ -151,6 +151,7 @@ class PruneSpec:
     engine: str = "auto"
     unit: str = "block"  # what a variant removes: a block, or block l's attention / MLP sublayer
     span: int = 1  # with unit "block": blocks [l, l+span) leave together
+    prefix_reuse: bool = True  # shared engine: compute a prefix shared by many requests once
     log_samples: bool = False  # write <out>/samples/<task>.jsonl (per-document values) at the end
     angular: str | None = None  # angular.json to rank-compare with ΔP (None: <out>/angular.json if there)
 
