@@ -22,9 +22,9 @@ from typing import Any
 
 from layerprobe.errors import LayerprobeError, UnsupportedModel
 from layerprobe.layers import LayerStack, removed_blocks
+from layerprobe.specs import UNITS, check_ablation
 
-BLOCK, ATTENTION, MLP = "block", "attention", "mlp"
-UNITS = (BLOCK, ATTENTION, MLP)
+BLOCK, ATTENTION, MLP = UNITS
 _PROBE_TOKENS = 8  # tokens of the one forward pass that locates the sublayers
 
 
@@ -36,15 +36,7 @@ class Ablation:
     span: int = 1
 
     def __post_init__(self) -> None:
-        if self.unit not in UNITS:
-            raise LayerprobeError(f"Unknown --unit {self.unit!r}.", hint=f"Use one of {', '.join(UNITS)}.")
-        if not isinstance(self.span, int) or self.span < 1:
-            raise LayerprobeError(f"--span must be a positive integer, got {self.span!r}.")
-        if self.span > 1 and self.unit != BLOCK:
-            raise LayerprobeError(
-                f"--span {self.span} removes runs of whole blocks; it cannot be combined with --unit {self.unit}.",
-                hint="Use --unit block (the default) with --span, or --span 1 with a sublayer unit.",
-            )
+        check_ablation(self.unit, self.span)
 
     @property
     def is_sublayer(self) -> bool:

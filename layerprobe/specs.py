@@ -22,6 +22,22 @@ BUILTIN_CORPUS = "builtin:pydoc"
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
+UNITS = ("block", "attention", "mlp")  # what a prune-drop variant removes (ablation.py)
+
+
+def check_ablation(unit: str, span: int) -> None:
+    """Validate --unit / --span (one home for PruneSpec and ablation.Ablation)."""
+    if unit not in UNITS:
+        raise LayerprobeError(f"Unknown --unit {unit!r}.", hint=f"Use one of {', '.join(UNITS)}.")
+    if not isinstance(span, int) or span < 1:
+        raise LayerprobeError(f"--span must be a positive integer, got {span!r}.")
+    if span > 1 and unit != "block":
+        raise LayerprobeError(
+            f"--span {span} removes runs of whole blocks; it cannot be combined with --unit {unit}.",
+            hint="Use --unit block (the default) with --span, or --span 1 with a sublayer unit.",
+        )
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Which checkpoint to load and where to put it."""
@@ -156,9 +172,7 @@ class PruneSpec:
     angular: str | None = None  # angular.json to rank-compare with ΔP (None: <out>/angular.json if there)
 
     def __post_init__(self) -> None:
-        from layerprobe.ablation import Ablation
-
-        Ablation(self.unit, self.span)  # validates --unit / --span with the same one-line errors
+        check_ablation(self.unit, self.span)
         if not self.tasks:
             raise LayerprobeError("No --task given.", hint="e.g. --task mmlu, --task arc_easy or --task squad.")
         if len(set(self.tasks)) != len(self.tasks):
