@@ -167,5 +167,6 @@ def assemble_task(
         limit=limit,
         samples=baseline.samples,
         nonfinite=baseline.nonfinite + sum(v.nonfinite for v in variants),
+        version=baseline.version,
         agreement=None if angular is None else task_agreement(angular, metrics, str(angular_path), span),
     )
