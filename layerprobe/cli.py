@@ -390,6 +390,21 @@ def prune_drop(
             "before the removed one.",
         ),
     ] = "auto",
+    unit: Annotated[
+        str,
+        typer.Option(
+            "--unit",
+            help="What each variant removes: block (the whole block), attention or mlp (that sublayer's output "
+            "is zero, as if its output projection were; MoE: every expert).",
+        ),
+    ] = "block",
+    span: Annotated[
+        int,
+        typer.Option(
+            "--span",
+            help="Remove n consecutive blocks [l, l+n) per variant (L-n+1 variants; --layers picks the starts l).",
+        ),
+    ] = 1,
     prefix_reuse: Annotated[
         bool,
         typer.Option(
@@ -433,7 +448,7 @@ def prune_drop(
     out_dir: OutOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Performance drop ΔP = P_pruned − P_original with each block removed in turn.
+    """Performance drop ΔP = P_pruned − P_original with each block (span, attention or MLP sublayer) removed in turn.
 
     Writes prune_drop.json and one plot per task (prune_drop_<task>.png). Progress is saved after every
     evaluation; rerun with --resume after an interruption.
@@ -466,6 +481,8 @@ def prune_drop(
         include_path=str(include_path) if include_path else None,
         squad_data=str(squad_data) if squad_data else None,
         engine=engine,
+        unit=unit,
+        span=span,
         prefix_reuse=prefix_reuse,
         max_state_bytes=parse_memory_size(max_state_memory) or DEFAULT_STATE_BYTES,
         log_samples=log_samples,
@@ -589,7 +606,7 @@ def layers(
         ),
     ] = True,
 ) -> None:
-    """Show the block stack layerprobe finds: its path, L, the block class, parameters and norm placement per block.
+    """Show the block stack layerprobe finds: its path, L, block class, parameters, norm placement, sublayers.
 
     Only the config is downloaded: the model is built without weights. Norm placement is traced with
     random weights, one block in memory at a time (--no-placement skips it).
@@ -612,9 +629,14 @@ def layers(
     table.add_column("parameters", justify="right")
     if traced is not None:
         table.add_column("placement")
+        table.add_column("attention")  # the modules prune-drop --unit attention / mlp zero, found by tracing
+        table.add_column("mlp")
     for index, (block, size) in enumerate(zip(stack.blocks, sizes, strict=True)):
         row = [str(index), type(block).__name__, f"{size:,}"]
-        table.add_row(*row, *([traced.labels[index]] if traced is not None else []))
+        if traced is not None:
+            placed = traced.blocks[index]
+            row += [traced.labels[index], *(s.module if s else "?" for s in (placed.attention, placed.mlp))]
+        table.add_row(*row)
     out.print(table)
     if traced is not None:
         out.print(f"placement: {escape(traced.summary)}", highlight=False)

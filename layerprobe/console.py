@@ -170,6 +170,8 @@ def print_prune_summary(result: Any) -> None:
     With paired uncertainty, each ΔP shows its paired 95 % interval and is coloured (red: hurts, green:
     helps) only when that interval excludes 0; older results colour against the baseline's stderr.
     """
+    from layerprobe.ablation import variant_label
+
     for name, task in result.tasks.items():
         metric_name = task.primary_metric
         metric = task.metrics[metric_name]
@@ -179,7 +181,7 @@ def print_prune_summary(result: Any) -> None:
             highlight=False,
         )
         table = Table()
-        table.add_column("removed block", justify="right")
+        table.add_column(variant_label(result.settings), justify="right")
         table.add_column(escape(metric_name), justify="right")
         table.add_column("ΔP", justify="right")
         if metric.paired:

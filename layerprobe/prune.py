@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from layerprobe.ablation import Remover
 from layerprobe.agreement import check_angular_fits, find_angular, load_angular_for, task_agreement
+from layerprobe.errors import LayerprobeError
 from layerprobe.evaluate.samples import from_rows, paired_columns, to_rows
 from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers
 from layerprobe.layers import find_layers
@@ -49,7 +51,13 @@ def run_prune_drop(
         progress.stage("Loading model")
         loaded = load_model(spec.model, purpose="head", lm_eval=True)
     stack = find_layers(loaded.model, spec.model.layers_path)
-    layers = parse_layer_ranges(spec.layers, stack.num_layers)
+    remover = Remover.for_model(loaded.model, stack, spec.unit, spec.span)
+    layers = remover.ablation.starts(stack.num_layers, parse_layer_ranges(spec.layers, stack.num_layers))
+    if not layers:
+        raise LayerprobeError(
+            f"No selected start leaves a span of {spec.span} blocks inside the model's {stack.num_layers}.",
+            hint=f"Select starts l <= {stack.num_layers - spec.span} with --layers.",
+        )
     info = model_info(loaded, stack)
     if angular_result is not None:
         check_angular_fits(angular_result, angular, stack.num_layers)
@@ -59,7 +67,7 @@ def run_prune_drop(
     variants: list[int | None] = [None, *layers]
     remaining = sum(not state.has(t, v) for t in spec.tasks for v in variants)
     progress.stage("Preparing tasks")
-    scorers = make_scorers(loaded, stack, spec, layers, progress) if remaining else []
+    scorers = make_scorers(loaded, stack, spec, layers, progress, remover) if remaining else []
     progress.stage("Evaluating (task × variant)", remaining, "eval")
     with progress.watching_blocks(stack):
         for scorer, tasks in scorers:
@@ -89,10 +97,23 @@ def run_prune_drop(
             "max_state_bytes": spec.max_state_bytes,
             "include_path": spec.include_path,
             "squad_data": spec.squad_data,
+            "unit": spec.unit,
+            "span": spec.span,
+            "sublayers": remover.module_paths(),
             "prefix_reuse": spec.prefix_reuse,
         },
         tasks={
-            task: assemble_task(state, task, layers, spec.limit, samples, angular_result, angular)
+            # A sublayer's ΔP is not what a block's angular distance predicts: no agreement block for it.
+            task: assemble_task(
+                state,
+                task,
+                layers,
+                spec.limit,
+                samples,
+                None if spec.unit != "block" else angular_result,
+                angular,
+                spec.span,
+            )
             for task in spec.tasks
         },
         run=replace(timer.finish(loaded.device_label), prefix_reuse=prefix_reuse_status(state, spec.tasks, variants)),
@@ -117,6 +138,7 @@ def assemble_task(
     samples: SampleLog,
     angular: AngularResult | None = None,
     angular_path: Path | None = None,
+    span: int = 1,
 ) -> TaskDrop:
     """Turn the recorded scores of one task into per-metric baseline/pruned/delta lists.
 
@@ -149,5 +171,5 @@ def assemble_task(
         samples=baseline.samples,
         nonfinite=baseline.nonfinite + sum(v.nonfinite for v in variants),
         version=baseline.version,
-        agreement=None if angular is None else task_agreement(angular, metrics, str(angular_path)),
+        agreement=None if angular is None else task_agreement(angular, metrics, str(angular_path), span),
     )

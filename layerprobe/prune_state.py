@@ -67,6 +67,8 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
         "max_state_bytes": spec.max_state_bytes,  # splits the shared engine's batches: padding, so rounding
         "include_path": files_stat_digest(spec.include_path) if spec.include_path else None,
         "squad_data": files_stat_digest(spec.squad_data) if spec.squad_data else None,
+        "unit": spec.unit,
+        "span": spec.span,
         "versions": {k: versions.get(k) for k in ("torch", "transformers", "lm_eval")},
     }
 

@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
+from layerprobe.ablation import variant_label  # noqa: E402
 from layerprobe.results import (  # noqa: E402
     AngularResult,
     MetricDrop,
@@ -144,6 +145,7 @@ def _prune_drop_figure(result: PruneDropResult, task: str):
         figsize=(float(np.clip(3.5 + 0.13 * len(metric.layers), 7.0, 14.0)), 4.8), layout="constrained"
     )
     _draw_delta_bars(ax, metric, metric_name)
+    ax.set_xlabel(variant_label(result.settings))
     agreement = (result.tasks[task].agreement or {}).get(metric_name)
     if agreement and agreement.get("adjacent_distance"):
         _overlay_distance(ax, agreement)

@@ -41,6 +41,22 @@ DEFAULT_STATE_BYTES = 2 * 1024**3  # shared engine: recorded block inputs held a
 DEFAULT_CHUNK_BYTES = 256 * 1024**2  # angular: fp32 states gathered on one device at once
 
 
+UNITS = ("block", "attention", "mlp")  # what a prune-drop variant removes (ablation.py)
+
+
+def check_ablation(unit: str, span: int) -> None:
+    """Validate --unit / --span (one home for PruneSpec and ablation.Ablation)."""
+    if unit not in UNITS:
+        raise LayerprobeError(f"Unknown --unit {unit!r}.", hint=f"Use one of {', '.join(UNITS)}.")
+    if not isinstance(span, int) or span < 1:
+        raise LayerprobeError(f"--span must be a positive integer, got {span!r}.")
+    if span > 1 and unit != "block":
+        raise LayerprobeError(
+            f"--span {span} removes runs of whole blocks; it cannot be combined with --unit {unit}.",
+            hint="Use --unit block (the default) with --span, or --span 1 with a sublayer unit.",
+        )
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Which checkpoint to load and where to put it."""
@@ -303,6 +319,8 @@ class PruneSpec:
     include_path: str | None = None
     squad_data: str | None = None
     engine: str = "auto"
+    unit: str = "block"  # what a variant removes: a block, or block l's attention / MLP sublayer
+    span: int = 1  # with unit "block": blocks [l, l+span) leave together
     prefix_reuse: bool = True  # shared engine: compute a prefix shared by many requests once
     max_state_bytes: int = DEFAULT_STATE_BYTES  # shared engine: recorded block inputs held at once
     log_samples: bool = False  # write <out>/samples/<task>.jsonl (per-document values) at the end
@@ -311,6 +329,7 @@ class PruneSpec:
     def __post_init__(self) -> None:
         if self.max_state_bytes < 1:
             raise LayerprobeError(f"--max-state-memory must be positive, got {self.max_state_bytes} bytes.")
+        check_ablation(self.unit, self.span)
         if not self.tasks:
             raise LayerprobeError("No --task given.", hint="e.g. --task mmlu, --task arc_easy or --task squad.")
         if len(set(self.tasks)) != len(self.tasks):

@@ -51,6 +51,9 @@ def test_layers_command(tiny_checkpoints):
     real = tf.AutoModel.from_pretrained(tiny_checkpoints["gpt2"])  # the listing is built without weights
     expected = sum(p.numel() for p in real.h.parameters())
     assert f"parameters in blocks: {expected:,}" in " ".join(result.output.split())
+    # The attention and MLP module paths prune-drop --unit would zero, found by tracing (GPT-2: attn, mlp).
+    rows = [line.split("│") for line in result.output.splitlines() if "│" in line and "GPT2Block" in line]
+    assert len(rows) == 4 and all([c.strip() for c in row[-3:-1]] == ["attn", "mlp"] for row in rows), rows
 
 
 def test_plot_redraws_from_json(tiny_checkpoints, tmp_path):

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from layerprobe.ablation import Remover
 from layerprobe.evaluate.samples import MetricSamples
 from layerprobe.evaluate.scores import Evaluation, MetricScore
 from layerprobe.evaluate.tasks import (
@@ -32,7 +33,6 @@ from layerprobe.evaluate.tasks import (
     quiet_lm_eval,
     seed_everything,
 )
-from layerprobe.layers import removed_blocks
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -240,7 +240,7 @@ def lm_eval_limit(limit: float | None) -> int | float | None:
 class HarnessScorer:
     """lm-eval tasks, built once, scored on whatever state the model is in (the simple engine).
 
-    Each variant takes its block out of the live model (`layers.removed_blocks`) and puts it back after.
+    Each variant takes its block (span, sublayer: `ablation.Remover`) out of the live model and puts it back after.
     """
 
     engine = "simple"
@@ -253,8 +253,10 @@ class HarnessScorer:
         spec: PruneSpec,
         task_sets: dict[str, TaskSet],
         layers: list[int],
+        remover: Remover | None = None,
     ) -> None:
         self.loaded, self.stack, self.spec, self.task_sets, self.layers = loaded, stack, spec, task_sets, layers
+        self.remover = remover or Remover(stack)
         self.lm = self.make_lm()
 
     def make_lm(self) -> HFLM:
@@ -262,7 +264,7 @@ class HarnessScorer:
 
     @contextmanager
     def variant(self, layer: int | None) -> Iterator[None]:
-        with removed_blocks(self.stack, [] if layer is None else [layer]):
+        with self.remover.variant(layer):
             yield
 
     def score(self, task: str) -> Evaluation:

@@ -15,6 +15,7 @@ from layerprobe.models import CAUSAL_LM, EXTRACTIVE_QA
 from layerprobe.specs import SQUAD_TASK
 
 if TYPE_CHECKING:
+    from layerprobe.ablation import Remover
     from layerprobe.evaluate.scores import Evaluation
     from layerprobe.layers import LayerStack
     from layerprobe.models import LoadedModel
@@ -67,34 +68,47 @@ def check_tasks_fit_model(tasks: tuple[str, ...], kind: str, model: str, engine:
 
 
 def make_scorers(
-    loaded: LoadedModel, stack: LayerStack, spec: PruneSpec, layers: list[int], progress: Progress
+    loaded: LoadedModel,
+    stack: LayerStack,
+    spec: PruneSpec,
+    layers: list[int],
+    progress: Progress,
+    remover: Remover | None = None,
 ) -> list[tuple[Scorer, list[str]]]:
-    """Pick the scorer (and engine) for each task: lm-eval tasks share one, SQuAD has its own."""
+    """Pick the scorer (and engine) for each task: lm-eval tasks share one, SQuAD has its own.
+
+    `remover` says what variant l removes (`ablation.Remover`; default: block l).
+    """
     harness_tasks = [t for t in spec.tasks if t != SQUAD_TASK]
     scorers: list[tuple[Scorer, list[str]]] = []
     if harness_tasks:
-        scorers.append((_harness_scorer(loaded, stack, spec, harness_tasks, layers), harness_tasks))
+        scorers.append((_harness_scorer(loaded, stack, spec, harness_tasks, layers, remover), harness_tasks))
     if SQUAD_TASK in spec.tasks:
         from layerprobe.evaluate.squad import SquadTaskScorer
 
-        scorers.append((SquadTaskScorer(loaded, stack, spec, progress), [SQUAD_TASK]))
+        scorers.append((SquadTaskScorer(loaded, stack, spec, progress, remover), [SQUAD_TASK]))
     return scorers
 
 
 def _harness_scorer(
-    loaded: LoadedModel, stack: LayerStack, spec: PruneSpec, tasks: list[str], layers: list[int]
+    loaded: LoadedModel,
+    stack: LayerStack,
+    spec: PruneSpec,
+    tasks: list[str],
+    layers: list[int],
+    remover: Remover | None = None,
 ) -> Scorer:
     """The simple engine, or the shared-prefix one where it applies (see evaluate/shared.py)."""
     from layerprobe.evaluate.harness import HarnessScorer, build_tasks
 
     task_sets = {task: build_tasks([task], spec.include_path, spec.num_fewshot, spec.seed) for task in tasks}
     if spec.engine == "simple":
-        return HarnessScorer(loaded, stack, spec, task_sets, layers)
+        return HarnessScorer(loaded, stack, spec, task_sets, layers, remover)
     from layerprobe.evaluate.shared import SharedPrefixScorer, unsupported_reason
 
     reason = unsupported_reason(loaded, task_sets)
     if reason is None:
-        return SharedPrefixScorer(loaded, stack, spec, task_sets, layers)
+        return SharedPrefixScorer(loaded, stack, spec, task_sets, layers, remover)
     if spec.engine == "shared":
         raise TaskError(f"--engine shared cannot score this run: {reason}.", hint="Use --engine simple.")
-    return HarnessScorer(loaded, stack, spec, task_sets, layers)
+    return HarnessScorer(loaded, stack, spec, task_sets, layers, remover)

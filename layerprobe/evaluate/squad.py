@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from layerprobe.ablation import Remover
 from layerprobe.errors import TaskError
 from layerprobe.evaluate.samples import MEAN, MetricSamples
 from layerprobe.evaluate.scores import Evaluation, MetricScore
 from layerprobe.evaluate.squad_data import SquadExample, load_squad
-from layerprobe.layers import removed_blocks
 from layerprobe.models import context_length
 
 METRICS = ("f1", "exact_match")
@@ -334,7 +334,15 @@ class SquadTaskScorer:
     engine = "simple"
     reports_progress = True
 
-    def __init__(self, loaded: LoadedModel, stack: LayerStack, spec: PruneSpec, progress: Progress) -> None:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        stack: LayerStack,
+        spec: PruneSpec,
+        progress: Progress,
+        remover: Remover | None = None,
+    ) -> None:
+        self.remover = remover or Remover(stack)
         if spec.limit is not None and spec.limit < 1:  # a fraction of the questions, rounded up like lm-eval
             examples = load_squad(spec.squad_data)
             examples = examples[: math.ceil(len(examples) * spec.limit)]
@@ -357,7 +365,7 @@ class SquadTaskScorer:
 
     @contextmanager
     def variant(self, layer: int | None) -> Iterator[None]:
-        with removed_blocks(self.stack, [] if layer is None else [layer]):
+        with self.remover.variant(layer):
             yield
 
     def score(self, task: str) -> Evaluation:
