@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import CorpusError, EmptyCorpus
-from layerprobe.specs import BUILTIN_CORPUS, LOCAL_BUILDERS, CorpusSpec
+from layerprobe.specs import BUILTIN_CORPUS, LOCAL_BUILDERS, CorpusSpec, ModelSpec
 
 _TOKENIZE_BATCH = 64
 
@@ -167,6 +167,25 @@ def build_windows(
         windows.append(Window(ids, len(layout.prefix) + text_len - 1))
         offset += text_len
     return windows
+
+
+def windows_before_loading(
+    model: ModelSpec, corpus: CorpusSpec, on_tokens: Callable[[int], None] | None = None, tokenizer: Any = None
+) -> tuple[Any, list[Window], int]:
+    """Config, tokenizer and every window of the corpus, read before any weight is: (tokenizer, windows, seq_len).
+
+    Streaming until the budget is met is cheap next to loading a large model, so a corpus that is
+    unreachable, lacks its text field or holds too little text fails in seconds. `seq_len` is capped by
+    the model's usable context (read from the config and tokenizer). The windows are kept, so the
+    corpus is streamed once.
+    """
+    from layerprobe.models import context_length, load_config, load_tokenizer
+
+    config = load_config(model)
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
+    seq_len = min(corpus.seq_len, context_length(config, tokenizer) or corpus.seq_len)
+    windows = build_windows(tokenizer, iter_documents(corpus), corpus.tokens, seq_len, on_tokens=on_tokens)
+    return tokenizer, windows, seq_len
 
 
 def _chain_until(documents: Iterable[str], done: Callable[[], bool]) -> Iterator[str]:

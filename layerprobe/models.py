@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -140,10 +141,7 @@ def _translate_load_error(exc: Exception, spec: ModelSpec) -> LayerprobeError:
         or "couldn't connect" in text.lower()
         or "offline" in text.lower()
     ):
-        return ModelNotFound(
-            f"{where} is not in the local Hugging Face cache and the Hub cannot be reached.",
-            hint="Download it once with network access, or pass a local directory.",
-        )
+        return _unreachable(where, spec.model)
     if "Unrecognized" in text or "does not recognize this architecture" in text:
         return UnsupportedModel(
             f"transformers cannot build {where}: {str(exc).splitlines()[0]}",
@@ -152,6 +150,21 @@ def _translate_load_error(exc: Exception, spec: ModelSpec) -> LayerprobeError:
     return ModelNotFound(
         f"Cannot load {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
         hint="Check the hub id (org/name) or the local directory path.",
+    )
+
+
+def _unreachable(where: str, model: str) -> ModelNotFound:
+    """One line for "not cached and the Hub cannot be reached", saying whether offline mode is on."""
+    from layerprobe.errors import hub_offline, offline_model_hint
+
+    if hub_offline():
+        return ModelNotFound(
+            f"{where} is not in the local Hugging Face cache, and offline mode is set (HF_HUB_OFFLINE=1).",
+            hint=offline_model_hint(model),
+        )
+    return ModelNotFound(
+        f"{where} is not in the local Hugging Face cache and the Hugging Face Hub cannot be reached.",
+        hint=offline_model_hint(model),
     )
 
 
@@ -164,9 +177,13 @@ def quiet_transformers():
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    hub_logger = logging.getLogger("huggingface_hub")  # its retry warnings would interleave with the bar
+    hub_level = hub_logger.level
+    hub_logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
+        hub_logger.setLevel(hub_level)
         hf_logging.set_verbosity(level)
         if bars:
             hf_logging.enable_progress_bar()
@@ -206,8 +223,21 @@ def load_skeleton(spec: ModelSpec) -> tuple[Any, str, str]:
     return model, architecture, kind
 
 
-def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
-    """Load config, tokenizer and model.
+def load_tokenizer(spec: ModelSpec) -> Any:
+    """Only the tokenizer: cheap, so the corpus can be tokenized (and found too small) before any weight."""
+    import transformers as tf
+
+    with quiet_transformers():
+        try:
+            return tf.AutoTokenizer.from_pretrained(
+                spec.model, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+            )
+        except (OSError, ValueError, KeyError) as exc:
+            raise _translate_load_error(exc, spec) from exc
+
+
+def load_model(spec: ModelSpec, purpose: str = "base", tokenizer: Any = None) -> LoadedModel:
+    """Load config, tokenizer (unless given: `load_tokenizer`'s) and model.
 
     `purpose` picks the head: "base" loads none (angular needs no logits), "head" the one matching
     the model's kind, or name a kind (causal-lm, extractive-qa) explicitly.
@@ -221,11 +251,9 @@ def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
     if purpose == "head":
         purpose = kind if kind in (CAUSAL_LM, EXTRACTIVE_QA) else "base"
     common = {"revision": spec.revision, "trust_remote_code": spec.trust_remote_code}
+    if tokenizer is None:
+        tokenizer = load_tokenizer(spec)
     with quiet_transformers():
-        try:
-            tokenizer = tf.AutoTokenizer.from_pretrained(spec.model, **common)
-        except (OSError, ValueError, KeyError) as exc:
-            raise _translate_load_error(exc, spec) from exc
         device = None if spec.device_map else resolve_device(spec.device)
         dtype = resolve_dtype(spec.dtype, config, device)
         model_class = {

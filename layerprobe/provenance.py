@@ -13,7 +13,7 @@ from layerprobe.results import ModelInfo, RunInfo
 def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:
     """The provenance block shared by every result."""
     return ModelInfo(
-        id=loaded.spec.model,
+        id=loaded.spec.display_name,
         revision=loaded.spec.revision,
         commit=loaded.commit,
         architecture=loaded.architecture,
@@ -23,6 +23,7 @@ def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:
         num_layers=stack.num_layers,
         layer_path=stack.path,
         block_class=stack.block_class,
+        path=loaded.spec.model if loaded.spec.display_name != loaded.spec.model else None,
     )
 
 

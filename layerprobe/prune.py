@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers
+from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers, prepare_tasks
 from layerprobe.layers import find_layers
-from layerprobe.models import LoadedModel, load_config, load_model, model_kind
+from layerprobe.models import LoadedModel, load_config, load_model, load_tokenizer, model_kind
 from layerprobe.progress import EvaluationEvent, Progress
 from layerprobe.provenance import RunTimer, model_info
 from layerprobe.prune_state import PruneState, fingerprint
@@ -36,17 +36,20 @@ def run_prune_drop(
     check_tasks_fit_model(spec.tasks, model_kind(config), spec.model.model, spec.engine)
     if isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
         parse_layer_ranges(spec.layers, config.num_hidden_layers)  # fail before minutes of loading
+    # Everything cheap before any weight: the tokenizer, then the tasks (names, YAML, data, few-shot pools).
+    tokenizer = load_tokenizer(spec.model) if loaded is None else loaded.tokenizer
+    progress.stage("Preparing tasks")
+    prepared = prepare_tasks(spec)
     if loaded is None:
         progress.stage("Loading model")
-        loaded = load_model(spec.model, purpose="head")
+        loaded = load_model(spec.model, purpose="head", tokenizer=tokenizer)
     stack = find_layers(loaded.model, spec.model.layers_path)
     layers = parse_layer_ranges(spec.layers, stack.num_layers)
     info = model_info(loaded, stack)
     state = PruneState.open(Path(out_dir), fingerprint(spec, info), resume)
     variants: list[int | None] = [None, *layers]
     remaining = sum(not state.has(t, v) for t in spec.tasks for v in variants)
-    progress.stage("Preparing tasks")
-    scorers = make_scorers(loaded, stack, spec, layers, progress) if remaining else []
+    scorers = make_scorers(loaded, stack, spec, layers, progress, prepared) if remaining else []
     progress.stage("Evaluating (task × variant)", remaining, "eval")
     with progress.watching_blocks(stack):
         for scorer, tasks in scorers:

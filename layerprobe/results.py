@@ -48,6 +48,7 @@ class ModelInfo:
     num_layers: int
     layer_path: str
     block_class: str
+    path: str | None = None  # where the checkpoint was read from, when `id` is a display name (the demo)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelInfo:

@@ -74,9 +74,9 @@ def test_demo_runs_offline_on_real_minilm(minilm, tmp_path):
     ("args", "message"),
     [
         (["{missing}"], "No model directory"),
-        (["{llama}", "--tokens", "100000000"], "text tokens"),
-        (["{llama}", "--positions", "first"], "Unknown --positions"),
-        (["{llama}", "--dtype", "float8"], "Unknown --dtype"),
+        (["{llama}", "--tokens", "5000000"], "text tokens"),
+        (["{llama}", "--positions", "first"], "'first' is not one of 'all', 'last'"),
+        (["{llama}", "--dtype", "float8"], "'float8' is not one of 'auto', 'float32'"),
         (["{llama}", "--device", "tpu"], "Unknown --device"),
         (["{llama}", "--layers-path", "model.nothing"], "does not exist"),
         (["{llama}", "--tokens", "0"], "--tokens must be positive"),
