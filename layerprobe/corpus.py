@@ -122,11 +122,19 @@ def _open_rows(spec: CorpusSpec) -> Iterable[dict]:
         raise
     except Exception as exc:  # datasets raises many unrelated types for "not reachable"
         where = spec.dataset + (f" ({spec.dataset_config}, {spec.split})" if not spec.is_local else "")
+        offline = " (offline mode is set: HF_DATASETS_OFFLINE / HF_HUB_OFFLINE)" if _datasets_offline() else ""
         raise CorpusError(
-            f"Cannot open corpus {where}: {str(exc).splitlines()[0] if str(exc) else exc!r}",
+            f"Cannot open corpus {where}{offline}: {str(exc).splitlines()[0] if str(exc) else exc!r}",
             hint="Without network access pass a local .txt/.jsonl/.parquet file with --dataset "
-            "(or builtin:pydoc); for hub datasets check --dataset-config and --split.",
+            f"(or builtin:pydoc), or fetch it once with `hf download --repo-type dataset {spec.dataset}` and run "
+            "with HF_HUB_OFFLINE=1; for hub datasets check --dataset-config and --split.",
         ) from exc
+
+
+def _datasets_offline() -> bool:
+    from layerprobe.errors import hub_offline
+
+    return hub_offline() or os.environ.get("HF_DATASETS_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
 def build_windows(
