@@ -16,7 +16,16 @@ from layerprobe.corpus import Window, batches, build_windows, iter_documents, wi
 from layerprobe.depth_stats import DepthAccumulator, relative_size
 from layerprobe.errors import UnsupportedModel
 from layerprobe.layers import LayerStack, capture_block_states, find_layers, hidden_from_input, hidden_from_output
-from layerprobe.models import CAUSAL_LM, ENCODER, MASKED_LM, LoadedModel, load_config, load_model, model_kind
+from layerprobe.models import (
+    CAUSAL_LM,
+    ENCODER,
+    MASKED_LM,
+    LoadedModel,
+    load_config,
+    load_model,
+    model_kind,
+    skeleton_stack,
+)
 from layerprobe.models import takes_argument as _takes
 from layerprobe.placement import detect_placement
 from layerprobe.progress import Progress
@@ -35,6 +44,7 @@ def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedM
     purpose = _grad_purpose(spec) if spec.grad else "base"
     windows = None
     if loaded is None:  # everything cheap (config, tokenizer, the whole corpus) before any weight is read
+        skeleton_stack(spec.model)
         progress.stage("Reading corpus", spec.corpus.tokens, "tok")
         tokenizer, windows, seq_len = windows_before_loading(spec.model, spec.corpus, progress.on_advance)
         progress.stage("Loading model")

@@ -223,6 +223,20 @@ def load_skeleton(spec: ModelSpec) -> tuple[Any, str, str]:
     return model, architecture, kind
 
 
+def skeleton_stack(spec: ModelSpec) -> Any:
+    """The block stack `--layers-path` names, found on a weightless skeleton (None without --layers-path).
+
+    A wrong path is then reported before any weight is read; without the option the stack is found
+    after loading, as before (layers.find_layers' search needs no check).
+    """
+    if not spec.layers_path:
+        return None
+    from layerprobe.layers import find_layers
+
+    skeleton, _, _ = load_skeleton(spec)
+    return find_layers(skeleton, spec.layers_path)
+
+
 def load_tokenizer(spec: ModelSpec) -> Any:
     """Only the tokenizer: cheap, so the corpus can be tokenized (and found too small) before any weight."""
     import transformers as tf

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers, prepare_tasks
 from layerprobe.layers import find_layers
-from layerprobe.models import LoadedModel, load_config, load_model, load_tokenizer, model_kind
+from layerprobe.models import LoadedModel, load_config, load_model, load_tokenizer, model_kind, skeleton_stack
 from layerprobe.progress import EvaluationEvent, Progress
 from layerprobe.provenance import RunTimer, model_info
 from layerprobe.prune_state import PruneState, fingerprint
@@ -34,8 +34,11 @@ def run_prune_drop(
     timer = RunTimer()
     config = load_config(spec.model) if loaded is None else loaded.model.config
     check_tasks_fit_model(spec.tasks, model_kind(config), spec.model.model, spec.engine)
-    if isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
-        parse_layer_ranges(spec.layers, config.num_hidden_layers)  # fail before minutes of loading
+    skeleton = skeleton_stack(spec.model) if loaded is None else None
+    if skeleton is not None:
+        parse_layer_ranges(spec.layers, skeleton.num_layers)  # fail before minutes of loading
+    elif isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
+        parse_layer_ranges(spec.layers, config.num_hidden_layers)
     # Everything cheap before any weight: the tokenizer, then the tasks (names, YAML, data, few-shot pools).
     tokenizer = load_tokenizer(spec.model) if loaded is None else loaded.tokenizer
     progress.stage("Preparing tasks")
