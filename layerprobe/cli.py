@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import click
 import typer
 from rich.table import Table
 
@@ -61,27 +60,24 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars 
 
 
 def parse_tokens(value: Any) -> int:
-    """--tokens: a whole number, also written as 1e6 or 262_144 (capped later, in CorpusSpec, with a message)."""
-    if isinstance(value, int):
-        return value
+    """--tokens: a whole number, also written as 1e6 or 262_144 (capped in CorpusSpec, which says so)."""
     text = str(value).strip().replace("_", "").replace(",", "")
     try:
         number = float(text) if any(c in text.lower() for c in ".e") else int(text)
     except ValueError:
-        raise click.BadParameter(f"{value!r} is not a whole number of tokens.") from None
-    if isinstance(number, float) and (number != number or number in (float("inf"), float("-inf"))):
-        raise click.BadParameter(f"{value!r} is not a whole number of tokens.")
-    if number != int(number):
-        raise click.BadParameter(f"{value!r} is not a whole number of tokens.")
+        number = None
+    if number is None or number != number or number in (float("inf"), float("-inf")) or number != int(number):
+        raise LayerprobeError(
+            f"--tokens {value!r} is not a whole number of tokens.", hint="e.g. --tokens 262144 or 1e6."
+        )
     return int(number)
 
 
 # Corpus options shared by every command that streams text through a model (angular, depth).
 TokensOpt = Annotated[
-    int,
+    str,
     typer.Option(
         "--tokens",
-        parser=parse_tokens,
         metavar="INTEGER",
         help=f"Positions to stream through the model (exact; 1e6 spelling accepted; at most {MAX_TOKENS:,}).",
     ),
@@ -146,7 +142,7 @@ def output_dir(out_opt: Path | None, model: str) -> Path:
 @friendly_errors
 def angular(
     model: ModelArg,
-    tokens: TokensOpt = 262_144,
+    tokens: TokensOpt = "262144",
     positions: PositionsOpt = "all",
     dataset: DatasetOpt = "allenai/c4",
     dataset_config: DatasetConfigOpt = None,
@@ -171,7 +167,7 @@ def angular(
 
     spec = AngularSpec(
         model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
-        corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
+        corpus=CorpusSpec(dataset, dataset_config, split, text_field, parse_tokens(tokens), seq_len),
         positions=positions,
         batch_size=batch_size,
     )
@@ -181,9 +177,7 @@ def angular(
 @app.command()
 @friendly_errors
 def demo(
-    tokens: Annotated[
-        int, typer.Option("--tokens", parser=parse_tokens, metavar="INTEGER", help="Positions to measure.")
-    ] = 32_768,
+    tokens: Annotated[str, typer.Option("--tokens", metavar="INTEGER", help="Positions to measure.")] = "32768",
     out_dir: Annotated[Path, typer.Option("--out", "--output_path", help="Output directory.")] = Path(
         "layerprobe-out/demo"
     ),
@@ -195,7 +189,7 @@ def demo(
 
     spec = AngularSpec(
         model=ModelSpec(str(demo_model_dir()), device="cpu", name=DEMO_NAME),
-        corpus=CorpusSpec(BUILTIN_CORPUS, None, "train", "text", tokens, 512),
+        corpus=CorpusSpec(BUILTIN_CORPUS, None, "train", "text", parse_tokens(tokens), 512),
         batch_size=8,
     )
     _run_and_report_angular(spec, out_dir, quiet)
@@ -229,7 +223,7 @@ def depth(
         ),
     ] = False,
     mask_seed: Annotated[int, typer.Option("--mask-seed", help="Seed of the 15 % masked-LM masking (--grad).")] = 1234,
-    tokens: TokensOpt = 262_144,
+    tokens: TokensOpt = "262144",
     positions: PositionsOpt = "all",
     dataset: DatasetOpt = "allenai/c4",
     dataset_config: DatasetConfigOpt = None,
@@ -263,7 +257,7 @@ def depth(
         dataset_config = "en"
     spec = DepthSpec(
         model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
-        corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
+        corpus=CorpusSpec(dataset, dataset_config, split, text_field, parse_tokens(tokens), seq_len),
         positions=positions,
         batch_size=batch_size,
         grad=grad,

@@ -89,6 +89,8 @@ def _no_tokenizer_copy(source: Path, target: Path) -> Path:
         ("no_tokenizer", "Cannot load"),
         ("bad_positions", "'middle' is not one of 'all', 'last'"),
         ("bad_dtype", "'float8' is not one of"),
+        ("bad_layers_path", "does not exist"),
+        ("bad_config", "Should have a `model_type` key"),
     ],
 )
 def test_streaming_commands_fail_before_weights(tiny_checkpoints, tmp_path, weight_spy, command, case, message):
@@ -115,6 +117,11 @@ def test_streaming_commands_fail_before_weights(tiny_checkpoints, tmp_path, weig
         extra += ["--positions", "middle"]
     elif case == "bad_dtype":
         extra += ["--dtype", "float8"]
+    elif case == "bad_layers_path":
+        extra += ["--layers-path", "model.nothing"]
+    elif case == "bad_config":
+        model = str(_no_tokenizer_copy(tiny_checkpoints["llama"], tmp_path / "bad_config"))
+        (Path(model) / "config.json").write_text(json.dumps({"hidden_size": 8}))
     result = _run([command, model, "--dataset", dataset, *extra, "--quiet", "--out", str(out)])
     _refused(result, message, weight_spy)
     if case != "out_is_file":
@@ -146,6 +153,22 @@ def test_read_only_out_is_refused(tiny_checkpoints, tmp_path, weight_spy):
     _refused(result, "is not writable", weight_spy)
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--tokens", "1e20"], f"at most {MAX_TOKENS:,}"), (["--tokens", "nan"], "not a whole number")],
+)
+def test_demo_fails_before_weights(minilm, tmp_path, weight_spy, args, message):
+    _refused(_run(["demo", *args, "--quiet", "--out", str(tmp_path / "o")]), message, weight_spy)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    _refused(_run(["demo", "--quiet", "--out", str(blocker)]), "is a file, not a directory", weight_spy)
+
+
+def test_layers_command_reads_no_weights(tiny_checkpoints, weight_spy):
+    result = _run(["layers", str(tiny_checkpoints["llama"]), "--no-placement"])
+    assert result.exit_code == 0 and weight_spy == [], result.output
+
+
 def _malformed_yaml(tmp_path: Path) -> Path:
     path = tmp_path / "bad_task.yaml"
     path.write_text("task: lp_bad\ndataset_path: json\n  output_type: [multiple_choice\n")
@@ -169,6 +192,7 @@ def _prune(model, *args):
         ("out_is_file", "is a file, not a directory"),
         ("batch_size_bad", "'auto:N'"),
         ("engine_bad", "'fast' is not one of 'auto', 'simple', 'shared'"),
+        ("bad_layers_path", "does not exist"),
     ],
 )
 def test_prune_drop_fails_before_weights(tiny_checkpoints, tmp_path, weight_spy, case, message):
@@ -194,6 +218,8 @@ def test_prune_drop_fails_before_weights(tiny_checkpoints, tmp_path, weight_spy,
         args += ["--batch-size", "many"]
     elif case == "engine_bad":
         args += ["--engine", "fast"]
+    elif case == "bad_layers_path":
+        args += ["--layers-path", "model.nothing"]
     result = _prune(tiny_checkpoints["llama"], *args)
     _refused(result, message, weight_spy)
     if case != "out_is_file":
