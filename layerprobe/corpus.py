@@ -85,6 +85,13 @@ def iter_documents(spec: CorpusSpec) -> Iterator[str]:
 
         yield from (topics[key] for key in sorted(topics))
         return
+    from layerprobe.models import quiet_hub_logs
+
+    with quiet_hub_logs():  # restored when the stream is exhausted or closed
+        yield from _texts(spec)
+
+
+def _texts(spec: CorpusSpec) -> Iterator[str]:
     rows = _open_rows(spec)
     first = True
     for row in rows:

@@ -169,6 +169,24 @@ def _unreachable(where: str, model: str) -> ModelNotFound:
 
 
 @contextlib.contextmanager
+def quiet_hub_logs():
+    """Silence huggingface_hub's and datasets' warnings while the Hub is asked for files.
+
+    An unreachable Hub logs a dozen retry lines that would interleave with the progress bar; the failure
+    itself becomes one LayerprobeError.
+    """
+    loggers = [logging.getLogger(name) for name in ("huggingface_hub", "datasets")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+@contextlib.contextmanager
 def quiet_transformers():
     """Silence transformers' load reports and tqdm bars; layerprobe shows its own progress."""
     from transformers.utils import logging as hf_logging
@@ -177,13 +195,10 @@ def quiet_transformers():
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    hub_logger = logging.getLogger("huggingface_hub")  # its retry warnings would interleave with the bar
-    hub_level = hub_logger.level
-    hub_logger.setLevel(logging.ERROR)
     try:
-        yield
+        with quiet_hub_logs():
+            yield
     finally:
-        hub_logger.setLevel(hub_level)
         hf_logging.set_verbosity(level)
         if bars:
             hf_logging.enable_progress_bar()

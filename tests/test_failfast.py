@@ -363,3 +363,35 @@ def test_progress_bar_is_cleared_before_an_error():
     with progress.running():
         progress.stage("Loading model", None)
     assert "Loading model" in buffer_ok.getvalue()  # the control: without an error the bar stays
+
+
+@pytest.mark.slow
+def test_unreachable_hub_corpus_is_one_error_without_retry_warnings(tiny_checkpoints, tmp_path):
+    """The default C4 through a closed port: huggingface_hub retries (~25 s) silently, then one error."""
+    closed = {
+        "HF_HUB_OFFLINE": None,
+        "HF_DATASETS_OFFLINE": None,
+        "HF_ENDPOINT": "http://127.0.0.1:9",
+        "HF_HOME": str(tmp_path / "hf"),
+    }
+    done = _cli(closed, "angular", str(tiny_checkpoints["llama"]), "--out", str(tmp_path / "o"))
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 2 and "Retrying" not in done.stderr, done.stderr
+    assert lines[0].startswith("error: Cannot open corpus allenai/c4") and "hf download" in lines[1]
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_unknown_task_is_reported_before_weights(tiny_checkpoints, tmp_path, weight_spy):
+    result = _prune(
+        tiny_checkpoints["llama"],
+        "--task",
+        "lp_arc_likee",
+        "--include-path",
+        str(TASKS_DIR),
+        "--out",
+        str(tmp_path / "o"),
+    )
+    _refused(result, "unknown lm-eval task", weight_spy)
+    assert "did you mean lp_arc_like" in flat(result.output)
