@@ -1,7 +1,7 @@
 """layerprobe: which layers of a pretrained checkpoint actually do work.
 
 The public API mirrors the commands: `load_model`, `find_layers`, `run_angular`, `run_prune_drop`,
-`run_depth`, and `find_sublayers` (a block's attention and MLP, found by tracing).
+`run_depth`, `run_export`, and `find_sublayers` (a block's attention and MLP, found by tracing).
 Imports are lazy so that `layerprobe --help` does not pay for importing torch.
 """
 
@@ -9,7 +9,16 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["load_model", "find_layers", "run_angular", "run_prune_drop", "run_depth", "find_sublayers", "__version__"]
+__all__ = [
+    "load_model",
+    "find_layers",
+    "run_angular",
+    "run_prune_drop",
+    "run_depth",
+    "run_export",
+    "find_sublayers",
+    "__version__",
+]
 
 
 def __getattr__(name: str):
@@ -37,4 +46,8 @@ def __getattr__(name: str):
         from layerprobe.sublayers import find_sublayers
 
         return find_sublayers
+    if name == "run_export":
+        from layerprobe.export import run_export
+
+        return run_export
     raise AttributeError(name)

@@ -141,8 +141,11 @@ def check_output_dir(directory: str | os.PathLike[str], option: str = "--out") -
         )
 
 
-def parse_layer_ranges(text: str | None, num_layers: int) -> list[int]:
-    """Parse `0-3,7` (inclusive ranges, 0-based) into sorted unique block indices within [0, L-1]."""
+def parse_layer_ranges(text: str | None, num_layers: int, option: str = "--layers") -> list[int]:
+    """Parse `0-3,7` (inclusive ranges, 0-based) into sorted unique block indices within [0, L-1].
+
+    `option` names the command-line option in error messages.
+    """
     if text is None or text.strip() in ("", "all"):
         return list(range(num_layers))
     chosen: set[int] = set()
@@ -151,7 +154,7 @@ def parse_layer_ranges(text: str | None, num_layers: int) -> list[int]:
         match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if not match:
             raise LayerprobeError(
-                f"Cannot read layer range {part!r} in --layers {text!r}.",
+                f"Cannot read layer range {part!r} in {option} {text!r}.",
                 hint="Use 0-based inclusive ranges like 0-3,7.",
             )
         start = int(match.group(1))
@@ -160,7 +163,7 @@ def parse_layer_ranges(text: str | None, num_layers: int) -> list[int]:
             raise LayerprobeError(f"Layer range {part!r} runs backwards.", hint=f"Did you mean {end}-{start}?")
         if end >= num_layers:
             raise LayerprobeError(
-                f"--layers {text!r} is out of range: the model has {num_layers} blocks.",
+                f"{option} {text!r} is out of range: the model has {num_layers} blocks.",
                 hint=f"Blocks are numbered 0 to {num_layers - 1}.",
             )
         chosen.update(range(start, end + 1))
@@ -241,3 +244,35 @@ class DepthSpec:
 
     def __post_init__(self) -> None:
         AngularSpec(self.model, self.corpus, self.positions, self.batch_size)  # the same checks, one home
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    """One `layerprobe prune` run: write a checkpoint without some blocks (or sublayers).
+
+    The removal options are the CLI text (`20-27`, inclusive, 0-based), resolved against the model's L
+    once its config is read. `save` is the new checkpoint's directory; `mergekit_yaml`, if given, where
+    the equivalent mergekit passthrough config goes. `max_shard_size` ("5GB", "500MB") caps each
+    safetensors shard.
+    """
+
+    model: ModelSpec
+    save: str
+    remove: str | None = None
+    remove_attention: str | None = None
+    remove_mlp: str | None = None
+    overwrite: bool = False
+    mergekit_yaml: str | None = None
+    max_shard_size: str | None = None  # None: transformers' save_pretrained default
+
+    def __post_init__(self) -> None:
+        if not self.save:
+            raise LayerprobeError("No --save directory given.", hint="Pass --save DIR for the pruned checkpoint.")
+        if not any((self.remove, self.remove_attention, self.remove_mlp)):
+            raise LayerprobeError(
+                "Nothing to remove.", hint="Pass --remove with 0-based inclusive block ranges, e.g. --remove 20-27."
+            )
+        if self.max_shard_size is not None and not re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]i?B", self.max_shard_size):
+            raise LayerprobeError(
+                f"Cannot read --max-shard-size {self.max_shard_size!r}.", hint="Use a size like 5GB or 500MB."
+            )

@@ -169,6 +169,35 @@ def test_layers_command_reads_no_weights(tiny_checkpoints, weight_spy):
     assert result.exit_code == 0 and weight_spy == [], result.output
 
 
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("save_under_file", "cannot be created"),
+        ("save_is_file", "is a file"),
+        ("mergekit_is_dir", "--mergekit-yaml"),
+        ("bad_dtype", "'float8' is not one of"),
+        ("remove_out_of_range", "out of range"),
+    ],
+)
+def test_prune_export_fails_before_weights(tiny_checkpoints, tmp_path, weight_spy, case, message):
+    save, extra = tmp_path / "pruned", ["--remove", "1"]
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    if case == "save_under_file":
+        save = blocker / "pruned"
+    elif case == "save_is_file":
+        save = blocker
+    elif case == "mergekit_is_dir":
+        extra += ["--mergekit-yaml", str(tmp_path)]
+    elif case == "bad_dtype":
+        extra += ["--dtype", "float8"]
+    elif case == "remove_out_of_range":
+        extra = ["--remove", "9"]
+    result = _run(["prune", str(tiny_checkpoints["llama"]), "--save", str(save), *extra, "--quiet"])
+    _refused(result, message, weight_spy)
+    assert not (tmp_path / "pruned").exists()
+
+
 def _malformed_yaml(tmp_path: Path) -> Path:
     path = tmp_path / "bad_task.yaml"
     path.write_text("task: lp_bad\ndataset_path: json\n  output_type: [multiple_choice\n")
