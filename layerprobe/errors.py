@@ -24,7 +24,10 @@ def hub_offline() -> bool:
 def offline_model_hint(model: str) -> str:
     """The hint for a model that is neither cached nor reachable: download it once, then run offline."""
     if hub_offline():
-        return f"unset HF_HUB_OFFLINE to download it, or download it once with `hf download {model}`"
+        return (
+            f"unset HF_HUB_OFFLINE to download it, or download it once with `hf download {model}`; "
+            "a local directory works too"
+        )
     return (
         f"check the network (or HF_ENDPOINT), or download it once elsewhere with `hf download {model}` "
         "and run with HF_HUB_OFFLINE=1; a local directory works too"

@@ -159,7 +159,8 @@ def _unreachable(where: str, model: str) -> ModelNotFound:
 
     if hub_offline():
         return ModelNotFound(
-            f"{where} is not in the local Hugging Face cache, and offline mode is set (HF_HUB_OFFLINE=1).",
+            f"{where} is not in the local Hugging Face cache and the Hub cannot be reached: offline mode is set "
+            "(HF_HUB_OFFLINE=1).",
             hint=offline_model_hint(model),
         )
     return ModelNotFound(
