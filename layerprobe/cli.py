@@ -19,7 +19,7 @@ from rich.table import Table
 from layerprobe.console import RichProgress, err, out, print_angular_summary, print_depth_summary, print_prune_summary
 from layerprobe.errors import LayerprobeError
 from layerprobe.gate.render import FORMATS
-from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON
+from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON, SAMPLES_DIR
 from layerprobe.specs import DTYPES, ENGINES, MAX_TOKENS, POSITIONS, check_output_dir
 
 app = typer.Typer(
@@ -334,6 +334,22 @@ def prune_drop(
             "--resume", help="Continue an interrupted run in the same --out, recomputing nothing already done."
         ),
     ] = False,
+    log_samples: Annotated[
+        bool,
+        typer.Option(
+            "--log-samples",
+            "--log_samples",
+            help="Also write every document's metric values, per variant, to <out>/samples/<task>.jsonl.",
+        ),
+    ] = False,
+    angular: Annotated[
+        Path | None,
+        typer.Option(
+            "--angular",
+            help="angular.json of the same model: rank agreement of d(x^l, x^l+1) with ΔP "
+            "(default: <out>/angular.json when it exists).",
+        ),
+    ] = None,
     revision: RevisionOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
@@ -363,6 +379,8 @@ def prune_drop(
         include_path=str(include_path) if include_path else None,
         squad_data=str(squad_data) if squad_data else None,
         engine=engine,
+        log_samples=log_samples,
+        angular=str(angular) if angular else None,
     )
     directory = output_dir(out_dir, model)
     check_output_dir(directory)
@@ -371,8 +389,9 @@ def prune_drop(
         result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks())
     plots = plot_prune_drop(result, directory)
     print_prune_summary(result)
+    written = [*plots, *([directory / SAMPLES_DIR] if spec.log_samples else [])]
     out.print(
-        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in plots), highlight=False, soft_wrap=True
+        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in written), highlight=False, soft_wrap=True
     )
 
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from layerprobe.agreement import check_angular_fits, find_angular, load_angular_for, task_agreement
+from layerprobe.evaluate.samples import from_rows, paired_columns, to_rows
 from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers, prepare_tasks
 from layerprobe.layers import find_layers
 from layerprobe.models import LoadedModel, load_config, load_model, load_tokenizer, model_kind, skeleton_stack
 from layerprobe.progress import EvaluationEvent, Progress
 from layerprobe.provenance import RunTimer, model_info
 from layerprobe.prune_state import PruneState, fingerprint
-from layerprobe.results import PRUNE_DROP_JSON, MetricDrop, PruneDropResult, TaskDrop, write_json
+from layerprobe.results import PRUNE_DROP_JSON, AngularResult, MetricDrop, PruneDropResult, TaskDrop, write_json
+from layerprobe.sample_log import SampleLog
 from layerprobe.specs import PruneSpec, parse_layer_ranges
 
 __all__ = ["check_tasks_fit_model", "run_prune_drop"]
@@ -39,6 +42,11 @@ def run_prune_drop(
         parse_layer_ranges(spec.layers, skeleton.num_layers)  # fail before minutes of loading
     elif isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
         parse_layer_ranges(spec.layers, config.num_hidden_layers)
+    angular = find_angular(spec.angular, Path(out_dir))
+    known_layers = skeleton.num_layers if skeleton is not None else None
+    if known_layers is None and not spec.model.layers_path:
+        known_layers = getattr(config, "num_hidden_layers", None)
+    angular_result = None if angular is None else load_angular_for(angular, known_layers)
     # Everything cheap before any weight: the tokenizer, then the tasks (names, YAML, data, few-shot pools).
     tokenizer = load_tokenizer(spec.model) if loaded is None else loaded.tokenizer
     progress.stage("Preparing tasks")
@@ -49,7 +57,11 @@ def run_prune_drop(
     stack = find_layers(loaded.model, spec.model.layers_path)
     layers = parse_layer_ranges(spec.layers, stack.num_layers)
     info = model_info(loaded, stack)
+    if angular_result is not None:
+        check_angular_fits(angular_result, angular, stack.num_layers)
     state = PruneState.open(Path(out_dir), fingerprint(spec, info), resume)
+    samples = SampleLog.open(Path(out_dir), resume)
+    samples.reconcile(state)
     variants: list[int | None] = [None, *layers]
     remaining = sum(not state.has(t, v) for t in spec.tasks for v in variants)
     scorers = make_scorers(loaded, stack, spec, layers, progress, prepared) if remaining else []
@@ -63,6 +75,7 @@ def run_prune_drop(
                 with scorer.variant(layer):
                     for task in pending:
                         evaluation = scorer.score(task)
+                        samples.append(task, to_rows(layer, evaluation.per_sample))  # rows first: sample_log.py
                         state.record(task, layer, evaluation)
                         if not scorer.reports_progress:
                             progress.on_advance(1)
@@ -81,18 +94,39 @@ def run_prune_drop(
             "include_path": spec.include_path,
             "squad_data": spec.squad_data,
         },
-        tasks={task: assemble_task(state, task, layers, spec.limit) for task in spec.tasks},
+        tasks={
+            task: assemble_task(state, task, layers, spec.limit, samples, angular_result, angular)
+            for task in spec.tasks
+        },
         run=timer.finish(loaded.device_label),
     )
     write_json(Path(out_dir) / PRUNE_DROP_JSON, result.to_dict())
+    samples.finish(list(spec.tasks), keep=spec.log_samples)
     state.remove()
     return result
 
 
-def assemble_task(state: PruneState, task: str, layers: list[int], limit: float | None) -> TaskDrop:
-    """Turn the recorded scores of one task into per-metric baseline/pruned/delta lists."""
+def assemble_task(
+    state: PruneState,
+    task: str,
+    layers: list[int],
+    limit: float | None,
+    samples: SampleLog,
+    angular: AngularResult | None = None,
+    angular_path: Path | None = None,
+) -> TaskDrop:
+    """Turn the recorded scores of one task into per-metric baseline/pruned/delta lists.
+
+    The paired uncertainty of each ΔP comes from the per-document rows of the baseline and of the variant
+    (`samples`); with an angular result, each metric also gets its agreement block.
+    """
     baseline = state.get(task, None)
     variants = [state.get(task, layer) for layer in layers]
+    rows = samples.read(task)
+    values = {
+        variant: from_rows(rows.get(variant, []), {m: s.spec() for m, s in evaluation.per_sample.items()})
+        for variant, evaluation in zip([None, *layers], [baseline, *variants], strict=True)
+    }
     metrics = {}
     for name, base in baseline.metrics.items():
         pruned = [v.metrics[name] for v in variants]
@@ -103,6 +137,7 @@ def assemble_task(state: PruneState, task: str, layers: list[int], limit: float 
             layers=list(layers),
             pruned=[p.value for p in pruned],
             stderr=[p.stderr for p in pruned],
+            **paired_columns(values[None].get(name), [values[layer].get(name) for layer in layers]),
         )
     return TaskDrop(
         metrics=metrics,
@@ -110,4 +145,5 @@ def assemble_task(state: PruneState, task: str, layers: list[int], limit: float 
         limit=limit,
         samples=baseline.samples,
         nonfinite=baseline.nonfinite + sum(v.nonfinite for v in variants),
+        agreement=None if angular is None else task_agreement(angular, metrics, str(angular_path)),
     )

@@ -331,7 +331,9 @@ def test_help_lists_choices_and_underscore_aliases():
         return flat(runner.invoke(app, [command, "--help"], env={"COLUMNS": "250"}).output)
 
     prune = help_text("prune-drop")
-    for name in ("--tasks", "--num_fewshot", "--include_path", "--batch_size", "--output_path", "<auto|simple|shared>"):
+    for name in ("--tasks", "--num_fewshot", "--include_path", "--batch_size", "--output_path", "--log_samples"):
+        assert name in prune
+    for name in ("<auto|simple|shared>",):
         assert name in prune
     angular = help_text("angular")
     assert "<auto|float32|bfloat16|float16>" in angular and "<all|last>" in angular and "--batch_size" in angular

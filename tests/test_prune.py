@@ -659,9 +659,16 @@ def test_cli_run_writes_json_plots_and_table_with_the_documented_schema(tiny_che
                 "layers",
                 "pruned",
                 "delta",
+                "delta_stderr",
+                "delta_ci95",
+                "significant",
+                "delta_method",
+                "bootstrap",
                 "stderr",
             ]
             assert metric["layers"] == [0, 3] and len(metric["pruned"]) == len(metric["stderr"]) == 2
+            assert len(metric["delta_stderr"]) == len(metric["delta_ci95"]) == len(metric["significant"]) == 2
+            assert metric["delta_method"] == ("paired_mean" if name.startswith("acc") else "paired_bootstrap")
             assert metric["delta"] == pytest.approx([p - metric["baseline"] for p in metric["pruned"]], abs=1e-12)
             assert metric["higher_is_better"] is (name.startswith("acc"))
             if name.startswith("acc"):
