@@ -53,7 +53,7 @@ def run_prune_drop(
     prepared = prepare_tasks(spec)
     if loaded is None:
         progress.stage("Loading model")
-        loaded = load_model(spec.model, purpose="head", tokenizer=tokenizer)
+        loaded = load_model(spec.model, purpose="head", lm_eval=True, tokenizer=tokenizer)
     stack = find_layers(loaded.model, spec.model.layers_path)
     layers = parse_layer_ranges(spec.layers, stack.num_layers)
     info = model_info(loaded, stack)
