@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from layerprobe.corpus import Window, batches, build_windows, iter_documents
+from layerprobe.corpus import Window, batches, build_windows, iter_documents, windows_before_loading
 from layerprobe.errors import UnsupportedModel
 from layerprobe.layers import LayerStack, capture_block_states, find_layers
-from layerprobe.models import LoadedModel, load_model, takes_argument
+from layerprobe.models import LoadedModel, load_model, skeleton_stack, takes_argument
 from layerprobe.progress import Progress
 from layerprobe.provenance import RunTimer, model_info
 from layerprobe.results import AngularResult
@@ -304,17 +304,18 @@ def run_angular(
     """Load the model (unless given), build the windows, measure, and return the result."""
     progress = progress or Progress()
     timer = RunTimer()
-    if loaded is None:
-        progress.stage("Loading model")
-        loaded = load_model(spec.model, purpose="base")
-    stack = find_layers(loaded.model, spec.model.layers_path)
-    seq_len = spec.corpus.seq_len
-    if loaded.context_length:
-        seq_len = min(seq_len, loaded.context_length)
     progress.stage("Reading corpus", spec.corpus.tokens, "tok")
-    windows = build_windows(
-        loaded.tokenizer, iter_documents(spec.corpus), spec.corpus.tokens, seq_len, on_tokens=progress.on_advance
-    )
+    if loaded is None:  # everything cheap (config, tokenizer, the whole corpus) before any weight is read
+        skeleton_stack(spec.model)
+        tokenizer, windows, seq_len = windows_before_loading(spec.model, spec.corpus, progress.on_advance)
+        progress.stage("Loading model")
+        loaded = load_model(spec.model, purpose="base", tokenizer=tokenizer)
+    else:
+        seq_len = min(spec.corpus.seq_len, loaded.context_length or spec.corpus.seq_len)
+        windows = build_windows(
+            loaded.tokenizer, iter_documents(spec.corpus), spec.corpus.tokens, seq_len, on_tokens=progress.on_advance
+        )
+    stack = find_layers(loaded.model, spec.model.layers_path)
     progress.stage("Measuring", spec.corpus.tokens, "tok")
     measure_clock = time.perf_counter()
     accumulator = measure(

@@ -11,7 +11,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.markup import escape
@@ -27,7 +27,9 @@ from layerprobe.console import (
     print_prune_summary,
 )
 from layerprobe.errors import LayerprobeError
+from layerprobe.gate.render import FORMATS
 from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON, SAMPLES_DIR
+from layerprobe.specs import DTYPES, ENGINES, MAX_TOKENS, POSITIONS, check_output_dir
 
 app = typer.Typer(
     name="layerprobe",
@@ -41,9 +43,10 @@ app = typer.Typer(
 ModelArg = Annotated[str, typer.Argument(help="Hub id (org/name) or local checkpoint directory.")]
 RevisionOpt = Annotated[str | None, typer.Option("--revision", help="Branch, tag or commit of a hub model.")]
 DtypeOpt = Annotated[
-    str,
+    Literal[DTYPES],
     typer.Option(
-        "--dtype", help="auto|float32|bfloat16|float16. auto: the checkpoint's half precision on GPU, float32 on CPU."
+        "--dtype",
+        help="auto: the checkpoint's half precision on GPU, float32 on CPU.",
     ),
 ]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto|cpu|cuda|cuda:N|mps. auto: GPU if present.")]
@@ -84,13 +87,38 @@ MaxStateMemoryOpt = Annotated[
         "engine records per chunk (default 2GiB); angular: fp32 states gathered on one device (default 256MiB).",
     ),
 ]
-OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory (default: ./layerprobe-out/<model>/).")]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", "--output_path", help="Output directory (default: ./layerprobe-out/<model>/)."),
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).")]
 
+
+def parse_tokens(value: Any) -> int:
+    """--tokens: a whole number, also written as 1e6 or 262_144 (capped in CorpusSpec, which says so)."""
+    text = str(value).strip().replace("_", "").replace(",", "")
+    try:
+        number = float(text) if any(c in text.lower() for c in ".e") else int(text)
+    except ValueError:
+        number = None
+    if number is None or number != number or number in (float("inf"), float("-inf")) or number != int(number):
+        raise LayerprobeError(
+            f"--tokens {value!r} is not a whole number of tokens.", hint="e.g. --tokens 262144 or 1e6."
+        )
+    return int(number)
+
+
 # Corpus options shared by every command that streams text through a model (angular, depth).
-TokensOpt = Annotated[int, typer.Option("--tokens", help="Positions to stream through the model (exact).")]
-PositionsOpt = Annotated[
+TokensOpt = Annotated[
     str,
+    typer.Option(
+        "--tokens",
+        metavar="INTEGER",
+        help=f"Positions to stream through the model (exact; 1e6 spelling accepted; at most {MAX_TOKENS:,}).",
+    ),
+]
+PositionsOpt = Annotated[
+    Literal[POSITIONS],
     typer.Option(
         "--positions",
         help="all: mean over every measured position; last: the last text token of each window (Gromov et al.).",
@@ -110,7 +138,7 @@ DatasetConfigOpt = Annotated[
 SplitOpt = Annotated[str, typer.Option("--split", help="Hub dataset split.")]
 TextFieldOpt = Annotated[str, typer.Option("--text-field", help="Column/field that holds the text.")]
 SeqLenOpt = Annotated[int, typer.Option("--seq-len", help="Window length in tokens (capped by the model's context).")]
-WindowBatchOpt = Annotated[int, typer.Option("--batch-size", help="Windows per forward pass.")]
+WindowBatchOpt = Annotated[int, typer.Option("--batch-size", "--batch_size", help="Windows per forward pass.")]
 
 
 def friendly_errors(command: Callable) -> Callable:
@@ -178,7 +206,7 @@ def output_dir(out_opt: Path | None, model: str) -> Path:
 @friendly_errors
 def angular(
     model: ModelArg,
-    tokens: TokensOpt = 262_144,
+    tokens: TokensOpt = "262144",
     positions: PositionsOpt = "all",
     dataset: DatasetOpt = "allenai/c4",
     dataset_config: DatasetConfigOpt = None,
@@ -220,7 +248,7 @@ def angular(
             load_in_8bit,
             attn_implementation,
         ),
-        corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
+        corpus=CorpusSpec(dataset, dataset_config, split, text_field, parse_tokens(tokens), seq_len),
         positions=positions,
         batch_size=batch_size,
         max_state_bytes=parse_memory_size(max_state_memory) or DEFAULT_CHUNK_BYTES,
@@ -231,17 +259,19 @@ def angular(
 @app.command()
 @friendly_errors
 def demo(
-    tokens: Annotated[int, typer.Option("--tokens", help="Positions to measure.")] = 32_768,
-    out_dir: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("layerprobe-out/demo"),
+    tokens: Annotated[str, typer.Option("--tokens", metavar="INTEGER", help="Positions to measure.")] = "32768",
+    out_dir: Annotated[Path, typer.Option("--out", "--output_path", help="Output directory.")] = Path(
+        "layerprobe-out/demo"
+    ),
     quiet: QuietOpt = False,
 ) -> None:
     """Run `angular` offline on the real MiniLM-L6 BERT over the stdlib's pydoc text (needs the demo extra)."""
-    from layerprobe.demo import demo_model_dir
+    from layerprobe.demo import DEMO_NAME, demo_model_dir
     from layerprobe.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
 
     spec = AngularSpec(
-        model=ModelSpec(str(demo_model_dir()), device="cpu"),
-        corpus=CorpusSpec(BUILTIN_CORPUS, None, "train", "text", tokens, 512),
+        model=ModelSpec(str(demo_model_dir()), device="cpu", name=DEMO_NAME),
+        corpus=CorpusSpec(BUILTIN_CORPUS, None, "train", "text", parse_tokens(tokens), 512),
         batch_size=8,
     )
     _run_and_report_angular(spec, output_dir(out_dir, "demo"), quiet)
@@ -252,6 +282,7 @@ def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
     from layerprobe.report import plot_angular
     from layerprobe.results import write_json
 
+    check_output_dir(directory)
     progress = RichProgress(quiet)
     with progress.running():
         result = run_angular(spec, progress.callbacks())
@@ -274,7 +305,7 @@ def depth(
         ),
     ] = False,
     mask_seed: Annotated[int, typer.Option("--mask-seed", help="Seed of the 15 % masked-LM masking (--grad).")] = 1234,
-    tokens: TokensOpt = 262_144,
+    tokens: TokensOpt = "262144",
     positions: PositionsOpt = "all",
     dataset: DatasetOpt = "allenai/c4",
     dataset_config: DatasetConfigOpt = None,
@@ -324,13 +355,14 @@ def depth(
             load_in_8bit,
             attn_implementation,
         ),
-        corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
+        corpus=CorpusSpec(dataset, dataset_config, split, text_field, parse_tokens(tokens), seq_len),
         positions=positions,
         batch_size=batch_size,
         grad=grad,
         mask_seed=mask_seed,
     )
     directory = output_dir(out_dir, model)
+    check_output_dir(directory)
     progress = RichProgress(quiet)
     with progress.running():
         result = run_depth(spec, progress.callbacks())
@@ -348,9 +380,9 @@ def prune_drop(
         list[str],
         typer.Option(
             "--task",
-            help="lm-eval task or group (mmlu, arc_easy, a task under "
-            "--include-path), or squad for extractive-QA "
-            "models. Repeat for several.",
+            "--tasks",
+            help="lm-eval task or group (mmlu, arc_easy, a task under --include-path, a task YAML path), or "
+            "squad for extractive-QA models. Repeat, or separate with commas (--tasks a,b), for several.",
         ),
     ],
     layers_opt: Annotated[
@@ -364,24 +396,28 @@ def prune_drop(
         float | None, typer.Option("--limit", help="Documents per task (a value < 1 is a fraction), for quick runs.")
     ] = None,
     num_fewshot: Annotated[
-        int | None, typer.Option("--num-fewshot", help="Few-shot examples (default: the task's own).")
+        int | None,
+        typer.Option("--num-fewshot", "--num_fewshot", help="Few-shot examples (default: the task's own)."),
     ] = None,
     batch_size: Annotated[
         str,
         typer.Option(
-            "--batch-size", help="Requests per forward pass, or 'auto' (lm-eval's detection of the largest that fits)."
+            "--batch-size",
+            "--batch_size",
+            help="Requests per forward pass, or 'auto' (lm-eval's detection of the largest that fits; 'auto:N' as "
+            "in lm-eval).",
         ),
     ] = "8",
     seed: Annotated[int, typer.Option("--seed", help="Seed for few-shot sampling and every RNG.")] = 1234,
     include_path: Annotated[
-        Path | None, typer.Option("--include-path", help="Folder of extra lm-eval task YAMLs.")
+        Path | None, typer.Option("--include-path", "--include_path", help="Folder of extra lm-eval task YAMLs.")
     ] = None,
     squad_data: Annotated[
         Path | None,
         typer.Option("--squad-data", help="Local SQuAD v1.1 JSON (or .jsonl) instead of the hub's rajpurkar/squad."),
     ] = None,
     engine: Annotated[
-        str,
+        Literal[ENGINES],
         typer.Option(
             "--engine",
             help="auto: shared-prefix for loglikelihood tasks, simple "
@@ -423,6 +459,7 @@ def prune_drop(
         bool,
         typer.Option(
             "--log-samples",
+            "--log_samples",
             help="Also write every document's metric values, per variant, to <out>/samples/<task>.jsonl.",
         ),
     ] = False,
@@ -455,9 +492,8 @@ def prune_drop(
     """
     from layerprobe.prune import run_prune_drop
     from layerprobe.report import plot_prune_drop
-    from layerprobe.specs import DEFAULT_STATE_BYTES, PruneSpec, parse_memory_size
+    from layerprobe.specs import DEFAULT_STATE_BYTES, PruneSpec, parse_eval_batch_size, parse_memory_size
 
-    parsed_batch: int | str = batch_size if batch_size == "auto" else _positive_int(batch_size, "--batch-size")
     spec = PruneSpec(
         model=model_spec(
             model,
@@ -472,11 +508,11 @@ def prune_drop(
             load_in_8bit,
             attn_implementation,
         ),
-        tasks=tuple(task),
+        tasks=split_task_names(task),
         layers=layers_opt,
         limit=limit,
         num_fewshot=num_fewshot,
-        batch_size=parsed_batch,
+        batch_size=parse_eval_batch_size(batch_size),
         seed=seed,
         include_path=str(include_path) if include_path else None,
         squad_data=str(squad_data) if squad_data else None,
@@ -489,6 +525,7 @@ def prune_drop(
         angular=str(angular) if angular else None,
     )
     directory = output_dir(out_dir, model)
+    check_output_dir(directory)
     progress = RichProgress(quiet)
     with progress.running():
         result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks())
@@ -540,8 +577,8 @@ def prune_export(
     ] = None,
     revision: RevisionOpt = None,
     dtype: Annotated[
-        str,
-        typer.Option("--dtype", help="auto|float32|bfloat16|float16. auto: keep the checkpoint's own dtype."),
+        Literal[DTYPES],
+        typer.Option("--dtype", help="auto: keep the checkpoint's own dtype."),
     ] = "auto",
     trust_remote_code: TrustOpt = False,
     layers_path: LayersPathOpt = None,
@@ -568,6 +605,11 @@ def prune_export(
         mergekit_yaml=str(mergekit_yaml) if mergekit_yaml else None,
         max_shard_size=max_shard_size,
     )
+    check_output_dir(save, "--save")
+    if mergekit_yaml is not None:
+        if mergekit_yaml.is_dir():
+            raise LayerprobeError(f"--mergekit-yaml {mergekit_yaml} is a directory.", hint="Give a file path.")
+        check_output_dir(mergekit_yaml.parent, "--mergekit-yaml")
     progress = RichProgress(quiet)
     with progress.running():
         result = run_export(spec, progress.callbacks())
@@ -585,10 +627,9 @@ def prune_export(
     out.print(written, highlight=False, markup=False)
 
 
-def _positive_int(text: str, option: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise LayerprobeError(f"{option} must be a positive integer or 'auto', got {text!r}.")
-    return int(text)
+def split_task_names(values: list[str]) -> tuple[str, ...]:
+    """--task a,b --task c (lm-eval's comma lists, repeated or not) → ("a", "b", "c")."""
+    return tuple(name.strip() for value in values for name in value.split(",") if name.strip())
 
 
 @app.command()
@@ -700,7 +741,9 @@ def compare_command(
     max_rms_growth: Annotated[
         float | None, typer.Option(help="depth: RMS(x^L)/RMS(x^0) may grow by this factor over the baseline's (1.25).")
     ] = None,
-    output_format: Annotated[str, typer.Option("--format", help="table|markdown|json on stdout.")] = "table",
+    output_format: Annotated[
+        Literal[FORMATS], typer.Option("--format", help="How the verdict is written on stdout.")
+    ] = "table",
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here.")] = None,
     plot: Annotated[
         bool, typer.Option("--plot/--no-plot", help="Draw compare.png (compare_<kind>.png for several kinds).")

@@ -95,8 +95,15 @@ class RichProgress:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[RichProgress]:
+        """Show the bars while inside; on an error they are cleared first, so the message stands alone."""
         with self.bar:
-            yield self
+            try:
+                yield self
+            except BaseException:
+                for task in list(self.bar.task_ids):  # the live display redraws empty when it stops
+                    self.bar.remove_task(task)
+                self.task = None
+                raise
             self._finish_current()
 
 

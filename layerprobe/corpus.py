@@ -18,7 +18,7 @@ from typing import Any
 
 from layerprobe.corpus_files import iter_jsonl_rows, iter_paragraphs
 from layerprobe.errors import CorpusError, EmptyCorpus
-from layerprobe.specs import BUILTIN_CORPUS, LOCAL_BUILDERS, CorpusSpec
+from layerprobe.specs import BUILTIN_CORPUS, LOCAL_BUILDERS, CorpusSpec, ModelSpec
 
 _TOKENIZE_BATCH = 64
 # Documents longer than this many characters are tokenized in pieces (see `split_long`), a few at a time.
@@ -91,6 +91,13 @@ def iter_documents(spec: CorpusSpec) -> Iterator[str]:
 
         yield from (topics[key] for key in sorted(topics))
         return
+    from layerprobe.models import quiet_hub_logs
+
+    with quiet_hub_logs():  # restored when the stream is exhausted or closed
+        yield from _texts(spec)
+
+
+def _texts(spec: CorpusSpec) -> Iterator[str]:
     rows = _open_rows(spec)
     first = True
     for row in _guarded(rows, spec):
@@ -134,10 +141,12 @@ def _open_rows(spec: CorpusSpec) -> Iterable[dict]:
         raise
     except Exception as exc:  # datasets raises many unrelated types for "not reachable"
         where = spec.dataset + (f" ({spec.dataset_config}, {spec.split})" if not spec.is_local else "")
+        offline = " (offline mode is set: HF_DATASETS_OFFLINE / HF_HUB_OFFLINE)" if _datasets_offline() else ""
         raise CorpusError(
-            f"Cannot open corpus {where}: {str(exc).splitlines()[0] if str(exc) else exc!r}",
+            f"Cannot open corpus {where}{offline}: {str(exc).splitlines()[0] if str(exc) else exc!r}",
             hint="Without network access pass a local .txt/.jsonl/.parquet file with --dataset "
-            "(or builtin:pydoc); for hub datasets check --dataset-config and --split.",
+            f"(or builtin:pydoc), or fetch it once with `hf download --repo-type dataset {spec.dataset}` and run "
+            "with HF_HUB_OFFLINE=1; for hub datasets check --dataset-config and --split.",
         ) from exc
 
 
@@ -160,6 +169,12 @@ def _guarded(rows: Iterable[dict], spec: CorpusSpec) -> Iterator[dict]:
         if not isinstance(row, dict):
             raise CorpusError(f"Cannot read corpus {spec.dataset}: a row is {type(row).__name__}, not an object.")
         yield row
+
+
+def _datasets_offline() -> bool:
+    from layerprobe.errors import hub_offline
+
+    return hub_offline() or os.environ.get("HF_DATASETS_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
 def build_windows(
@@ -285,6 +300,32 @@ def _encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
 
     with quiet_transformers():  # silences "sequence longer than the model's maximum": we pack, not truncate
         return tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+
+def windows_before_loading(
+    model: ModelSpec, corpus: CorpusSpec, on_tokens: Callable[[int], None] | None = None, tokenizer: Any = None
+) -> tuple[Any, list[Window], int]:
+    """Config, tokenizer and every window of the corpus, read before any weight is: (tokenizer, windows, seq_len).
+
+    Streaming until the budget is met is cheap next to loading a large model, so a corpus that is
+    unreachable, lacks its text field or holds too little text fails in seconds. `seq_len` is capped by
+    the model's usable context (read from the config and tokenizer). The windows are kept, so the
+    corpus is streamed once.
+    """
+    from layerprobe.models import context_length, load_config, load_tokenizer
+
+    config = load_config(model)
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
+    seq_len = min(corpus.seq_len, context_length(config, tokenizer) or corpus.seq_len)
+    windows = build_windows(tokenizer, iter_documents(corpus), corpus.tokens, seq_len, on_tokens=on_tokens)
+    return tokenizer, windows, seq_len
+
+
+def _chain_until(documents: Iterable[str], done: Callable[[], bool]) -> Iterator[str]:
+    for text in documents:
+        if done():
+            return
+        yield text
 
 
 def _extend(

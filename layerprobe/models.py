@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -204,10 +205,7 @@ def _translate_load_error(exc: Exception, spec: ModelSpec) -> LayerprobeError:
         or "couldn't connect" in text.lower()
         or "offline" in text.lower()
     ):
-        return ModelNotFound(
-            f"{where} is not in the local Hugging Face cache and the Hub cannot be reached.",
-            hint="Download it once with network access, or pass a local directory.",
-        )
+        return _unreachable(where, spec.model)
     if "Unrecognized" in text or "does not recognize this architecture" in text:
         return UnsupportedModel(
             f"transformers cannot build {where}: {str(exc).splitlines()[0]}",
@@ -217,6 +215,40 @@ def _translate_load_error(exc: Exception, spec: ModelSpec) -> LayerprobeError:
         f"Cannot load {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
         hint="Check the hub id (org/name) or the local directory path.",
     )
+
+
+def _unreachable(where: str, model: str) -> ModelNotFound:
+    """One line for "not cached and the Hub cannot be reached", saying whether offline mode is on."""
+    from layerprobe.errors import hub_offline, offline_model_hint
+
+    if hub_offline():
+        return ModelNotFound(
+            f"{where} is not in the local Hugging Face cache and the Hub cannot be reached: offline mode is set "
+            "(HF_HUB_OFFLINE=1).",
+            hint=offline_model_hint(model),
+        )
+    return ModelNotFound(
+        f"{where} is not in the local Hugging Face cache and the Hugging Face Hub cannot be reached.",
+        hint=offline_model_hint(model),
+    )
+
+
+@contextlib.contextmanager
+def quiet_hub_logs():
+    """Silence huggingface_hub's and datasets' warnings while the Hub is asked for files.
+
+    An unreachable Hub logs a dozen retry lines that would interleave with the progress bar; the failure
+    itself becomes one LayerprobeError.
+    """
+    loggers = [logging.getLogger(name) for name in ("huggingface_hub", "datasets")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 @contextlib.contextmanager
@@ -229,7 +261,8 @@ def quiet_transformers():
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        yield
+        with quiet_hub_logs():
+            yield
     finally:
         hf_logging.set_verbosity(level)
         if bars:
@@ -261,6 +294,33 @@ def load_skeleton(spec: ModelSpec) -> tuple[Any, str, str]:
     model = skeleton_from_config(config, spec)
     architecture = (getattr(config, "architectures", None) or [type(model).__name__])[0]
     return model, architecture, kind
+
+
+def skeleton_stack(spec: ModelSpec) -> Any:
+    """The block stack `--layers-path` names, found on a weightless skeleton (None without --layers-path).
+
+    A wrong path is then reported before any weight is read; without the option the stack is found
+    after loading, as before (layers.find_layers' search needs no check).
+    """
+    if not spec.layers_path:
+        return None
+    from layerprobe.layers import find_layers
+
+    skeleton, _, _ = load_skeleton(spec)
+    return find_layers(skeleton, spec.layers_path)
+
+
+def load_tokenizer(spec: ModelSpec) -> Any:
+    """Only the tokenizer: cheap, so the corpus can be tokenized (and found too small) before any weight."""
+    import transformers as tf
+
+    with quiet_transformers():
+        try:
+            return tf.AutoTokenizer.from_pretrained(
+                spec.model, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+            )
+        except (OSError, ValueError, KeyError) as exc:
+            raise _translate_load_error(exc, spec) from exc
 
 
 def skeleton_from_config(config: Any, spec: ModelSpec) -> Any:
@@ -311,8 +371,8 @@ def check_tokenizer_for_harness(tokenizer: Any, spec: ModelSpec) -> None:
         )
 
 
-def load_model(spec: ModelSpec, purpose: str = "base", lm_eval: bool = False) -> LoadedModel:
-    """Load config, tokenizer and model.
+def load_model(spec: ModelSpec, purpose: str = "base", lm_eval: bool = False, tokenizer: Any = None) -> LoadedModel:
+    """Load config, tokenizer (unless given: `load_tokenizer`'s) and model.
 
     `purpose` picks the head: "base" loads none (angular needs no logits), "head" the one matching
     the model's kind, or name a kind (causal-lm, extractive-qa) explicitly. `lm_eval`: the causal LM
@@ -327,12 +387,9 @@ def load_model(spec: ModelSpec, purpose: str = "base", lm_eval: bool = False) ->
     kind = model_kind(config)
     if purpose == "head":
         purpose = kind if kind in (CAUSAL_LM, EXTRACTIVE_QA) else "base"
-    common = {"revision": spec.revision, "trust_remote_code": spec.trust_remote_code}
+    if tokenizer is None:
+        tokenizer = load_tokenizer(spec)
     with quiet_transformers():
-        try:
-            tokenizer = tf.AutoTokenizer.from_pretrained(spec.model, **common)
-        except (OSError, ValueError, KeyError) as exc:
-            raise _translate_load_error(exc, spec) from exc
         if lm_eval and purpose == CAUSAL_LM:
             check_tokenizer_for_harness(tokenizer, spec)
         check_before_loading(spec, config)

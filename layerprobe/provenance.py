@@ -15,7 +15,7 @@ from layerprobe.results import ModelInfo, RunInfo
 def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:
     """The provenance block shared by every result."""
     return ModelInfo(
-        id=loaded.spec.model,
+        id=loaded.spec.display_name,
         revision=loaded.spec.revision,
         commit=loaded.commit,
         architecture=loaded.architecture,
@@ -28,6 +28,7 @@ def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:
         quantization=loaded.quantization,
         attn_implementation=loaded.attn_implementation,
         model_args=jsonable(loaded.spec.model_args),
+        path=loaded.spec.model if loaded.spec.display_name != loaded.spec.model else None,
     )
 
 

@@ -15,9 +15,17 @@ from layerprobe.ablation import Remover
 from layerprobe.agreement import check_angular_fits, find_angular, load_angular_for, task_agreement
 from layerprobe.errors import LayerprobeError
 from layerprobe.evaluate.samples import from_rows, paired_columns, to_rows
-from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers
+from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers, prepare_tasks
 from layerprobe.layers import find_layers
-from layerprobe.models import LoadedModel, check_loadable, load_config, load_model, model_kind
+from layerprobe.models import (
+    LoadedModel,
+    check_loadable,
+    load_config,
+    load_model,
+    load_tokenizer,
+    model_kind,
+    skeleton_stack,
+)
 from layerprobe.progress import EvaluationEvent, Progress
 from layerprobe.provenance import RunTimer, model_info
 from layerprobe.prune_state import PruneState, fingerprint
@@ -42,14 +50,23 @@ def run_prune_drop(
         check_loadable(spec.model)  # e.g. bitsandbytes missing for --load-in-4bit: before any loading
     config = load_config(spec.model) if loaded is None else loaded.model.config
     check_tasks_fit_model(spec.tasks, model_kind(config), spec.model.model, spec.engine)
-    if isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
-        parse_layer_ranges(spec.layers, config.num_hidden_layers)  # fail before minutes of loading
+    skeleton = skeleton_stack(spec.model) if loaded is None else None
+    if skeleton is not None:
+        parse_layer_ranges(spec.layers, skeleton.num_layers)  # fail before minutes of loading
+    elif isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
+        parse_layer_ranges(spec.layers, config.num_hidden_layers)
     angular = find_angular(spec.angular, Path(out_dir))
-    known_layers = None if spec.model.layers_path else getattr(config, "num_hidden_layers", None)
+    known_layers = skeleton.num_layers if skeleton is not None else None
+    if known_layers is None and not spec.model.layers_path:
+        known_layers = getattr(config, "num_hidden_layers", None)
     angular_result = None if angular is None else load_angular_for(angular, known_layers)
+    # Everything cheap before any weight: the tokenizer, then the tasks (names, YAML, data, few-shot pools).
+    tokenizer = load_tokenizer(spec.model) if loaded is None else loaded.tokenizer
+    progress.stage("Preparing tasks")
+    prepared = prepare_tasks(spec)
     if loaded is None:
         progress.stage("Loading model")
-        loaded = load_model(spec.model, purpose="head", lm_eval=True)
+        loaded = load_model(spec.model, purpose="head", lm_eval=True, tokenizer=tokenizer)
     stack = find_layers(loaded.model, spec.model.layers_path)
     remover = Remover.for_model(loaded.model, stack, spec.unit, spec.span)
     layers = remover.ablation.starts(stack.num_layers, parse_layer_ranges(spec.layers, stack.num_layers))
@@ -66,8 +83,7 @@ def run_prune_drop(
     samples.reconcile(state)
     variants: list[int | None] = [None, *layers]
     remaining = sum(not state.has(t, v) for t in spec.tasks for v in variants)
-    progress.stage("Preparing tasks")
-    scorers = make_scorers(loaded, stack, spec, layers, progress, remover) if remaining else []
+    scorers = make_scorers(loaded, stack, spec, layers, progress, remover, prepared) if remaining else []
     progress.stage("Evaluating (task × variant)", remaining, "eval")
     with progress.watching_blocks(stack):
         for scorer, tasks in scorers:

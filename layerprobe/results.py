@@ -56,6 +56,7 @@ MODEL_FIELDS: dict[str, v.Kind] = {
     "quantization": v.text(optional=True),
     "attn_implementation": v.text(optional=True),
     "model_args": v.any_object(optional=True),
+    "path": v.text(optional=True),
 }
 RUN_FIELDS: dict[str, v.Kind] = {
     "started_at": v.text(optional=True),
@@ -113,6 +114,7 @@ class ModelInfo:
     num_layers: int
     layer_path: str
     block_class: str
+    path: str | None = None  # where the checkpoint was read from, when `id` is a display name (the demo)
     # How the weights were loaded (absent in results written before these options existed: read as defaults).
     quantization: str | None = None  # e.g. "bitsandbytes-4bit-nf4"; None = the checkpoint's own weights
     attn_implementation: str | None = None

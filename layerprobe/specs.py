@@ -6,6 +6,7 @@ library user gets the same one-line errors as a CLI user.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -20,6 +21,11 @@ DEFAULT_DATASET_CONFIG = "en"  # C4's English split; used when the default datas
 # Local corpus files by suffix → the `datasets` builder that reads them.
 LOCAL_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 BUILTIN_CORPUS = "builtin:pydoc"
+# The most positions one run streams: every window is kept in memory as Python ints (tens of bytes per
+# token), so 2^24 ≈ 16.8M positions is already ~1 GB — far beyond what distances need to settle.
+MAX_TOKENS = 1 << 24
+ENGINES = ("auto", "simple", "shared")
+_AUTO_BATCH = re.compile(r"^auto(:\d+)?$")
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 QUANTIZATIONS = ("4bit", "8bit")
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
@@ -71,6 +77,12 @@ class ModelSpec:
     model_args: dict[str, Any] = field(default_factory=dict)
     quantization: str | None = None
     attn_implementation: str | None = None
+    name: str | None = None  # the name shown in titles, tables and result JSON, if not `model` (the demo's)
+
+    @property
+    def display_name(self) -> str:
+        """How results name the model: `name` when given, else the hub id or path as typed."""
+        return self.name or self.model
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -235,6 +247,11 @@ class CorpusSpec:
             object.__setattr__(self, "dataset_config", DEFAULT_DATASET_CONFIG)
         if self.tokens < 1:
             raise LayerprobeError(f"--tokens must be positive, got {self.tokens}.")
+        if self.tokens > MAX_TOKENS:
+            raise LayerprobeError(
+                f"--tokens {self.tokens:,} is more than layerprobe streams in one run (at most {MAX_TOKENS:,}).",
+                hint="Distances settle long before that; 262,144 (the default) is plenty for most models.",
+            )
         if self.seq_len < 2:
             raise LayerprobeError(f"--seq-len must be at least 2, got {self.seq_len}.")
 
@@ -268,6 +285,32 @@ class AngularSpec:
             raise LayerprobeError(f"--batch-size must be positive, got {self.batch_size}.")
 
 
+def check_output_dir(directory: str | os.PathLike[str], option: str = "--out") -> None:
+    """Refuse an output directory that cannot be written, before any work: a file, or a read-only parent.
+
+    Nothing is created here (a refused run leaves nothing behind); the nearest existing ancestor must be a
+    writable directory, so the run can create the rest when it writes.
+    """
+    path = os.path.abspath(os.fspath(directory))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise LayerprobeError(f"{option} {directory} is a file, not a directory.", hint="Give a directory path.")
+    ancestor = path
+    while not os.path.exists(ancestor):
+        parent = os.path.dirname(ancestor)
+        if parent == ancestor:
+            break
+        ancestor = parent
+    if not os.path.isdir(ancestor):
+        raise LayerprobeError(
+            f"{option} {directory} cannot be created: {ancestor} is a file.", hint="Give a directory path."
+        )
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise LayerprobeError(
+            f"{option} {directory} is not writable ({ancestor} does not allow writing).",
+            hint="Pick a directory you can write to with --out.",
+        )
+
+
 def parse_layer_ranges(text: str | None, num_layers: int, option: str = "--layers") -> list[int]:
     """Parse `0-3,7` (inclusive ranges, 0-based) into sorted unique block indices within [0, L-1].
 
@@ -297,7 +340,6 @@ def parse_layer_ranges(text: str | None, num_layers: int, option: str = "--layer
     return sorted(chosen)
 
 
-ENGINES = ("auto", "simple", "shared")
 SQUAD_TASK = "squad"
 
 
@@ -336,12 +378,32 @@ class PruneSpec:
             raise LayerprobeError(f"A task is named twice in {list(self.tasks)}.")
         if self.engine not in ENGINES:
             raise LayerprobeError(f"Unknown --engine {self.engine!r}.", hint=f"Use one of {', '.join(ENGINES)}.")
-        if self.limit is not None and self.limit <= 0:
-            raise LayerprobeError(f"--limit must be positive, got {self.limit}.")
+        if self.limit is not None and (not math.isfinite(self.limit) or self.limit <= 0):
+            raise LayerprobeError(
+                f"--limit must be a positive finite number, got {self.limit}.",
+                hint="A count of documents per task (e.g. 100) or a fraction below 1 (e.g. 0.1).",
+            )
         if self.num_fewshot is not None and self.num_fewshot < 0:
             raise LayerprobeError(f"--num-fewshot must be >= 0, got {self.num_fewshot}.")
-        if self.batch_size != "auto" and (not isinstance(self.batch_size, int) or self.batch_size < 1):
-            raise LayerprobeError(f"--batch-size must be a positive integer or 'auto', got {self.batch_size!r}.")
+        object.__setattr__(self, "batch_size", parse_eval_batch_size(self.batch_size))
+
+
+def parse_eval_batch_size(value: int | str) -> int | str:
+    """prune-drop's --batch-size: a positive integer, `auto`, or lm-eval's `auto:N` (re-detect N times).
+
+    Raises LayerprobeError for anything else, naming the three forms.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    text = str(value).strip()
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    if _AUTO_BATCH.match(text) and text != "auto:0":
+        return text
+    raise LayerprobeError(
+        f"--batch-size must be a positive integer, 'auto' or 'auto:N', got {value!r}.",
+        hint="e.g. --batch-size 8, --batch-size auto or --batch-size auto:4 (lm-eval's spelling).",
+    )
 
 
 @dataclass(frozen=True)

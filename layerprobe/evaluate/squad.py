@@ -324,6 +324,14 @@ def _device(model: Any) -> torch.device:
     return device if isinstance(device, torch.device) else next(model.parameters()).device
 
 
+def squad_examples(spec: PruneSpec) -> list[SquadExample]:
+    """The questions prune-drop scores: `--squad-data` or the hub's, cut by `--limit` (a fraction rounds up)."""
+    if spec.limit is not None and spec.limit < 1:  # a fraction of the questions, rounded up like lm-eval
+        examples = load_squad(spec.squad_data)
+        return examples[: math.ceil(len(examples) * spec.limit)]
+    return load_squad(spec.squad_data, None if spec.limit is None else int(spec.limit))
+
+
 class SquadTaskScorer:
     """prune-drop's scorer for `--task squad`: questions tokenized once, one pass per variant.
 
@@ -341,13 +349,10 @@ class SquadTaskScorer:
         spec: PruneSpec,
         progress: Progress,
         remover: Remover | None = None,
+        examples: list[SquadExample] | None = None,
     ) -> None:
         self.remover = remover or Remover(stack)
-        if spec.limit is not None and spec.limit < 1:  # a fraction of the questions, rounded up like lm-eval
-            examples = load_squad(spec.squad_data)
-            examples = examples[: math.ceil(len(examples) * spec.limit)]
-        else:
-            examples = load_squad(spec.squad_data, None if spec.limit is None else int(spec.limit))
+        examples = examples if examples is not None else squad_examples(spec)
         batch = spec.batch_size if isinstance(spec.batch_size, int) else 32
         self.stack, self.progress = stack, progress
         # The usual 384-token windows (stride 128), shortened for a model with fewer positions.
