@@ -16,7 +16,7 @@ from typing import Any
 from layerprobe.corpus import Window, batches, build_windows, iter_documents, windows_before_loading
 from layerprobe.errors import UnsupportedModel
 from layerprobe.layers import LayerStack, capture_block_states, find_layers
-from layerprobe.models import LoadedModel, load_model, skeleton_stack, takes_argument
+from layerprobe.models import LoadedModel, check_loadable, load_model, skeleton_stack, takes_argument
 from layerprobe.progress import Progress
 from layerprobe.provenance import RunTimer, model_info
 from layerprobe.results import AngularResult
@@ -306,6 +306,7 @@ def run_angular(
     timer = RunTimer()
     progress.stage("Reading corpus", spec.corpus.tokens, "tok")
     if loaded is None:  # everything cheap (config, tokenizer, the whole corpus) before any weight is read
+        check_loadable(spec.model)  # e.g. bitsandbytes missing for --load-in-4bit: before streaming a corpus
         skeleton_stack(spec.model)
         tokenizer, windows, seq_len = windows_before_loading(spec.model, spec.corpus, progress.on_advance)
         progress.stage("Loading model")

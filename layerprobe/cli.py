@@ -197,8 +197,6 @@ def model_slug(model: str) -> str:
 
 def output_dir(out_opt: Path | None, model: str) -> Path:
     """`--out` if given, else ./layerprobe-out/<model-slug>/; an existing file there is refused at once."""
-    from layerprobe.results import check_output_dir
-
     return check_output_dir(out_opt if out_opt is not None else Path("layerprobe-out") / model_slug(model))
 
 

@@ -21,6 +21,7 @@ from layerprobe.models import (
     ENCODER,
     MASKED_LM,
     LoadedModel,
+    check_loadable,
     load_config,
     load_model,
     model_kind,
@@ -44,6 +45,7 @@ def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedM
     purpose = _grad_purpose(spec) if spec.grad else "base"
     windows = None
     if loaded is None:  # everything cheap (config, tokenizer, the whole corpus) before any weight is read
+        check_loadable(spec.model)  # e.g. bitsandbytes missing for --load-in-4bit: before streaming a corpus
         skeleton_stack(spec.model)
         progress.stage("Reading corpus", spec.corpus.tokens, "tok")
         tokenizer, windows, seq_len = windows_before_loading(spec.model, spec.corpus, progress.on_advance)

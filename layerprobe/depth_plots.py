@@ -41,7 +41,8 @@ def plot_depth(result: DepthResult, out_dir: Path) -> list[Path]:
 def redraw(json_path: Path, out_dir: Path | None = None) -> list[Path]:
     """Redraw the plots of any result JSON (backs `layerprobe plot`): depth here, other kinds in report.py."""
     from layerprobe.report import plot_result
-    from layerprobe.results import DepthResult, check_output_dir, load_result
+    from layerprobe.results import DepthResult, load_result
+    from layerprobe.specs import check_output_dir
 
     json_path = Path(json_path)
     result = load_result(json_path)  # validated once, whatever the kind

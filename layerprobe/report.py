@@ -30,9 +30,9 @@ from layerprobe.results import (  # noqa: E402
     ModelInfo,
     PruneDropResult,
     atomic_write,
-    check_output_dir,
     load_result,
 )
+from layerprobe.specs import check_output_dir  # noqa: E402
 
 HEATMAP_CMAP = "viridis_r"  # The papers draw small distances (lazy spans) yellow.
 DIFF_CMAP = "RdBu_r"

@@ -607,20 +607,6 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def check_output_dir(directory: str | os.PathLike[str], option: str = "--out") -> Path:
-    """Refuse an output directory that is an existing file (or lies under one) before anything is computed."""
-    directory = Path(directory)
-    for part in (directory, *directory.parents):
-        if part.exists():
-            if not part.is_dir():
-                raise ResultError(
-                    f"{option} {directory} cannot be a directory: {part} is an existing file.",
-                    hint=f"Pass a directory to {option} (it is created if missing).",
-                )
-            break
-    return directory
-
-
 def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
     """Write JSON atomically (see `atomic_write`)."""
     text = json.dumps(data, indent=2, allow_nan=True) + "\n"

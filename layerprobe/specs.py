@@ -10,6 +10,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import LayerprobeError
@@ -285,7 +286,7 @@ class AngularSpec:
             raise LayerprobeError(f"--batch-size must be positive, got {self.batch_size}.")
 
 
-def check_output_dir(directory: str | os.PathLike[str], option: str = "--out") -> None:
+def check_output_dir(directory: str | os.PathLike[str], option: str = "--out") -> Path:
     """Refuse an output directory that cannot be written, before any work: a file, or a read-only parent.
 
     Nothing is created here (a refused run leaves nothing behind); the nearest existing ancestor must be a
@@ -302,13 +303,15 @@ def check_output_dir(directory: str | os.PathLike[str], option: str = "--out") -
         ancestor = parent
     if not os.path.isdir(ancestor):
         raise LayerprobeError(
-            f"{option} {directory} cannot be created: {ancestor} is a file.", hint="Give a directory path."
+            f"{option} {directory} cannot be created: {ancestor} is an existing file.",
+            hint=f"Pass a directory to {option} (it is created if missing).",
         )
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise LayerprobeError(
             f"{option} {directory} is not writable ({ancestor} does not allow writing).",
             hint="Pick a directory you can write to with --out.",
         )
+    return Path(directory)
 
 
 def parse_layer_ranges(text: str | None, num_layers: int, option: str = "--layers") -> list[int]:
