@@ -251,8 +251,8 @@ def prune_drop(
         typer.Option(
             "--task",
             help="lm-eval task or group (mmlu, arc_easy, a task under "
-            "--include-path), or squad for extractive-QA "
-            "models. Repeat for several.",
+            "--include-path), squad for extractive-QA "
+            "models, or corpus (task-free NLL/KL/top-1 agreement on the --dataset windows). Repeat for several.",
         ),
     ],
     layers_opt: Annotated[
@@ -313,6 +313,12 @@ def prune_drop(
             "(default: <out>/angular.json when it exists).",
         ),
     ] = None,
+    tokens: TokensOpt = 262_144,
+    dataset: DatasetOpt = "allenai/c4",
+    dataset_config: DatasetConfigOpt = None,
+    split: SplitOpt = "validation",
+    text_field: TextFieldOpt = "text",
+    seq_len: SeqLenOpt = 1024,
     revision: RevisionOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
@@ -329,7 +335,7 @@ def prune_drop(
     """
     from layerprobe.prune import run_prune_drop
     from layerprobe.report import plot_prune_drop
-    from layerprobe.specs import ModelSpec, PruneSpec
+    from layerprobe.specs import CorpusSpec, ModelSpec, PruneSpec
 
     parsed_batch: int | str = batch_size if batch_size == "auto" else _positive_int(batch_size, "--batch-size")
     spec = PruneSpec(
@@ -345,6 +351,7 @@ def prune_drop(
         engine=engine,
         log_samples=log_samples,
         angular=str(angular) if angular else None,
+        corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
     )
     directory = output_dir(out_dir, model)
     progress = RichProgress(quiet)

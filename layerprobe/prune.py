@@ -17,10 +17,10 @@ from layerprobe.layers import find_layers
 from layerprobe.models import LoadedModel, load_config, load_model, model_kind
 from layerprobe.progress import EvaluationEvent, Progress
 from layerprobe.provenance import RunTimer, model_info
-from layerprobe.prune_state import PruneState, fingerprint
+from layerprobe.prune_state import PruneState, corpus_settings, fingerprint
 from layerprobe.results import PRUNE_DROP_JSON, AngularResult, MetricDrop, PruneDropResult, TaskDrop, write_json
 from layerprobe.sample_log import SampleLog
-from layerprobe.specs import PruneSpec, parse_layer_ranges
+from layerprobe.specs import CORPUS_TASK, PruneSpec, parse_layer_ranges
 
 __all__ = ["check_tasks_fit_model", "run_prune_drop"]
 
@@ -85,6 +85,7 @@ def run_prune_drop(
             "batch_size": spec.batch_size,
             "include_path": spec.include_path,
             "squad_data": spec.squad_data,
+            **({"corpus": corpus_settings(spec.corpus)} if CORPUS_TASK in spec.tasks else {}),
         },
         tasks={
             task: assemble_task(state, task, layers, spec.limit, samples, angular_result, angular)

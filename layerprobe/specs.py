@@ -129,6 +129,7 @@ def parse_layer_ranges(text: str | None, num_layers: int, option: str = "--layer
 
 ENGINES = ("auto", "simple", "shared")
 SQUAD_TASK = "squad"
+CORPUS_TASK = "corpus"  # task-free: NLL, KL and top-1 agreement on the angular corpus (evaluate/corpus_metric.py)
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,7 @@ class PruneSpec:
     engine: str = "auto"
     log_samples: bool = False  # write <out>/samples/<task>.jsonl (per-document values) at the end
     angular: str | None = None  # angular.json to rank-compare with ΔP (None: <out>/angular.json if there)
+    corpus: CorpusSpec = field(default_factory=CorpusSpec)  # the windows `--task corpus` scores on
 
     def __post_init__(self) -> None:
         if not self.tasks:

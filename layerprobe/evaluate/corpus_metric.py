@@ -35,13 +35,13 @@ from layerprobe.corpus import batches, build_windows, iter_documents
 from layerprobe.evaluate.samples import MEAN, MetricSamples
 from layerprobe.evaluate.scores import Evaluation, MetricScore
 from layerprobe.layers import LayerStack, capture_block_states, removed_blocks
+from layerprobe.specs import CORPUS_TASK
 
 if TYPE_CHECKING:
     from layerprobe.corpus import Window
     from layerprobe.models import LoadedModel
     from layerprobe.specs import CorpusSpec
 
-CORPUS_TASK = "corpus"
 Span = tuple[int, ...]  # the removed blocks of one variant, consecutive; () is the baseline
 _LOGIT_BYTES = 256 * 1024**2  # logits (base and variant, float32) alive at once per slice of positions
 METRICS = ("nll", "perplexity", "kl", "top1_agreement")
