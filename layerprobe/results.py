@@ -508,6 +508,10 @@ def load_result(path: str | os.PathLike[str]) -> AngularResult | PruneDropResult
         return PruneDropResult.from_dict(data)
     if kind == DEPTH_SCHEMA.split("@")[0]:
         return DepthResult.from_dict(data)
+    from layerprobe.curve_result import PRUNE_CURVE_SCHEMA, PruneCurveResult  # imports this module
+
+    if kind == PRUNE_CURVE_SCHEMA.split("@")[0]:
+        return PruneCurveResult.from_dict(data)
     raise ResultError(f"{path}: unknown result schema {data['schema']!r}.")
 
 
