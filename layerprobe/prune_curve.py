@@ -90,6 +90,8 @@ def run_prune_curve(
     angular_result = None if angular is None else load_angular_for(Path(angular), known)
     if angular_result is not None:
         _check_same_model(angular_result, Path(angular), prune.model.model)
+    if isinstance(known, int) and math.floor(spec.max_fraction * known) < 1:  # fail before loading weights
+        raise LayerprobeError(f"--max-fraction {spec.max_fraction} of {known} blocks removes none.")
     if loaded is None:
         progress.stage("Loading model")
         loaded = load_model(prune.model, purpose="head")
