@@ -544,12 +544,14 @@ def layers(
     random weights, one block in memory at a time (--no-placement skips it).
     """
     from layerprobe.layers import find_layers
-    from layerprobe.models import load_skeleton
+    from layerprobe.models import check_skeleton_weights, load_skeleton
     from layerprobe.specs import ModelSpec
 
+    spec = ModelSpec(model, revision, trust_remote_code=trust_remote_code, layers_path=layers_path)
     with err.status("Reading config"):
-        skeleton, architecture, kind = load_skeleton(ModelSpec(model, revision, trust_remote_code=trust_remote_code))
+        skeleton, architecture, kind = load_skeleton(spec)
     stack = find_layers(skeleton, layers_path)
+    check_skeleton_weights(spec, skeleton, stack)  # a config that disagrees with the weights would list wrong L
     sizes = stack.parameters_per_block()
     traced = _traced_placement(skeleton, stack) if placement else None
     out.print(f"[bold]{model}[/]: {architecture} ({kind})", highlight=False)

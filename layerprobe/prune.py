@@ -44,7 +44,7 @@ def run_prune_drop(
     angular_result = None if angular is None else load_angular_for(angular, known_layers)
     if loaded is None:
         progress.stage("Loading model")
-        loaded = load_model(spec.model, purpose="head")
+        loaded = load_model(spec.model, purpose="head", lm_eval=True)
     stack = find_layers(loaded.model, spec.model.layers_path)
     layers = parse_layer_ranges(spec.layers, stack.num_layers)
     info = model_info(loaded, stack)
