@@ -46,8 +46,8 @@ def _reference(base, variant, windows):
     ("arch", "engine"),
     [
         ("llama", "shared"),
-        ("gpt2", "shared"),
         ("llama", "simple"),
+        pytest.param("gpt2", "shared", marks=pytest.mark.slow),
         pytest.param("gpt2", "simple", marks=pytest.mark.slow),
     ],
 )
