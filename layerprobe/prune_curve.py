@@ -19,14 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from layerprobe.agreement import check_angular_fits, load_angular_for
-from layerprobe.curve_result import PRUNE_CURVE_JSON, CurveMethod, CurveMetric, PruneCurveResult
 from layerprobe.errors import LayerprobeError, ResultError
 from layerprobe.evaluate.scorer import check_tasks_fit_model
 from layerprobe.layers import find_layers, removed_blocks
 from layerprobe.models import LoadedModel, load_config, model_kind
 from layerprobe.progress import Progress
 from layerprobe.provenance import RunTimer, model_info
-from layerprobe.results import AngularResult, write_json
+from layerprobe.results import PRUNE_CURVE_JSON, AngularResult, CurveMethod, CurveMetric, PruneCurveResult, write_json
 from layerprobe.specs import CORPUS_TASK, AngularSpec, PruneSpec
 
 if TYPE_CHECKING:

@@ -102,7 +102,7 @@ def plot_result(json_path: Path, out_dir: Path | None = None) -> list[Path]:
     out_dir = json_path.parent if out_dir is None else Path(out_dir)
     if isinstance(result, AngularResult):
         return plot_angular(result, out_dir)
-    from layerprobe.curve_result import PruneCurveResult
+    from layerprobe.results import PruneCurveResult
 
     if isinstance(result, PruneCurveResult):
         from layerprobe.prune_curve import plot_prune_curve

@@ -11,10 +11,9 @@ from typer.testing import CliRunner
 
 from layerprobe.angular import run_angular
 from layerprobe.cli import app
-from layerprobe.curve_result import PruneCurveResult
 from layerprobe.errors import LayerprobeError
 from layerprobe.prune_curve import PruneCurveSpec, choose_spans, gromov_start, run_prune_curve
-from layerprobe.results import load_result, write_json
+from layerprobe.results import PruneCurveResult, load_result, write_json
 from layerprobe.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec, PruneSpec
 from tests.test_corpus_metric import _deleted_span, _reference
 
