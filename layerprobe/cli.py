@@ -14,9 +14,18 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from layerprobe.console import RichProgress, err, out, print_angular_summary, print_depth_summary, print_prune_summary
+from layerprobe.console import (
+    RichProgress,
+    err,
+    out,
+    print_angular_summary,
+    print_depth_summary,
+    print_error,
+    print_prune_summary,
+)
 from layerprobe.errors import LayerprobeError
 from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON, SAMPLES_DIR
 
@@ -86,10 +95,7 @@ def friendly_errors(command: Callable) -> Callable:
         try:
             return command(*args, **kwargs)
         except LayerprobeError as exc:
-            # soft_wrap: one line each, also when stderr is a pipe or log (rich would cut at 80 columns)
-            err.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
-            if exc.hint:
-                err.print(f"[dim]hint: {exc.hint}[/]", highlight=False, soft_wrap=True)
+            print_error(exc.message, exc.hint)  # escaped, one line each also in a pipe or log
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/]")
@@ -106,8 +112,10 @@ def model_slug(model: str) -> str:
 
 
 def output_dir(out_opt: Path | None, model: str) -> Path:
-    """`--out` if given, else ./layerprobe-out/<model-slug>/."""
-    return out_opt if out_opt is not None else Path("layerprobe-out") / model_slug(model)
+    """`--out` if given, else ./layerprobe-out/<model-slug>/; an existing file there is refused at once."""
+    from layerprobe.results import check_output_dir
+
+    return check_output_dir(out_opt if out_opt is not None else Path("layerprobe-out") / model_slug(model))
 
 
 @app.command()
@@ -162,7 +170,7 @@ def demo(
         corpus=CorpusSpec(BUILTIN_CORPUS, None, "train", "text", tokens, 512),
         batch_size=8,
     )
-    _run_and_report_angular(spec, out_dir, quiet)
+    _run_and_report_angular(spec, output_dir(out_dir, "demo"), quiet)
 
 
 def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
@@ -176,7 +184,7 @@ def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
     json_path = write_json(directory / ANGULAR_JSON, result.to_dict())
     plots = plot_angular(result, directory)
     print_angular_summary(result)
-    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, soft_wrap=True)
+    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, markup=False)
 
 
 @app.command()
@@ -239,7 +247,7 @@ def depth(
     json_path = write_json(directory / "depth.json", result.to_dict())
     plots = plot_depth(result, directory)
     print_depth_summary(result)
-    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False)
+    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, markup=False)
 
 
 @app.command("prune-curve")
@@ -359,6 +367,14 @@ def prune_drop(
             "before the removed one.",
         ),
     ] = "auto",
+    prefix_reuse: Annotated[
+        bool,
+        typer.Option(
+            "--prefix-reuse/--no-prefix-reuse",
+            help="Shared engine: compute the key/value cache of a prompt prefix many requests share (few-shot "
+            "examples) once per variant and run only the rest of each request.",
+        ),
+    ] = True,
     resume: Annotated[
         bool,
         typer.Option(
@@ -416,6 +432,7 @@ def prune_drop(
         include_path=str(include_path) if include_path else None,
         squad_data=str(squad_data) if squad_data else None,
         engine=engine,
+        prefix_reuse=prefix_reuse,
         log_samples=log_samples,
         angular=str(angular) if angular else None,
         corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
@@ -428,7 +445,7 @@ def prune_drop(
     print_prune_summary(result)
     written = [*plots, *([directory / SAMPLES_DIR] if spec.log_samples else [])]
     out.print(
-        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in written), highlight=False, soft_wrap=True
+        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in written), highlight=False, markup=False
     )
 
 
@@ -506,15 +523,15 @@ def prune_export(
     before, after = len(result.removed) + len(result.kept), len(result.kept)
     changed = ", ".join(f"{k}={v}" for k, v in result.config_changes.items())
     out.print(
-        f"[bold]{model}[/]: {before} → {after} blocks (removed {', '.join(map(str, result.removed))}), "
-        f"{result.parameters_before:,} → {result.parameters_after:,} parameters; config: {changed}",
+        f"[bold]{escape(model)}[/]: {before} → {after} blocks (removed {', '.join(map(str, result.removed))}), "
+        f"{result.parameters_before:,} → {result.parameters_after:,} parameters; config: {escape(changed)}",
         highlight=False,
         soft_wrap=True,
     )
     for note in result.notes:
-        err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     written = f"wrote {result.directory}" + (f", {result.mergekit_yaml}" if result.mergekit_yaml else "")
-    out.print(written, highlight=False, soft_wrap=True)
+    out.print(written, highlight=False, markup=False)
 
 
 def _positive_int(text: str, option: str) -> int:
@@ -554,7 +571,7 @@ def layers(
     check_skeleton_weights(spec, skeleton, stack)  # a config that disagrees with the weights would list wrong L
     sizes = stack.parameters_per_block()
     traced = _traced_placement(skeleton, stack) if placement else None
-    out.print(f"[bold]{model}[/]: {architecture} ({kind})", highlight=False)
+    out.print(f"[bold]{escape(model)}[/]: {escape(f'{architecture} ({kind})')}", highlight=False)
     table = Table()
     table.add_column("block", justify="right")
     table.add_column("class")
@@ -566,9 +583,9 @@ def layers(
         table.add_row(*row, *([traced.labels[index]] if traced is not None else []))
     out.print(table)
     if traced is not None:
-        out.print(f"placement: {traced.summary}", highlight=False)
+        out.print(f"placement: {escape(traced.summary)}", highlight=False)
     out.print(
-        f"stack path: {stack.path}   L = {stack.num_layers}   block class: {stack.block_class}   "
+        f"stack path: {escape(stack.path)}   L = {stack.num_layers}   block class: {stack.block_class}   "
         f"parameters in blocks: {sum(sizes):,}",
         highlight=False,
     )
@@ -583,7 +600,7 @@ def _traced_placement(skeleton: Any, stack: Any) -> Any:
         with err.status("Tracing norm placement"):
             return placement_without_weights(skeleton, stack, vocab)
     except (LayerprobeError, RuntimeError, TypeError, ValueError) as exc:
-        err.print(f"[yellow]warning:[/] norm placement not traced: {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]warning:[/] norm placement not traced: {escape(str(exc))}", highlight=False)
         return None
 
 
@@ -599,7 +616,7 @@ def plot(
     from layerprobe.depth_plots import redraw
 
     for path in redraw(result_json, out_dir):
-        out.print(f"wrote {path}", highlight=False, soft_wrap=True)
+        out.print(f"wrote {path}", highlight=False, markup=False)
 
 
 @app.command("compare")
@@ -637,8 +654,6 @@ def compare_command(
     ] = None,
 ) -> None:
     """Gate a candidate's results against a baseline's: exit 0 pass, 1 regression, 2 bad input."""
-    from rich.console import Console
-
     from layerprobe.gate.figures import plot_verdict
     from layerprobe.gate.render import build_table, check_format, render, render_junit
     from layerprobe.gate.rules import load_rules
@@ -656,10 +671,10 @@ def compare_command(
     )
     verdict = compare_paths(baseline, candidate, rules)
     if output_format == "table":
-        Console().print(build_table(verdict))
+        out.print(build_table(verdict))
     else:
-        typer.echo(render(verdict, output_format), nl=False)
-    err = Console(stderr=True)
+        text = render(verdict, output_format)
+        typer.echo(text if text.endswith("\n") else text + "\n", nl=False)
     if junit is not None:
         try:
             junit.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ model is scored again and the block is put back. Every finished (task, variant) 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from layerprobe.agreement import check_angular_fits, find_angular, load_angular_for, task_agreement
@@ -85,18 +86,25 @@ def run_prune_drop(
             "batch_size": spec.batch_size,
             "include_path": spec.include_path,
             "squad_data": spec.squad_data,
+            "prefix_reuse": spec.prefix_reuse,
             **({"corpus": corpus_settings(spec.corpus)} if CORPUS_TASK in spec.tasks else {}),
         },
         tasks={
             task: assemble_task(state, task, layers, spec.limit, samples, angular_result, angular)
             for task in spec.tasks
         },
-        run=timer.finish(loaded.device_label),
+        run=replace(timer.finish(loaded.device_label), prefix_reuse=prefix_reuse_status(state, spec.tasks, variants)),
     )
     write_json(Path(out_dir) / PRUNE_DROP_JSON, result.to_dict())
     samples.finish(list(spec.tasks), keep=spec.log_samples)
     state.remove()
     return result
+
+
+def prefix_reuse_status(state: PruneState, tasks: tuple[str, ...], variants: list[int | None]) -> str | None:
+    """How the shared engine treated shared prompt prefixes ("on", "off", "unavailable: …"); None if unused."""
+    found = {state.get(t, v).prefix_reuse for t in tasks for v in variants} - {None}
+    return "; ".join(sorted(found)) or None
 
 
 def assemble_task(
@@ -138,5 +146,6 @@ def assemble_task(
         limit=limit,
         samples=baseline.samples,
         nonfinite=baseline.nonfinite + sum(v.nonfinite for v in variants),
+        version=baseline.version,
         agreement=None if angular is None else task_agreement(angular, metrics, str(angular_path)),
     )

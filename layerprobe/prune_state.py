@@ -24,6 +24,7 @@ from layerprobe.results import (
     write_json,
 )
 from layerprobe.specs import CORPUS_TASK
+from layerprobe.validate import Node
 
 if TYPE_CHECKING:
     from layerprobe.evaluate.scores import Evaluation
@@ -60,6 +61,7 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
         "num_fewshot": spec.num_fewshot,
         "seed": spec.seed,
         "batch_size": spec.batch_size,
+        "prefix_reuse": spec.prefix_reuse,
         "include_path": files_stat_digest(spec.include_path) if spec.include_path else None,
         "squad_data": files_stat_digest(spec.squad_data) if spec.squad_data else None,
         "versions": {k: versions.get(k) for k in ("torch", "transformers", "lm_eval")},
@@ -123,7 +125,8 @@ class PruneState:
         data = read_json(path)
         if data.get("schema") != PARTIAL_SCHEMA:
             raise ResultError(f"{path} is not a prune-drop progress file.")
-        stored = data.get("fingerprint", {})
+        fingerprint_node = Node(data, str(path)).key("fingerprint")
+        stored = fingerprint_node.obj() if fingerprint_node.present else {}
         differing = sorted(k for k in set(stored) | set(fingerprint) if stored.get(k) != fingerprint.get(k))
         if differing:
             details = "; ".join(f"{k}: was {stored.get(k)!r}, now {fingerprint.get(k)!r}" for k in differing)
@@ -131,7 +134,13 @@ class PruneState:
                 f"--resume refuses to mix results of a different run ({details}).",
                 hint=f"Use another --out directory, or delete {path} to start over.",
             )
-        return cls(path, fingerprint, data.get("done", {}))
+        done = Node(data, str(path)).key("done")
+        if not done.present:
+            return cls(path, fingerprint)
+        for _, variants in done.entries():  # validated now, once: a bad entry is named before hours of work
+            for _, entry in variants.entries():
+                evaluation_from_dict(entry)
+        return cls(path, fingerprint, done.value)
 
     def has(self, task: str, layer: int | None) -> bool:
         return variant_key(layer) in self.done.get(task, {})

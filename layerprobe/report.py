@@ -23,7 +23,14 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from layerprobe.results import AngularResult, MetricDrop, PruneDropResult, atomic_write, load_result  # noqa: E402
+from layerprobe.results import (  # noqa: E402
+    AngularResult,
+    MetricDrop,
+    PruneDropResult,
+    atomic_write,
+    check_output_dir,
+    load_result,
+)
 
 HEATMAP_CMAP = "viridis_r"  # The papers draw small distances (lazy spans) yellow.
 DIFF_CMAP = "RdBu_r"
@@ -99,7 +106,7 @@ def plot_result(json_path: Path, out_dir: Path | None = None) -> list[Path]:
     """Redraw every plot of a result JSON (backs `layerprobe plot`); defaults to the JSON's directory."""
     json_path = Path(json_path)
     result = load_result(json_path)
-    out_dir = json_path.parent if out_dir is None else Path(out_dir)
+    out_dir = json_path.parent if out_dir is None else check_output_dir(out_dir)
     if isinstance(result, AngularResult):
         return plot_angular(result, out_dir)
     from layerprobe.results import PruneCurveResult

@@ -534,7 +534,7 @@ def test_markdown_output_has_a_headline_and_one_row_per_rule(mixed_verdict):
         "baseline_score[arc_easy/acc]": "✅",
         "layer_delta[arc_easy/acc]": "❌",
     }
-    assert all(len(re.split(r"(?<!\\)\|", row)) == 10 for row in rows)  # 8 cells between 9 pipes
+    assert all(len(re.split(r"(?<!\\)\|", row)) == 11 for row in rows)  # 9 cells between 10 pipes
     assert "- ❌ **prune_drop · layer_delta[arc_easy/acc]**: removing layer(s) [2]" in text
 
 
@@ -546,7 +546,7 @@ def test_markdown_escapes_pipes_in_task_names():
     )
     text = render_markdown(Verdict(Path("b"), Path("c"), GateRules(), [comp], []))
     rows = [line for line in text.splitlines() if line.startswith("| ") and "`" in line]
-    assert len(rows) == 2 and all(len(re.split(r"(?<!\\)\|", row)) == 10 for row in rows)
+    assert len(rows) == 2 and all(len(re.split(r"(?<!\\)\|", row)) == 11 for row in rows)
     assert "a\\|b/acc" in rows[0]
 
 

@@ -84,6 +84,7 @@ class TaskScores:
     samples: int
     subtasks: dict[str, TaskScores] = field(default_factory=dict)
     per_sample: dict[str, MetricSamples] = field(default_factory=dict)
+    version: str | None = None
 
 
 def make_lm(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int | str = 1) -> HFLM:
@@ -218,7 +219,9 @@ def _scores(results: dict[str, Any], group_map: dict[str, list[str]], name: str)
     num_fewshot = results.get("n-shot", {}).get(name)
     if num_fewshot is None and subtasks:
         num_fewshot = _agreed(sub.num_fewshot for sub in subtasks.values())
-    return TaskScores(metrics, num_fewshot, int(samples), subtasks)
+    version = results.get("versions", {}).get(name)
+    version = None if version in (None, "N/A") else str(version)
+    return TaskScores(metrics, num_fewshot, int(samples), subtasks, version=version)
 
 
 def _agreed(values: Iterable[Any]) -> Any:
@@ -266,4 +269,11 @@ class HarnessScorer:
         scores = evaluate(self.lm, self.task_sets[task], limit=lm_eval_limit(self.spec.limit), seed=self.spec.seed)[
             task
         ]
-        return Evaluation(scores.metrics, scores.num_fewshot, scores.samples, self.engine, per_sample=scores.per_sample)
+        return Evaluation(
+            scores.metrics,
+            scores.num_fewshot,
+            scores.samples,
+            self.engine,
+            per_sample=scores.per_sample,
+            version=scores.version,
+        )
