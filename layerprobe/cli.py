@@ -370,6 +370,73 @@ def depth(
     out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, markup=False)
 
 
+@app.command("prune-curve")
+@friendly_errors
+def prune_curve(
+    model: ModelArg,
+    task: Annotated[
+        list[str], typer.Option("--task", help="Any task prune-drop accepts (corpus, lm-eval tasks, squad). Repeat.")
+    ],
+    angular: Annotated[
+        Path | None,
+        typer.Option("--angular", help="angular.json of the same model (default: measured first on the corpus)."),
+    ] = None,
+    max_fraction: Annotated[
+        float, typer.Option("--max-fraction", help="Largest fraction of blocks removed (n = 1 … ⌊fraction·L⌋).")
+    ] = 0.5,
+    baseline_seeds: Annotated[
+        int, typer.Option("--baseline-seeds", help="Random-span baselines per n (seeds --seed, --seed+1, …).")
+    ] = 0,
+    limit: Annotated[float | None, typer.Option("--limit", help="Documents per lm-eval/SQuAD task.")] = None,
+    num_fewshot: Annotated[int | None, typer.Option("--num-fewshot", help="Few-shot examples.")] = None,
+    batch_size: Annotated[str, typer.Option("--batch-size", help="Requests or windows per forward pass.")] = "8",
+    seed: Annotated[int, typer.Option("--seed", help="Seed for few-shot sampling and the random spans.")] = 1234,
+    include_path: Annotated[Path | None, typer.Option("--include-path", help="Folder of extra lm-eval tasks.")] = None,
+    tokens: TokensOpt = 262_144,
+    dataset: DatasetOpt = "allenai/c4",
+    dataset_config: DatasetConfigOpt = None,
+    split: SplitOpt = "validation",
+    text_field: TextFieldOpt = "text",
+    seq_len: SeqLenOpt = 1024,
+    revision: RevisionOpt = None,
+    dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
+    device_map: DeviceMapOpt = None,
+    trust_remote_code: TrustOpt = False,
+    layers_path: LayersPathOpt = None,
+    out_dir: OutOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Score vs fraction of blocks removed: Gromov's min-angular-distance span, last blocks, random spans.
+
+    Writes prune_curve.json and prune_curve_<task>.png (one line per method).
+    """
+    from layerprobe.prune_curve import PruneCurveSpec, plot_prune_curve, run_prune_curve
+    from layerprobe.specs import CorpusSpec, ModelSpec, PruneSpec, parse_eval_batch_size
+
+    parsed_batch = parse_eval_batch_size(batch_size)
+    spec = PruneCurveSpec(
+        prune=PruneSpec(
+            model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
+            tasks=split_task_names(task),
+            limit=limit,
+            num_fewshot=num_fewshot,
+            batch_size=parsed_batch,
+            seed=seed,
+            include_path=str(include_path) if include_path else None,
+            corpus=CorpusSpec(dataset, dataset_config, split, text_field, parse_tokens(tokens), seq_len),
+        ),
+        max_fraction=max_fraction,
+        baseline_seeds=baseline_seeds,
+    )
+    directory = output_dir(out_dir, model)
+    progress = RichProgress(quiet)
+    with progress.running():
+        result = run_prune_curve(spec, directory, str(angular) if angular else None, progress.callbacks())
+    plots = plot_prune_curve(result, directory)
+    out.print(f"wrote {directory / 'prune_curve.json'}" + "".join(f", {p}" for p in plots), markup=False)
+
+
 @app.command("prune-drop")
 @friendly_errors
 def prune_drop(
@@ -379,8 +446,9 @@ def prune_drop(
         typer.Option(
             "--task",
             "--tasks",
-            help="lm-eval task or group (mmlu, arc_easy, a task under --include-path, a task YAML path), or "
-            "squad for extractive-QA models. Repeat, or separate with commas (--tasks a,b), for several.",
+            help="lm-eval task or group (mmlu, arc_easy, a task under --include-path, a task YAML path), "
+            "squad for extractive-QA models, or corpus (task-free NLL/KL/top-1 agreement on the --dataset "
+            "windows). Repeat, or separate with commas (--tasks a,b), for several.",
         ),
     ],
     layers_opt: Annotated[
@@ -469,6 +537,12 @@ def prune_drop(
             "(default: <out>/angular.json when it exists).",
         ),
     ] = None,
+    tokens: TokensOpt = 262_144,
+    dataset: DatasetOpt = "allenai/c4",
+    dataset_config: DatasetConfigOpt = None,
+    split: SplitOpt = "validation",
+    text_field: TextFieldOpt = "text",
+    seq_len: SeqLenOpt = 1024,
     revision: RevisionOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
@@ -490,7 +564,7 @@ def prune_drop(
     """
     from layerprobe.prune import run_prune_drop
     from layerprobe.report import plot_prune_drop
-    from layerprobe.specs import DEFAULT_STATE_BYTES, PruneSpec, parse_eval_batch_size, parse_memory_size
+    from layerprobe.specs import DEFAULT_STATE_BYTES, CorpusSpec, PruneSpec, parse_eval_batch_size, parse_memory_size
 
     spec = PruneSpec(
         model=model_spec(
@@ -521,6 +595,7 @@ def prune_drop(
         max_state_bytes=parse_memory_size(max_state_memory) or DEFAULT_STATE_BYTES,
         log_samples=log_samples,
         angular=str(angular) if angular else None,
+        corpus=CorpusSpec(dataset, dataset_config, split, text_field, parse_tokens(tokens), seq_len),
     )
     directory = output_dir(out_dir, model)
     check_output_dir(directory)

@@ -28,10 +28,10 @@ from layerprobe.models import (
 )
 from layerprobe.progress import EvaluationEvent, Progress
 from layerprobe.provenance import RunTimer, model_info
-from layerprobe.prune_state import PruneState, fingerprint
+from layerprobe.prune_state import PruneState, corpus_settings, fingerprint
 from layerprobe.results import PRUNE_DROP_JSON, AngularResult, MetricDrop, PruneDropResult, TaskDrop, write_json
 from layerprobe.sample_log import SampleLog
-from layerprobe.specs import PruneSpec, parse_layer_ranges
+from layerprobe.specs import CORPUS_TASK, PruneSpec, parse_layer_ranges
 
 __all__ = ["check_tasks_fit_model", "run_prune_drop"]
 
@@ -117,6 +117,7 @@ def run_prune_drop(
             "span": spec.span,
             "sublayers": remover.module_paths(),
             "prefix_reuse": spec.prefix_reuse,
+            **({"corpus": corpus_settings(spec.corpus)} if CORPUS_TASK in spec.tasks else {}),
         },
         tasks={
             # A sublayer's ΔP is not what a block's angular distance predicts: no agreement block for it.

@@ -23,12 +23,13 @@ from layerprobe.results import (
     read_json,
     write_json,
 )
+from layerprobe.specs import CORPUS_TASK
 from layerprobe.validate import Node
 
 if TYPE_CHECKING:
     from layerprobe.evaluate.scores import Evaluation
     from layerprobe.results import ModelInfo
-    from layerprobe.specs import PruneSpec
+    from layerprobe.specs import CorpusSpec, PruneSpec
 
 PARTIAL_NAME = PRUNE_DROP_PARTIAL_JSON
 PARTIAL_SCHEMA = "layerprobe/prune-drop-partial@1"
@@ -70,6 +71,20 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
         "unit": spec.unit,
         "span": spec.span,
         "versions": {k: versions.get(k) for k in ("torch", "transformers", "lm_eval")},
+        **({"corpus": corpus_settings(spec.corpus)} if CORPUS_TASK in spec.tasks else {}),
+    }
+
+
+def corpus_settings(corpus: CorpusSpec) -> dict[str, Any]:
+    """The corpus options `--task corpus` was scored on, as recorded in prune_drop.json and fingerprints."""
+    return {
+        "dataset": corpus.dataset,
+        "config": corpus.dataset_config if corpus.is_hub else None,
+        "split": corpus.split if corpus.is_hub else None,
+        "text_field": corpus.text_field,
+        "tokens": corpus.tokens,
+        "seq_len": corpus.seq_len,
+        "file": files_stat_digest(corpus.dataset) if corpus.is_local else None,
     }
 
 

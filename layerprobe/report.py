@@ -111,6 +111,12 @@ def plot_result(json_path: Path, out_dir: Path | None = None) -> list[Path]:
     out_dir = json_path.parent if out_dir is None else check_output_dir(out_dir)
     if isinstance(result, AngularResult):
         return plot_angular(result, out_dir)
+    from layerprobe.results import PruneCurveResult
+
+    if isinstance(result, PruneCurveResult):
+        from layerprobe.prune_curve import plot_prune_curve
+
+        return plot_prune_curve(result, out_dir)
     return plot_prune_drop(result, out_dir)
 
 

@@ -344,6 +344,7 @@ def parse_layer_ranges(text: str | None, num_layers: int, option: str = "--layer
 
 
 SQUAD_TASK = "squad"
+CORPUS_TASK = "corpus"  # task-free: NLL, KL and top-1 agreement on the angular corpus (evaluate/corpus_metric.py)
 
 
 @dataclass(frozen=True)
@@ -370,11 +371,18 @@ class PruneSpec:
     max_state_bytes: int = DEFAULT_STATE_BYTES  # shared engine: recorded block inputs held at once
     log_samples: bool = False  # write <out>/samples/<task>.jsonl (per-document values) at the end
     angular: str | None = None  # angular.json to rank-compare with ΔP (None: <out>/angular.json if there)
+    corpus: CorpusSpec = field(default_factory=CorpusSpec)  # the windows `--task corpus` scores on
 
     def __post_init__(self) -> None:
         if self.max_state_bytes < 1:
             raise LayerprobeError(f"--max-state-memory must be positive, got {self.max_state_bytes} bytes.")
         check_ablation(self.unit, self.span)
+        if CORPUS_TASK in self.tasks and (self.unit != "block" or self.span != 1):
+            raise LayerprobeError(
+                f"--task {CORPUS_TASK} scores single removed blocks; it cannot be combined with --unit {self.unit} "
+                f"--span {self.span} yet.",
+                hint="Score the corpus task in its own run (layerprobe prune-curve scores spans on it).",
+            )
         if not self.tasks:
             raise LayerprobeError("No --task given.", hint="e.g. --task mmlu, --task arc_easy or --task squad.")
         if len(set(self.tasks)) != len(self.tasks):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprobe.errors import TaskError
 from layerprobe.models import CAUSAL_LM, EXTRACTIVE_QA
-from layerprobe.specs import SQUAD_TASK
+from layerprobe.specs import CORPUS_TASK, SQUAD_TASK
 
 if TYPE_CHECKING:
     from layerprobe.ablation import Remover
@@ -49,6 +49,13 @@ def check_tasks_fit_model(tasks: tuple[str, ...], kind: str, model: str, engine:
             hint="Use --engine auto or simple for squad.",
         )
     for task in tasks:
+        if task == CORPUS_TASK and kind != CAUSAL_LM:
+            raise TaskError(
+                f"--task {CORPUS_TASK} scores next-token predictions, so it needs a causal LM; {model} is {kind}.",
+                hint="Encoders have no next-token head: score them with --task squad (QA checkpoints).",
+            )
+        if task == CORPUS_TASK:
+            continue
         if task == SQUAD_TASK and kind == CAUSAL_LM:
             raise TaskError(
                 f"'{SQUAD_TASK}' here scores extractive-QA encoders; {model} is a causal LM.",
@@ -83,7 +90,7 @@ class PreparedTasks:
 def prepare_tasks(spec: PruneSpec) -> PreparedTasks:
     """Build every lm-eval task and read SQuAD's questions: the model-independent half of scoring."""
     prepared = PreparedTasks()
-    harness_tasks = [t for t in spec.tasks if t != SQUAD_TASK]
+    harness_tasks = [t for t in spec.tasks if t not in (SQUAD_TASK, CORPUS_TASK)]
     if harness_tasks:
         from layerprobe.evaluate.harness import build_tasks
 
@@ -112,7 +119,7 @@ def make_scorers(
     `prepare_tasks(spec)`, done before the model was loaded (built here when not given).
     """
     prepared = prepared if prepared is not None else prepare_tasks(spec)
-    harness_tasks = [t for t in spec.tasks if t != SQUAD_TASK]
+    harness_tasks = [t for t in spec.tasks if t not in (SQUAD_TASK, CORPUS_TASK)]
     scorers: list[tuple[Scorer, list[str]]] = []
     if harness_tasks:
         scorers.append((_harness_scorer(loaded, stack, spec, prepared.task_sets, layers, remover), harness_tasks))
@@ -120,6 +127,12 @@ def make_scorers(
         from layerprobe.evaluate.squad import SquadTaskScorer
 
         scorers.append((SquadTaskScorer(loaded, stack, spec, progress, remover, prepared.squad), [SQUAD_TASK]))
+    if CORPUS_TASK in spec.tasks:
+        from layerprobe.evaluate.corpus_metric import CorpusScorer
+
+        progress.stage("Reading corpus")
+        corpus = CorpusScorer(loaded, stack, spec.corpus, list(layers), spec.batch_size, spec.engine)
+        scorers.append((corpus, [CORPUS_TASK]))
     return scorers
 
 
