@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from layerprobe.corpus import Window, batches, build_windows, iter_documents
+from layerprobe.distributed import World
+from layerprobe.distributed import world as distributed_world
 from layerprobe.errors import UnsupportedModel
 from layerprobe.layers import LayerStack, capture_block_states, find_layers
 from layerprobe.models import LoadedModel, load_model, takes_argument
@@ -56,6 +58,20 @@ class AngularAccumulator:
         self.sums = torch.zeros(num_states, num_states, dtype=torch.float64, device=device)
         self.count = 0
         self.nonfinite = 0
+        self.parts: list | None = None  # with keep_parts(): every chunk's fp64 sum, in order, instead of adding
+
+    def keep_parts(self) -> AngularAccumulator:
+        """Record each chunk's sum rather than adding it, so another process can add them in global order.
+
+        fp64 addition is not associative: summing the pieces of several ranks in the one-process order is
+        what makes a multi-process matrix bit-identical to a one-process one.
+        """
+        self.parts = []
+        return self
+
+    def add_parts(self, parts: list) -> None:
+        for part in parts:
+            self.sums += part.to(self.sums.device)
 
     def update(self, states: list) -> None:
         """Add positions to the mean.
@@ -81,7 +97,11 @@ class AngularAccumulator:
                     chunk = chunk[finite]
                 unit = F.normalize(chunk, dim=-1)
                 cos = torch.bmm(unit, unit.transpose(1, 2)).clamp_(-1.0, 1.0)  # (positions, L+1, L+1)
-                self.sums += (torch.arccos(cos) / math.pi).sum(dim=0, dtype=torch.float64)
+                part = (torch.arccos(cos) / math.pi).sum(dim=0, dtype=torch.float64)
+                if self.parts is None:
+                    self.sums += part
+                else:
+                    self.parts.append(part.cpu())
                 self.count += unit.shape[0]
 
     def result(self) -> list[list[float]]:
@@ -118,17 +138,26 @@ def measure(
     positions: str,
     batch_size: int,
     on_batch: Callable[[int], None] | None = None,
+    world: World | None = None,
 ) -> AngularAccumulator:
     """Run the windows through the model once, accumulating distances at the chosen positions.
 
-    `positions="all"` measures every position; `"last"` the last text token of each window.
+    `positions="all"` measures every position; `"last"` the last text token of each window. Launched on
+    several processes (`world`), each runs every world.size-th batch and rank 0 adds all chunk sums in
+    the order one process would have: the matrix is identical to a one-process run's.
     """
     import torch
 
+    world = world or World()
     accumulator = AngularAccumulator(stack.num_layers + 1, device=loaded.input_device)
+    if world.size > 1:
+        accumulator.keep_parts()
+    parts_by_batch: dict[int, list] = {}
     extra = {"use_cache": False} if takes_argument(loaded.model, "use_cache") else {}
     with torch.inference_mode(), capture_block_states(stack) as states:
-        for group in batches(windows, batch_size):
+        for index, group in enumerate(batches(windows, batch_size)):
+            if index % world.size != world.rank:
+                continue
             ids = torch.tensor([w.input_ids for w in group], device=loaded.input_device)
             states.clear()
             loaded.model(input_ids=ids, **extra)
@@ -151,17 +180,37 @@ def measure(
                 last = torch.tensor([w.last_text_position for w in group])
                 flat = [s[rows.to(s.device), last.to(s.device)] for s in states]  # states may span GPUs
             accumulator.update(flat)
+            if accumulator.parts is not None:
+                parts_by_batch[index], accumulator.parts = accumulator.parts, []
             states.clear()
             if on_batch:
                 on_batch(sum(len(w.input_ids) for w in group))
-    return accumulator
+    if world.size == 1:
+        return accumulator
+    return _combine(accumulator, world.gather((parts_by_batch, accumulator.count, accumulator.nonfinite)))
+
+
+def _combine(accumulator: AngularAccumulator, pieces: list) -> AngularAccumulator:
+    """One accumulator from every rank's chunk sums and counts, added in one-process batch order."""
+    whole = AngularAccumulator(accumulator.num_states, device=accumulator.sums.device)
+    by_batch = {index: parts for rank_parts, _, _ in pieces for index, parts in rank_parts.items()}
+    for index in sorted(by_batch):
+        whole.add_parts(by_batch[index])
+    whole.count = sum(count for _, count, _ in pieces)
+    whole.nonfinite = sum(nonfinite for _, _, nonfinite in pieces)
+    return whole
 
 
 def run_angular(
-    spec: AngularSpec, progress: Progress | None = None, loaded: LoadedModel | None = None
+    spec: AngularSpec, progress: Progress | None = None, loaded: LoadedModel | None = None, world: World | None = None
 ) -> AngularResult:
-    """Load the model (unless given), build the windows, measure, and return the result."""
+    """Load the model (unless given), build the windows, measure, and return the result.
+
+    Under `accelerate launch`/`torchrun` (see layerprobe.distributed) every rank measures a share of the
+    batches and every rank returns the same, whole result; the caller writes it on rank 0 only.
+    """
     progress = progress or Progress()
+    world = world or distributed_world()
     timer = RunTimer()
     if loaded is None:
         progress.stage("Loading model")
@@ -176,7 +225,7 @@ def run_angular(
     )
     progress.stage("Measuring", spec.corpus.tokens, "tok")
     measure_clock = time.perf_counter()
-    accumulator = measure(loaded, stack, windows, spec.positions, spec.batch_size, progress.on_advance)
+    accumulator = measure(loaded, stack, windows, spec.positions, spec.batch_size, progress.on_advance, world)
     measure_seconds = time.perf_counter() - measure_clock
     corpus = spec.corpus
     data = {

@@ -10,13 +10,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from layerprobe.distributed import Share, World
+from layerprobe.distributed import world as distributed_world
 from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers
 from layerprobe.layers import find_layers
 from layerprobe.models import LoadedModel, load_config, load_model, model_kind
 from layerprobe.progress import EvaluationEvent, Progress
 from layerprobe.provenance import RunTimer, model_info
-from layerprobe.prune_state import PruneState, fingerprint
-from layerprobe.results import PRUNE_DROP_JSON, MetricDrop, PruneDropResult, TaskDrop, write_json
+from layerprobe.prune_state import PruneState, fingerprint, variant_key
+from layerprobe.results import (
+    PRUNE_DROP_JSON,
+    MetricDrop,
+    ModelInfo,
+    PruneDropResult,
+    RunInfo,
+    TaskDrop,
+    write_json,
+)
+from layerprobe.shards import write_shard
 from layerprobe.specs import PruneSpec, parse_layer_ranges
 
 __all__ = ["check_tasks_fit_model", "run_prune_drop"]
@@ -28,9 +39,18 @@ def run_prune_drop(
     resume: bool = False,
     progress: Progress | None = None,
     loaded: LoadedModel | None = None,
-) -> PruneDropResult:
-    """Score the baseline and every selected block removed; write prune_drop.json into `out_dir`."""
+    shard: Share | None = None,
+    world: World | None = None,
+) -> PruneDropResult | None:
+    """Score the baseline and every selected block removed; write prune_drop.json into `out_dir`.
+
+    `shard` (i of N) scores only that share of the variants and writes prune_drop.shard.json for
+    `layerprobe merge` instead, returning None. Under `accelerate launch`/`torchrun` every rank scores
+    a share of the variants (of the shard's), rank 0 gathers them and writes; every rank returns the result.
+    """
     progress = progress or Progress()
+    shard = shard or Share()
+    world = world or distributed_world()
     timer = RunTimer()
     config = load_config(spec.model) if loaded is None else loaded.model.config
     check_tasks_fit_model(spec.tasks, model_kind(config), spec.model.model, spec.engine)
@@ -39,14 +59,25 @@ def run_prune_drop(
     if loaded is None:
         progress.stage("Loading model")
         loaded = load_model(spec.model, purpose="head")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     stack = find_layers(loaded.model, spec.model.layers_path)
     layers = parse_layer_ranges(spec.layers, stack.num_layers)
     info = model_info(loaded, stack)
-    state = PruneState.open(Path(out_dir), fingerprint(spec, info), resume)
-    variants: list[int | None] = [None, *layers]
+    print_ = fingerprint(spec, info)
+    suffix = "" if world.size == 1 else f".rank{world.rank}"
+    state = PruneState.open(out_dir, print_, resume, f"prune_drop.partial{suffix}.json")
+    world.barrier()  # every rank has read the progress files before any rank writes its own
+    variants = world.share.of(shard.of([None, *layers]))
     remaining = sum(not state.has(t, v) for t in spec.tasks for v in variants)
     progress.stage("Preparing tasks")
-    scorers = make_scorers(loaded, stack, spec, layers, progress) if remaining else []
+    mine = [v for v in variants if v is not None]
+    scorers = make_scorers(loaded, stack, spec, mine, progress) if remaining else []
+    journals = [
+        scorer.keep_answers(out_dir / f"prune_drop.answers{suffix}.jsonl", print_, resume)
+        for scorer, _ in scorers
+        if hasattr(scorer, "keep_answers")
+    ]
     progress.stage("Evaluating (task × variant)", remaining, "eval")
     with progress.watching_blocks(stack):
         for scorer, tasks in scorers:
@@ -61,26 +92,58 @@ def run_prune_drop(
                         if not scorer.reports_progress:
                             progress.on_advance(1)
                         progress.on_evaluation(EvaluationEvent(task, layer, scorer.engine, evaluation, scorer))
-    engines = sorted({state.get(t, v).engine for t in spec.tasks for v in variants})
-    result = PruneDropResult(
+    done: dict[str, dict[str, dict]] = {}
+    for piece in world.gather(
+        {t: {variant_key(v): state.done[t][variant_key(v)] for v in variants} for t in spec.tasks}
+    ):
+        for task, evaluations in piece.items():
+            done.setdefault(task, {}).update(evaluations)
+    state.done = done
+    result = None
+    if world.is_main:
+        if shard.whole:
+            result = prune_drop_result(info, spec, layers, state, timer.finish(loaded.device_label))
+            write_json(out_dir / PRUNE_DROP_JSON, result.to_dict())
+        else:
+            write_shard(out_dir, shard, info, spec, layers, state, timer.finish(loaded.device_label))
+    world.barrier()  # the result is on disk before any progress file goes
+    state.remove()
+    for journal in journals:
+        journal.remove()
+    return result if world.size == 1 or not shard.whole else world.gather(result)[0]
+
+
+def prune_settings(spec: PruneSpec, layers: list[int]) -> dict:
+    """The `settings` block of prune_drop.json (also what shards must agree on to be merged)."""
+    return {
+        "tasks": list(spec.tasks),
+        "layers": layers,
+        "limit": spec.limit,
+        "num_fewshot": spec.num_fewshot,
+        "seed": spec.seed,
+        "batch_size": spec.batch_size,
+        "include_path": spec.include_path,
+        "squad_data": spec.squad_data,
+    }
+
+
+def prune_drop_result(
+    info: ModelInfo, spec: PruneSpec, layers: list[int], state: PruneState, run: RunInfo
+) -> PruneDropResult:
+    """The result from a state holding every (task, variant) of the run."""
+    return assemble_result(info, prune_settings(spec, layers), state, run)
+
+
+def assemble_result(info: ModelInfo, settings: dict, state: PruneState, run: RunInfo) -> PruneDropResult:
+    tasks, layers = settings["tasks"], settings["layers"]
+    engines = sorted({state.get(t, v).engine for t in tasks for v in [None, *layers]})
+    return PruneDropResult(
         model=info,
         engine="+".join(engines),
-        settings={
-            "tasks": list(spec.tasks),
-            "layers": layers,
-            "limit": spec.limit,
-            "num_fewshot": spec.num_fewshot,
-            "seed": spec.seed,
-            "batch_size": spec.batch_size,
-            "include_path": spec.include_path,
-            "squad_data": spec.squad_data,
-        },
-        tasks={task: assemble_task(state, task, layers, spec.limit) for task in spec.tasks},
-        run=timer.finish(loaded.device_label),
+        settings=dict(settings),
+        tasks={task: assemble_task(state, task, layers, settings["limit"]) for task in tasks},
+        run=run,
     )
-    write_json(Path(out_dir) / PRUNE_DROP_JSON, result.to_dict())
-    state.remove()
-    return result
 
 
 def assemble_task(state: PruneState, task: str, layers: list[int], limit: float | None) -> TaskDrop:

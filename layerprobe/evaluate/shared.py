@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -23,6 +24,7 @@ from lm_eval.models.huggingface import HFLM
 from torch import nn
 
 from layerprobe.evaluate.harness import HarnessScorer, is_generation_task, quiet_lm_eval
+from layerprobe.evaluate.journal import AnswerJournal
 from layerprobe.evaluate.scores import BASELINE
 from layerprobe.layers import LayerStack, capture_block_states, hidden_from_output, removed_blocks
 
@@ -74,6 +76,7 @@ class SharedPrefixLM(HFLM):
         self._detected_at = 0  # input length the auto batch size was detected for
         self._output_arity: int | None = None
         self._arity_known = False  # None is a valid arity (a bare tensor), so it cannot mean "not probed"
+        self.journal: Any = None  # an evaluate.journal.AnswerJournal: every scored batch is also saved there
 
     # lm-eval entry point ---------------------------------------------------------------------------
     def _loglikelihood_tokens(
@@ -136,6 +139,8 @@ class SharedPrefixLM(HFLM):
         for variant, scored in answers.items():
             for key, answer in scored.items():
                 self.store.setdefault(key, {})[variant] = answer
+        if self.journal is not None:
+            self.journal.append(answers)
 
     def _baseline(self, ids: torch.Tensor) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
         """Run all blocks once, keeping the input of each selected block and the normed final states."""
@@ -286,6 +291,13 @@ class SharedPrefixScorer(HarnessScorer):
 
     def make_lm(self) -> SharedPrefixLM:
         return SharedPrefixLM(self.loaded.model, self.loaded.tokenizer, self.stack, self.layers, self.spec.batch_size)
+
+    def keep_answers(self, path: Path, fingerprint: dict[str, Any], resume: bool) -> AnswerJournal:
+        """Save every scored batch to `path` (and, resuming, start from the answers already there)."""
+        journal, store = AnswerJournal.open(path, fingerprint, self.layers, resume)
+        self.lm.store.update(store)
+        self.lm.journal = journal
+        return journal
 
     @contextlib.contextmanager
     def variant(self, layer: int | None) -> Iterator[None]:
