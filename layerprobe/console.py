@@ -7,10 +7,12 @@ functions print a result object as a heading, a table and one closing line. Noth
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -83,35 +85,67 @@ class RichProgress:
 
 
 def print_angular_summary(result: Any) -> None:
-    """An AngularResult on stdout: d(x^l, x^l+1) per block with bars and lazy marks, then one summary line."""
+    """An AngularResult on stdout: d(x^l, x^l+1) per block with bars and lazy marks, then one summary line.
+
+    Unmeasured entries (every position non-finite) are shown as such and never chosen as "most similar";
+    with standard errors, the line says whether the most similar block is a clear choice.
+    """
     summary = result.to_dict()["summary"]
     adjacent = summary["adjacent"]
+    adjacent_se = summary.get("adjacent_stderr")
+    seen = result.data["positions_averaged"] + result.nonfinite_tokens
     out.print(
-        f"[bold]{result.model.id}[/]: d(x^l, x^(l+1)) over {result.data['positions_averaged']:,} positions",
-        highlight=False,
+        f"[bold]{escape(result.model.id)}[/]: d(x^l, x^(l+1)) over {seen:,} positions", highlight=False
     )  # a heading line, not a table title: titles wrap to the table's width
     table = Table()
     table.add_column("block l", justify="right")
-    table.add_column("d(x^l, x^l+1)", justify="right")
+    table.add_column("d(x^l, x^l+1)" + (" ± stderr" if adjacent_se else ""), justify="right")
     table.add_column("", justify="left")
     width = 30
     for layer, value in enumerate(adjacent):
-        bar = "█" * max(0, round(value * width * 2)) if value == value else "NaN"
+        if not math.isfinite(value):
+            table.add_row(str(layer), "unmeasured", "[yellow]non-finite states[/]")
+            continue
+        bar = "█" * max(0, round(value * width * 2))
         lazy = " [yellow]lazy[/]" if layer in summary["lazy_layers"] else ""
-        table.add_row(str(layer), f"{value:.4f}", f"[cyan]{bar[:width]}[/]{lazy}")
+        text = f"{value:.4f}" + (f" ± {adjacent_se[layer]:.4f}" if adjacent_se else "")
+        table.add_row(str(layer), text, f"[cyan]{bar[:width]}[/]{lazy}")
     out.print(table)
-    best = min(range(len(adjacent)), key=lambda l: adjacent[l])
     out.print(
-        f"most similar adjacent pair: x^{best} → x^{best + 1} (d = {adjacent[best]:.4f}); "
-        f"{summary['lazy_count']} of {len(adjacent)} blocks below {summary['lazy_threshold']}; "
-        f"{result.tokens_per_second:,.0f} tokens/s",
+        f"{_most_similar_text(summary)}; {summary['lazy_count']} of {len(adjacent)} blocks below "
+        f"{summary['lazy_threshold']}; {result.tokens_per_second:,.0f} tokens/s",
         highlight=False,
+        markup=False,
     )
     if result.nonfinite_tokens:
         err.print(
-            f"[yellow]warning:[/] {result.nonfinite_tokens} positions had NaN/inf states and were "
-            "left out (try --dtype float32)"
+            f"[yellow]warning:[/] {result.nonfinite_tokens} positions had NaN/inf states; each entry leaves out "
+            "only the positions where one of its two states is non-finite (try --dtype float32)"
         )
+    if summary.get("unmeasured"):
+        cells = ", ".join(f"d(x^{i}, x^{j})" for i, j in summary["unmeasured"][:6])
+        more = f" and {len(summary['unmeasured']) - 6} more" if len(summary["unmeasured"]) > 6 else ""
+        err.print(
+            f"[yellow]warning:[/] {len(summary['unmeasured'])} entries could not be measured (no finite "
+            f"position): {escape(cells)}{more}; the summary skips them"
+        )
+
+
+def _most_similar_text(summary: dict[str, Any]) -> str:
+    """The most similar adjacent pair with its stderr, and whether other blocks are as good within noise."""
+    choice = summary["most_redundant"].get("1")
+    if choice is None:
+        return "no adjacent pair could be measured"
+    layer = choice["layer"]
+    se = choice.get("stderr")
+    text = f"most similar adjacent pair: x^{layer} → x^{layer + 1} (d = {choice['distance']:.4f}"
+    text += f" ± {se:.4f})" if se is not None and math.isfinite(se) else ")"
+    if choice.get("clear") is True:
+        text += ", a clear choice"
+    elif choice.get("clear") is False:
+        others = [l for l in choice["candidates"] if l != layer]
+        text += f", not clear: block(s) {others} within {summary['significance_z']:g} stderr of it"
+    return text
 
 
 def print_prune_summary(result: Any) -> None:

@@ -29,6 +29,7 @@ HEATMAP_CMAP = "viridis_r"  # The papers draw small distances (lazy spans) yello
 DIFF_CMAP = "RdBu_r"
 ANNOTATE_MAX_LAYERS = 12
 HARMFUL, WITHIN_NOISE, HELPFUL, MISSING = "#c0392b", "#9e9e9e", "#2e86c1", "#555555"
+CANDIDATE = "#ff7f0e"  # cells not significantly above their row's minimum
 DISTANCE_LABEL = r"angular distance $d(x^l,\,x^{l+n})$"
 SPAN_LABEL = "span n (blocks skipped; n = 1 at bottom)"
 
@@ -68,6 +69,18 @@ def span_minima(matrix: np.ma.MaskedArray) -> dict[int, int]:
     return minima
 
 
+def span_candidates(result: AngularResult) -> dict[int, list[int]]:
+    """Per span n, the starts l whose distance is not significantly above the row minimum, `{n: [l, ...]}`.
+
+    Read from the result's summary rule (`results.angular_summary`), so the plot and the printed summary
+    always agree; empty for results without `distance_stderr` (files written before it existed).
+    """
+    if result.distance_stderr is None:
+        return {}
+    choices = result.summarize()["most_redundant"]
+    return {int(n): list(choice["candidates"]) for n, choice in choices.items()}
+
+
 def plot_angular(result: AngularResult, out_dir: Path) -> list[Path]:
     """Draw `angular.png` and `angular.pdf` (the PDF for papers, the PNG for reports and CI logs)."""
     return _save(_angular_figure(result), Path(out_dir) / "angular.png", Path(out_dir) / "angular.pdf")
@@ -104,7 +117,9 @@ def _angular_figure(result: AngularResult):
     size = result.num_layers
     side = float(np.clip(3.0 + 0.1 * size, 6.5, 11.0))
     fig, ax = plt.subplots(figsize=(side + 1.4, side), layout="constrained")
-    image, _ = _draw_heatmap(ax, span_matrix(result.distance), annotate=size <= ANNOTATE_MAX_LAYERS)
+    image, _ = _draw_heatmap(
+        ax, span_matrix(result.distance), annotate=size <= ANNOTATE_MAX_LAYERS, candidates=span_candidates(result)
+    )
     fig.colorbar(image, ax=ax, label=DISTANCE_LABEL, shrink=0.85, aspect=30, pad=0.02)
     tokens = result.data.get("tokens")
     tokens = f"{tokens:,}" if isinstance(tokens, int) else tokens
@@ -134,12 +149,15 @@ def _draw_heatmap(
     cmap: str = HEATMAP_CMAP,
     limits: tuple[float, float] = (0.0, 1.0),
     mark_minima: bool = True,
+    candidates: dict[int, list[int]] | None = None,
 ):
     """Draw a (span, start) matrix on `ax`; return the image and the `{n: l}` row minima it marked.
 
     Non-finite cells inside the triangle get a grey layer of their own, so a failed measurement never
     looks like a small distance nor like a cell that does not exist. Minima are boxed while cells are
-    big enough to hold a box and dotted beyond that, where a box would hide the cell's colour.
+    big enough to hold a box and dotted beyond that, where a box would hide the cell's colour. The other
+    `candidates` of a row (starts not significantly above its minimum) get a dashed box or a hollow dot:
+    a row with none of them is a clear choice.
     """
     size = matrix.shape[0]
     inside = np.add.outer(np.arange(size), np.arange(size)) < size  # Row n-1, column l: l + n <= L.
@@ -192,6 +210,36 @@ def _draw_heatmap(
             zorder=3,
             label="row minimum",
         )
+    others = [(n, l) for n, starts in (candidates or {}).items() for l in starts if minima.get(n) != l]
+    if others and size <= 24:
+        for n, start in others:
+            ax.add_patch(
+                Rectangle(
+                    (start - 0.5 + 0.08, n - 0.5 + 0.08),
+                    0.84,
+                    0.84,
+                    fill=False,
+                    edgecolor=CANDIDATE,
+                    linestyle="--",
+                    linewidth=1.3,
+                    gid="row-candidate",
+                    zorder=3,
+                )
+            )
+    elif others:
+        ax.scatter(
+            [l for _, l in others],
+            [n for n, _ in others],
+            s=max(3.0, 500.0 / size),
+            facecolors="none",
+            edgecolors=CANDIDATE,
+            linewidths=0.6,
+            gid="row-candidate",
+            zorder=3,
+        )
+    if others:
+        marker = "s" if size <= 24 else "o"
+        ax.scatter([], [], marker=marker, facecolors="none", edgecolors=CANDIDATE, label="not significantly above it")
     if annotate:
         for (row, col), value in np.ndenumerate(matrix.filled(np.nan)):
             if inside[row, col]:
@@ -208,7 +256,7 @@ def _draw_heatmap(
                     fontsize=8 if size <= 8 else 6.5,
                     color="black" if light else "white",
                 )
-    if minima or missing.any():
+    if minima or missing.any() or others:
         ax.legend(loc="upper right", fontsize=8, frameon=False)  # The empty triangle has room for it.
     ax.set_xlabel("start layer l (input of block l)")
     ax.set_ylabel(SPAN_LABEL)

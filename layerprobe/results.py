@@ -27,6 +27,7 @@ PRUNE_DROP_SCHEMA = "layerprobe/prune-drop@1"
 DEPTH_SCHEMA = "layerprobe/depth@1"
 SUBLAYER_KINDS = ("attention", "mlp")
 LAZY_THRESHOLD = 0.2
+SIGNIFICANCE_Z = 1.96  # "not significantly above the row minimum": within 1.96 standard errors
 # The file names of a run directory; every command and the gate read them from here.
 ANGULAR_JSON = "angular.json"
 PRUNE_DROP_JSON = "prune_drop.json"
@@ -74,6 +75,10 @@ class AngularResult:
 
     `distance[i][j]` is the mean over measured positions of d(x^i, x^j), 0 <= i, j <= L, where x^i is
     the input of block i and x^L the output of the last block before any final norm.
+    `distance_stderr[i][j]` is its standard error from the spread between windows, and
+    `nonfinite_positions[i][j]` the positions left out of that entry because x^i or x^j held NaN/inf.
+    `row_difference_stderr[l][l+n]` is the stderr of d(x^l, x^(l+n)) minus the minimum of span row n,
+    paired over windows. All three are None for files written before they existed.
     """
 
     model: ModelInfo
@@ -83,6 +88,15 @@ class AngularResult:
     run: RunInfo
     tokens_per_second: float
     summary: dict[str, Any] = field(default_factory=dict)
+    distance_stderr: list[list[float]] | None = None
+    nonfinite_positions: list[list[int]] | None = None
+    row_difference_stderr: list[list[float]] | None = None
+
+    def summarize(self, threshold: float = LAZY_THRESHOLD) -> dict[str, Any]:
+        """`angular_summary` of this result, with whichever standard errors it carries."""
+        return angular_summary(
+            self.distance, threshold, stderr=self.distance_stderr, difference_stderr=self.row_difference_stderr
+        )
 
     @property
     def num_layers(self) -> int:
@@ -94,9 +108,12 @@ class AngularResult:
             "model": asdict(self.model),
             "data": dict(self.data),
             "distance": self.distance,
+            "distance_stderr": self.distance_stderr,
+            "row_difference_stderr": self.row_difference_stderr,
             "nonfinite_tokens": self.nonfinite_tokens,
+            "nonfinite_positions": self.nonfinite_positions,
             "tokens_per_second": self.tokens_per_second,
-            "summary": self.summary or angular_summary(self.distance),
+            "summary": self.summary or self.summarize(),
             "run": asdict(self.run),
         }
 
@@ -104,6 +121,9 @@ class AngularResult:
     def from_dict(cls, data: dict[str, Any]) -> AngularResult:
         _check_schema(data, ANGULAR_SCHEMA)
         try:
+            size = len(data["distance"])
+            stderr = _optional_matrix(data.get("distance_stderr"), float, size)  # absent before stderrs existed
+            difference = _optional_matrix(data.get("row_difference_stderr"), float, size)
             return cls(
                 model=ModelInfo.from_dict(data["model"]),
                 data=data["data"],
@@ -111,7 +131,11 @@ class AngularResult:
                 nonfinite_tokens=int(data.get("nonfinite_tokens", 0)),
                 run=RunInfo.from_dict(data["run"]),
                 tokens_per_second=float(data.get("tokens_per_second", 0.0)),
-                summary=data.get("summary") or angular_summary(data["distance"]),
+                summary=data.get("summary")
+                or angular_summary(data["distance"], stderr=stderr, difference_stderr=difference),
+                distance_stderr=stderr,
+                nonfinite_positions=_optional_matrix(data.get("nonfinite_positions"), int, size),
+                row_difference_stderr=difference,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ResultError(f"Malformed {ANGULAR_SCHEMA} result: {exc!r}") from exc
@@ -227,29 +251,97 @@ class PruneDropResult:
             raise ResultError(f"Malformed {PRUNE_DROP_SCHEMA} result: {exc!r}") from exc
 
 
-def angular_summary(distance: list[list[float]], threshold: float = LAZY_THRESHOLD) -> dict[str, Any]:
+def angular_summary(
+    distance: list[list[float]],
+    threshold: float = LAZY_THRESHOLD,
+    stderr: list[list[float]] | None = None,
+    z: float = SIGNIFICANCE_Z,
+    difference_stderr: list[list[float]] | None = None,
+) -> dict[str, Any]:
     """The numbers `compare` gates on, computed once so that humans and CI read the same values.
 
-    A block l is "lazy" when d(x^l, x^(l+1)) < threshold: it barely turns its input.
+    A block l is "lazy" when d(x^l, x^(l+1)) < threshold: it barely turns its input. Unmeasured (NaN)
+    entries are skipped by every statistic here and listed in `unmeasured`, so a broken block can
+    neither be "most similar" nor pull a mean to NaN. With `stderr`, each span's choice of blocks to
+    drop says how sure it is: `candidates` are the starts whose distance is not significantly above the
+    row minimum, and `clear` is true when only the minimum is. The test is paired when
+    `difference_stderr` (the stderr of each cell minus its row minimum, over the same windows) is given:
+    d_l − d_min ≤ z · se(d_l − d_min); otherwise unpaired and conservative: d_l − d_min ≤ z · sqrt(se_l² + se_min²).
     """
     num_layers = len(distance) - 1
     adjacent = [distance[l][l + 1] for l in range(num_layers)]
     finite_adjacent = [d for d in adjacent if math.isfinite(d)]
     most_redundant = {}
     for span in range(1, num_layers + 1):
-        row = [(distance[l][l + span], l) for l in range(num_layers - span + 1) if math.isfinite(distance[l][l + span])]
-        if row:
-            value, start = min(row)
-            most_redundant[str(span)] = {"layer": start, "distance": value}
+        choice = _span_choice(distance, stderr, span, z, difference_stderr)
+        if choice is not None:
+            most_redundant[str(span)] = choice
     lazy = [l for l, d in enumerate(adjacent) if d < threshold]
     return {
         "lazy_threshold": threshold,
         "adjacent": adjacent,
+        "adjacent_stderr": None if stderr is None else [stderr[l][l + 1] for l in range(num_layers)],
         "lazy_layers": lazy,
         "lazy_count": len(lazy),
         "mean_adjacent": sum(finite_adjacent) / len(finite_adjacent) if finite_adjacent else None,
+        "unmeasured": [
+            [i, j]
+            for i in range(num_layers + 1)
+            for j in range(i + 1, num_layers + 1)
+            if not math.isfinite(distance[i][j])
+        ],
+        "significance_z": None if stderr is None else z,
+        "candidates_test": None if stderr is None else "unpaired" if difference_stderr is None else "paired",
         "most_redundant": most_redundant,
     }
+
+
+def _span_choice(
+    distance: list[list[float]],
+    stderr: list[list[float]] | None,
+    span: int,
+    z: float,
+    difference_stderr: list[list[float]] | None = None,
+) -> dict[str, Any] | None:
+    """Gromov et al.'s start l* = argmin_l d(x^l, x^(l+span)) (ties: lowest l), and the starts as good within noise.
+
+    Paired, the difference to the minimum is judged with its own stderr over the same windows. Without it
+    (older files) the unpaired combined stderr is used: both entries come from the same windows, so their
+    errors are positively correlated and the true stderr of the difference is smaller; the candidate list
+    is then on the generous side (a "clear" choice is really clear).
+    """
+    num_layers = len(distance) - 1
+    row = [(distance[l][l + span], l) for l in range(num_layers - span + 1) if math.isfinite(distance[l][l + span])]
+    if not row:
+        return None
+    value, start = min(row)
+    if stderr is None:
+        return {"layer": start, "distance": value, "stderr": None, "clear": None, "candidates": None}
+    best_se = stderr[start][start + span]
+
+    def noise(l: int) -> float:
+        if difference_stderr is not None:
+            return difference_stderr[l][l + span]
+        return math.hypot(stderr[l][l + span], best_se)
+
+    # A NaN stderr cannot rule a start out.
+    candidates = [l for d, l in sorted(row, key=lambda item: item[1]) if not d - value > z * noise(l)]
+    return {
+        "layer": start,
+        "distance": value,
+        "stderr": best_se,
+        "clear": candidates == [start],
+        "candidates": candidates,
+    }
+
+
+def _optional_matrix(value: Any, kind: type, size: int) -> list[list[Any]] | None:
+    """A size×size matrix field that older files lack (None stays None; anything else must be rows of numbers)."""
+    if value is None:
+        return None
+    if len(value) != size or any(len(row) != size for row in value):
+        raise ValueError(f"a matrix field is not {size}×{size} like the distance matrix")
+    return [[kind(v) for v in row] for row in value]
 
 
 def prune_drop_summary(tasks: dict[str, TaskDrop]) -> dict[str, Any]:

@@ -70,7 +70,12 @@ def distance_matrix(adjacent: list[float]) -> list[list[float]]:
     return matrix
 
 
-def angular(adjacent: list[float], model_id: str = "org/base", summary=None, **data) -> AngularResult:
+def angular(
+    adjacent: list[float], model_id: str = "org/base", summary=None, stderr: float | None = None, **data
+) -> AngularResult:
+    """With `stderr`, every off-diagonal entry gets that standard error (None: a file from before stderrs)."""
+    size = len(adjacent) + 1
+    errors = None if stderr is None else [[0.0 if i == j else stderr for j in range(size)] for i in range(size)]
     return AngularResult(
         model=model_info(len(adjacent), model_id),
         data={"dataset": "allenai/c4", "positions": "all", "tokens": 4096, **data},
@@ -79,6 +84,7 @@ def angular(adjacent: list[float], model_id: str = "org/base", summary=None, **d
         run=RUN,
         tokens_per_second=1.0,
         summary=summary or {},
+        distance_stderr=errors,
     )
 
 
@@ -195,6 +201,59 @@ def test_a_pruned_angular_candidate_uses_its_own_stack_and_reports_the_layer_dif
 def test_different_measurement_data_is_noted():
     comp = compare_results(angular(BASE_ADJ), angular(BASE_ADJ, positions="last"), GateRules())
     assert comp.passed and any("positions" in note for note in comp.notes)
+
+
+def test_with_stderrs_a_block_fall_counts_only_beyond_its_noise():
+    cand = [0.5, 0.35, 0.3, 0.1]  # block 1 falls by 0.05; the mean only by 0.0125
+    noisy = compare_results(angular(BASE_ADJ, stderr=0.02), angular(cand, stderr=0.02), GateRules())
+    assert by_name_of(noisy) == {"lazy_blocks": True, "mean_adjacent": True, "adjacent_distance": True}
+    rule = noisy.results[2]
+    assert rule.limit == pytest.approx(2.0 * math.hypot(0.02, 0.02)) and rule.change == pytest.approx(0.05)
+    assert not any("no-stderr" in note for note in noisy.notes)
+
+    precise = compare_results(angular(BASE_ADJ, stderr=0.01), angular(cand, stderr=0.01), GateRules())
+    rule = precise.results[2]
+    assert not rule.passed and precise.results[1].passed
+    assert rule.details["failed_layers"] == [1] and rule.limit == pytest.approx(2.0 * math.hypot(0.01, 0.01))
+    assert rule.details["layers"][1]["fall"] == pytest.approx(0.05)
+    # A larger factor widens it; the absolute tolerance is the floor under a tiny stderr.
+    assert compare_results(angular(BASE_ADJ, stderr=0.01), angular(cand, stderr=0.01), GateRules(se_factor=4)).passed
+    tiny = compare_results(
+        angular(BASE_ADJ, stderr=1e-6), angular(cand, stderr=1e-6), GateRules(adjacent_tolerance=0.06)
+    )
+    assert tiny.results[2].passed and tiny.results[2].limit == pytest.approx(0.06)
+    assert (
+        not compare_results(
+            angular(BASE_ADJ, stderr=1e-6), angular(cand, stderr=1e-6), GateRules(adjacent_tolerance=0.04)
+        )
+        .results[2]
+        .passed
+    )
+
+
+def test_an_unmeasured_block_in_the_candidate_fails_the_stderr_rule_and_a_nan_stderr_keeps_the_floor():
+    nan = float("nan")
+    rule = compare_results(
+        angular(BASE_ADJ, stderr=0.01), angular([0.5, nan, 0.3, 0.1], stderr=0.01), GateRules()
+    ).results[2]
+    assert not rule.passed and rule.details["failed_layers"] == [1]
+    rule = compare_results(angular(BASE_ADJ, stderr=nan), angular(BASE_ADJ, stderr=nan), GateRules()).results[2]
+    assert rule.passed and rule.limit == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("missing", ["baseline", "candidate", "both"])
+def test_files_without_stderrs_compare_with_a_fallback_note(tmp_path, missing):
+    base = angular(BASE_ADJ, stderr=None if missing in ("baseline", "both") else 0.01)
+    cand = angular([0.5, 0.35, 0.3, 0.1], "org/cand", stderr=None if missing in ("candidate", "both") else 0.01)
+    verdict = compare_paths(write(tmp_path, "b.json", base), write(tmp_path, "c.json", cand))
+    assert verdict.passed and by_name(verdict) == {"angular:lazy_blocks": True, "angular:mean_adjacent": True}
+    (note,) = [n for n in verdict.comparisons[0].notes if "no-stderr fallback" in n]
+    assert ("baseline and candidate" in note) == (missing == "both") and missing.replace("both", "baseline") in note
+    assert "no-stderr fallback" in render_markdown(verdict)
+
+
+def by_name_of(comparison) -> dict[str, bool]:
+    return {r.name: r.passed for r in comparison.results}
 
 
 # --- prune-drop rules ------------------------------------------------------------------------------------

@@ -62,14 +62,23 @@ def distances(num_layers: int, seed: int, nan_cells=()) -> list[list[float]]:
     return matrix
 
 
-def angular_result(num_layers: int, seed: int = 0, nan_cells=(), model_id="org/tiny-model") -> AngularResult:
+def angular_result(
+    num_layers: int, seed: int = 0, nan_cells=(), model_id="org/tiny-model", stderr: float | None = None
+) -> AngularResult:
+    """With `stderr`, every entry gets a standard error of about that size (varying from cell to cell)."""
+    distance = distances(num_layers, seed, nan_cells)
+    errors = None
+    if stderr is not None:
+        rng = np.random.default_rng(seed + 1)
+        errors = (stderr * rng.uniform(0.5, 1.5, size=(num_layers + 1, num_layers + 1))).tolist()
     return AngularResult(
         model=model_info(num_layers, model_id),
         data={"tokens": 4096, "positions": "all", "positions_averaged": 4000},
-        distance=distances(num_layers, seed, nan_cells),
+        distance=distance,
         nonfinite_tokens=3,
         run=RUN,
         tokens_per_second=100.0,
+        distance_stderr=errors,
     )
 
 
@@ -152,6 +161,19 @@ def marked_minima(ax) -> dict[int, int]:
     return marked
 
 
+def marked_candidates(ax) -> set[tuple[int, int]]:
+    """(n, l) of every cell marked as not significantly above its row minimum (boxes or dots)."""
+    points = []
+    for patch in ax.patches:
+        if patch.get_gid() == "row-candidate":
+            x, y = patch.get_xy()
+            points.append((x + patch.get_width() / 2, y + patch.get_height() / 2))
+    for collection in ax.collections:
+        if isinstance(collection, PathCollection) and collection.get_gid() == "row-candidate":
+            points.extend(map(tuple, collection.get_offsets()))
+    return {(int(round(n)), int(round(start))) for start, n in points}
+
+
 def file_magic(path: Path, magic: bytes) -> bool:
     return path.is_file() and path.read_bytes()[: len(magic)] == magic
 
@@ -216,6 +238,59 @@ def test_heatmap_draws_the_distances_and_marks_row_minima(num_layers):
         assert "4,096 tokens" in ax.get_title() and "positions=all" in ax.get_title()
         assert "org/tiny-model" in ax.get_title()
         assert any("angular distance" in other.get_ylabel() for other in fig.axes[1:])
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("num_layers", [6, 80])
+def test_heatmap_marks_cells_not_significantly_above_the_row_minimum(num_layers):
+    result = angular_result(num_layers, seed=3, nan_cells=[(1, 2)], stderr=0.01 if num_layers == 6 else 0.002)
+    expected = set()
+    for n in range(1, num_layers + 1):  # by plain loops: within 1.96 × sqrt(se² + se_min²) of the row minimum
+        row = {l: result.distance[l][l + n] for l in range(num_layers - n + 1)}
+        row = {l: d for l, d in row.items() if math.isfinite(d)}
+        best = min(row, key=lambda l: (row[l], l))
+        se = {l: result.distance_stderr[l][l + n] for l in row}
+        expected |= {
+            (n, l) for l, d in row.items() if l != best and d - row[best] <= 1.96 * math.hypot(se[l], se[best])
+        }
+    assert expected, "the fixture should leave some rows unclear"
+    fig = report._angular_figure(result)
+    try:
+        ax = fig.axes[0]
+        assert marked_candidates(ax) == expected
+        assert not expected & set(marked_minima(ax).items())
+        summary = angular_summary(result.distance, stderr=result.distance_stderr)["most_redundant"]
+        for n, choice in summary.items():
+            others = {(int(n), l) for l in choice["candidates"] if l != choice["layer"]}
+            assert others == {cell for cell in expected if cell[0] == int(n)}
+            assert choice["clear"] == (not others)
+    finally:
+        plt.close(fig)
+    # A file written before stderrs existed: the minima only, no candidate marks.
+    fig = report._angular_figure(angular_result(num_layers, seed=3))
+    try:
+        assert marked_candidates(fig.axes[0]) == set() and marked_minima(fig.axes[0])
+    finally:
+        plt.close(fig)
+
+
+def test_a_paired_difference_stderr_decides_the_candidates_when_present():
+    unpaired = angular_result(6, seed=3, stderr=0.01)
+    loose = angular_summary(unpaired.distance, stderr=unpaired.distance_stderr)
+    assert loose["candidates_test"] == "unpaired" and not all(c["clear"] for c in loose["most_redundant"].values())
+    # The same cells, but each one's difference to its row minimum known to 1e-4 (cells move together).
+    tight = AngularResult(**{**unpaired.__dict__, "row_difference_stderr": [[1e-4] * 7 for _ in range(7)]})
+    summary = tight.summarize()
+    assert summary["candidates_test"] == "paired"
+    for n, choice in summary["most_redundant"].items():
+        row = {l: tight.distance[l][l + int(n)] for l in range(7 - int(n))}
+        expected = sorted(l for l, d in row.items() if d - row[choice["layer"]] <= 1.96e-4)
+        assert choice["candidates"] == expected
+    assert all(c["clear"] for c in summary["most_redundant"].values())
+    fig = report._angular_figure(tight)
+    try:
+        assert marked_candidates(fig.axes[0]) == set()
     finally:
         plt.close(fig)
 
@@ -379,6 +454,91 @@ def test_compare_prune_drop_without_a_common_task_is_a_user_error(tmp_path):
     with pytest.raises(ResultError, match="share no task"):
         figures.plot_compare_prune_drop(prune_result(4, ("a",)), prune_result(4, ("b",)), tmp_path / "c.png")
     assert not (tmp_path / "c.png").exists()
+
+
+def test_summary_skips_unmeasured_entries_and_says_so():
+    result = angular_result(6, seed=5, nan_cells=[(2, 3), (0, 6)], stderr=0.01)
+    d = result.distance
+    d[2][3] = d[3][2] = float("nan")
+    summary = angular_summary(d, stderr=result.distance_stderr)
+    adjacent = [d[l][l + 1] for l in range(6)]
+    finite = [v for v in adjacent if math.isfinite(v)]
+    assert summary["mean_adjacent"] == pytest.approx(sum(finite) / len(finite))
+    assert summary["unmeasured"] == [[0, 6], [2, 3]]
+    assert "6" not in summary["most_redundant"]  # its only cell is unmeasured
+    best = min((v, l) for l, v in enumerate(adjacent) if math.isfinite(v))
+    assert summary["most_redundant"]["1"]["layer"] == best[1] != 2
+    assert 2 not in summary["most_redundant"]["1"]["candidates"]
+    assert summary["adjacent_stderr"] == [result.distance_stderr[l][l + 1] for l in range(6)]
+
+
+def test_console_summary_never_calls_an_unmeasured_pair_most_similar(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from layerprobe import console
+
+    result = angular_result(4, seed=5, nan_cells=[(0, 1), (1, 2), (2, 3), (3, 4)], stderr=0.01)
+    printed = {"out": io.StringIO(), "err": io.StringIO()}
+    for name, stream in printed.items():
+        monkeypatch.setattr(console, name, Console(file=stream, width=200))
+    console.print_angular_summary(result)
+    out, err = printed["out"].getvalue(), printed["err"].getvalue()
+    assert "no adjacent pair could be measured" in out and "d = nan" not in out.lower()
+    assert out.count("unmeasured") == 4
+    assert "4 entries could not be measured" in err and "d(x^0, x^1)" in err
+
+    result = angular_result(6, seed=3, stderr=0.01)
+    printed = {"out": io.StringIO(), "err": io.StringIO()}
+    for name, stream in printed.items():
+        monkeypatch.setattr(console, name, Console(file=stream, width=200))
+    console.print_angular_summary(result)
+    choice = angular_summary(result.distance, stderr=result.distance_stderr)["most_redundant"]["1"]
+    line = next(line for line in printed["out"].getvalue().splitlines() if "most similar" in line)
+    assert f"x^{choice['layer']} → x^{choice['layer'] + 1}" in line
+    assert f"± {choice['stderr']:.4f}" in line
+    assert ("a clear choice" in line) == choice["clear"] and ("not clear" in line) == (not choice["clear"])
+
+
+def test_angular_json_round_trips_the_new_fields_and_reads_old_files(tmp_path):
+    result = angular_result(5, seed=2, nan_cells=[(1, 2)], stderr=0.01)
+    counts = [[0] * 6 for _ in range(6)]
+    counts[1][2] = counts[2][1] = 7
+    paired = [[0.001 * (i + j) for j in range(6)] for i in range(6)]
+    result = AngularResult(**{**result.__dict__, "nonfinite_positions": counts, "row_difference_stderr": paired})
+    data = result.to_dict()
+    assert list(data)[:8] == [
+        "schema",
+        "model",
+        "data",
+        "distance",
+        "distance_stderr",
+        "row_difference_stderr",
+        "nonfinite_tokens",
+        "nonfinite_positions",
+    ]
+    write_json(tmp_path / "new.json", data)
+    again = load_result(tmp_path / "new.json")
+    assert again.distance_stderr == result.distance_stderr and again.nonfinite_positions == counts
+    assert again.row_difference_stderr == paired and again.summary["candidates_test"] == "paired"
+    assert again.summary["most_redundant"]["1"]["clear"] in (True, False)
+
+    old = dict(data)
+    for key in ("distance_stderr", "row_difference_stderr", "nonfinite_positions", "summary"):
+        del old[key]  # a file written before these fields existed
+    write_json(tmp_path / "old.json", old)
+    legacy = load_result(tmp_path / "old.json")
+    assert legacy.distance_stderr is None and legacy.nonfinite_positions is None
+    assert legacy.row_difference_stderr is None and legacy.summary["candidates_test"] is None
+    choice = legacy.summary["most_redundant"]["1"]
+    assert choice["clear"] is None and choice["candidates"] is None and choice["stderr"] is None
+    assert report.span_candidates(legacy) == {}
+
+    bad = dict(data, distance_stderr=[[0.1] * 6] * 5)
+    write_json(tmp_path / "bad.json", bad)
+    with pytest.raises(ResultError, match="6×6"):
+        load_result(tmp_path / "bad.json")
 
 
 def test_an_evaluation_round_trips_through_its_json_form():

@@ -34,7 +34,9 @@ class GateRules:
         max_lazy_increase: how many more lazy blocks the candidate may have than the baseline.
         adjacent_tolerance: how far the mean adjacent distance may fall (absolute).
         max_drop: how far a task's full-model score may get worse (absolute, metric units).
-        se_factor: a layer's ΔP may get worse by at most this many combined standard errors.
+        se_factor: a layer's ΔP may get worse by at most this many combined standard errors; a block's
+            adjacent distance may fall by at most this many combined `distance_stderr`s (rule
+            adjacent_distance, floored at adjacent_tolerance).
         metric: metric gated for every task instead of the task's primary (first) one.
         metrics: per-task metric, overriding `metric`.
         sources: threshold name → "rules file" or "flag"; absent means the default.
@@ -177,7 +179,81 @@ def angular_rules(baseline: AngularResult, candidate: AngularResult, rules: Gate
             "nonfinite_adjacent": {"baseline": _nonfinite(base["adjacent"]), "candidate": _nonfinite(cand["adjacent"])},
         },
     )
-    return [lazy, _mean_adjacent_rule(base["mean_adjacent"], cand["mean_adjacent"], rules.adjacent_tolerance)]
+    results = [lazy, _mean_adjacent_rule(base["mean_adjacent"], cand["mean_adjacent"], rules.adjacent_tolerance)]
+    if baseline.distance_stderr is not None and candidate.distance_stderr is not None:
+        results.append(_adjacent_distance_rule(baseline, candidate, rules.adjacent_tolerance, rules.se_factor))
+    return results
+
+
+def angular_stderr_notes(baseline: AngularResult, candidate: AngularResult) -> list[str]:
+    """Say so when a result has no `distance_stderr` (written before it existed): the no-stderr fallback."""
+    missing = [
+        role for role, result in (("baseline", baseline), ("candidate", candidate)) if result.distance_stderr is None
+    ]
+    if not missing:
+        return []
+    return [
+        f"no distance_stderr in the {' and '.join(missing)} (written before stderrs existed): no-stderr fallback, "
+        "rule adjacent_distance skipped; lazy_blocks and mean_adjacent use their absolute thresholds only"
+    ]
+
+
+def _adjacent_distance_rule(
+    baseline: AngularResult, candidate: AngularResult, tolerance: float, factor: float
+) -> RuleResult:
+    """d(x^l, x^(l+1)) block by block (matched by index): a fall counts only beyond its noise.
+
+    Allowed fall at block l: max(tolerance, factor × sqrt(se_base² + se_cand²)), the two entries'
+    standard errors from `distance_stderr`; the absolute tolerance is the floor, so a tiny stderr from a
+    long corpus does not turn an irrelevant change into a failure. An unknown (NaN) stderr leaves the
+    floor; an unmeasured (NaN) distance on one side cannot be verified and fails.
+    """
+    rows = []
+    for layer in range(min(baseline.num_layers, candidate.num_layers)):
+        before, after = baseline.distance[layer][layer + 1], candidate.distance[layer][layer + 1]
+        se_before, se_after = baseline.distance_stderr[layer][layer + 1], candidate.distance_stderr[layer][layer + 1]
+        noise = factor * math.hypot(se_before, se_after)
+        allowed = max(tolerance, noise) if math.isfinite(noise) else tolerance
+        fall = 0.0 if before == after else before - after
+        rows.append(
+            {
+                "layer": layer,
+                "baseline": before,
+                "candidate": after,
+                "baseline_stderr": se_before,
+                "candidate_stderr": se_after,
+                "fall": fall,
+                "allowed": allowed,
+                "passed": _within(fall, allowed),
+            }
+        )
+    worst = max(rows, key=lambda r: math.inf if math.isnan(r["fall"]) else r["fall"] - r["allowed"])
+    failed = [r["layer"] for r in rows if not r["passed"]]
+    if failed:
+        message = (
+            f"block(s) {failed} turn their input less in the candidate than allowed; worst: block "
+            f"{worst['layer']} d(x^l, x^l+1) {worst['candidate']:.4f} vs {worst['baseline']:.4f} (fell by "
+            f"{worst['fall']:.4f} > {worst['allowed']:.4f})"
+        )
+    else:
+        message = (
+            f"all {len(rows)} common blocks within max({tolerance:g}, {factor:g} × SE); closest: block "
+            f"{worst['layer']} {_by(worst['fall'], 'fell', 'rose')} (allowed fall ≤ {worst['allowed']:.4f})"
+        )
+    return RuleResult(
+        "angular",
+        "adjacent_distance",
+        None,
+        f"d(x^l, x^l+1) per block may fall by ≤ max({tolerance:g}, {factor:g} × combined SE)",
+        {"adjacent_tolerance": tolerance, "se_factor": factor},
+        worst["baseline"],
+        worst["candidate"],
+        worst["fall"],
+        worst["allowed"],
+        not failed,
+        message,
+        {"failed_layers": failed, "layers": rows},
+    )
 
 
 def prune_drop_rules(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import ResultError
-from layerprobe.gate.rules import GateRules, RuleResult, angular_rules, prune_drop_rules
+from layerprobe.gate.rules import GateRules, RuleResult, angular_rules, angular_stderr_notes, prune_drop_rules
 from layerprobe.results import ANGULAR_JSON, DEPTH_JSON, PRUNE_DROP_JSON, AngularResult, PruneDropResult, load_result
 
 KIND_FILES = {"angular": ANGULAR_JSON, "prune_drop": PRUNE_DROP_JSON, "depth": DEPTH_JSON}
@@ -109,7 +109,7 @@ def compare_results(
         for path, result in ((baseline_path, baseline), (candidate_path, candidate)):
             if not result.distance or any(len(row) != len(result.distance) for row in result.distance):
                 raise ResultError(f"Malformed angular result {path}: the distance matrix is not square.")
-        results, notes = angular_rules(baseline, candidate, rules), []
+        results, notes = angular_rules(baseline, candidate, rules), angular_stderr_notes(baseline, candidate)
         watched = ("dataset", "config", "split", "positions", "seq_len")
         notes += [
             f"data.{k} differs: baseline {baseline.data.get(k)!r}, candidate {candidate.data.get(k)!r}"
