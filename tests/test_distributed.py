@@ -140,6 +140,7 @@ from layerprobe.angular import run_angular
 from layerprobe.progress import Progress
 from layerprobe.prune import run_prune_drop
 from layerprobe.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+from test_distributed import angular_json
 rank = int(os.environ["RANK"])
 variants, tokens, stage = [], [], [None]
 spec = make_spec({model!r}, tasks={tasks!r}, layers="0-3", limit=4, engine={engine!r})
@@ -151,9 +152,17 @@ angular = run_angular(
              on_advance=lambda n: tokens.append(n) if stage[0] == "Measuring" else None),
 )
 Path({out!r}, f"rank{{rank}}.json").write_text(json.dumps(
-    {{"variants": variants, "tokens": sum(tokens), "angular": angular.distance, "prune": result.to_dict()["tasks"]}}
+    {{"variants": variants, "tokens": sum(tokens), "angular": angular_json(angular),
+      "prune": result.to_dict()["tasks"]}}
 ))
 """
+
+
+def angular_json(result) -> str:
+    """An angular result as JSON text (NaN included) without timing: comparable bit for bit."""
+    data = result.to_dict()
+    data.pop("run"), data.pop("tokens_per_second")
+    return json.dumps(data, sort_keys=True)
 
 
 def _env() -> dict[str, str]:
@@ -198,7 +207,8 @@ def test_two_cpu_ranks_equal_one_process_each_doing_a_share(tiny_checkpoints, tm
             ModelSpec(path, device="cpu"), CorpusSpec(BUILTIN_CORPUS, None, "train", "text", 2048, 64), batch_size=4
         )
     )
-    assert ranks[0]["angular"] == ranks[1]["angular"] == angular.distance  # bit-identical: same fp64 order
+    # Bit-identical (matrix, stderrs, counts): the batches' fp64 totals are added in one-process order.
+    assert ranks[0]["angular"] == ranks[1]["angular"] == angular_json(angular)
     # Each rank measured its share of the batches: 32 windows of 64 tokens, batches of 4, dealt in turn.
     assert ranks[0]["tokens"] == ranks[1]["tokens"] == 1024
 
@@ -220,12 +230,14 @@ def test_accelerate_launch_angular_cli_on_two_cpu_ranks_writes_one_result(tiny_c
     assert launched.returncode == 0, launched.stderr[-3000:]
     assert launched.stdout.count("wrote ") == 1  # only rank 0 reports
     written = json.loads((tmp_path / "a" / "angular.json").read_text())
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["angular.json", "angular.pdf", "angular.png"]
     one = run_angular(
         AngularSpec(
             ModelSpec(path, device="cpu"), CorpusSpec(BUILTIN_CORPUS, None, "train", "text", 2048, 64), batch_size=4
         )
     )
     assert written["distance"] == one.distance
+    assert json.dumps(written["distance_stderr"]) == json.dumps(one.distance_stderr)
     assert written["data"]["positions_averaged"] == one.data["positions_averaged"] == 2048
 
 
