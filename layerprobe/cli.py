@@ -367,7 +367,7 @@ def merge(
     out_dir: Annotated[Path, typer.Option("--out", help="Where to write the joined prune_drop.json.")],
 ) -> None:
     """Join the shards of one `prune-drop --shard i/N` run into the prune_drop.json an unsharded run writes."""
-    from layerprobe.shards import merge_shards
+    from layerprobe.prune import merge_shards
 
     _report_prune_drop(merge_shards(list(shards), out_dir), out_dir)
 

@@ -27,7 +27,7 @@ from layerprobe.results import (
     TaskDrop,
     write_json,
 )
-from layerprobe.shards import write_shard
+from layerprobe.shards import join_shards, write_shard
 from layerprobe.specs import PruneSpec, parse_layer_ranges
 
 __all__ = ["check_tasks_fit_model", "run_prune_drop"]
@@ -105,7 +105,8 @@ def run_prune_drop(
             result = prune_drop_result(info, spec, layers, state, timer.finish(loaded.device_label))
             write_json(out_dir / PRUNE_DROP_JSON, result.to_dict())
         else:
-            write_shard(out_dir, shard, info, spec, layers, state, timer.finish(loaded.device_label))
+            run = timer.finish(loaded.device_label)
+            write_shard(out_dir, shard, print_, info, prune_settings(spec, layers), state.done, run)
     world.barrier()  # the result is on disk before any progress file goes
     state.remove()
     for journal in journals:
@@ -132,6 +133,14 @@ def prune_drop_result(
 ) -> PruneDropResult:
     """The result from a state holding every (task, variant) of the run."""
     return assemble_result(info, prune_settings(spec, layers), state, run)
+
+
+def merge_shards(paths: list[Path], out_dir: Path) -> PruneDropResult:
+    """Join the shards of one `--shard i/N` run into `out_dir`/prune_drop.json, as one unsharded run writes it."""
+    print_, info, settings, done, run = join_shards(paths)
+    result = assemble_result(info, settings, PruneState(Path(out_dir) / "unused", print_, done), run)
+    write_json(Path(out_dir) / PRUNE_DROP_JSON, result.to_dict())
+    return result
 
 
 def assemble_result(info: ModelInfo, settings: dict, state: PruneState, run: RunInfo) -> PruneDropResult:

@@ -2,7 +2,7 @@
 
 Each job of a Slurm array (or k8s indexed job) scores its share of the variants into its own --out as
 prune_drop.shard.json: the finished evaluations plus everything needed to rebuild the result (model
-provenance, settings, the experiment's fingerprint). `merge_shards` refuses shards of different
+provenance, settings, the experiment's fingerprint). `join_shards` refuses shards of different
 experiments and sets of variants that are not exactly the whole, then assembles the prune_drop.json an
 unsharded run writes (identical apart from the `run` block: timing and host).
 """
@@ -14,47 +14,47 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from layerprobe.errors import ResultError
+from layerprobe.prune_state import variant_key
 from layerprobe.results import ModelInfo, RunInfo, read_json, write_json
 
 if TYPE_CHECKING:
     from layerprobe.distributed import Share
-    from layerprobe.prune_state import PruneState
-    from layerprobe.results import PruneDropResult
-    from layerprobe.specs import PruneSpec
 
 SHARD_JSON = "prune_drop.shard.json"
 SHARD_SCHEMA = "layerprobe/prune-drop-shard@1"
 
 
 def write_shard(
-    out_dir: Path, shard: Share, info: ModelInfo, spec: PruneSpec, layers: list[int], state: PruneState, run: RunInfo
+    out_dir: Path,
+    shard: Share,
+    fingerprint: dict[str, Any],
+    info: ModelInfo,
+    settings: dict[str, Any],
+    done: dict[str, dict[str, Any]],
+    run: RunInfo,
 ) -> Path:
     """Write this shard's evaluations (only its own variants) and what merge needs to check and assemble."""
-    from layerprobe.prune import prune_settings
-    from layerprobe.prune_state import variant_key
-
-    keys = [variant_key(v) for v in shard.of([None, *layers])]
+    keys = [variant_key(v) for v in shard.of([None, *settings["layers"]])]
     return write_json(
         Path(out_dir) / SHARD_JSON,
         {
             "schema": SHARD_SCHEMA,
             "shard": str(shard),
-            "fingerprint": state.fingerprint,
+            "fingerprint": fingerprint,
             "model": asdict(info),
-            "settings": prune_settings(spec, layers),
+            "settings": settings,
             "variants": keys,
-            "done": {task: {k: state.done[task][k] for k in keys} for task in spec.tasks},
+            "done": {task: {k: done[task][k] for k in keys} for task in settings["tasks"]},
             "run": asdict(run),
         },
     )
 
 
-def merge_shards(paths: list[Path], out_dir: Path) -> PruneDropResult:
-    """Join shard results (their --out folders or shard files) into prune_drop.json in `out_dir`."""
-    from layerprobe.prune import assemble_result
-    from layerprobe.prune_state import PruneState, variant_key
-    from layerprobe.results import PRUNE_DROP_JSON
+def join_shards(paths: list[Path]) -> tuple[dict[str, Any], ModelInfo, dict[str, Any], dict[str, dict], RunInfo]:
+    """(fingerprint, model, settings, done, run) of the whole run, from all its shards, checked.
 
+    Refuses shards of different runs, a variant in two shards, and a variant in none.
+    """
     if not paths:
         raise ResultError("merge needs at least one shard.", hint="layerprobe merge OUT1 OUT2 … --out DIR")
     shards = [(path, _read_shard(path)) for path in paths]
@@ -79,8 +79,7 @@ def merge_shards(paths: list[Path], out_dir: Path) -> PruneDropResult:
                     hint="Pass each shard once (shards i/N of one N are disjoint).",
                 )
             owner[key] = path
-    expected = [variant_key(v) for v in [None, *settings["layers"]]]
-    missing = [key for key in expected if key not in owner]
+    missing = [key for key in (variant_key(v) for v in [None, *settings["layers"]]) if key not in owner]
     if missing:
         raise ResultError(
             f"the shards lack variant(s) {', '.join(missing)}.",
@@ -90,7 +89,6 @@ def merge_shards(paths: list[Path], out_dir: Path) -> PruneDropResult:
     for _, data in shards:
         for task, evaluations in data["done"].items():
             done[task].update(evaluations)
-    state = PruneState(Path(out_dir) / "unused", first["fingerprint"], done)
     runs = [RunInfo.from_dict(data["run"]) for _, data in shards]
     run = RunInfo(
         started_at=min(r.started_at for r in runs),
@@ -98,9 +96,7 @@ def merge_shards(paths: list[Path], out_dir: Path) -> PruneDropResult:
         versions=runs[0].versions,
         device=runs[0].device,
     )
-    result = assemble_result(ModelInfo.from_dict(first["model"]), settings, state, run)
-    write_json(Path(out_dir) / PRUNE_DROP_JSON, result.to_dict())
-    return result
+    return first["fingerprint"], ModelInfo.from_dict(first["model"]), settings, done, run
 
 
 def _read_shard(path: Path) -> dict[str, Any]:

@@ -19,9 +19,9 @@ from test_prune import BATCH, TASKS_DIR, comparable, load, make_spec
 from layerprobe.distributed import Share
 from layerprobe.errors import LayerprobeError, ResultError
 from layerprobe.progress import Progress
-from layerprobe.prune import run_prune_drop
+from layerprobe.prune import merge_shards, run_prune_drop
 from layerprobe.results import PruneDropResult
-from layerprobe.shards import SHARD_JSON, merge_shards
+from layerprobe.shards import SHARD_JSON
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ("lp_arc_like", "lp_pydoc_ppl")
