@@ -18,7 +18,7 @@ from rich.table import Table
 
 from layerprobe.console import RichProgress, err, out, print_angular_summary, print_depth_summary, print_prune_summary
 from layerprobe.errors import LayerprobeError
-from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON
+from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON, SAMPLES_DIR
 
 app = typer.Typer(
     name="layerprobe",
@@ -310,6 +310,21 @@ def prune_drop(
             "join the N shards with `layerprobe merge`.",
         ),
     ] = None,
+    log_samples: Annotated[
+        bool,
+        typer.Option(
+            "--log-samples",
+            help="Also write every document's metric values, per variant, to <out>/samples/<task>.jsonl.",
+        ),
+    ] = False,
+    angular: Annotated[
+        Path | None,
+        typer.Option(
+            "--angular",
+            help="angular.json of the same model: rank agreement of d(x^l, x^l+1) with ΔP "
+            "(default: <out>/angular.json when it exists).",
+        ),
+    ] = None,
     revision: RevisionOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
@@ -342,6 +357,8 @@ def prune_drop(
         include_path=str(include_path) if include_path else None,
         squad_data=str(squad_data) if squad_data else None,
         engine=engine,
+        log_samples=log_samples,
+        angular=str(angular) if angular else None,
     )
     directory = output_dir(out_dir, model)
     ranks = world()
@@ -357,7 +374,7 @@ def prune_drop(
             soft_wrap=True,
         )
         return
-    _report_prune_drop(result, directory)
+    _report_prune_drop(result, directory, spec.log_samples)
 
 
 @app.command("merge")
@@ -372,13 +389,14 @@ def merge(
     _report_prune_drop(merge_shards(list(shards), out_dir), out_dir)
 
 
-def _report_prune_drop(result: Any, directory: Path) -> None:
+def _report_prune_drop(result: Any, directory: Path, log_samples: bool = False) -> None:
     from layerprobe.report import plot_prune_drop
 
     plots = plot_prune_drop(result, directory)
     print_prune_summary(result)
+    written = [*plots, *([directory / SAMPLES_DIR] if log_samples else [])]
     out.print(
-        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in plots), highlight=False, soft_wrap=True
+        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in written), highlight=False, soft_wrap=True
     )
 
 
@@ -494,12 +512,14 @@ def layers(
     random weights, one block in memory at a time (--no-placement skips it).
     """
     from layerprobe.layers import find_layers
-    from layerprobe.models import load_skeleton
+    from layerprobe.models import check_skeleton_weights, load_skeleton
     from layerprobe.specs import ModelSpec
 
+    spec = ModelSpec(model, revision, trust_remote_code=trust_remote_code, layers_path=layers_path)
     with err.status("Reading config"):
-        skeleton, architecture, kind = load_skeleton(ModelSpec(model, revision, trust_remote_code=trust_remote_code))
+        skeleton, architecture, kind = load_skeleton(spec)
     stack = find_layers(skeleton, layers_path)
+    check_skeleton_weights(spec, skeleton, stack)  # a config that disagrees with the weights would list wrong L
     sizes = stack.parameters_per_block()
     traced = _traced_placement(skeleton, stack) if placement else None
     out.print(f"[bold]{model}[/]: {architecture} ({kind})", highlight=False)

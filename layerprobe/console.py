@@ -149,7 +149,11 @@ def _most_similar_text(summary: dict[str, Any]) -> str:
 
 
 def print_prune_summary(result: Any) -> None:
-    """A PruneDropResult on stdout: per task, the baseline and a table of removed blocks by ΔP, worst first."""
+    """A PruneDropResult on stdout: per task, the baseline and a table of removed blocks by ΔP, worst first.
+
+    With paired uncertainty, each ΔP shows its paired 95 % interval and is coloured (red: hurts, green:
+    helps) only when that interval excludes 0; older results colour against the baseline's stderr.
+    """
     for name, task in result.tasks.items():
         metric_name = task.primary_metric
         metric = task.metrics[metric_name]
@@ -161,19 +165,54 @@ def print_prune_summary(result: Any) -> None:
         table.add_column("removed block", justify="right")
         table.add_column(metric_name, justify="right")
         table.add_column("ΔP", justify="right")
+        if metric.paired:
+            table.add_column("paired 95 % CI", justify="right")
         sign = 1 if metric.higher_is_better else -1
         order = sorted(range(len(metric.layers)), key=lambda i: sign * metric.delta[i])
         for i in order:
             delta = metric.delta[i]
-            colour = "red" if sign * delta < -(metric.baseline_stderr or 0) else "green"
-            table.add_row(str(metric.layers[i]), f"{metric.pruned[i]:.4f}", f"[{colour}]{delta:+.4f}[/]")
+            cells = [str(metric.layers[i]), f"{metric.pruned[i]:.4f}"]
+            if metric.paired:
+                significant = (metric.significant or [None] * len(metric.layers))[i]
+                colour = "dim" if not significant else "red" if sign * delta < 0 else "green"
+                ci = (metric.delta_ci95 or [None] * len(metric.layers))[i]
+                cells += [f"[{colour}]{delta:+.4f}[/]", "—" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"]
+            else:
+                colour = "red" if sign * delta < -(metric.baseline_stderr or 0) else "green"
+                cells.append(f"[{colour}]{delta:+.4f}[/]")
+            table.add_row(*cells)
         out.print(table)
+        if metric.paired:
+            method = "paired bootstrap over documents" if metric.delta_method == "paired_bootstrap" else "paired"
+            count = sum(bool(s) for s in metric.significant or [])
+            out.print(
+                f"{count} of {len(metric.layers)} removals change {metric_name} beyond noise ({method} 95 % CI)",
+                highlight=False,
+            )
+        agreement = (task.agreement or {}).get(metric_name)
+        if agreement:
+            print_agreement(metric_name, agreement)
         if task.nonfinite:
             err.print(
                 f"[yellow]warning:[/] {name}: {task.nonfinite} inputs gave NaN/inf outputs over all "
                 "evaluations (scored as unanswerable; try --dtype float32)"
             )
     out.print(f"engine: {result.engine}; {result.run.seconds:,.1f} s", highlight=False)
+
+
+def print_agreement(metric_name: str, agreement: dict[str, Any]) -> None:
+    """One line: Spearman ρ between d(x^l, x^(l+1)) and ΔP with its interval, and the top-k overlap."""
+    rho, ci = agreement.get("spearman"), agreement.get("spearman_ci95")
+    rho_text = "undefined (a constant side)" if rho is None else f"{rho:+.2f}"
+    if ci is not None:
+        rho_text += f" [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+    overlap = agreement.get("top_k_overlap")
+    overlap_text = "" if overlap is None else f"; top-{agreement['top_k']} overlap {overlap:.0%}"
+    out.print(
+        f"agreement with angular: Spearman ρ(d(x^l, x^l+1), ΔP {metric_name}) = {rho_text} "
+        f"(the measures agree when ρ is {agreement.get('agree_when', 'negative')}){overlap_text}",
+        highlight=False,
+    )
 
 
 def print_depth_summary(result: Any) -> None:

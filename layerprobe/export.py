@@ -21,10 +21,18 @@ from typing import Any
 import layerprobe.export_files as files
 from layerprobe.errors import LayerprobeError, UnsupportedModel
 from layerprobe.export_config import block_signature, first_difference, kept_config, pattern_fields, stack_config
-from layerprobe.layers import find_layers, removed_blocks
-from layerprobe.models import CAUSAL_LM, EXTRACTIVE_QA, load_config, model_kind, quiet_transformers
+from layerprobe.layers import base_of, find_layers, removed_blocks
+from layerprobe.models import (
+    CAUSAL_LM,
+    EXTRACTIVE_QA,
+    check_skeleton_weights,
+    load_config,
+    model_kind,
+    quiet_transformers,
+)
 from layerprobe.progress import Progress
 from layerprobe.specs import ExportSpec, parse_layer_ranges
+from layerprobe.weights import check_loading_info, translate_weights_error
 
 
 @dataclass
@@ -54,6 +62,9 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
     stack = find_layers(skeleton, spec.model.layers_path)
     num_layers = stack.num_layers
     _refuse_sublayers(spec, config, num_layers)
+    # The weight files must hold exactly the blocks the config describes, or the export would carry
+    # randomly initialised blocks (or silently drop some) into a checkpoint that looks trained.
+    check_skeleton_weights(spec.model, skeleton, stack)
     removed = parse_layer_ranges(spec.remove, num_layers, "--remove")
     if len(removed) == num_layers:
         raise LayerprobeError(
@@ -210,14 +221,21 @@ def _load_weights(model_class: Any, spec: ExportSpec) -> Any:
     dtype: Any = "auto" if spec.model.dtype == "auto" else getattr(torch, spec.model.dtype)
     with quiet_transformers():
         try:
-            model = model_class.from_pretrained(
+            model, info = model_class.from_pretrained(
                 spec.model.model,
                 revision=spec.model.revision,
                 trust_remote_code=spec.model.trust_remote_code,
                 dtype=dtype,
+                output_loading_info=True,
             )
         except (OSError, ValueError, KeyError) as exc:
             raise _translate_load_error(exc, spec.model) from exc
+        except Exception as exc:
+            translated = translate_weights_error(exc, spec.model)
+            if translated is None:
+                raise
+            raise translated from exc
+    check_loading_info(spec.model.model, model, info, find_layers(model, spec.model.layers_path).path, base_of(model))
     return model.eval()
 
 

@@ -57,13 +57,14 @@ def find_layers(model: Any, path: str | None = None) -> LayerStack:
     class, the one holding the most parameters: the block stack contains everything else that repeats
     (MoE expert lists included).
     """
-    base = getattr(model, "base_model", model)
+    base = base_of(model)
+    _refuse_shared_weights(base)
     if path:
-        return _stack_at(base, _relative_to_base(model, base, path))
+        return _checked(_stack_at(base, _relative_to_base(model, base, path)))
     for candidate in KNOWN_PATHS:
         found = _module_list(base, candidate)
         if found is not None:
-            return LayerStack(base, candidate, found)
+            return _checked(LayerStack(base, candidate, found))
     best = _largest_repeated_list(base)
     if best is None:
         raise UnsupportedModel(
@@ -71,14 +72,70 @@ def find_layers(model: Any, path: str | None = None) -> LayerStack:
             f"({', '.join(dict.fromkeys(KNOWN_PATHS))}) exist and no ModuleList of repeated blocks was found.",
             hint="Pass --layers-path with the dotted path of the blocks' nn.ModuleList.",
         )
-    return LayerStack(base, best[0], best[1])
+    return _checked(LayerStack(base, best[0], best[1]))
+
+
+def base_of(model: Any) -> Any:
+    """The model without its head: the module whose forward returns `last_hidden_state`.
+
+    Usually `model.base_model`. Some heads name a `base_model_prefix` that is not one of their attributes
+    (Llama-4 text: "language_model", while the decoder sits at `model`), so `base_model` is the whole model;
+    then the child model that owns the input embeddings is the base. Both engines and both commands use
+    this, so they agree on the stack and its path.
+    """
+    from torch import nn
+
+    base = getattr(model, "base_model", model)
+    if base is not model or not isinstance(model, nn.Module):
+        return base
+    embeddings = _input_embeddings(model)
+    for child in model.children():
+        if hasattr(child, "base_model") and embeddings is not None and _input_embeddings(child) is embeddings:
+            return base_of(child)
+    return model
+
+
+def _input_embeddings(model: Any) -> Any:
+    try:
+        return model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
 
 
 def _relative_to_base(model: Any, base: Any, path: str) -> str:
-    prefix = getattr(model, "base_model_prefix", "")
-    if base is not model and prefix and path.startswith(prefix + ".") and _module_list(base, path) is None:
-        return path[len(prefix) + 1 :]
+    """Accept a path written from the head model (`model.layers`) as well as from the base (`layers`)."""
+    if _module_list(base, path) is not None:
+        return path
+    prefixes = {getattr(model, "base_model_prefix", ""), getattr(base, "base_model_prefix", "")}
+    prefixes.update(name for name, child in getattr(model, "named_children", list)() if child is base)
+    for prefix in sorted(p for p in prefixes if p):
+        if path.startswith(prefix + "."):
+            return path[len(prefix) + 1 :]
     return path
+
+
+def _refuse_shared_weights(base: Any) -> None:
+    """ALBERT applies one layer module L times: there is no list of L distinct blocks to capture or remove."""
+    config = getattr(base, "config", None)
+    groups = getattr(config, "num_hidden_groups", None)
+    if isinstance(groups, int) and groups < getattr(config, "num_hidden_layers", groups):
+        raise UnsupportedModel(
+            f"{type(base).__name__} shares weights across its depth: {groups} layer group(s) applied "
+            f"{config.num_hidden_layers} times (ALBERT-style), so it has no stack of distinct blocks.",
+            hint="layerprobe measures models whose blocks are separate modules, each applied once per forward "
+            "pass; no --layers-path can change that for this model.",
+        )
+
+
+def _checked(stack: LayerStack) -> LayerStack:
+    """Refuse a list that holds one module several times: removing or hooking "one block" would hit all."""
+    if len({id(block) for block in stack.blocks}) != stack.num_layers:
+        raise UnsupportedModel(
+            f"The blocks at {stack.path!r} repeat one module object (shared weights), so one block cannot be "
+            "captured or removed on its own.",
+            hint="layerprobe measures models whose blocks are separate modules, each applied once per forward pass.",
+        )
+    return stack
 
 
 def _stack_at(base: Any, path: str) -> LayerStack:
@@ -153,18 +210,44 @@ def capture_block_states(stack: LayerStack) -> Iterator[list]:
     Yields a list that holds, after each forward pass, L+1 tensors of shape (batch, seq, hidden): the
     input of every block and the output of the last. The caller clears it between passes. Tensors are
     referenced, not copied: blocks build new tensors, so the recorded ones stay valid.
+
+    Each forward pass of the stack's root must call every block exactly once; a block applied twice
+    (shared weights) or skipped would shift every recorded index, so it raises `UnsupportedModel`.
     """
     states: list = []
     last = stack.num_layers - 1
+    calls = [0] * stack.num_layers
 
-    def before(_module, args, kwargs):
-        states.append(hidden_from_input(args, kwargs))
+    def begin(_module, _args, _kwargs):
+        calls[:] = [0] * len(calls)
+
+    def before_block(index: int):
+        def before(_module, args, kwargs):
+            calls[index] += 1
+            states.append(hidden_from_input(args, kwargs))
+
+        return before
 
     def after(_module, _args, output):
         states.append(hidden_from_output(output))
 
-    handles = [block.register_forward_pre_hook(before, with_kwargs=True) for block in stack.blocks]
+    def end(_module, _args, _output):
+        wrong = [(i, n) for i, n in enumerate(calls) if n != 1]
+        if wrong:
+            index, count = wrong[0]
+            raise UnsupportedModel(
+                f"Block {index} of {stack.path!r} ran {count} times in one forward pass of "
+                f"{type(stack.root).__name__}; layerprobe needs every block applied exactly once.",
+                hint="Models that reuse one block (shared weights) or skip blocks cannot be measured block by block.",
+            )
+
+    handles = [
+        block.register_forward_pre_hook(before_block(index), with_kwargs=True)
+        for index, block in enumerate(stack.blocks)
+    ]
     handles.append(stack.blocks[last].register_forward_hook(after))
+    handles.append(stack.root.register_forward_pre_hook(begin, with_kwargs=True))
+    handles.append(stack.root.register_forward_hook(end))
     try:
         yield states
     finally:
@@ -191,7 +274,10 @@ def removed_blocks(stack: LayerStack, indices: list[int] | tuple[int, ...]) -> I
 
     The ModuleList loses the blocks; every remaining block's `layer_idx` attributes (KV-cache slots)
     are renumbered; each config's `num_hidden_layers` and its per-layer lists (e.g. `layer_types`)
-    shrink. No weight is copied or changed, and everything is restored on exit, also on exceptions.
+    shrink. Per-layer patterns a config derives from its depth (Jamba's `layer_types` from
+    `attn_layer_period`/`offset`) are snapshotted at full depth and pinned to the kept blocks, so the
+    shorter model does not realign them. No weight is copied or changed, and everything is restored on
+    exit, also on exceptions.
     Yields the shrunken stack.
     """
     from torch import nn
@@ -214,6 +300,11 @@ def removed_blocks(stack: LayerStack, indices: list[int] | tuple[int, ...]) -> I
                     restore.append((module, "layer_idx", module.layer_idx))
                     module.layer_idx = new_index
         for config in _configs_of(stack):
+            patterns = _derived_patterns(config, len(original))
+            if patterns:
+                kept_patterns = {k: type(v)(x for i, x in enumerate(v) if i not in remove) for k, v in patterns.items()}
+                restore.append((config, "__class__", type(config)))
+                config.__class__ = _pinned_class(type(config), kept_patterns)
             for key, value in list(vars(config).items()):
                 if "layer" in key and isinstance(value, (list, tuple)) and len(value) == len(original):
                     restore.append((config, key, value))
@@ -227,3 +318,24 @@ def removed_blocks(stack: LayerStack, indices: list[int] | tuple[int, ...]) -> I
     finally:
         for owner, key, value in reversed(restore):
             setattr(owner, key, value)
+
+
+def _derived_patterns(config: Any, depth: int) -> dict[str, Any]:
+    """Per-layer lists a config computes from its depth (properties), e.g. Jamba's `layer_types`."""
+    patterns = {}
+    for cls in type(config).__mro__:
+        for name, attribute in vars(cls).items():
+            if not isinstance(attribute, property) or name in patterns or "layer" not in name:
+                continue
+            try:
+                value = getattr(config, name)
+            except Exception:  # noqa: BLE001 - a property that cannot be computed is not a pattern
+                continue
+            if isinstance(value, (list, tuple)) and len(value) == depth:
+                patterns[name] = value
+    return patterns
+
+
+def _pinned_class(cls: type, values: dict[str, Any]) -> type:
+    """A subclass of the config's class whose derived per-layer properties are fixed values."""
+    return type(cls.__name__, (cls,), {"__module__": cls.__module__, "__qualname__": cls.__qualname__, **values})

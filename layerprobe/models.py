@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from layerprobe.errors import LayerprobeError, ModelNotFound, UnsupportedModel
+from layerprobe.layers import base_of, find_layers
 from layerprobe.specs import ModelSpec
+from layerprobe.weights import check_files, check_loading_info, translate_weights_error
 
 CAUSAL_LM, ENCODER, EXTRACTIVE_QA = "causal-lm", "encoder", "extractive-qa"
 MASKED_LM = "masked-lm"  # an encoder with its pretraining head (depth --grad)
@@ -192,25 +194,67 @@ def load_skeleton(spec: ModelSpec) -> tuple[Any, str, str]:
 
     Returns (model, architecture, kind).
     """
-    import transformers as tf
-    from accelerate import init_empty_weights
-
     config = load_config(spec)
     kind = model_kind(config)
-    with quiet_transformers(), init_empty_weights():
-        try:
-            model = tf.AutoModel.from_config(config, trust_remote_code=spec.trust_remote_code)
-        except ValueError:  # a family registered for causal LM only
-            model = tf.AutoModelForCausalLM.from_config(config, trust_remote_code=spec.trust_remote_code).base_model
+    model = skeleton_from_config(config, spec)
     architecture = (getattr(config, "architectures", None) or [type(model).__name__])[0]
     return model, architecture, kind
 
 
-def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
+def skeleton_from_config(config: Any, spec: ModelSpec) -> Any:
+    """The base model of `config` on the meta device (the config is copied: building may annotate it)."""
+    import copy
+
+    import transformers as tf
+    from accelerate import init_empty_weights
+
+    config = copy.deepcopy(config)
+    with quiet_transformers(), init_empty_weights():
+        try:
+            model = tf.AutoModel.from_config(config, trust_remote_code=spec.trust_remote_code)
+        except ValueError:  # a family registered for causal LM only
+            model = base_of(tf.AutoModelForCausalLM.from_config(config, trust_remote_code=spec.trust_remote_code))
+    return model
+
+
+def check_before_loading(spec: ModelSpec, config: Any) -> None:
+    """Refuse, from the config and the weight files' headers alone, what loading would get wrong.
+
+    Finds the block stack in a weightless skeleton (so a model with no usable stack, ALBERT included, is
+    refused before any weight is read), then compares the checkpoint's tensor names and shapes with it.
+    """
+    try:
+        skeleton = skeleton_from_config(config, spec)
+    except LayerprobeError:
+        raise
+    except Exception:  # noqa: BLE001 - remote code that cannot be built on meta: the load checks it instead
+        return
+    check_skeleton_weights(spec, skeleton, find_layers(skeleton, spec.layers_path))
+
+
+def check_skeleton_weights(spec: ModelSpec, skeleton: Any, stack: Any) -> None:
+    """The checkpoint's weight files against the skeleton's block stack (names, depth, shapes)."""
+    quantized = getattr(skeleton.config, "quantization_config", None) is not None
+    check_files(spec, skeleton, stack.path, stack.num_layers, quantized)
+
+
+def check_tokenizer_for_harness(tokenizer: Any, spec: ModelSpec) -> None:
+    """lm-eval starts texts with an empty context from the BOS (or EOS) token; without either it crashes."""
+    if getattr(tokenizer, "bos_token_id", None) is None and getattr(tokenizer, "eos_token_id", None) is None:
+        raise LayerprobeError(
+            f"The tokenizer of {spec.model} defines neither an end-of-sequence nor a beginning-of-sequence token, "
+            "which lm-eval needs to score a continuation with an empty context.",
+            hint='Set "eos_token" (or "bos_token") in its tokenizer_config.json (or tokenizer.add_special_tokens '
+            "and save_pretrained), then re-run.",
+        )
+
+
+def load_model(spec: ModelSpec, purpose: str = "base", lm_eval: bool = False) -> LoadedModel:
     """Load config, tokenizer and model.
 
     `purpose` picks the head: "base" loads none (angular needs no logits), "head" the one matching
-    the model's kind, or name a kind (causal-lm, extractive-qa) explicitly.
+    the model's kind, or name a kind (causal-lm, extractive-qa) explicitly. `lm_eval`: the causal LM
+    will be scored by lm-eval, so its tokenizer is checked for what lm-eval needs before weights load.
     """
     import transformers as tf
 
@@ -226,6 +270,9 @@ def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
             tokenizer = tf.AutoTokenizer.from_pretrained(spec.model, **common)
         except (OSError, ValueError, KeyError) as exc:
             raise _translate_load_error(exc, spec) from exc
+        if lm_eval and purpose == CAUSAL_LM:
+            check_tokenizer_for_harness(tokenizer, spec)
+        check_before_loading(spec, config)
         device = None if spec.device_map else resolve_device(spec.device)
         dtype = resolve_dtype(spec.dtype, config, device)
         model_class = {
@@ -241,12 +288,21 @@ def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
             model, info = model_class.from_pretrained(spec.model, config=config, output_loading_info=True, **kwargs)
         except ValueError as exc:
             if purpose == "base" and "Unrecognized configuration class" in str(exc):
-                model = tf.AutoModelForCausalLM.from_pretrained(spec.model, config=config, **kwargs).base_model
-                info = {}
+                model, info = tf.AutoModelForCausalLM.from_pretrained(
+                    spec.model, config=config, output_loading_info=True, **kwargs
+                )
+                model = base_of(model)
             else:
                 raise _translate_load_error(exc, spec) from exc
         except (OSError, KeyError) as exc:
             raise _translate_load_error(exc, spec) from exc
+        except Exception as exc:
+            translated = translate_weights_error(exc, spec)
+            if translated is None:
+                raise
+            raise translated from exc
+    stack = find_layers(model, spec.layers_path)
+    check_loading_info(spec.model, model, info, stack.path, base_of(model))
     if purpose != "base":
         _refuse_untrained_head(model, info, spec)
     if device is not None:
@@ -270,8 +326,11 @@ def load_model(spec: ModelSpec, purpose: str = "base") -> LoadedModel:
 
 def _refuse_untrained_head(model: Any, info: dict, spec: ModelSpec) -> None:
     """A head that the checkpoint does not contain would be random: its scores would measure nothing."""
-    base_prefix = getattr(model, "base_model_prefix", "")
-    missing = [k for k in info.get("missing_keys", []) if base_prefix and not k.startswith(base_prefix + ".")]
+    base = base_of(model)
+    names = [name for name, child in model.named_children() if child is base] or [
+        getattr(model, "base_model_prefix", "")
+    ]
+    missing = [k for k in info.get("missing_keys", []) if names[0] and not k.startswith(names[0] + ".")]
     if missing:
         raise UnsupportedModel(
             f"{spec.model} has no trained {type(model).__name__} head (missing: {', '.join(sorted(missing)[:3])}).",

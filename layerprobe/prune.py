@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from layerprobe.agreement import check_angular_fits, find_angular, load_angular_for, task_agreement
 from layerprobe.distributed import Share, World
 from layerprobe.distributed import world as distributed_world
+from layerprobe.evaluate.samples import from_rows, paired_columns, to_rows
 from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers
 from layerprobe.layers import find_layers
 from layerprobe.models import LoadedModel, load_config, load_model, model_kind
@@ -20,6 +22,7 @@ from layerprobe.provenance import RunTimer, model_info
 from layerprobe.prune_state import PruneState, fingerprint, variant_key
 from layerprobe.results import (
     PRUNE_DROP_JSON,
+    AngularResult,
     MetricDrop,
     ModelInfo,
     PruneDropResult,
@@ -27,6 +30,7 @@ from layerprobe.results import (
     TaskDrop,
     write_json,
 )
+from layerprobe.sample_log import SampleLog
 from layerprobe.shards import join_shards, write_shard
 from layerprobe.specs import PruneSpec, parse_layer_ranges
 
@@ -52,27 +56,33 @@ def run_prune_drop(
     shard = shard or Share()
     world = world or distributed_world()
     timer = RunTimer()
+    out_dir = Path(out_dir)
     config = load_config(spec.model) if loaded is None else loaded.model.config
     check_tasks_fit_model(spec.tasks, model_kind(config), spec.model.model, spec.engine)
     if isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
         parse_layer_ranges(spec.layers, config.num_hidden_layers)  # fail before minutes of loading
+    angular = find_angular(spec.angular, out_dir)
+    known_layers = None if spec.model.layers_path else getattr(config, "num_hidden_layers", None)
+    angular_result = None if angular is None else load_angular_for(angular, known_layers)
     if loaded is None:
         progress.stage("Loading model")
-        loaded = load_model(spec.model, purpose="head")
-    out_dir = Path(out_dir)
+        loaded = load_model(spec.model, purpose="head", lm_eval=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     stack = find_layers(loaded.model, spec.model.layers_path)
     layers = parse_layer_ranges(spec.layers, stack.num_layers)
     info = model_info(loaded, stack)
+    if angular_result is not None:
+        check_angular_fits(angular_result, angular, stack.num_layers)
     print_ = fingerprint(spec, info)
-    suffix = "" if world.size == 1 else f".rank{world.rank}"
+    suffix = "" if world.size == 1 else f".rank{world.rank}"  # each rank its own progress files
     state = PruneState.open(out_dir, print_, resume, f"prune_drop.partial{suffix}.json")
+    samples = SampleLog.open(out_dir, resume, suffix)
+    samples.reconcile(state)
     world.barrier()  # every rank has read the progress files before any rank writes its own
     variants = world.share.of(shard.of([None, *layers]))
     remaining = sum(not state.has(t, v) for t in spec.tasks for v in variants)
     progress.stage("Preparing tasks")
-    mine = [v for v in variants if v is not None]
-    scorers = make_scorers(loaded, stack, spec, mine, progress) if remaining else []
+    scorers = make_scorers(loaded, stack, spec, [v for v in variants if v is not None], progress) if remaining else []
     journals = [
         scorer.keep_answers(out_dir / f"prune_drop.answers{suffix}.jsonl", print_, resume)
         for scorer, _ in scorers
@@ -88,30 +98,58 @@ def run_prune_drop(
                 with scorer.variant(layer):
                     for task in pending:
                         evaluation = scorer.score(task)
+                        samples.append(task, to_rows(layer, evaluation.per_sample))  # rows first: sample_log.py
                         state.record(task, layer, evaluation)
                         if not scorer.reports_progress:
                             progress.on_advance(1)
                         progress.on_evaluation(EvaluationEvent(task, layer, scorer.engine, evaluation, scorer))
-    done: dict[str, dict[str, dict]] = {}
-    for piece in world.gather(
-        {t: {variant_key(v): state.done[t][variant_key(v)] for v in variants} for t in spec.tasks}
-    ):
-        for task, evaluations in piece.items():
-            done.setdefault(task, {}).update(evaluations)
-    state.done = done
+    mine = {
+        t: ({variant_key(v): state.done[t][variant_key(v)] for v in variants}, _rows_of(samples, t, variants))
+        for t in spec.tasks
+    }
     result = None
+    pieces = world.gather(mine)
     if world.is_main:
+        for rank, piece in enumerate(pieces):
+            for task, (evaluations, rows) in piece.items():
+                state.done.setdefault(task, {}).update(evaluations)
+                if rank:  # rank 0's rows are in its own log already
+                    samples.append(task, rows)
+        settings = prune_settings(spec, layers)
+        run = timer.finish(loaded.device_label)
         if shard.whole:
-            result = prune_drop_result(info, spec, layers, state, timer.finish(loaded.device_label))
+            result = assemble_result(info, settings, state, run, samples, angular_result, angular)
             write_json(out_dir / PRUNE_DROP_JSON, result.to_dict())
         else:
-            run = timer.finish(loaded.device_label)
-            write_shard(out_dir, shard, print_, info, prune_settings(spec, layers), state.done, run)
+            rows = {t: _rows_of(samples, t, shard.of([None, *layers])) for t in spec.tasks}
+            write_shard(out_dir, shard, print_, info, settings, state.done, rows, run, angular)
+        samples.finish(list(spec.tasks), keep=spec.log_samples and shard.whole)
     world.barrier()  # the result is on disk before any progress file goes
+    if not world.is_main:
+        samples.finish([], keep=False)
     state.remove()
     for journal in journals:
         journal.remove()
     return result if world.size == 1 or not shard.whole else world.gather(result)[0]
+
+
+def _rows_of(samples: SampleLog, task: str, variants: list[int | None]) -> list[dict]:
+    """The per-document rows of `variants`, baseline first (what merge and rank 0 need of a share)."""
+    by_variant = samples.read(task)
+    return [row for v in variants for row in by_variant.get(v, [])]
+
+
+class _Rows:
+    """Per-document rows held in memory (joined shards), read like a SampleLog."""
+
+    def __init__(self, rows: dict[str, list[dict]]) -> None:
+        self.rows = rows
+
+    def read(self, task: str) -> dict[int | None, list[dict]]:
+        by_variant: dict[int | None, list[dict]] = {}
+        for row in self.rows.get(task, []):
+            by_variant.setdefault(row["variant"], []).append(row)
+        return by_variant
 
 
 def prune_settings(spec: PruneSpec, layers: list[int]) -> dict:
@@ -128,37 +166,64 @@ def prune_settings(spec: PruneSpec, layers: list[int]) -> dict:
     }
 
 
-def prune_drop_result(
-    info: ModelInfo, spec: PruneSpec, layers: list[int], state: PruneState, run: RunInfo
-) -> PruneDropResult:
-    """The result from a state holding every (task, variant) of the run."""
-    return assemble_result(info, prune_settings(spec, layers), state, run)
-
-
 def merge_shards(paths: list[Path], out_dir: Path) -> PruneDropResult:
     """Join the shards of one `--shard i/N` run into `out_dir`/prune_drop.json, as one unsharded run writes it."""
-    print_, info, settings, done, run = join_shards(paths)
-    result = assemble_result(info, settings, PruneState(Path(out_dir) / "unused", print_, done), run)
+    print_, info, settings, done, rows, run, angular = join_shards(paths)
+    angular_result = None
+    if angular is not None:
+        angular = Path(angular)
+        angular_result = load_angular_for(angular, info.num_layers)
+    state = PruneState(Path(out_dir) / "unused", print_, done)
+    result = assemble_result(info, settings, state, run, _Rows(rows), angular_result, angular)
     write_json(Path(out_dir) / PRUNE_DROP_JSON, result.to_dict())
     return result
 
 
-def assemble_result(info: ModelInfo, settings: dict, state: PruneState, run: RunInfo) -> PruneDropResult:
+def assemble_result(
+    info: ModelInfo,
+    settings: dict,
+    state: PruneState,
+    run: RunInfo,
+    samples: SampleLog | _Rows,
+    angular_result: AngularResult | None,
+    angular: Path | None,
+) -> PruneDropResult:
+    """prune_drop.json from a state holding every (task, variant) of the run and their per-document rows."""
     tasks, layers = settings["tasks"], settings["layers"]
     engines = sorted({state.get(t, v).engine for t in tasks for v in [None, *layers]})
     return PruneDropResult(
         model=info,
         engine="+".join(engines),
         settings=dict(settings),
-        tasks={task: assemble_task(state, task, layers, settings["limit"]) for task in tasks},
+        tasks={
+            task: assemble_task(state, task, layers, settings["limit"], samples, angular_result, angular)
+            for task in tasks
+        },
         run=run,
     )
 
 
-def assemble_task(state: PruneState, task: str, layers: list[int], limit: float | None) -> TaskDrop:
-    """Turn the recorded scores of one task into per-metric baseline/pruned/delta lists."""
+def assemble_task(
+    state: PruneState,
+    task: str,
+    layers: list[int],
+    limit: float | None,
+    samples: SampleLog | _Rows,
+    angular: AngularResult | None = None,
+    angular_path: Path | None = None,
+) -> TaskDrop:
+    """Turn the recorded scores of one task into per-metric baseline/pruned/delta lists.
+
+    The paired uncertainty of each ΔP comes from the per-document rows of the baseline and of the variant
+    (`samples`); with an angular result, each metric also gets its agreement block.
+    """
     baseline = state.get(task, None)
     variants = [state.get(task, layer) for layer in layers]
+    rows = samples.read(task)
+    values = {
+        variant: from_rows(rows.get(variant, []), {m: s.spec() for m, s in evaluation.per_sample.items()})
+        for variant, evaluation in zip([None, *layers], [baseline, *variants], strict=True)
+    }
     metrics = {}
     for name, base in baseline.metrics.items():
         pruned = [v.metrics[name] for v in variants]
@@ -169,6 +234,7 @@ def assemble_task(state: PruneState, task: str, layers: list[int], limit: float 
             layers=list(layers),
             pruned=[p.value for p in pruned],
             stderr=[p.stderr for p in pruned],
+            **paired_columns(values[None].get(name), [values[layer].get(name) for layer in layers]),
         )
     return TaskDrop(
         metrics=metrics,
@@ -176,4 +242,5 @@ def assemble_task(state: PruneState, task: str, layers: list[int], limit: float 
         limit=limit,
         samples=baseline.samples,
         nonfinite=baseline.nonfinite + sum(v.nonfinite for v in variants),
+        agreement=None if angular is None else task_agreement(angular, metrics, str(angular_path)),
     )

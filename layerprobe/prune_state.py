@@ -145,5 +145,13 @@ class PruneState:
         self.done.setdefault(task, {})[variant_key(layer)] = evaluation_to_dict(evaluation)
         write_json(self.path, {"schema": PARTIAL_SCHEMA, "fingerprint": self.fingerprint, "done": self.done})
 
+    def variants(self, task: str) -> list[int | None]:
+        """The variants recorded for `task` (None: the baseline)."""
+        return [None if key == BASELINE_KEY else int(key) for key in self.done.get(task, {})]
+
+    def forget(self, task: str, layer: int | None) -> None:
+        """Drop one recorded evaluation so that it is evaluated again (its per-document rows are lost)."""
+        self.done.get(task, {}).pop(variant_key(layer), None)
+
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)

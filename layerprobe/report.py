@@ -134,6 +134,9 @@ def _prune_drop_figure(result: PruneDropResult, task: str):
         figsize=(float(np.clip(3.5 + 0.13 * len(metric.layers), 7.0, 14.0)), 4.8), layout="constrained"
     )
     _draw_delta_bars(ax, metric, metric_name)
+    agreement = (result.tasks[task].agreement or {}).get(metric_name)
+    if agreement and agreement.get("adjacent_distance"):
+        _overlay_distance(ax, agreement)
     ax.set_title(f"{_short(result.model.id)} · {task} · {metric_name}\nbaseline = {_value_text(metric)}", fontsize=11)
     return fig
 
@@ -269,24 +272,61 @@ def _draw_heatmap(
 
 
 def _draw_delta_bars(ax, metric: MetricDrop, metric_name: str) -> None:
-    """ΔP bars coloured by what the removal does to the model, with the baseline's noise band around 0."""
-    noise, sign = metric.baseline_stderr, 1.0 if metric.higher_is_better else -1.0
-    colors = [_effect_color(sign * delta, noise) for delta in metric.delta]
-    _bars(ax, metric.layers, metric.delta, metric.stderr, colors, 0.8, None)
-    _zero_line(ax, noise)
+    """ΔP bars coloured by what the removal does to the model.
+
+    With paired uncertainty (results since issue #10) the error bars are the paired 95 % intervals of
+    ΔP, and a bar is red/blue only when its interval excludes 0, grey otherwise. Older files keep the
+    pruned score's own stderr as error bars and the baseline's noise band around 0.
+    """
+    sign = 1.0 if metric.higher_is_better else -1.0
+    if metric.paired:
+        significant = metric.significant or [None] * len(metric.layers)
+        colors = [_paired_color(sign * d, sig) for d, sig in zip(metric.delta, significant, strict=True)]
+        _bars(ax, metric.layers, metric.delta, None, colors, 0.8, None, intervals=metric.delta_ci95)
+        _zero_line(ax, None)
+        grey = "not significant (95 % CI spans 0)"
+    else:
+        noise = metric.baseline_stderr
+        colors = [_effect_color(sign * delta, noise) for delta in metric.delta]
+        _bars(ax, metric.layers, metric.delta, metric.stderr, colors, 0.8, None)
+        _zero_line(ax, noise)
+        grey = "within baseline ± stderr"
     for color, label in (
         (HARMFUL, "removal hurts"),
-        (WITHIN_NOISE, "within baseline ± stderr"),
+        (WITHIN_NOISE, grey),
         (HELPFUL, "removal helps"),
     ):
         if color in colors:
             ax.bar([np.nan], [np.nan], color=color, label=label)
     if MISSING in colors:
         ax.plot([], [], "x", color=MISSING, label="not scored (nan)")
+    if metric.paired:
+        ax.errorbar([], [], yerr=[], fmt="none", ecolor="black", elinewidth=0.8, label="paired 95 % CI of ΔP")
     ax.legend(fontsize=8, loc="best")
     _layer_axis(ax, metric.layers)
     better = "higher" if metric.higher_is_better else "lower"
     ax.set_ylabel(f"ΔP = pruned − baseline\n({metric_name}, {better} is better)")
+
+
+def _paired_color(gain: float, significant: bool | None) -> str:
+    """Red/blue only for a change whose paired 95 % interval excludes 0; grey otherwise."""
+    if not math.isfinite(gain):
+        return MISSING
+    if not significant:
+        return WITHIN_NOISE
+    return HELPFUL if gain >= 0 else HARMFUL
+
+
+def _overlay_distance(ax, agreement: dict) -> None:
+    """The adjacent angular distance d(x^l, x^(l+1)) on a second y axis, with the rank agreement."""
+    twin = ax.twinx()
+    twin.plot(agreement["layers"], agreement["adjacent_distance"], "o-", color="#6c3483", markersize=3, linewidth=1)
+    twin.set_ylabel(r"$d(x^l,\,x^{l+1})$", color="#6c3483")
+    twin.tick_params(axis="y", colors="#6c3483")
+    rho, ci = agreement.get("spearman"), agreement.get("spearman_ci95")
+    if rho is not None:
+        text = f"Spearman ρ(d, ΔP) = {rho:.2f}" + ("" if ci is None else f" [{ci[0]:.2f}, {ci[1]:.2f}]")
+        twin.text(0.01, 0.02, text, transform=twin.transAxes, fontsize=8, color="#6c3483")
 
 
 def _effect_color(gain: float, noise: float | None = None) -> str:
@@ -298,14 +338,25 @@ def _effect_color(gain: float, noise: float | None = None) -> str:
     return HELPFUL if gain >= 0 else HARMFUL
 
 
-def _bars(ax, xs, deltas, stderrs, color, width: float, label: str | None) -> None:
-    """Bars with error bars only where a stderr exists, and an × where the score is missing."""
+def _bars(ax, xs, deltas, stderrs, color, width: float, label: str | None, intervals=None) -> None:
+    """Bars with error bars only where a stderr (or an interval) exists, and an × where the score is missing.
+
+    `intervals`, when given, are (low, high) per bar and replace the symmetric ± stderr error bars.
+    """
     xs, deltas = np.asarray(xs, dtype=float), np.asarray(deltas, dtype=float)
     ax.bar(xs, np.nan_to_num(deltas), width=width, color=color, label=label)
-    errs = np.array([np.nan if s is None else float(s) for s in stderrs], dtype=float)
-    has = np.isfinite(errs) & np.isfinite(deltas)
+    if intervals is not None:
+        low = np.array([np.nan if i is None else float(i[0]) for i in intervals], dtype=float)
+        high = np.array([np.nan if i is None else float(i[1]) for i in intervals], dtype=float)
+        errs = np.vstack([deltas - low, high - deltas]).clip(min=0)
+        has = np.isfinite(errs).all(axis=0) & np.isfinite(deltas)
+        yerr = errs[:, has]
+    else:
+        errs = np.array([np.nan if s is None else float(s) for s in stderrs], dtype=float)
+        has = np.isfinite(errs) & np.isfinite(deltas)
+        yerr = errs[has]
     if has.any():
-        ax.errorbar(xs[has], deltas[has], yerr=errs[has], fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
+        ax.errorbar(xs[has], deltas[has], yerr=yerr, fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
     if (~np.isfinite(deltas)).any():
         ax.plot(xs[~np.isfinite(deltas)], np.zeros((~np.isfinite(deltas)).sum()), "x", color=MISSING)
 

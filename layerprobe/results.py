@@ -32,6 +32,8 @@ SIGNIFICANCE_Z = 1.96  # "not significantly above the row minimum": within 1.96 
 ANGULAR_JSON = "angular.json"
 PRUNE_DROP_JSON = "prune_drop.json"
 PRUNE_DROP_PARTIAL_JSON = "prune_drop.partial.json"
+PRUNE_DROP_PARTIAL_SAMPLES = "prune_drop.partial.samples"  # per-document rows while a run is in progress
+SAMPLES_DIR = "samples"  # --log-samples: <out>/samples/<task>.jsonl
 DEPTH_JSON = "depth.json"
 
 
@@ -143,7 +145,14 @@ class AngularResult:
 
 @dataclass(frozen=True)
 class MetricDrop:
-    """One metric of one task: the baseline and the score with each evaluated layer removed."""
+    """One metric of one task: the baseline and the score with each evaluated layer removed.
+
+    `stderr` is each pruned score's own standard error (as lm-eval reports it). `delta_stderr`,
+    `delta_ci95` and `significant` describe the *paired* difference pruned − baseline, computed from the
+    per-document values of both variants (`delta_method`: "paired_mean" closed form or
+    "paired_bootstrap", with `bootstrap` = {"draws", "seed"}). Files written before they existed read
+    back with them None; consumers then fall back to the unpaired stderrs.
+    """
 
     baseline: float
     baseline_stderr: float | None
@@ -151,29 +160,59 @@ class MetricDrop:
     layers: list[int]
     pruned: list[float]
     stderr: list[float | None]
+    delta_stderr: list[float | None] | None = None
+    delta_ci95: list[list[float] | None] | None = None
+    significant: list[bool | None] | None = None
+    delta_method: str | None = None
+    bootstrap: dict[str, int] | None = None
 
     @property
     def delta(self) -> list[float]:
         return [p - self.baseline for p in self.pruned]
 
+    @property
+    def paired(self) -> bool:
+        """Whether this metric carries paired stderrs (files before issue #10 do not)."""
+        return self.delta_stderr is not None
+
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["delta"] = self.delta
-        # Keep the documented key order: baseline, ..., pruned, delta, stderr.
-        return {
-            k: out[k]
-            for k in ("baseline", "baseline_stderr", "higher_is_better", "layers", "pruned", "delta", "stderr")
+        out = {
+            "baseline": self.baseline,
+            "baseline_stderr": self.baseline_stderr,
+            "higher_is_better": self.higher_is_better,
+            "layers": list(self.layers),
+            "pruned": list(self.pruned),
+            "delta": self.delta,
+            "delta_stderr": self.delta_stderr,
+            "delta_ci95": self.delta_ci95,
+            "significant": self.significant,
+            "delta_method": self.delta_method,
+            "bootstrap": self.bootstrap,
+            "stderr": list(self.stderr),
         }
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MetricDrop:
+        layers = [int(v) for v in data["layers"]]
+        delta_stderr = data.get("delta_stderr")
+        ci = data.get("delta_ci95")
+        significant = data.get("significant")
+        for name, values in (("delta_stderr", delta_stderr), ("delta_ci95", ci), ("significant", significant)):
+            if values is not None and len(values) != len(layers):
+                raise ValueError(f"{name} has {len(values)} entries for {len(layers)} layers")
         return cls(
             baseline=data["baseline"],
             baseline_stderr=data.get("baseline_stderr"),
             higher_is_better=bool(data.get("higher_is_better", True)),
-            layers=[int(v) for v in data["layers"]],
+            layers=layers,
             pruned=list(data["pruned"]),
-            stderr=list(data.get("stderr") or [None] * len(data["layers"])),
+            stderr=list(data.get("stderr") or [None] * len(layers)),
+            delta_stderr=None if delta_stderr is None else [None if v is None else float(v) for v in delta_stderr],
+            delta_ci95=None if ci is None else [None if v is None else [float(v[0]), float(v[1])] for v in ci],
+            significant=None if significant is None else [None if v is None else bool(v) for v in significant],
+            delta_method=data.get("delta_method"),
+            bootstrap=data.get("bootstrap"),
         )
 
 
@@ -186,19 +225,23 @@ class TaskDrop:
     limit: float | None
     samples: int | None
     nonfinite: int = 0  # evaluations' inputs with NaN/inf model outputs (SQuAD windows): counted, never hidden
+    agreement: dict[str, dict[str, Any]] | None = None  # metric → agreement with an angular result (#10)
 
     @property
     def primary_metric(self) -> str:
         return next(iter(self.metrics))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "num_fewshot": self.num_fewshot,
             "limit": self.limit,
             "samples": self.samples,
             "nonfinite": self.nonfinite,
             "metrics": {name: m.to_dict() for name, m in self.metrics.items()},
         }
+        if self.agreement is not None:
+            out["agreement"] = self.agreement
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TaskDrop:
@@ -208,6 +251,7 @@ class TaskDrop:
             limit=data.get("limit"),
             samples=data.get("samples"),
             nonfinite=int(data.get("nonfinite", 0)),
+            agreement=data.get("agreement"),
         )
 
 
@@ -363,7 +407,13 @@ def prune_drop_summary(tasks: dict[str, TaskDrop]) -> dict[str, Any]:
             "baseline_stderr": noise,
             "layers_within_stderr": within,
             "most_harmful": worst,
+            # Blocks whose paired 95 % interval of ΔP excludes 0; None for files without paired stderrs.
+            "significant_layers": None
+            if metric.significant is None
+            else [l for l, sig in zip(metric.layers, metric.significant, strict=True) if sig],
         }
+        if task.agreement and metric_name in task.agreement:
+            out[name]["agreement"] = task.agreement[metric_name]
     return out
 
 
@@ -404,11 +454,17 @@ def evaluation_to_dict(evaluation: Evaluation) -> dict[str, Any]:
         "samples": evaluation.samples,
         "engine": evaluation.engine,
         "nonfinite": evaluation.nonfinite,
+        # How the per-document values (kept in the run's sample log, not here) make up each score.
+        "per_sample": {name: found.spec() for name, found in evaluation.per_sample.items()},
     }
 
 
 def evaluation_from_dict(data: dict[str, Any]) -> Evaluation:
-    """Read back `evaluation_to_dict`'s form (older progress files may lack engine and nonfinite)."""
+    """Read back `evaluation_to_dict`'s form (older progress files may lack engine, nonfinite, per_sample).
+
+    `per_sample` comes back with each metric's aggregation rule and no values (those are in the sample log).
+    """
+    from layerprobe.evaluate.samples import MetricSamples
     from layerprobe.evaluate.scores import Evaluation, MetricScore
 
     samples = data.get("samples")
@@ -416,7 +472,13 @@ def evaluation_from_dict(data: dict[str, Any]) -> Evaluation:
         name: MetricScore(m["value"], m["stderr"], m["higher_is_better"], samples or 0)
         for name, m in data["metrics"].items()
     }
-    return Evaluation(metrics, data.get("num_fewshot"), samples, data.get("engine", "simple"), data.get("nonfinite", 0))
+    per_sample = {
+        name: MetricSamples(spec["aggregation"], {}, spec.get("weight_by_size"))
+        for name, spec in (data.get("per_sample") or {}).items()
+    }
+    return Evaluation(
+        metrics, data.get("num_fewshot"), samples, data.get("engine", "simple"), data.get("nonfinite", 0), per_sample
+    )
 
 
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -31,7 +31,9 @@ def write_shard(
     info: ModelInfo,
     settings: dict[str, Any],
     done: dict[str, dict[str, Any]],
+    rows: dict[str, list[dict[str, Any]]],
     run: RunInfo,
+    angular: Path | None,
 ) -> Path:
     """Write this shard's evaluations (only its own variants) and what merge needs to check and assemble."""
     keys = [variant_key(v) for v in shard.of([None, *settings["layers"]])]
@@ -45,13 +47,15 @@ def write_shard(
             "settings": settings,
             "variants": keys,
             "done": {task: {k: done[task][k] for k in keys} for task in settings["tasks"]},
+            "samples": rows,  # the per-document rows of this shard's variants, for the paired stderrs
+            "angular": None if angular is None else str(Path(angular).resolve()),
             "run": asdict(run),
         },
     )
 
 
-def join_shards(paths: list[Path]) -> tuple[dict[str, Any], ModelInfo, dict[str, Any], dict[str, dict], RunInfo]:
-    """(fingerprint, model, settings, done, run) of the whole run, from all its shards, checked.
+def join_shards(paths: list[Path]) -> tuple[dict, ModelInfo, dict, dict, dict, RunInfo, str | None]:
+    """(fingerprint, model, settings, done, per-document rows, run, angular path) of the whole run, checked.
 
     Refuses shards of different runs, a variant in two shards, and a variant in none.
     """
@@ -86,9 +90,11 @@ def join_shards(paths: list[Path]) -> tuple[dict[str, Any], ModelInfo, dict[str,
             hint="Pass every shard of the run (--shard 0/N … N-1/N) once each.",
         )
     done: dict[str, dict[str, Any]] = {task: {} for task in settings["tasks"]}
+    rows: dict[str, list[dict[str, Any]]] = {task: [] for task in settings["tasks"]}
     for _, data in shards:
         for task, evaluations in data["done"].items():
             done[task].update(evaluations)
+            rows[task].extend(data.get("samples", {}).get(task, []))
     runs = [RunInfo.from_dict(data["run"]) for _, data in shards]
     run = RunInfo(
         started_at=min(r.started_at for r in runs),
@@ -96,7 +102,8 @@ def join_shards(paths: list[Path]) -> tuple[dict[str, Any], ModelInfo, dict[str,
         versions=runs[0].versions,
         device=runs[0].device,
     )
-    return first["fingerprint"], ModelInfo.from_dict(first["model"]), settings, done, run
+    angular = first.get("angular")
+    return first["fingerprint"], ModelInfo.from_dict(first["model"]), settings, done, rows, run, angular
 
 
 def _read_shard(path: Path) -> dict[str, Any]:

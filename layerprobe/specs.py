@@ -149,6 +149,8 @@ class PruneSpec:
     include_path: str | None = None
     squad_data: str | None = None
     engine: str = "auto"
+    log_samples: bool = False  # write <out>/samples/<task>.jsonl (per-document values) at the end
+    angular: str | None = None  # angular.json to rank-compare with ΔP (None: <out>/angular.json if there)
 
     def __post_init__(self) -> None:
         if not self.tasks:

@@ -511,3 +511,43 @@ def test_sharded_export_loads_and_matches(sources, tmp_path):
     torch.testing.assert_close(_outputs(exported, ids), expected, rtol=0, atol=0)
     with pytest.raises(LayerprobeError, match="max-shard-size"):
         ExportSpec(ModelSpec(str(sources("llama"))), str(out), remove="2", max_shard_size="lots")
+
+
+@pytest.mark.parametrize("layers", [6, 2])
+def test_export_refuses_a_config_that_disagrees_with_the_weights_before_loading(
+    tiny_checkpoints, tmp_path, monkeypatch, layers
+):
+    """Exporting would otherwise ship random blocks (config 6, weights 4) or drop trained ones (config 2)."""
+    import json
+
+    from layerprobe.weights import WeightsMismatch
+
+    path = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoints["llama"], path)
+    config = json.loads((path / "config.json").read_text())
+    config["num_hidden_layers"] = layers
+    (path / "config.json").write_text(json.dumps(config))
+
+    def fail(*_args, **_kwargs):
+        raise AssertionError("weights were loaded before the mismatch was refused")
+
+    monkeypatch.setattr(tf.AutoModelForCausalLM, "from_pretrained", fail)
+    with pytest.raises(WeightsMismatch):
+        run_export(ExportSpec(ModelSpec(str(path)), str(tmp_path / "out"), remove="1"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_refuses_a_block_missing_one_weight(tiny_checkpoints, tmp_path):
+    """Every block index is present, so only the loading report after from_pretrained shows the hole."""
+    from safetensors.torch import load_file, save_file
+
+    from layerprobe.weights import WeightsMismatch
+
+    path = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoints["llama"], path)
+    state = load_file(path / "model.safetensors")
+    del state["model.layers.2.mlp.up_proj.weight"]
+    save_file(state, path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(WeightsMismatch, match=r"layers\.2\.mlp\.up_proj\.weight"):
+        run_export(ExportSpec(ModelSpec(str(path)), str(tmp_path / "out"), remove="1"))
+    assert not (tmp_path / "out").exists()

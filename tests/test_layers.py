@@ -147,3 +147,155 @@ def test_removed_blocks_rejects_out_of_range(tiny_checkpoints):
     model = tf.AutoModelForCausalLM.from_pretrained(tiny_checkpoints["llama"])
     with pytest.raises(UnsupportedModel), removed_blocks(find_layers(model), [4]):
         pass
+
+
+# ------------------------------------------------------------------- architectures at the edges (issue 8)
+def _jamba_config(layers, attn_period, attn_offset, expert_period, expert_offset):
+    return tf.JambaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
+        num_hidden_layers=layers, num_experts=2, num_experts_per_tok=1,
+        attn_layer_period=attn_period, attn_layer_offset=attn_offset,
+        expert_layer_period=expert_period, expert_layer_offset=expert_offset,
+        use_mamba_kernels=False, mamba_d_state=4, mamba_d_conv=4, mamba_expand=2, pad_token_id=0,
+    )  # fmt: skip
+
+
+def test_jamba_with_a_block_removed_equals_a_physically_rebuilt_model():
+    """Jamba derives `layer_types` from attn_layer_period/offset: removal must not realign the pattern.
+
+    Six blocks, attention at 1 and 4 and experts at 1 and 4 (period 3, offset 1); without block 2 the kept
+    blocks are mamba, attention+experts, mamba, attention+experts, mamba: exactly a five-block Jamba with
+    period 2, offset 1 for both, built here from its own config with the remaining weights.
+    """
+    torch.manual_seed(0)
+    model = tf.JambaForCausalLM(_jamba_config(6, 3, 1, 3, 1)).eval()
+    reference = tf.JambaForCausalLM(_jamba_config(5, 2, 1, 2, 1)).eval()
+    state = {}
+    for key, value in model.state_dict().items():
+        if key.startswith("model.layers."):
+            index, rest = key[len("model.layers.") :].split(".", 1)
+            if int(index) == 2:
+                continue
+            key = f"model.layers.{int(index) - (int(index) > 2)}.{rest}"
+        state[key] = value
+    reference.load_state_dict(state, strict=True)
+    stack = find_layers(model)
+    layer_types = list(model.config.layer_types)
+    ids = torch.randint(1, 64, (2, 9))
+    with torch.no_grad():
+        expected = reference(ids, use_cache=True).logits
+        with removed_blocks(stack, [2]):
+            assert model.config.layer_types == reference.config.layer_types
+            assert model.config.layers_num_experts == reference.config.layers_num_experts
+            cached = model(ids, use_cache=True).logits  # the hybrid cache is built from layer_types
+            uncached = model(ids, use_cache=False).logits
+    assert torch.allclose(cached, expected, atol=1e-5) and torch.allclose(uncached, expected, atol=1e-5)
+    assert model.config.layer_types == layer_types and model.config.num_hidden_layers == 6
+    assert type(model.config) is tf.JambaConfig
+
+
+def _llama4_text(num_layers=4):
+    return tf.Llama4TextConfig(
+        vocab_size=512, hidden_size=32, intermediate_size=32, intermediate_size_mlp=64, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, num_hidden_layers=num_layers, num_local_experts=2,
+        interleave_moe_layer_step=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        architectures=["Llama4ForCausalLM"],
+    )  # fmt: skip
+
+
+def test_llama4_text_stack_is_found_in_its_decoder_not_through_the_missing_prefix():
+    """Llama4ForCausalLM names base_model_prefix "language_model", an attribute it lacks: base_model is itself."""
+    from layerprobe.evaluate.shared import verify_head
+
+    torch.manual_seed(0)
+    model = tf.Llama4ForCausalLM(_llama4_text()).eval()
+    assert model.base_model is model  # the trap
+    base = tf.AutoModel.from_config(model.config)
+    assert find_layers(model).path == find_layers(base).path == "layers"
+    assert find_layers(model).blocks is model.model.layers and find_layers(model, "model.layers").num_layers == 4
+
+    class _Tokenizer:
+        def __call__(self, _text, return_tensors):
+            return {"input_ids": torch.arange(3, 15)[None]}
+
+    assert verify_head(model, _Tokenizer()) is None  # the shared engine can split base model and head
+
+
+class _Looped(nn.Module):
+    """A root that calls its blocks in a given order (ALBERT-like reuse, or a skipped block)."""
+
+    def __init__(self, order):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(4, 4) for _ in range(3))
+        self.order = order
+
+    def forward(self, x):
+        for index in self.order:
+            x = self.blocks[index](x)
+        return x
+
+
+@pytest.mark.parametrize(
+    ("order", "message"), [([0, 1, 1, 2], "Block 1 .* ran 2 times"), ([0, 2], "Block 1 .* 0 times")]
+)
+def test_a_block_called_more_or_less_than_once_is_a_clear_error(order, message):
+    model = _Looped(order)
+    stack = find_layers(model)
+    with pytest.raises(UnsupportedModel, match=message), torch.no_grad(), capture_block_states(stack):
+        model(torch.randn(2, 4))
+    assert not model._forward_hooks and not model._forward_pre_hooks  # hooks removed after the error
+
+
+def test_a_list_that_repeats_one_module_is_refused():
+    model = _Looped([0, 1, 2])
+    shared = nn.Linear(4, 4)
+    model.blocks = nn.ModuleList([shared, shared, shared])
+    with pytest.raises(UnsupportedModel, match="repeat one module object"):
+        find_layers(model, "blocks")
+
+
+def test_albert_shared_layer_is_refused_with_no_path_suggested():
+    config = tf.AlbertConfig(
+        vocab_size=64, embedding_size=16, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+        num_hidden_layers=3,
+    )  # fmt: skip
+    model = tf.AlbertModel(config)
+    for path in (None, "encoder.albert_layer_groups", "encoder.albert_layer_groups.0.albert_layers"):
+        with pytest.raises(UnsupportedModel, match="ALBERT-style") as info:
+            find_layers(model, path)
+        assert "Pass --layers-path" not in info.value.hint
+
+
+def test_recurrent_gemma_cycle_is_pinned_to_the_kept_blocks():
+    """RecurrentGemma derives layers_block_type by cycling block_types: without block 0 of (r, r, a) × 2 the
+    kept blocks are r, a, r, r, a, which is a five-block model cycling (r, a, r), built here from its config."""
+
+    def config(layers, block_types):
+        return tf.RecurrentGemmaConfig(
+            num_hidden_layers=layers, vocab_size=64, hidden_size=32, intermediate_size=48, num_attention_heads=4,
+            num_key_value_heads=1, head_dim=8, lru_width=32, attention_window_size=8, conv1d_width=4,
+            block_types=block_types,
+        )  # fmt: skip
+
+    torch.manual_seed(0)
+    model = tf.RecurrentGemmaForCausalLM(config(6, ["recurrent", "recurrent", "attention"])).eval()
+    reference = tf.RecurrentGemmaForCausalLM(config(5, ["recurrent", "attention", "recurrent"])).eval()
+    state = {}
+    for key, value in model.state_dict().items():
+        if key.startswith("model.layers."):
+            index, rest = key[len("model.layers.") :].split(".", 1)
+            if index == "0":
+                continue
+            key = f"model.layers.{int(index) - 1}.{rest}"
+        state[key] = value
+    reference.load_state_dict(state, strict=True)
+    ids = torch.randint(0, 64, (2, 12))
+    with torch.no_grad():
+        expected = reference(ids).logits
+        expected_generated = reference.generate(ids[:1, :5], max_new_tokens=5, do_sample=False)
+        with removed_blocks(find_layers(model), [0]):
+            assert model.config.layers_block_type == reference.config.layers_block_type
+            pruned = model(ids).logits
+            generated = model.generate(ids[:1, :5], max_new_tokens=5, do_sample=False)
+    assert torch.allclose(pruned, expected, atol=1e-5) and torch.equal(generated, expected_generated)
+    assert len(model.config.layers_block_type) == 6

@@ -660,9 +660,16 @@ def test_cli_run_writes_json_plots_and_table_with_the_documented_schema(tiny_che
                 "layers",
                 "pruned",
                 "delta",
+                "delta_stderr",
+                "delta_ci95",
+                "significant",
+                "delta_method",
+                "bootstrap",
                 "stderr",
             ]
             assert metric["layers"] == [0, 3] and len(metric["pruned"]) == len(metric["stderr"]) == 2
+            assert len(metric["delta_stderr"]) == len(metric["delta_ci95"]) == len(metric["significant"]) == 2
+            assert metric["delta_method"] == ("paired_mean" if name.startswith("acc") else "paired_bootstrap")
             assert metric["delta"] == pytest.approx([p - metric["baseline"] for p in metric["pruned"]], abs=1e-12)
             assert metric["higher_is_better"] is (name.startswith("acc"))
             if name.startswith("acc"):
@@ -692,3 +699,113 @@ def test_a_retrained_local_checkpoint_is_a_different_run(tmp_path):
     os.utime(checkpoint / "model.safetensors", ns=(1, 1))
     assert files_stat_digest(str(checkpoint)) != first
     assert files_stat_digest(str(tmp_path / "missing")).endswith("@missing")
+
+
+# ------------------------------------------------------------------- architectures at the edges (issue 8)
+def _save_with_tokenizer(model, path: Path) -> Path:
+    from conftest import _byte_level_tokenizer
+
+    model.save_pretrained(path)
+    _byte_level_tokenizer(add_bos=False).save_pretrained(path)
+    return path
+
+
+def _jamba(layers: int, period: int, offset: int):
+    return tf.JambaConfig(
+        vocab_size=512, hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
+        num_hidden_layers=layers, num_experts=2, num_experts_per_tok=1, attn_layer_period=period,
+        attn_layer_offset=offset, expert_layer_period=period, expert_layer_offset=offset, use_mamba_kernels=False,
+        mamba_d_state=4, mamba_d_conv=4, mamba_expand=2, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        architectures=["JambaForCausalLM"],
+    )  # fmt: skip
+
+
+def test_jamba_prune_drop_equals_lm_eval_on_a_physically_rebuilt_model(tmp_path, spy, monkeypatch):
+    """Both engines on Jamba (derived layer pattern) against lm-eval on a five-block Jamba built from its config.
+
+    Six blocks with attention and experts at 1 and 4 (period 3, offset 1); without block 2 that is a
+    five-block Jamba with period 2, offset 1. The simple engine crashed here when the pattern realigned.
+    """
+    torch.manual_seed(0)
+    model = tf.JambaForCausalLM(_jamba(6, 3, 1)).eval()
+    path = _save_with_tokenizer(model, tmp_path / "jamba")
+    reference = tf.JambaForCausalLM(_jamba(5, 2, 1)).eval()
+    state = {}
+    for key, value in model.state_dict().items():
+        if key.startswith("model.layers."):
+            index, rest = key[len("model.layers.") :].split(".", 1)
+            if int(index) == 2:
+                continue
+            key = f"model.layers.{int(index) - (int(index) > 2)}.{rest}"
+        state[key] = value
+    reference.load_state_dict(state, strict=True)
+    loaded = load(path)
+    tasks = ("lp_arc_like",)
+    want = lm_eval_reference(reference, tf.AutoTokenizer.from_pretrained(path), monkeypatch, tasks=tasks)
+    want_answers = sample_responses(want["samples"])
+    for engine in ("simple", "shared"):
+        spy.reset()
+        result = run_prune_drop(
+            make_spec(path, tasks=tasks, layers="2", engine=engine),
+            tmp_path / engine,
+            loaded=loaded,
+            progress=spy.progress,
+        )
+        assert result.engine == engine and result.model.layer_path == "layers"
+        for metric, (value, _stderr) in reference_metrics(want, "lp_arc_like").items():
+            assert_metric_equal(metric, value_at(result.tasks["lp_arc_like"].metrics[metric], 2), value)
+        assert_same_answers(spy.answers[("lp_arc_like", 2)], want_answers)
+    assert loaded.model.config.num_hidden_layers == 6 and type(loaded.model.config) is tf.JambaConfig
+
+
+def test_llama4_text_uses_the_shared_engine_and_reports_the_angular_layer_path(tmp_path, spy):
+    from layerprobe.angular import run_angular
+    from layerprobe.specs import AngularSpec, CorpusSpec
+
+    torch.manual_seed(0)
+    config = tf.Llama4TextConfig(
+        vocab_size=512, hidden_size=32, intermediate_size=32, intermediate_size_mlp=64, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, num_hidden_layers=4, num_local_experts=2, interleave_moe_layer_step=2,
+        max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        architectures=["Llama4ForCausalLM"],
+    )  # fmt: skip
+    path = _save_with_tokenizer(tf.Llama4ForCausalLM(config).eval(), tmp_path / "llama4")
+    angular = run_angular(
+        AngularSpec(ModelSpec(str(path), device="cpu"), CorpusSpec("builtin:pydoc", tokens=256, seq_len=64))
+    )
+    tasks = ("lp_arc_like",)
+    loaded = load(path)
+    results = {}
+    for engine in ("auto", "simple"):
+        spy.reset()
+        results[engine] = run_prune_drop(
+            make_spec(path, tasks=tasks, layers="1,3", engine=engine),
+            tmp_path / engine,
+            loaded=loaded,
+            progress=spy.progress,
+        )
+        assert results[engine].model.layer_path == angular.model.layer_path == "layers"
+        assert results[engine].model.num_layers == angular.model.num_layers == 4
+        results[engine] = (results[engine], dict(spy.answers))
+    assert results["auto"][0].engine == "shared" and results["simple"][0].engine == "simple"
+    for variant in (None, 1, 3):
+        assert_same_answers(
+            results["auto"][1][("lp_arc_like", variant)], results["simple"][1][("lp_arc_like", variant)]
+        )
+    assert loaded.model.config.num_hidden_layers == 4
+
+
+def test_prune_drop_refuses_a_tokenizer_lm_eval_cannot_use_before_loading(tiny_checkpoints, tmp_path):
+    """No EOS and no BOS: lm-eval would crash inside on the first empty context (a traceback, exit 1)."""
+    path = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoints["llama"], path)
+    original = tf.AutoTokenizer.from_pretrained(path)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (path / name).unlink(missing_ok=True)
+    tf.PreTrainedTokenizerFast(tokenizer_object=original.backend_tokenizer).save_pretrained(path)
+    out = tmp_path / "out"
+    result = invoke(
+        path, "--task", "lp_arc_like", "--include-path", TASKS_DIR, "--quiet", "--device", "cpu", "--out", out
+    )
+    assert_one_line_error(result, "neither an end-of-sequence nor a beginning-of-sequence token", out)
+    assert "eos_token" in result.output.splitlines()[1]

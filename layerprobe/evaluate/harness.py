@@ -15,12 +15,14 @@ With those, `evaluate` gives exactly what `simple_evaluate` gives for the same m
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from layerprobe.evaluate.samples import MetricSamples
 from layerprobe.evaluate.scores import Evaluation, MetricScore
 from layerprobe.evaluate.tasks import (
     OFFLINE_HINT,
@@ -73,12 +75,15 @@ class TaskScores:
         num_fewshot: Few-shot examples per document (None for a group whose subtasks differ).
         samples: Documents evaluated (for a group: over all its tasks).
         subtasks: For a group, the scores of its direct children (tasks or subgroups), by name.
+        per_sample: Metric name → the per-document values lm-eval aggregated into it (from its
+            `log_samples` output; for a group, those of all its leaf tasks). Empty for a subgroup.
     """
 
     metrics: dict[str, MetricScore]
     num_fewshot: int | None
     samples: int
     subtasks: dict[str, TaskScores] = field(default_factory=dict)
+    per_sample: dict[str, MetricSamples] = field(default_factory=dict)
 
 
 def make_lm(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int | str = 1) -> HFLM:
@@ -140,10 +145,47 @@ def evaluate(
             limit=limit,
             cache_requests=False,
             bootstrap_iters=bootstrap_iters,
-            log_samples=False,
+            log_samples=True,  # the per-document values, for paired ΔP uncertainty
         )
+    out = {}
+    for name in task_set.names:
+        scores = _scores(results, task_set.loaded["group_map"], task_set.result_names[name])
+        per_sample = per_sample_values(results.get("samples", {}), task_set, name, scores.metrics)
+        out[name] = dataclasses.replace(scores, per_sample=per_sample)
+    return out
+
+
+def per_sample_values(
+    logged: dict[str, list[dict[str, Any]]], task_set: TaskSet, name: str, metrics: dict[str, MetricScore]
+) -> dict[str, MetricSamples]:
+    """Per-document values of every metric in `metrics`, read from lm-eval's `log_samples` output.
+
+    Each logged sample of a leaf task carries its `doc_id`, the `filter` its responses went through and
+    one value per metric (what `process_results` returned, before aggregation). Labels follow `_scores`:
+    the bare metric name for the "none" filter, `metric,filter` otherwise.
+    """
+    leaves = task_set.members[name]
+    group = task_set.loaded["groups"].get(task_set.result_names[name])
+    weight_by_size = {
+        config.metric: bool(config.weight_by_size) for config in getattr(group, "aggregate_metric_list", None) or []
+    }
+    values: dict[str, dict[str, dict[Any, Any]]] = {}
+    aggregations: dict[str, str] = {}
+    for leaf in leaves:
+        functions = task_set.tasks[leaf].aggregation()
+        for sample in logged.get(leaf, []):
+            filter_name = sample.get("filter", "none")
+            for metric in sample.get("metrics", []):
+                label = metric if filter_name == "none" else f"{metric},{filter_name}"
+                if label not in metrics or metric not in sample:
+                    continue
+                aggregations.setdefault(label, getattr(functions.get(metric), "__name__", "mean"))
+                values.setdefault(label, {}).setdefault(leaf, {})[sample["doc_id"]] = sample[metric]
     return {
-        name: _scores(results, task_set.loaded["group_map"], task_set.result_names[name]) for name in task_set.names
+        label: MetricSamples(
+            aggregations[label], docs, None if group is None else weight_by_size.get(label.split(",")[0], True)
+        )
+        for label, docs in values.items()
     }
 
 
@@ -224,4 +266,4 @@ class HarnessScorer:
         scores = evaluate(self.lm, self.task_sets[task], limit=lm_eval_limit(self.spec.limit), seed=self.spec.seed)[
             task
         ]
-        return Evaluation(scores.metrics, scores.num_fewshot, scores.samples, self.engine)
+        return Evaluation(scores.metrics, scores.num_fewshot, scores.samples, self.engine, per_sample=scores.per_sample)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from layerprobe.evaluate.samples import MetricSamples
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,9 @@ class Evaluation:
         samples: Documents (questions) scored.
         engine: The engine that produced it ("simple" or "shared").
         nonfinite: Inputs whose scores were NaN/inf (SQuAD windows; 0 for lm-eval).
+        per_sample: Metric name → its per-document values (lm-eval's `log_samples`, SQuAD's per
+            question), from which prune-drop pairs each variant with the baseline. Read back from a
+            progress file, the values are empty: they live in the run's sample log.
     """
 
     metrics: dict[str, MetricScore]
@@ -40,6 +45,7 @@ class Evaluation:
     samples: int | None
     engine: str
     nonfinite: int = 0
+    per_sample: dict[str, MetricSamples] = field(default_factory=dict)
 
 
 BASELINE = None  # the variant with no block removed; any other variant is the removed block's index

@@ -26,7 +26,7 @@ from torch import nn
 from layerprobe.evaluate.harness import HarnessScorer, is_generation_task, quiet_lm_eval
 from layerprobe.evaluate.journal import AnswerJournal
 from layerprobe.evaluate.scores import BASELINE
-from layerprobe.layers import LayerStack, capture_block_states, hidden_from_output, removed_blocks
+from layerprobe.layers import LayerStack, base_of, capture_block_states, hidden_from_output, removed_blocks
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -163,8 +163,7 @@ class SharedPrefixLM(HFLM):
                 shrunk.blocks[0] = block
 
     def _base_forward(self, ids: torch.Tensor) -> torch.Tensor:
-        base = self.model.base_model
-        return base(input_ids=ids, use_cache=False).last_hidden_state
+        return self.stack.root(input_ids=ids, use_cache=False).last_hidden_state  # the model without its head
 
     def _head_answers(self, final: torch.Tensor, wanted: torch.Tensor, plan: _Gather) -> dict[Key, tuple[float, bool]]:
         """Log-likelihood and greedy match of every request, from the head at the wanted positions only.
@@ -270,7 +269,7 @@ def verify_head(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, atol
     try:
         with torch.inference_mode():
             expected = model(input_ids=ids, use_cache=False).logits[0].float().log_softmax(-1)
-            final = model.base_model(input_ids=ids, use_cache=False).last_hidden_state[0]
+            final = base_of(model)(input_ids=ids, use_cache=False).last_hidden_state[0]
             got = head_logits(model, final).float().log_softmax(-1)
     except Exception as exc:  # remote-code models may not split into base model + head at all
         return f"its base model and head cannot be run separately ({type(exc).__name__}: {exc})"

@@ -21,19 +21,21 @@ import string
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from layerprobe.errors import TaskError
+from layerprobe.evaluate.samples import MEAN, MetricSamples
 from layerprobe.evaluate.scores import Evaluation, MetricScore
 from layerprobe.evaluate.squad_data import SquadExample, load_squad
 from layerprobe.layers import removed_blocks
 from layerprobe.models import context_length
 
 METRICS = ("f1", "exact_match")
+SQUAD_SAMPLES_TASK = "squad"  # the task name per-question values are kept under
 NOT_QA_HINT = (
     "SQuAD needs a checkpoint fine-tuned for question answering (…ForQuestionAnswering), "
     "e.g. csarron/bert-base-uncased-squad-v1"
@@ -52,11 +54,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SquadScores:
-    """Metrics in the order f1, exact_match; the predicted answer text per question id, for debugging."""
+    """Metrics in the order f1, exact_match; the predicted answer text per question id, for debugging.
+
+    `per_sample` holds each metric's per-question values (0-100, keyed by question id, under the task
+    name "squad"), which pair a pruned variant with the baseline question by question.
+    """
 
     metrics: dict[str, MetricScore]
     predictions: dict[str, str]
     nonfinite_windows: int = 0  # windows whose real tokens got a NaN/inf logit: counted, never hidden
+    per_sample: dict[str, MetricSamples] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------------------------- metrics
@@ -92,11 +99,19 @@ def _token_f1(predicted: list[str], gold: list[str]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def per_question_scores(examples: list[SquadExample], predictions: dict[str, str]) -> dict[str, dict[str, float]]:
+    """F1 and exact match (0-100) of every question, by metric and question id (a missing answer is "")."""
+    return {
+        name: {e.id: 100.0 * metric(predictions.get(e.id, ""), e.answers) for e in examples}
+        for name, metric in (("f1", f1_score), ("exact_match", exact_match_score))
+    }
+
+
 def score_predictions(examples: list[SquadExample], predictions: dict[str, str]) -> dict[str, MetricScore]:
     """Mean F1 and exact match over `examples` (0-100), with stderr = sample std (ddof=1) / sqrt(n)."""
     out = {}
-    for name, metric in (("f1", f1_score), ("exact_match", exact_match_score)):
-        per_example = [100.0 * metric(predictions.get(e.id, ""), e.answers) for e in examples]
+    for name, by_id in per_question_scores(examples, predictions).items():
+        per_example = list(by_id.values())
         n = len(per_example)
         stderr = statistics.stdev(per_example) / math.sqrt(n) if n > 1 else None
         out[name] = MetricScore(statistics.fmean(per_example), stderr, higher_is_better=True, samples=n)
@@ -288,7 +303,13 @@ class SquadScorer:
         predictions = {
             e.id: e.context[a:b] if s > -math.inf else "" for e, (s, a, b) in zip(self.examples, best, strict=True)
         }
-        return SquadScores(score_predictions(self.examples, predictions), predictions, nonfinite)
+        per_question = per_question_scores(self.examples, predictions)
+        return SquadScores(
+            score_predictions(self.examples, predictions),
+            predictions,
+            nonfinite,
+            {name: MetricSamples(MEAN, {SQUAD_SAMPLES_TASK: values}) for name, values in per_question.items()},
+        )
 
 
 def _padded(rows: list[list], fill: int = 0) -> torch.Tensor:
@@ -343,4 +364,6 @@ class SquadTaskScorer:
         windows = self.scorer.num_windows
         self.last = scores = self.scorer(progress=lambda n: self.progress.on_advance(n / windows))
         samples = next(iter(scores.metrics.values())).samples
-        return Evaluation(scores.metrics, 0, samples, self.engine, nonfinite=scores.nonfinite_windows)
+        return Evaluation(
+            scores.metrics, 0, samples, self.engine, nonfinite=scores.nonfinite_windows, per_sample=scores.per_sample
+        )

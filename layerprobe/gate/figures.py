@@ -6,6 +6,7 @@ the runs it compares; `plot_verdict` saves one per kind next to the candidate (o
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,7 @@ from layerprobe.report import (
     plt,
     span_matrix,
 )
-from layerprobe.results import AngularResult, PruneDropResult
+from layerprobe.results import AngularResult, MetricDrop, PruneDropResult
 
 if TYPE_CHECKING:
     from layerprobe.gate.verdict import Verdict
@@ -107,7 +108,8 @@ def _compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropRe
     )
     for (task, metric_name, base, cand), (ax_bars, ax_diff) in zip(rows, axes, strict=True):
         for metric, offset, label, color in ((base, -0.2, "baseline", "#7f8c8d"), (cand, 0.2, "candidate", "#e67e22")):
-            _bars(ax_bars, np.asarray(metric.layers) + offset, metric.delta, metric.stderr, color, 0.4, label)
+            errors = metric.delta_stderr if metric.paired else metric.stderr  # paired ΔP stderr where recorded
+            _bars(ax_bars, np.asarray(metric.layers) + offset, metric.delta, errors, color, 0.4, label)
         _zero_line(ax_bars, base.baseline_stderr)
         ax_bars.legend(fontsize=8, loc="best")
         ax_bars.set_title(
@@ -122,7 +124,7 @@ def _compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropRe
         after = dict(zip(cand.layers, cand.delta, strict=True))
         diff = [after[layer] - before[layer] for layer in shared]
         colors = [_effect_color(d if base.higher_is_better else -d) for d in diff]
-        _bars(ax_diff, shared, diff, [None] * len(shared), colors, 0.8, None)
+        _bars(ax_diff, shared, diff, _combined_stderr(base, cand, shared), colors, 0.8, None)
         _zero_line(ax_diff, None)
         _layer_axis(ax_diff, shared)
         ax_diff.set_ylabel("ΔP(candidate) − ΔP(baseline)")
@@ -131,3 +133,12 @@ def _compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropRe
         f"prune-drop: {_short(baseline.model.id)} (baseline) vs {_short(candidate.model.id)} (candidate)", fontsize=11
     )
     return fig
+
+
+def _combined_stderr(base: MetricDrop, cand: MetricDrop, layers: list[int]) -> list[float | None]:
+    """sqrt(se_base² + se_cand²) of the paired ΔP stderrs per shared layer (None where either lacks one)."""
+    if not (base.paired and cand.paired):
+        return [None] * len(layers)
+    se_b = dict(zip(base.layers, base.delta_stderr, strict=True))
+    se_c = dict(zip(cand.layers, cand.delta_stderr, strict=True))
+    return [None if se_b[l] is None or se_c[l] is None else math.hypot(se_b[l], se_c[l]) for l in layers]

@@ -291,6 +291,12 @@ def prune_drop_rules(
             _baseline_score_rule(task, name, base, cand, rules.max_drop),
             _layer_delta_rule(task, name, base, cand, rules.se_factor),
         ]
+        if not (base.paired and cand.paired):
+            lacking = " and ".join(role for role, m in (("baseline", base), ("candidate", cand)) if not m.paired)
+            notes.append(
+                f"{task}/{name}: the {lacking} has no paired ΔP stderrs (written before they existed); "
+                "layer_delta used the unpaired fallback, the pruned scores' own stderrs"
+            )
     return results, notes
 
 
@@ -346,9 +352,14 @@ def _layer_delta_rule(task: str, name: str, base: MetricDrop, cand: MetricDrop, 
     """ΔP(l) of the candidate vs the baseline, layer by layer over the layers both evaluated.
 
     "Worse" is sign-aware: for a higher-is-better metric, a more negative ΔP (removing the block costs
-    more) is worse. Allowed: factor × sqrt(se_base² + se_cand²) of the two pruned scores at that layer.
+    more) is worse. Allowed: factor × sqrt(se_base² + se_cand²), where se is each model's *paired*
+    stderr of ΔP(l) (`delta_stderr`: per-document differences, so the shared document noise cancels).
+    The two models are scored independently, so their paired stderrs add in quadrature. When either
+    file predates paired stderrs, the pruned scores' own stderrs are used (the unpaired fallback,
+    several times wider), and the rule says so.
     """
-    before, after = _by_layer(base, task, "baseline"), _by_layer(cand, task, "candidate")
+    paired = base.paired and cand.paired
+    before, after = _by_layer(base, task, "baseline", paired), _by_layer(cand, task, "candidate", paired)
     shared = sorted(set(before) & set(after))
     if not shared:
         raise ResultError(
@@ -390,11 +401,14 @@ def _layer_delta_rule(task: str, name: str, base: MetricDrop, cand: MetricDrop, 
     for role, layers in missing.items():
         if layers:
             message += f"; {role} stderr missing for layers {layers}, counted as 0"
+    if not paired:
+        message += "; unpaired fallback: the pruned scores' own stderrs (no paired ΔP stderrs in a file)"
+    stderr_kind = "paired ΔP stderrs" if paired else "pruned scores' stderrs (unpaired fallback)"
     return RuleResult(
         "prune_drop",
         "layer_delta",
         f"{task}/{name}",
-        f"ΔP(l) may get worse by ≤ {factor:g} × sqrt(se_base² + se_cand²) per layer",
+        f"ΔP(l) may get worse by ≤ {factor:g} × sqrt(se_base² + se_cand²) per layer, se = {stderr_kind}",
         {"se_factor": factor, "higher_is_better": base.higher_is_better},
         worst["baseline_delta"],
         worst["candidate_delta"],
@@ -403,6 +417,7 @@ def _layer_delta_rule(task: str, name: str, base: MetricDrop, cand: MetricDrop, 
         not failed,
         message,
         {
+            "stderr": "paired" if paired else "unpaired",
             "common_layers": shared,
             "failed_layers": [r["layer"] for r in failed],
             "stderr_missing": missing,
@@ -436,10 +451,12 @@ def _metric(result: PruneDropResult, task: str, name: str, role: str) -> MetricD
     return metrics[name]
 
 
-def _by_layer(metric: MetricDrop, task: str, role: str) -> dict[int, tuple[float, float | None]]:
-    if not len(metric.layers) == len(metric.pruned) == len(metric.stderr):
+def _by_layer(metric: MetricDrop, task: str, role: str, paired: bool) -> dict[int, tuple[float, float | None]]:
+    """Layer → (ΔP, its stderr): the paired `delta_stderr`, or with `paired` False the pruned score's own."""
+    errors = metric.delta_stderr if paired else metric.stderr
+    if not len(metric.layers) == len(metric.pruned) == len(errors or []):
         raise ResultError(f"Malformed {role} result: {task} has layers, pruned and stderr of different lengths.")
-    return {layer: (delta, se) for layer, delta, se in zip(metric.layers, metric.delta, metric.stderr, strict=True)}
+    return {layer: (delta, se) for layer, delta, se in zip(metric.layers, metric.delta, errors, strict=True)}
 
 
 def _nonfinite(values: list[float]) -> list[int]:

@@ -1,0 +1,151 @@
+"""Per-document metric values of one evaluation, and the paired ΔP uncertainty computed from two of them.
+
+lm-eval computes a value per document (`process_results`) and then aggregates them (`mean`,
+`weighted_perplexity`, `bits_per_byte`, …); with `log_samples=True` its `evaluate` returns those values.
+The SQuAD scorer has per-question EM/F1 the same way. Keeping them lets prune-drop pair each pruned
+variant with the baseline document by document (see `stats.py` for why pairing matters), and lets
+`--log-samples` write them out as JSON lines.
+
+A group (MMLU) is aggregated by lm-eval over its leaf tasks, size-weighted or not (`weight_by_size`), so
+values are kept per leaf task and the group's rule is kept with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from layerprobe.evaluate.stats import (
+    DEFAULT_DRAWS,
+    DEFAULT_SEED,
+    PairedDelta,
+    paired_bootstrap,
+    paired_mean_stats,
+    stratified_mean_stats,
+)
+
+MEAN = "mean"
+# Corpus-level aggregations that score a whole corpus per call (sacrebleu): lm-eval's own bootstrap
+# caps them at 100 draws, and so does this one.
+SLOW_AGGREGATIONS = frozenset({"bleu", "chrf", "ter"})
+SLOW_DRAWS = 100
+
+
+@dataclass(frozen=True)
+class MetricSamples:
+    """Per-document values of one metric of one evaluation.
+
+    Attributes:
+        aggregation: lm-eval's aggregation name ("mean" for acc, exact_match, f1…; `weighted_perplexity`,
+            `bits_per_byte`, `perplexity` for corpus-level metrics).
+        values: Leaf task → document id → value (a float, or a list such as [log-likelihood, words]).
+        weight_by_size: For a group, whether lm-eval weighs its leaf tasks by their size (None: one task).
+    """
+
+    aggregation: str
+    values: dict[str, dict[Any, Any]]
+    weight_by_size: bool | None = None
+
+    def spec(self) -> dict[str, Any]:
+        """The small part kept with each evaluation (the values themselves go to JSON lines)."""
+        return {"aggregation": self.aggregation, "weight_by_size": self.weight_by_size}
+
+
+def to_rows(variant: int | None, samples: dict[str, MetricSamples]) -> list[dict[str, Any]]:
+    """One JSON-ready row per (leaf task, document): `{"variant", "task", "doc_id", <metric>: value, …}`."""
+    rows: dict[tuple[str, Any], dict[str, Any]] = {}
+    for metric, found in samples.items():
+        for task, docs in found.values.items():
+            for doc_id, value in docs.items():
+                row = rows.setdefault((task, doc_id), {"variant": variant, "task": task, "doc_id": doc_id})
+                row[metric] = list(value) if isinstance(value, tuple) else value
+    return list(rows.values())
+
+
+def from_rows(rows: Iterable[dict[str, Any]], specs: dict[str, dict[str, Any]]) -> dict[str, MetricSamples]:
+    """The inverse of `to_rows` for one variant, given each metric's `MetricSamples.spec()`."""
+    values: dict[str, dict[str, dict[Any, Any]]] = {metric: {} for metric in specs}
+    for row in rows:
+        for metric in specs:
+            if metric in row:
+                values[metric].setdefault(row["task"], {})[row["doc_id"]] = row[metric]
+    return {
+        metric: MetricSamples(spec["aggregation"], values[metric], spec.get("weight_by_size"))
+        for metric, spec in specs.items()
+    }
+
+
+def aggregation_function(name: str) -> Any:
+    """lm-eval's aggregation function registered under `name` (None if it has none by that name)."""
+    from lm_eval.api.registry import get_aggregation
+
+    try:
+        return get_aggregation(name)
+    except (KeyError, ValueError):
+        return None
+
+
+def paired_delta(
+    base: MetricSamples, variant: MetricSamples, *, draws: int = DEFAULT_DRAWS, seed: int = DEFAULT_SEED
+) -> PairedDelta | None:
+    """The uncertainty of variant − base from per-document values; None if the documents do not match.
+
+    Means over documents get the closed form (pooled over a size-weighted group's tasks, stratified for
+    an unweighted one); every other aggregation a paired bootstrap with lm-eval's own function.
+    """
+    if base.values.keys() != variant.values.keys():
+        return None
+    strata = []
+    for task in sorted(base.values):  # sorted tasks and documents: the bootstrap's draws are reproducible
+        docs, other = base.values[task], variant.values[task]
+        if docs.keys() != other.keys() or not docs:
+            return None
+        ids = sorted(docs)
+        weight = 1.0 if base.weight_by_size is False else float(len(ids))
+        strata.append((weight, [docs[i] for i in ids], [other[i] for i in ids]))
+    if base.aggregation == MEAN:
+        if not all(_is_number(v) for _, b, p in strata for v in (*b, *p)):
+            return None
+        if len(strata) == 1 or base.weight_by_size is not False:  # one mean over all documents
+            return paired_mean_stats([v for s in strata for v in s[1]], [v for s in strata for v in s[2]])
+        return stratified_mean_stats(strata)
+    aggregate = aggregation_function(base.aggregation)
+    if aggregate is None:
+        return None
+    if base.aggregation in SLOW_AGGREGATIONS:
+        draws = min(draws, SLOW_DRAWS)
+    return paired_bootstrap(strata, _tupled(aggregate), draws=draws, seed=seed)
+
+
+def _tupled(aggregate: Any) -> Any:
+    """lm-eval's corpus aggregations unpack (value, weight) pairs; JSON gave them back as lists."""
+    return lambda items: aggregate([tuple(i) if isinstance(i, list) else i for i in items])
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float))  # bools too: lm-eval's acc can be one
+
+
+def paired_columns(
+    base: MetricSamples | None,
+    pruned: list[MetricSamples | None],
+    *,
+    draws: int = DEFAULT_DRAWS,
+    seed: int = DEFAULT_SEED,
+) -> dict[str, Any]:
+    """The paired fields of one metric over every removed block, as stored next to `delta`.
+
+    Returns `delta_stderr`, `delta_ci95`, `significant` (one entry per block, None where the values do
+    not pair), `delta_method` and `bootstrap` ({"draws", "seed"} when a bootstrap was used, else None).
+    """
+    found = [None if base is None or p is None else paired_delta(base, p, draws=draws, seed=seed) for p in pruned]
+    methods = {d.method for d in found if d is not None}
+    bootstrapped = next((d for d in found if d is not None and d.method == "paired_bootstrap"), None)
+    return {
+        "delta_stderr": [None if d is None else d.stderr for d in found],
+        "delta_ci95": [None if d is None or d.ci95 is None else list(d.ci95) for d in found],
+        "significant": [None if d is None else d.significant for d in found],
+        "delta_method": methods.pop() if len(methods) == 1 else None,
+        "bootstrap": None if bootstrapped is None else {"draws": bootstrapped.draws, "seed": bootstrapped.seed},
+    }

@@ -1,0 +1,207 @@
+"""Pure statistics for paired comparisons of model variants scored on the same documents.
+
+prune-drop scores the baseline and every "block l removed" variant on the very same documents, so the
+per-document scores of two variants are strongly correlated: a hard question is hard for both. The
+uncertainty of a difference must therefore come from the per-document *differences* (paired), not from
+the two scores' own standard errors combined as if independent, which is several times too wide.
+
+- `paired_mean_stats`: metrics that are means over documents (acc, acc_norm, exact_match, f1): the
+  standard error of the mean difference, sample std (ddof=1) / sqrt(n), and a normal 95 % interval.
+- `paired_bootstrap`: corpus-level metrics (perplexity, bits per byte) that are not means of per-doc
+  values: documents are resampled with replacement (the same draw for both variants) and the metric is
+  recomputed with the task's own aggregation function; the percentile 95 % interval of the differences.
+- `spearman`, `spearman_bootstrap`, `top_k_overlap`: how well two per-block rankings agree.
+
+Everything here is plain python/numpy on lists: no model, no lm-eval.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Z95 = 1.959963984540054  # two-sided 95 % quantile of the standard normal
+DEFAULT_DRAWS = 1000
+DEFAULT_SEED = 1234
+
+
+@dataclass(frozen=True)
+class PairedDelta:
+    """The uncertainty of one difference P_variant − P_base.
+
+    Attributes:
+        delta: The difference of the two aggregate scores.
+        stderr: Its standard error (None with fewer than two documents).
+        ci95: The 95 % interval (low, high), or None where no stderr exists.
+        method: "paired_mean" (closed form) or "paired_bootstrap".
+        draws: Bootstrap draws (None for the closed form).
+        seed: Bootstrap seed (None for the closed form).
+    """
+
+    delta: float
+    stderr: float | None
+    ci95: tuple[float, float] | None
+    method: str
+    draws: int | None = None
+    seed: int | None = None
+
+    @property
+    def significant(self) -> bool | None:
+        """Whether the 95 % interval excludes 0 (None where there is no interval)."""
+        if self.ci95 is None or not all(math.isfinite(v) for v in self.ci95):
+            return None
+        return self.ci95[0] > 0 or self.ci95[1] < 0
+
+
+def paired_mean_stats(base: Sequence[float], variant: Sequence[float]) -> PairedDelta:
+    """Paired stderr of the difference of two means over the same documents.
+
+    The stderr is the sample standard deviation (ddof=1) of the per-document differences over sqrt(n);
+    the 95 % interval is delta ± 1.96 stderr (the mean of n differences is close to normal).
+
+    Args:
+        base: Per-document scores of the baseline, aligned with `variant` (same document at each index).
+        variant: Per-document scores of the variant.
+    """
+    if len(base) != len(variant):
+        raise ValueError(f"paired samples differ in length: {len(base)} vs {len(variant)}")
+    n = len(base)
+    if n == 0:
+        raise ValueError("no documents to compare")
+    diffs = np.asarray(variant, dtype=np.float64) - np.asarray(base, dtype=np.float64)
+    stderr = float(diffs.std(ddof=1) / math.sqrt(n)) if n > 1 else None
+    return _normal(float(diffs.mean()), stderr)
+
+
+def stratified_mean_stats(strata: Sequence[tuple[float, Sequence[float], Sequence[float]]]) -> PairedDelta:
+    """Paired stderr of a weighted mean of per-stratum means (lm-eval groups with unweighted subtasks).
+
+    Args:
+        strata: (weight, base, variant) per subtask; the aggregate is sum(weight * mean) / sum(weight).
+            The strata hold disjoint documents, so their variances add.
+    """
+    total = sum(w for w, _, _ in strata)
+    delta, variance, defined = 0.0, 0.0, True
+    for weight, base, variant in strata:
+        part = paired_mean_stats(base, variant)
+        share = weight / total
+        delta += share * part.delta
+        if part.stderr is None:
+            defined = False
+        else:
+            variance += share**2 * part.stderr**2
+    return _normal(delta, math.sqrt(variance) if defined else None)
+
+
+def paired_bootstrap(
+    strata: Sequence[tuple[float, Sequence[Any], Sequence[Any]]],
+    aggregate: Callable[[list[Any]], float],
+    *,
+    draws: int = DEFAULT_DRAWS,
+    seed: int = DEFAULT_SEED,
+) -> PairedDelta:
+    """Bootstrap the difference of a corpus-level metric between two variants on the same documents.
+
+    Each draw resamples the documents of every stratum (subtask) with replacement, the same indices for
+    both variants, recomputes each stratum's metric with `aggregate` (lm-eval's own aggregation function,
+    e.g. `weighted_perplexity` over (log-likelihood, words) pairs), combines strata by their weights, and
+    keeps variant − base. The stderr is the standard deviation (ddof=1) of those differences; the 95 %
+    interval is their 2.5 and 97.5 percentiles. The point `delta` is computed on the full sample.
+
+    Args:
+        strata: (weight, base items, variant items) per subtask; one stratum for a plain task.
+        aggregate: Items → metric value.
+        draws: Number of bootstrap resamples.
+        seed: Seed of the resampling (fixed, so a result is reproducible).
+    """
+    if draws < 2:
+        raise ValueError("a bootstrap needs at least two draws")
+    total = sum(w for w, _, _ in strata)
+    shares = [w / total for w, _, _ in strata]
+    for _, base, variant in strata:
+        if len(base) != len(variant) or not base:
+            raise ValueError("every stratum needs the same, non-zero number of documents in both variants")
+
+    def combined(pick: Callable[[int, int], np.ndarray] | None) -> float:
+        value = 0.0
+        for share, (k, (_, base, variant)) in zip(shares, enumerate(strata), strict=True):
+            index = range(len(base)) if pick is None else pick(k, len(base))
+            value += share * (aggregate([variant[i] for i in index]) - aggregate([base[i] for i in index]))
+        return value
+
+    delta = combined(None)
+    rng = np.random.default_rng(seed)
+    samples = np.array([combined(lambda _k, n: rng.integers(0, n, size=n)) for _ in range(draws)])
+    finite = samples[np.isfinite(samples)]
+    if len(finite) < 2:
+        return PairedDelta(delta, None, None, "paired_bootstrap", draws, seed)
+    low, high = np.percentile(finite, [2.5, 97.5])
+    return PairedDelta(delta, float(finite.std(ddof=1)), (float(low), float(high)), "paired_bootstrap", draws, seed)
+
+
+def _normal(delta: float, stderr: float | None) -> PairedDelta:
+    ci = None if stderr is None else (delta - Z95 * stderr, delta + Z95 * stderr)
+    return PairedDelta(delta, stderr, ci, "paired_mean")
+
+
+# ------------------------------------------------------------------------------------ rank agreement
+def ranks(values: Sequence[float]) -> np.ndarray:
+    """1-based ranks, ties sharing their average rank (as Spearman's rho needs)."""
+    x = np.asarray(values, dtype=np.float64)
+    order = np.argsort(x, kind="stable")
+    out = np.empty(len(x), dtype=np.float64)
+    i = 0
+    while i < len(x):
+        j = i
+        while j + 1 < len(x) and x[order[j + 1]] == x[order[i]]:
+            j += 1
+        out[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Spearman's rank correlation: Pearson's r of the (average-tie) ranks; None if a side is constant."""
+    if len(x) != len(y):
+        raise ValueError(f"rank correlation of sequences of different lengths: {len(x)} vs {len(y)}")
+    if len(x) < 2:
+        return None
+    rx, ry = ranks(x), ranks(y)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    norm = math.sqrt(float((rx**2).sum() * (ry**2).sum()))
+    return None if norm == 0 else float((rx * ry).sum() / norm)
+
+
+def spearman_bootstrap(
+    x: Sequence[float], y: Sequence[float], *, draws: int = DEFAULT_DRAWS, seed: int = DEFAULT_SEED
+) -> tuple[float | None, tuple[float, float] | None]:
+    """Spearman's rho and a percentile 95 % interval from resampling the (x, y) pairs with replacement.
+
+    Draws in which one side is constant (rho undefined) are skipped; no interval with fewer than 3 pairs.
+    """
+    rho = spearman(x, y)
+    if rho is None or len(x) < 3:
+        return rho, None
+    rng = np.random.default_rng(seed)
+    xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    found = []
+    for _ in range(draws):
+        pick = rng.integers(0, len(xs), size=len(xs))
+        value = spearman(xs[pick], ys[pick])
+        if value is not None:
+            found.append(value)
+    if len(found) < 2:
+        return rho, None
+    low, high = np.percentile(found, [2.5, 97.5])
+    return rho, (float(low), float(high))
+
+
+def top_k_overlap(first: Sequence[Any], second: Sequence[Any], k: int) -> float:
+    """Share of the first k items of one ranking that are also among the first k of the other."""
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    return len(set(first[:k]) & set(second[:k])) / k
