@@ -67,13 +67,13 @@ def run_prune_drop(
     if loaded is None:
         progress.stage("Loading model")
         loaded = load_model(spec.model, purpose="head", lm_eval=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
     stack = find_layers(loaded.model, spec.model.layers_path)
     layers = parse_layer_ranges(spec.layers, stack.num_layers)
     info = model_info(loaded, stack)
     if angular_result is not None:
         check_angular_fits(angular_result, angular, stack.num_layers)
     print_ = fingerprint(spec, info)
+    out_dir.mkdir(parents=True, exist_ok=True)
     suffix = "" if world.size == 1 else f".rank{world.rank}"  # each rank its own progress files
     state = PruneState.open(out_dir, print_, resume, f"prune_drop.partial{suffix}.json")
     samples = SampleLog.open(out_dir, resume, suffix)
