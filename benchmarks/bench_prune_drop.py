@@ -1,21 +1,25 @@
-"""What does the shared-prefix engine save over the simple one in `prune-drop`?
+"""What do the shared-prefix engine and its prefix reuse save over the simple engine in `prune-drop`?
 
-Runs `run_prune_drop` twice in one process on the same loaded model, tasks and settings:
-  simple   one full lm-eval evaluation per variant (baseline, then each block removed in turn),
-  shared   one baseline pass per batch that records every block's input x^l; "block l removed" then
-           runs only blocks l+1 … L-1 and the head from the recorded x^l.
-Prints the wall time of each (minimum over --repeat alternating rounds), the ratio shared/simple
-(target ≤ 0.6 on CPU), and the block forward passes each made, in batch rows as Progress's block
-events report them, next to the theory:
-  block rows      simple L + L(L-1) = L², shared L + Σ(L-1-l) = L(L+1)/2  → ratio (L+1)/(2L)
-  forward passes  simple L+1, shared (L+2)/2 (embedding + head counted as one block) → (L+2)/(2(L+1))
+Runs `run_prune_drop` three ways in one process on the same loaded model, tasks and settings:
+  simple   one full lm-eval evaluation per variant (baseline, then each block removed in turn);
+  plain    the shared engine with --no-prefix-reuse: one baseline pass per batch records every block's
+           input x^l; "block l removed" then runs only blocks l+1 … L-1 and the head from x^l;
+  shared   the shared engine as by default: besides, a prompt prefix many requests share (the few-shot
+           examples) is run once per (prefix, variant) and only the rest of each request runs.
+Prints the wall time of each (minimum over --repeat rounds, engines in rotating order; the process's CPU
+time of the last round beside it, a check when other work shares the machine) and the block
+work each did, as Progress's block events report it: block-tokens (rows × padded length of every
+block pass; probes included) and rows, with the ratios to the simple engine, next to the theory
+for the plain shared engine:
+  block rows      simple L + L(L-1) = L², plain L + Σ(L-1-l) = L(L+1)/2  → ratio (L+1)/(2L)
+Targets on an MMLU-shaped 5-shot task (the default): shared block-tokens ≤ 0.25×, wall ≤ 0.30× simple.
 Asserts nothing. No network: the model is a LLaMA-shaped random checkpoint built here (or --model PATH)
 with a byte-level BPE tokenizer trained on the stdlib's pydoc text; the tasks are the local lm-eval
-tasks of tests/data/tasks (MMLU-shaped group with few-shot, ARC-shaped).
+tasks of tests/data/tasks (lp_mmlu: MMLU-shaped group, 5 dev questions per subject for few-shot).
 
-    python benchmarks/bench_prune_drop.py                       # 8 layers, hidden 384, limit 10, 2-shot
+    python benchmarks/bench_prune_drop.py                       # 8 layers, hidden 384, lp_mmlu 5-shot, limit 20
     python benchmarks/bench_prune_drop.py --layers 12 --hidden 512 --limit 20
-    python benchmarks/bench_prune_drop.py --model /path/to/causal-lm --tasks lp_arc_like --profile
+    python benchmarks/bench_prune_drop.py --model /path/to/causal-lm --tasks lp_arc_like --num-fewshot 0 --profile
 """
 
 from __future__ import annotations
@@ -88,24 +92,31 @@ def build_model(directory: Path, layers: int, hidden: int, vocab_size: int) -> P
     return directory
 
 
-def run_engine(engine: str, spec_args: dict, loaded, out: Path, profile: bool):
-    """Wall time, result and the block rows Progress reported (every block pass of the evaluations)."""
-    rows = {"count": 0}
+ENGINES = {
+    "simple": dict(engine="simple"),
+    "plain": dict(engine="shared", prefix_reuse=False),
+    "shared": dict(engine="shared"),
+}
+
+
+def run_engine(name: str, spec_args: dict, loaded, out: Path, profile: bool):
+    """Wall time, result, the block work Progress reported (every block pass of the evaluations), profiler."""
+    seen = {"rows": 0, "tokens": 0}
 
     def count(event: BlockEvent) -> None:
-        rows["count"] += event.rows
+        seen["rows"] += event.rows
+        seen["tokens"] += event.tokens
 
     profiler = cProfile.Profile() if profile else None
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     if profiler:
         profiler.enable()
-    result = run_prune_drop(
-        PruneSpec(engine=engine, **spec_args), out, loaded=loaded, progress=Progress(on_block=count)
-    )
+    spec = PruneSpec(**dict(spec_args, **ENGINES[name]))
+    result = run_prune_drop(spec, out, loaded=loaded, progress=Progress(on_block=count))
     if profiler:
         profiler.disable()
     seconds = time.perf_counter() - start
-    return seconds, result, rows["count"], profiler
+    return seconds, result, dict(seen, cpu=time.process_time() - cpu), profiler
 
 
 def max_relative_difference(a, b) -> float:
@@ -124,10 +135,10 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8, help="blocks of the built model")
     parser.add_argument("--hidden", type=int, default=384, help="hidden size of the built model")
     parser.add_argument("--vocab", type=int, default=4096, help="BPE vocabulary of the built model")
-    parser.add_argument("--tasks", default="lp_mmlu,lp_arc_like", help="comma-separated lm-eval tasks")
+    parser.add_argument("--tasks", default="lp_mmlu", help="comma-separated lm-eval tasks")
     parser.add_argument("--include-path", type=Path, default=TASKS_DIR, help="folder of task YAMLs")
-    parser.add_argument("--limit", type=float, default=10, help="documents per task")
-    parser.add_argument("--num-fewshot", type=int, default=2)
+    parser.add_argument("--limit", type=float, default=20, help="documents per task")
+    parser.add_argument("--num-fewshot", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
@@ -154,26 +165,25 @@ def main() -> None:
             batch_size=args.batch_size,
             include_path=str(args.include_path),
         )
-        # Warm-up: imports, dataset loading and first-call costs are paid here, by neither engine.
-        for engine in ("simple", "shared"):
+        # Warm-up: imports, dataset loading and first-call costs are paid here, by no engine.
+        for name in ENGINES:
             run_prune_drop(
-                PruneSpec(engine=engine, **dict(spec_args, limit=1, layers="0")),
-                Path(tmp) / f"warm-{engine}",
+                PruneSpec(**dict(spec_args, limit=1, layers="0", **ENGINES[name])),
+                Path(tmp) / f"warm-{name}",
                 loaded=loaded,
             )
-        times: dict[str, list[float]] = {"simple": [], "shared": []}
+        names = list(ENGINES)
+        times: dict[str, list[float]] = {name: [] for name in names}
         runs = {}
         for round_ in range(max(1, args.repeat)):
-            order = ("simple", "shared") if round_ % 2 == 0 else ("shared", "simple")
-            for engine in order:
-                runs[engine] = run_engine(
-                    engine, spec_args, loaded, Path(tmp) / f"{engine}-{round_}", args.profile and round_ == 0
+            for name in names[round_ % 3 :] + names[: round_ % 3]:
+                runs[name] = run_engine(
+                    name, spec_args, loaded, Path(tmp) / f"{name}-{round_}", args.profile and round_ == 0
                 )
-                times[engine].append(runs[engine][0])
+                times[name].append(runs[name][0])
 
-    (_, simple, rows_simple, prof_simple) = runs["simple"]
-    (_, shared, rows_shared, prof_shared) = runs["shared"]
-    t_simple, t_shared = min(times["simple"]), min(times["shared"])
+    best = {name: min(times[name]) for name in names}
+    work = {name: runs[name][2] for name in names}
     params = sum(p.numel() for p in loaded.model.parameters())
     print(
         f"model: {path if args.model else 'built LLaMA'}  L={L}  hidden={loaded.model.config.hidden_size}  "
@@ -183,24 +193,32 @@ def main() -> None:
         f"tasks: {args.tasks}  limit={args.limit:g}  num_fewshot={args.num_fewshot}  "
         f"batch_size={args.batch_size}  variants={L + 1}"
     )
-    print(f"engine reported: simple run -> {simple.engine}, shared run -> {shared.engine}")
+    print("engine reported: " + ", ".join(f"{name} run -> {runs[name][1].engine}" for name in names))
+    print(f"prefix reuse (run.prefix_reuse): shared run -> {runs['shared'][1].run.prefix_reuse}")
     print()
-    print(f"{'':8}{'wall s (min)':>13}{'block rows':>12}   all rounds")
-    print(f"{'simple':8}{t_simple:13.2f}{rows_simple:12,}   {', '.join(f'{t:.2f}' for t in times['simple'])}")
     print(
-        f"{'shared':8}{t_shared:13.2f}{rows_shared:12,}   {', '.join(f'{t:.2f}' for t in times['shared'])}"
-        f"   (incl. one {L}-row probe of the blocks' outputs)"
+        f"{'':8}{'wall s (min)':>13}{'x simple':>10}{'block-tokens':>14}{'x simple':>10}{'block rows':>12}"
+        f"{'cpu s':>9}   all rounds (wall s)"
     )
-    print()
-    print(f"wall time ratio shared/simple:   {t_shared / t_simple:.3f}   (target <= 0.6)")
-    if rows_shared:
+    for name in names:
         print(
-            f"block rows ratio shared/simple:  {rows_shared / rows_simple:.3f}   "
-            f"theory (L+1)/(2L) = {(L + 1) / (2 * L):.3f}"
+            f"{name:8}{best[name]:13.2f}{best[name] / best['simple']:10.3f}{work[name]['tokens']:14,}"
+            f"{work[name]['tokens'] / work['simple']['tokens']:10.3f}{work[name]['rows']:12,}"
+            f"{work[name]['cpu']:9.1f}   " + ", ".join(f"{t:.2f}" for t in times[name])
         )
-    print(f"forward passes, theory (L+2)/(2(L+1)) = {(L + 2) / (2 * (L + 1)):.3f}")
-    print(f"max relative difference of any metric between engines: {max_relative_difference(simple, shared):.2e}")
-    for name, profiler in (("simple", prof_simple), ("shared", prof_shared)):
+    print()
+    print(
+        f"shared/simple:  wall time ratio {best['shared'] / best['simple']:.3f} (target <= 0.30),  "
+        f"block-token ratio {work['shared']['tokens'] / work['simple']['tokens']:.3f} (target <= 0.25)"
+    )
+    print(
+        f"plain/simple block rows ratio {work['plain']['rows'] / work['simple']['rows']:.3f}, "
+        f"theory (L+1)/(2L) = {(L + 1) / (2 * L):.3f} (plus the engines' one-row probes)"
+    )
+    worst = max(max_relative_difference(runs["simple"][1], runs[name][1]) for name in ("plain", "shared"))
+    print(f"max relative difference of any metric between engines: {worst:.2e}")
+    for name in names:
+        profiler = runs[name][3]
         if profiler:
             text = io.StringIO()
             pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(15)

@@ -296,6 +296,14 @@ def prune_drop(
             "before the removed one.",
         ),
     ] = "auto",
+    prefix_reuse: Annotated[
+        bool,
+        typer.Option(
+            "--prefix-reuse/--no-prefix-reuse",
+            help="Shared engine: compute the key/value cache of a prompt prefix many requests share (few-shot "
+            "examples) once per variant and run only the rest of each request.",
+        ),
+    ] = True,
     resume: Annotated[
         bool,
         typer.Option(
@@ -357,6 +365,7 @@ def prune_drop(
         include_path=str(include_path) if include_path else None,
         squad_data=str(squad_data) if squad_data else None,
         engine=engine,
+        prefix_reuse=prefix_reuse,
         log_samples=log_samples,
         angular=str(angular) if angular else None,
     )

@@ -8,6 +8,7 @@ model is scored again and the block is put back. Every finished (task, variant) 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from layerprobe.agreement import check_angular_fits, find_angular, load_angular_for, task_agreement
@@ -163,6 +164,7 @@ def prune_settings(spec: PruneSpec, layers: list[int]) -> dict:
         "batch_size": spec.batch_size,
         "include_path": spec.include_path,
         "squad_data": spec.squad_data,
+        "prefix_reuse": spec.prefix_reuse,
     }
 
 
@@ -199,8 +201,14 @@ def assemble_result(
             task: assemble_task(state, task, layers, settings["limit"], samples, angular_result, angular)
             for task in tasks
         },
-        run=run,
+        run=replace(run, prefix_reuse=prefix_reuse_status(state, tuple(tasks), [None, *layers])),
     )
+
+
+def prefix_reuse_status(state: PruneState, tasks: tuple[str, ...], variants: list[int | None]) -> str | None:
+    """How the shared engine treated shared prompt prefixes ("on", "off", "unavailable: …"); None if unused."""
+    found = {state.get(t, v).prefix_reuse for t in tasks for v in variants} - {None}
+    return "; ".join(sorted(found)) or None
 
 
 def assemble_task(

@@ -59,6 +59,7 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
         "num_fewshot": spec.num_fewshot,
         "seed": spec.seed,
         "batch_size": spec.batch_size,
+        "prefix_reuse": spec.prefix_reuse,
         "include_path": files_stat_digest(spec.include_path) if spec.include_path else None,
         "squad_data": files_stat_digest(spec.squad_data) if spec.squad_data else None,
         "versions": {k: versions.get(k) for k in ("torch", "transformers", "lm_eval")},

@@ -65,6 +65,7 @@ class RunInfo:
     seconds: float
     versions: dict[str, str]
     device: str
+    prefix_reuse: str | None = None  # prune-drop's shared engine: "on", "off" or "unavailable: <why>"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunInfo:
@@ -454,6 +455,7 @@ def evaluation_to_dict(evaluation: Evaluation) -> dict[str, Any]:
         "samples": evaluation.samples,
         "engine": evaluation.engine,
         "nonfinite": evaluation.nonfinite,
+        **({"prefix_reuse": evaluation.prefix_reuse} if evaluation.prefix_reuse is not None else {}),
         # How the per-document values (kept in the run's sample log, not here) make up each score.
         "per_sample": {name: found.spec() for name, found in evaluation.per_sample.items()},
     }
@@ -477,7 +479,13 @@ def evaluation_from_dict(data: dict[str, Any]) -> Evaluation:
         for name, spec in (data.get("per_sample") or {}).items()
     }
     return Evaluation(
-        metrics, data.get("num_fewshot"), samples, data.get("engine", "simple"), data.get("nonfinite", 0), per_sample
+        metrics,
+        data.get("num_fewshot"),
+        samples,
+        data.get("engine", "simple"),
+        data.get("nonfinite", 0),
+        per_sample,
+        prefix_reuse=data.get("prefix_reuse"),
     )
 
 

@@ -149,6 +149,7 @@ class PruneSpec:
     include_path: str | None = None
     squad_data: str | None = None
     engine: str = "auto"
+    prefix_reuse: bool = True  # shared engine: compute a prefix shared by many requests once
     log_samples: bool = False  # write <out>/samples/<task>.jsonl (per-document values) at the end
     angular: str | None = None  # angular.json to rank-compare with ΔP (None: <out>/angular.json if there)
 

@@ -69,10 +69,10 @@ def minilm_dir() -> Path | None:
         return None
 
 
-def _config(arch: str, vocab_size: int, num_layers: int):
+def _config(arch: str, vocab_size: int, num_layers: int, positions: int = 256):
     import transformers as tf
 
-    common = dict(vocab_size=vocab_size, num_hidden_layers=num_layers, max_position_embeddings=256)
+    common = dict(vocab_size=vocab_size, num_hidden_layers=num_layers, max_position_embeddings=positions)
     if arch == "llama":
         return tf.LlamaConfig(
             hidden_size=48,
@@ -129,7 +129,7 @@ def _config(arch: str, vocab_size: int, num_layers: int):
             n_layer=num_layers,
             n_embd=48,
             n_head=4,
-            n_positions=256,
+            n_positions=positions,
             bos_token_id=1,
             eos_token_id=2,
             architectures=["GPT2LMHeadModel"],
@@ -145,8 +145,8 @@ def _config(arch: str, vocab_size: int, num_layers: int):
     raise ValueError(arch)
 
 
-def build_checkpoint(arch: str, directory: Path, num_layers: int = 4, seed: int = 0) -> Path:
-    """Build a tiny random model of `arch`, save it with its tokenizer, and return the directory."""
+def build_checkpoint(arch: str, directory: Path, num_layers: int = 4, seed: int = 0, positions: int = 256) -> Path:
+    """Build a tiny random model of `arch` (`positions`: its context), save it with its tokenizer, return the dir."""
     import torch
     import transformers as tf
 
@@ -155,7 +155,7 @@ def build_checkpoint(arch: str, directory: Path, num_layers: int = 4, seed: int 
         tokenizer = tf.AutoTokenizer.from_pretrained(minilm_dir())
     else:
         tokenizer = _byte_level_tokenizer(add_bos=arch in ("llama", "deepseek_v3"))
-    config = _config(arch, len(tokenizer), num_layers)
+    config = _config(arch, len(tokenizer), num_layers, positions)
     model_class = {
         "bert": tf.BertModel,
         "bert_qa": tf.BertForQuestionAnswering,

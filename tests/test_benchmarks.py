@@ -50,4 +50,4 @@ def test_bench_prune_drop_runs():
         "--repeat",
         "1",
     )
-    assert "wall time ratio shared/simple" in out and "theory" in out
+    assert "shared/simple:  wall time ratio" in out and "block-token ratio" in out and "theory" in out

@@ -253,8 +253,10 @@ def test_engines_agree_on_an_8_layer_model_and_the_shared_one_does_less_work(dee
         for engine in ("simple", "shared"):
             spy.reset()
             rows["count"] = 0
+            # Without prefix reuse, so that the block work follows the plain engine's theory (reuse has its
+            # own tests in test_prefix_cache.py).
             results[engine] = run_prune_drop(
-                make_spec(deep_llama, layers=None, engine=engine),
+                make_spec(deep_llama, layers=None, engine=engine, prefix_reuse=False),
                 tmp_path / engine,
                 loaded=loaded,
                 progress=spy.progress,
@@ -473,7 +475,12 @@ def test_resume_continues_an_interrupted_run_and_recomputes_nothing(tiny_checkpo
 
     # A different experiment may not continue this one; the progress file is left as it was.
     before = (out / PARTIAL_NAME).read_text()
-    for overrides, field in (({"limit": 3}, "limit"), ({"num_fewshot": 1}, "num_fewshot"), ({"seed": 7}, "seed")):
+    for overrides, field in (
+        ({"limit": 3}, "limit"),
+        ({"num_fewshot": 1}, "num_fewshot"),
+        ({"seed": 7}, "seed"),
+        ({"prefix_reuse": False}, "prefix_reuse"),
+    ):
         with pytest.raises(ResultError, match=f"different run .*{field}: was"):
             run_prune_drop(resume_spec(path, **overrides), out, resume=True, loaded=loaded)
     with pytest.raises(ResultError, match="model: was"):

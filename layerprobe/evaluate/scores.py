@@ -38,6 +38,8 @@ class Evaluation:
         per_sample: Metric name → its per-document values (lm-eval's `log_samples`, SQuAD's per
             question), from which prune-drop pairs each variant with the baseline. Read back from a
             progress file, the values are empty: they live in the run's sample log.
+        prefix_reuse: The shared engine's prefix reuse: "on", "off" or "unavailable: <why>" (None: not
+            the shared engine).
     """
 
     metrics: dict[str, MetricScore]
@@ -46,6 +48,7 @@ class Evaluation:
     engine: str
     nonfinite: int = 0
     per_sample: dict[str, MetricSamples] = field(default_factory=dict)
+    prefix_reuse: str | None = None
 
 
 BASELINE = None  # the variant with no block removed; any other variant is the removed block's index

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,8 @@ from torch import nn
 
 from layerprobe.evaluate.harness import HarnessScorer, is_generation_task, quiet_lm_eval
 from layerprobe.evaluate.journal import AnswerJournal
-from layerprobe.evaluate.scores import BASELINE
+from layerprobe.evaluate.prefix_cache import PrefixReuse
+from layerprobe.evaluate.scores import BASELINE, Evaluation
 from layerprobe.layers import LayerStack, base_of, capture_block_states, hidden_from_output, removed_blocks
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class SharedPrefixLM(HFLM):
         layers: list[int],
         batch_size: int | str = 8,
         state_bytes: int = _DEFAULT_STATE_BYTES,
+        prefix_reuse: bool = True,
     ) -> None:
         with quiet_lm_eval():
             super().__init__(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
@@ -76,6 +78,7 @@ class SharedPrefixLM(HFLM):
         self._detected_at = 0  # input length the auto batch size was detected for
         self._output_arity: int | None = None
         self._arity_known = False  # None is a valid arity (a bare tensor), so it cannot mean "not probed"
+        self.prefixes = PrefixReuse(self, prefix_reuse)  # few-shot contexts computed once (prefix_cache.py)
         self.journal: Any = None  # an evaluate.journal.AnswerJournal: every scored batch is also saved there
 
     # lm-eval entry point ---------------------------------------------------------------------------
@@ -94,6 +97,9 @@ class SharedPrefixLM(HFLM):
         for context, continuation in keys:
             inp = (context + continuation)[-(self.max_length + 1) :][:-1]
             rows.setdefault(inp, []).append((context, continuation))
+        rows = self.prefixes.score(rows)  # rows sharing a long prefix are scored there; the rest here
+        if not rows:
+            return
         ordered = sorted(rows, key=lambda inp: (-len(inp), inp))  # longest first: least padding
         per_batch = self._batch_rows(ordered[0])
         for start in range(0, len(ordered), per_batch):
@@ -161,6 +167,17 @@ class SharedPrefixLM(HFLM):
                 return self._base_forward(ids)
             finally:
                 shrunk.blocks[0] = block
+
+    def _answers_of(
+        self, final: torch.Tensor, chunk: list[tuple[int, ...]], requests: dict[tuple[int, ...], list[Key]]
+    ) -> dict[Key, tuple[float, bool]]:
+        """The answers of a chunk's requests from its final hidden states (prefix_cache.py scores suffixes so)."""
+        wanted = _positions(chunk, requests)
+        return self._head_answers(final, wanted, _Gather.of(chunk, requests, wanted, self.device))
+
+    def _logprobs(self, final: torch.Tensor) -> torch.Tensor:
+        """fp32 log-probabilities of the head at every position of `final` (the prefix probe compares them)."""
+        return nn.functional.log_softmax(head_logits(self.model, final).float(), dim=-1)
 
     def _base_forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.stack.root(input_ids=ids, use_cache=False).last_hidden_state  # the model without its head
@@ -289,7 +306,17 @@ class SharedPrefixScorer(HarnessScorer):
     engine = "shared"
 
     def make_lm(self) -> SharedPrefixLM:
-        return SharedPrefixLM(self.loaded.model, self.loaded.tokenizer, self.stack, self.layers, self.spec.batch_size)
+        return SharedPrefixLM(
+            self.loaded.model,
+            self.loaded.tokenizer,
+            self.stack,
+            self.layers,
+            self.spec.batch_size,
+            prefix_reuse=self.spec.prefix_reuse,
+        )
+
+    def score(self, task: str) -> Evaluation:
+        return replace(super().score(task), prefix_reuse=self.lm.prefixes.status)
 
     def keep_answers(self, path: Path, fingerprint: dict[str, Any], resume: bool) -> AnswerJournal:
         """Save every scored batch to `path` (and, resuming, start from the answers already there)."""
