@@ -85,7 +85,10 @@ def test_a_shared_engine_run_killed_in_its_baseline_pass_resumes_recomputing_onl
 ):
     path = tiny_checkpoints["llama"]
     loaded = load(path)
-    spec = make_spec(path, tasks=("lp_arc_like",), layers="0-3", limit=3, batch_size=2, engine="shared")
+    # The plain shared path journals per batch; prefix-reuse groups are not journaled yet (see the report).
+    spec = make_spec(
+        path, tasks=("lp_arc_like",), layers="0-3", limit=3, batch_size=2, engine="shared", prefix_reuse=False
+    )
     L = 4
 
     def batches_saved(out: Path) -> int:
