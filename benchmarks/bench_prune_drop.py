@@ -148,6 +148,11 @@ def main() -> None:
         default=3,
         help="timed rounds (engines alternate); the minimum is reported, robust to other load on the machine",
     )
+    parser.add_argument(
+        "--unit",
+        default="block",
+        help="prune-drop --unit to measure (block, attention, mlp); run once per unit to compare their ratios",
+    )
     parser.add_argument("--profile", action="store_true", help="print cProfile's top entries of both runs")
     args = parser.parse_args()
     if args.threads:
@@ -164,6 +169,7 @@ def main() -> None:
             num_fewshot=args.num_fewshot,
             batch_size=args.batch_size,
             include_path=str(args.include_path),
+            unit=args.unit,
         )
         # Warm-up: imports, dataset loading and first-call costs are paid here, by no engine.
         for name in ENGINES:
@@ -191,7 +197,7 @@ def main() -> None:
     )
     print(
         f"tasks: {args.tasks}  limit={args.limit:g}  num_fewshot={args.num_fewshot}  "
-        f"batch_size={args.batch_size}  variants={L + 1}"
+        f"unit={args.unit}  batch_size={args.batch_size}  variants={L + 1}"
     )
     print("engine reported: " + ", ".join(f"{name} run -> {runs[name][1].engine}" for name in names))
     print(f"prefix reuse (run.prefix_reuse): shared run -> {runs['shared'][1].run.prefix_reuse}")

@@ -94,7 +94,12 @@ def metric_agreement(
     }
 
 
-def task_agreement(angular: AngularResult, metrics: dict[str, MetricDrop], source: str) -> dict[str, dict[str, Any]]:
-    """The agreement block of every metric of a task, each naming the angular file it used."""
-    adjacent = [angular.distance[l][l + 1] for l in range(angular.num_layers)]
+def task_agreement(
+    angular: AngularResult, metrics: dict[str, MetricDrop], source: str, span: int = 1
+) -> dict[str, dict[str, Any]]:
+    """The agreement block of every metric of a task, each naming the angular file it used.
+
+    With `span` n (prune-drop --span), variant l removed blocks [l, l+n): its distance is d(x^l, x^(l+n)).
+    """
+    adjacent = [angular.distance[l][l + span] for l in range(angular.num_layers - span + 1)]
     return {name: {"angular": source, **metric_agreement(adjacent, metric)} for name, metric in metrics.items()}

@@ -13,18 +13,18 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from layerprobe.corpus import Window, batches, build_windows, iter_documents
+from layerprobe.corpus import Window, batches, build_windows, iter_documents, windows_before_loading
 from layerprobe.distributed import World
 from layerprobe.distributed import world as distributed_world
 from layerprobe.errors import UnsupportedModel
 from layerprobe.layers import LayerStack, capture_block_states, find_layers
-from layerprobe.models import LoadedModel, load_model, takes_argument
+from layerprobe.models import LoadedModel, check_loadable, load_model, skeleton_stack, takes_argument
 from layerprobe.progress import Progress
 from layerprobe.provenance import RunTimer, model_info
 from layerprobe.results import AngularResult
-from layerprobe.specs import AngularSpec
+from layerprobe.specs import DEFAULT_CHUNK_BYTES, AngularSpec
 
-_CHUNK_BYTES = 256 * 1024**2  # fp32 states upcast at once: (positions × (L+1) × hidden × 4) bytes, ~256 MiB
+_CHUNK_BYTES = DEFAULT_CHUNK_BYTES  # fp32 states upcast at once: (positions × (L+1) × hidden × 4) bytes, ~256 MiB
 
 
 def angular_distance(a, b):
@@ -62,11 +62,12 @@ class AngularAccumulator:
     minimum *paired* over the same windows: (L, L, L) float64 numbers, still independent of the corpus.
     """
 
-    def __init__(self, num_states: int, device: Any = "cpu") -> None:
+    def __init__(self, num_states: int, device: Any = "cpu", chunk_bytes: int = _CHUNK_BYTES) -> None:
         import torch
 
         self.num_states = num_states
         self.device = device
+        self.chunk_bytes = chunk_bytes  # fp32 states of all depths gathered onto `device` per step
 
         def zeros():
             return torch.zeros(num_states, num_states, dtype=torch.float64, device=device)
@@ -111,7 +112,7 @@ class AngularAccumulator:
         shape = (len(sizes), self.num_states, self.num_states)
         window_sums = torch.zeros(shape, dtype=torch.float64, device=self.device)
         window_counts = torch.zeros(shape, dtype=torch.float64, device=self.device)
-        step = max(1, _CHUNK_BYTES // (self.num_states * hidden * 4))
+        step = max(1, self.chunk_bytes // (self.num_states * hidden * 4))
         with full_fp32_matmul():
             for start in range(0, total, step):
                 chunk = torch.stack(
@@ -273,18 +274,22 @@ def measure(
     positions: str,
     batch_size: int,
     on_batch: Callable[[int], None] | None = None,
+    max_state_bytes: int = DEFAULT_CHUNK_BYTES,
     world: World | None = None,
 ) -> AngularAccumulator:
     """Run the windows through the model once, accumulating distances at the chosen positions.
 
-    `positions="all"` measures every position; `"last"` the last text token of each window. Launched on
-    several processes (`world`), each runs every world.size-th batch into a fresh accumulator, and the
-    batches' totals are added in one-process order on every rank: the result is identical to one process's.
+    `positions="all"` measures every position; `"last"` the last text token of each window. The states
+    of one batch stay on the devices that computed them (several GPUs under --device-map); the
+    accumulator gathers at most `max_state_bytes` of them (fp32, all depths) onto its device at a time.
+    Launched on several processes (`world`), each runs every world.size-th batch into a fresh accumulator,
+    and the batches' totals are added in one-process order on every rank: the result is identical to one
+    process's.
     """
     import torch
 
     world = world or World()
-    accumulator = AngularAccumulator(stack.num_layers + 1, device=loaded.input_device)
+    accumulator = AngularAccumulator(stack.num_layers + 1, device=loaded.input_device, chunk_bytes=max_state_bytes)
     totals_by_batch: dict[int, dict[str, Any]] = {}
     extra = {"use_cache": False} if takes_argument(loaded.model, "use_cache") else {}
     with torch.inference_mode(), capture_block_states(stack) as states:
@@ -317,7 +322,9 @@ def measure(
             if world.size == 1:
                 accumulator.update(flat, sizes)  # each window is one sample for the standard error
             else:
-                piece = AngularAccumulator(stack.num_layers + 1, device=loaded.input_device)
+                piece = AngularAccumulator(
+                    stack.num_layers + 1, device=loaded.input_device, chunk_bytes=max_state_bytes
+                )
                 piece.update(flat, sizes)
                 totals_by_batch[index] = piece.totals()
             states.clear()
@@ -341,20 +348,24 @@ def run_angular(
     progress = progress or Progress()
     world = world or distributed_world()
     timer = RunTimer()
-    if loaded is None:
-        progress.stage("Loading model")
-        loaded = load_model(spec.model, purpose="base")
-    stack = find_layers(loaded.model, spec.model.layers_path)
-    seq_len = spec.corpus.seq_len
-    if loaded.context_length:
-        seq_len = min(seq_len, loaded.context_length)
     progress.stage("Reading corpus", spec.corpus.tokens, "tok")
-    windows = build_windows(
-        loaded.tokenizer, iter_documents(spec.corpus), spec.corpus.tokens, seq_len, on_tokens=progress.on_advance
-    )
+    if loaded is None:  # everything cheap (config, tokenizer, the whole corpus) before any weight is read
+        check_loadable(spec.model)  # e.g. bitsandbytes missing for --load-in-4bit: before streaming a corpus
+        skeleton_stack(spec.model)
+        tokenizer, windows, seq_len = windows_before_loading(spec.model, spec.corpus, progress.on_advance)
+        progress.stage("Loading model")
+        loaded = load_model(spec.model, purpose="base", tokenizer=tokenizer)
+    else:
+        seq_len = min(spec.corpus.seq_len, loaded.context_length or spec.corpus.seq_len)
+        windows = build_windows(
+            loaded.tokenizer, iter_documents(spec.corpus), spec.corpus.tokens, seq_len, on_tokens=progress.on_advance
+        )
+    stack = find_layers(loaded.model, spec.model.layers_path)
     progress.stage("Measuring", spec.corpus.tokens, "tok")
     measure_clock = time.perf_counter()
-    accumulator = measure(loaded, stack, windows, spec.positions, spec.batch_size, progress.on_advance, world)
+    accumulator = measure(
+        loaded, stack, windows, spec.positions, spec.batch_size, progress.on_advance, spec.max_state_bytes, world
+    )
     measure_seconds = time.perf_counter() - measure_clock
     corpus = spec.corpus
     data = {

@@ -11,14 +11,25 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from layerprobe.console import RichProgress, err, out, print_angular_summary, print_depth_summary, print_prune_summary
+from layerprobe.console import (
+    RichProgress,
+    err,
+    out,
+    print_angular_summary,
+    print_depth_summary,
+    print_error,
+    print_prune_summary,
+)
 from layerprobe.errors import LayerprobeError
+from layerprobe.gate.render import FORMATS
 from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON, SAMPLES_DIR
+from layerprobe.specs import DTYPES, ENGINES, MAX_TOKENS, POSITIONS, check_output_dir
 
 app = typer.Typer(
     name="layerprobe",
@@ -32,9 +43,10 @@ app = typer.Typer(
 ModelArg = Annotated[str, typer.Argument(help="Hub id (org/name) or local checkpoint directory.")]
 RevisionOpt = Annotated[str | None, typer.Option("--revision", help="Branch, tag or commit of a hub model.")]
 DtypeOpt = Annotated[
-    str,
+    Literal[DTYPES],
     typer.Option(
-        "--dtype", help="auto|float32|bfloat16|float16. auto: the checkpoint's half precision on GPU, float32 on CPU."
+        "--dtype",
+        help="auto: the checkpoint's half precision on GPU, float32 on CPU.",
     ),
 ]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto|cpu|cuda|cuda:N|mps. auto: GPU if present.")]
@@ -49,13 +61,64 @@ LayersPathOpt = Annotated[
     str | None,
     typer.Option("--layers-path", help="Dotted path of the blocks' ModuleList (e.g. model.layers), if not found."),
 ]
-OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory (default: ./layerprobe-out/<model>/).")]
+ModelArgsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model-args",
+        help="Extra from_pretrained keywords as k=v,k=v (lm-eval's syntax): true/false/none, numbers, strings, "
+        "and {k:v,...} mappings, e.g. low_cpu_mem_usage=true,max_memory={0:70GiB,1:70GiB,cpu:200GiB}.",
+    ),
+]
+Load4Opt = Annotated[
+    bool, typer.Option("--load-in-4bit", help="Quantize the weights to 4-bit NF4 with bitsandbytes (extra [quant]).")
+]
+Load8Opt = Annotated[
+    bool, typer.Option("--load-in-8bit", help="Quantize the weights to 8-bit with bitsandbytes (extra [quant]).")
+]
+AttnOpt = Annotated[
+    str | None,
+    typer.Option("--attn-implementation", help="eager|sdpa|flash_attention_2|... (default: transformers' choice)."),
+]
+MaxStateMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-state-memory",
+        help="Bound on hidden states held at once, e.g. 512MiB or 4GiB. prune-drop: block inputs the shared "
+        "engine records per chunk (default 2GiB); angular: fp32 states gathered on one device (default 256MiB).",
+    ),
+]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", "--output_path", help="Output directory (default: ./layerprobe-out/<model>/)."),
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).")]
 
+
+def parse_tokens(value: Any) -> int:
+    """--tokens: a whole number, also written as 1e6 or 262_144 (capped in CorpusSpec, which says so)."""
+    text = str(value).strip().replace("_", "").replace(",", "")
+    try:
+        number = float(text) if any(c in text.lower() for c in ".e") else int(text)
+    except ValueError:
+        number = None
+    if number is None or number != number or number in (float("inf"), float("-inf")) or number != int(number):
+        raise LayerprobeError(
+            f"--tokens {value!r} is not a whole number of tokens.", hint="e.g. --tokens 262144 or 1e6."
+        )
+    return int(number)
+
+
 # Corpus options shared by every command that streams text through a model (angular, depth).
-TokensOpt = Annotated[int, typer.Option("--tokens", help="Positions to stream through the model (exact).")]
-PositionsOpt = Annotated[
+TokensOpt = Annotated[
     str,
+    typer.Option(
+        "--tokens",
+        metavar="INTEGER",
+        help=f"Positions to stream through the model (exact; 1e6 spelling accepted; at most {MAX_TOKENS:,}).",
+    ),
+]
+PositionsOpt = Annotated[
+    Literal[POSITIONS],
     typer.Option(
         "--positions",
         help="all: mean over every measured position; last: the last text token of each window (Gromov et al.).",
@@ -75,7 +138,7 @@ DatasetConfigOpt = Annotated[
 SplitOpt = Annotated[str, typer.Option("--split", help="Hub dataset split.")]
 TextFieldOpt = Annotated[str, typer.Option("--text-field", help="Column/field that holds the text.")]
 SeqLenOpt = Annotated[int, typer.Option("--seq-len", help="Window length in tokens (capped by the model's context).")]
-WindowBatchOpt = Annotated[int, typer.Option("--batch-size", help="Windows per forward pass.")]
+WindowBatchOpt = Annotated[int, typer.Option("--batch-size", "--batch_size", help="Windows per forward pass.")]
 
 
 def friendly_errors(command: Callable) -> Callable:
@@ -86,16 +149,43 @@ def friendly_errors(command: Callable) -> Callable:
         try:
             return command(*args, **kwargs)
         except LayerprobeError as exc:
-            # soft_wrap: one line each, also when stderr is a pipe or log (rich would cut at 80 columns)
-            err.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
-            if exc.hint:
-                err.print(f"[dim]hint: {exc.hint}[/]", highlight=False, soft_wrap=True)
+            print_error(exc.message, exc.hint)  # escaped, one line each also in a pipe or log
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/]")
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def model_spec(
+    model: str,
+    revision: str | None,
+    dtype: str,
+    device: str,
+    device_map: str | None,
+    trust_remote_code: bool,
+    layers_path: str | None,
+    model_args: str | None,
+    load_in_4bit: bool,
+    load_in_8bit: bool,
+    attn_implementation: str | None,
+) -> Any:
+    """The ModelSpec of every command that loads weights, from the shared options above."""
+    from layerprobe.specs import ModelSpec, parse_model_args, quantization_from_flags
+
+    return ModelSpec(
+        model,
+        revision,
+        dtype,
+        device,
+        device_map,
+        trust_remote_code,
+        layers_path,
+        model_args=parse_model_args(model_args),
+        quantization=quantization_from_flags(load_in_4bit, load_in_8bit),
+        attn_implementation=attn_implementation,
+    )
 
 
 def model_slug(model: str) -> str:
@@ -106,15 +196,15 @@ def model_slug(model: str) -> str:
 
 
 def output_dir(out_opt: Path | None, model: str) -> Path:
-    """`--out` if given, else ./layerprobe-out/<model-slug>/."""
-    return out_opt if out_opt is not None else Path("layerprobe-out") / model_slug(model)
+    """`--out` if given, else ./layerprobe-out/<model-slug>/; an existing file there is refused at once."""
+    return check_output_dir(out_opt if out_opt is not None else Path("layerprobe-out") / model_slug(model))
 
 
 @app.command()
 @friendly_errors
 def angular(
     model: ModelArg,
-    tokens: TokensOpt = 262_144,
+    tokens: TokensOpt = "262144",
     positions: PositionsOpt = "all",
     dataset: DatasetOpt = "allenai/c4",
     dataset_config: DatasetConfigOpt = None,
@@ -128,6 +218,11 @@ def angular(
     device_map: DeviceMapOpt = None,
     trust_remote_code: TrustOpt = False,
     layers_path: LayersPathOpt = None,
+    model_args: ModelArgsOpt = None,
+    load_in_4bit: Load4Opt = False,
+    load_in_8bit: Load8Opt = False,
+    attn_implementation: AttnOpt = None,
+    max_state_memory: MaxStateMemoryOpt = None,
     out_dir: OutOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -135,13 +230,26 @@ def angular(
 
     Writes angular.json (the full (L+1)×(L+1) matrix) and the heatmap angular.png / angular.pdf.
     """
-    from layerprobe.specs import AngularSpec, CorpusSpec, ModelSpec
+    from layerprobe.specs import DEFAULT_CHUNK_BYTES, AngularSpec, CorpusSpec, parse_memory_size
 
     spec = AngularSpec(
-        model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
-        corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
+        model=model_spec(
+            model,
+            revision,
+            dtype,
+            device,
+            device_map,
+            trust_remote_code,
+            layers_path,
+            model_args,
+            load_in_4bit,
+            load_in_8bit,
+            attn_implementation,
+        ),
+        corpus=CorpusSpec(dataset, dataset_config, split, text_field, parse_tokens(tokens), seq_len),
         positions=positions,
         batch_size=batch_size,
+        max_state_bytes=parse_memory_size(max_state_memory) or DEFAULT_CHUNK_BYTES,
     )
     _run_and_report_angular(spec, output_dir(out_dir, model), quiet)
 
@@ -149,20 +257,22 @@ def angular(
 @app.command()
 @friendly_errors
 def demo(
-    tokens: Annotated[int, typer.Option("--tokens", help="Positions to measure.")] = 32_768,
-    out_dir: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("layerprobe-out/demo"),
+    tokens: Annotated[str, typer.Option("--tokens", metavar="INTEGER", help="Positions to measure.")] = "32768",
+    out_dir: Annotated[Path, typer.Option("--out", "--output_path", help="Output directory.")] = Path(
+        "layerprobe-out/demo"
+    ),
     quiet: QuietOpt = False,
 ) -> None:
     """Run `angular` offline on the real MiniLM-L6 BERT over the stdlib's pydoc text (needs the demo extra)."""
-    from layerprobe.demo import demo_model_dir
+    from layerprobe.demo import DEMO_NAME, demo_model_dir
     from layerprobe.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
 
     spec = AngularSpec(
-        model=ModelSpec(str(demo_model_dir()), device="cpu"),
-        corpus=CorpusSpec(BUILTIN_CORPUS, None, "train", "text", tokens, 512),
+        model=ModelSpec(str(demo_model_dir()), device="cpu", name=DEMO_NAME),
+        corpus=CorpusSpec(BUILTIN_CORPUS, None, "train", "text", parse_tokens(tokens), 512),
         batch_size=8,
     )
-    _run_and_report_angular(spec, out_dir, quiet)
+    _run_and_report_angular(spec, output_dir(out_dir, "demo"), quiet)
 
 
 def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
@@ -171,6 +281,7 @@ def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
     from layerprobe.report import plot_angular
     from layerprobe.results import write_json
 
+    check_output_dir(directory)
     ranks = world()
     progress = RichProgress(quiet or not ranks.is_main)
     with progress.running():
@@ -180,7 +291,7 @@ def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
     json_path = write_json(directory / ANGULAR_JSON, result.to_dict())
     plots = plot_angular(result, directory)
     print_angular_summary(result)
-    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, soft_wrap=True)
+    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, markup=False)
 
 
 @app.command()
@@ -196,7 +307,7 @@ def depth(
         ),
     ] = False,
     mask_seed: Annotated[int, typer.Option("--mask-seed", help="Seed of the 15 % masked-LM masking (--grad).")] = 1234,
-    tokens: TokensOpt = 262_144,
+    tokens: TokensOpt = "262144",
     positions: PositionsOpt = "all",
     dataset: DatasetOpt = "allenai/c4",
     dataset_config: DatasetConfigOpt = None,
@@ -210,6 +321,10 @@ def depth(
     device_map: DeviceMapOpt = None,
     trust_remote_code: TrustOpt = False,
     layers_path: LayersPathOpt = None,
+    model_args: ModelArgsOpt = None,
+    load_in_4bit: Load4Opt = False,
+    load_in_8bit: Load8Opt = False,
+    attn_implementation: AttnOpt = None,
     out_dir: OutOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -224,26 +339,106 @@ def depth(
     from layerprobe.depth import run_depth
     from layerprobe.depth_plots import plot_depth
     from layerprobe.results import write_json
-    from layerprobe.specs import DEFAULT_DATASET, CorpusSpec, DepthSpec, ModelSpec
+    from layerprobe.specs import DEFAULT_DATASET, CorpusSpec, DepthSpec
 
     if dataset == DEFAULT_DATASET and dataset_config is None:
         dataset_config = "en"
     spec = DepthSpec(
-        model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
-        corpus=CorpusSpec(dataset, dataset_config, split, text_field, tokens, seq_len),
+        model=model_spec(
+            model,
+            revision,
+            dtype,
+            device,
+            device_map,
+            trust_remote_code,
+            layers_path,
+            model_args,
+            load_in_4bit,
+            load_in_8bit,
+            attn_implementation,
+        ),
+        corpus=CorpusSpec(dataset, dataset_config, split, text_field, parse_tokens(tokens), seq_len),
         positions=positions,
         batch_size=batch_size,
         grad=grad,
         mask_seed=mask_seed,
     )
     directory = output_dir(out_dir, model)
+    check_output_dir(directory)
     progress = RichProgress(quiet)
     with progress.running():
         result = run_depth(spec, progress.callbacks())
     json_path = write_json(directory / "depth.json", result.to_dict())
     plots = plot_depth(result, directory)
     print_depth_summary(result)
-    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False)
+    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, markup=False)
+
+
+@app.command("prune-curve")
+@friendly_errors
+def prune_curve(
+    model: ModelArg,
+    task: Annotated[
+        list[str], typer.Option("--task", help="Any task prune-drop accepts (corpus, lm-eval tasks, squad). Repeat.")
+    ],
+    angular: Annotated[
+        Path | None,
+        typer.Option("--angular", help="angular.json of the same model (default: measured first on the corpus)."),
+    ] = None,
+    max_fraction: Annotated[
+        float, typer.Option("--max-fraction", help="Largest fraction of blocks removed (n = 1 … ⌊fraction·L⌋).")
+    ] = 0.5,
+    baseline_seeds: Annotated[
+        int, typer.Option("--baseline-seeds", help="Random-span baselines per n (seeds --seed, --seed+1, …).")
+    ] = 0,
+    limit: Annotated[float | None, typer.Option("--limit", help="Documents per lm-eval/SQuAD task.")] = None,
+    num_fewshot: Annotated[int | None, typer.Option("--num-fewshot", help="Few-shot examples.")] = None,
+    batch_size: Annotated[str, typer.Option("--batch-size", help="Requests or windows per forward pass.")] = "8",
+    seed: Annotated[int, typer.Option("--seed", help="Seed for few-shot sampling and the random spans.")] = 1234,
+    include_path: Annotated[Path | None, typer.Option("--include-path", help="Folder of extra lm-eval tasks.")] = None,
+    tokens: TokensOpt = 262_144,
+    dataset: DatasetOpt = "allenai/c4",
+    dataset_config: DatasetConfigOpt = None,
+    split: SplitOpt = "validation",
+    text_field: TextFieldOpt = "text",
+    seq_len: SeqLenOpt = 1024,
+    revision: RevisionOpt = None,
+    dtype: DtypeOpt = "auto",
+    device: DeviceOpt = "auto",
+    device_map: DeviceMapOpt = None,
+    trust_remote_code: TrustOpt = False,
+    layers_path: LayersPathOpt = None,
+    out_dir: OutOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Score vs fraction of blocks removed: Gromov's min-angular-distance span, last blocks, random spans.
+
+    Writes prune_curve.json and prune_curve_<task>.png (one line per method).
+    """
+    from layerprobe.prune_curve import PruneCurveSpec, plot_prune_curve, run_prune_curve
+    from layerprobe.specs import CorpusSpec, ModelSpec, PruneSpec, parse_eval_batch_size
+
+    parsed_batch = parse_eval_batch_size(batch_size)
+    spec = PruneCurveSpec(
+        prune=PruneSpec(
+            model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
+            tasks=split_task_names(task),
+            limit=limit,
+            num_fewshot=num_fewshot,
+            batch_size=parsed_batch,
+            seed=seed,
+            include_path=str(include_path) if include_path else None,
+            corpus=CorpusSpec(dataset, dataset_config, split, text_field, parse_tokens(tokens), seq_len),
+        ),
+        max_fraction=max_fraction,
+        baseline_seeds=baseline_seeds,
+    )
+    directory = output_dir(out_dir, model)
+    progress = RichProgress(quiet)
+    with progress.running():
+        result = run_prune_curve(spec, directory, str(angular) if angular else None, progress.callbacks())
+    plots = plot_prune_curve(result, directory)
+    out.print(f"wrote {directory / 'prune_curve.json'}" + "".join(f", {p}" for p in plots), markup=False)
 
 
 @app.command("prune-drop")
@@ -254,9 +449,10 @@ def prune_drop(
         list[str],
         typer.Option(
             "--task",
-            help="lm-eval task or group (mmlu, arc_easy, a task under "
-            "--include-path), or squad for extractive-QA "
-            "models. Repeat for several.",
+            "--tasks",
+            help="lm-eval task or group (mmlu, arc_easy, a task under --include-path, a task YAML path), "
+            "squad for extractive-QA models, or corpus (task-free NLL/KL/top-1 agreement on the --dataset "
+            "windows). Repeat, or separate with commas (--tasks a,b), for several.",
         ),
     ],
     layers_opt: Annotated[
@@ -270,24 +466,28 @@ def prune_drop(
         float | None, typer.Option("--limit", help="Documents per task (a value < 1 is a fraction), for quick runs.")
     ] = None,
     num_fewshot: Annotated[
-        int | None, typer.Option("--num-fewshot", help="Few-shot examples (default: the task's own).")
+        int | None,
+        typer.Option("--num-fewshot", "--num_fewshot", help="Few-shot examples (default: the task's own)."),
     ] = None,
     batch_size: Annotated[
         str,
         typer.Option(
-            "--batch-size", help="Requests per forward pass, or 'auto' (lm-eval's detection of the largest that fits)."
+            "--batch-size",
+            "--batch_size",
+            help="Requests per forward pass, or 'auto' (lm-eval's detection of the largest that fits; 'auto:N' as "
+            "in lm-eval).",
         ),
     ] = "8",
     seed: Annotated[int, typer.Option("--seed", help="Seed for few-shot sampling and every RNG.")] = 1234,
     include_path: Annotated[
-        Path | None, typer.Option("--include-path", help="Folder of extra lm-eval task YAMLs.")
+        Path | None, typer.Option("--include-path", "--include_path", help="Folder of extra lm-eval task YAMLs.")
     ] = None,
     squad_data: Annotated[
         Path | None,
         typer.Option("--squad-data", help="Local SQuAD v1.1 JSON (or .jsonl) instead of the hub's rajpurkar/squad."),
     ] = None,
     engine: Annotated[
-        str,
+        Literal[ENGINES],
         typer.Option(
             "--engine",
             help="auto: shared-prefix for loglikelihood tasks, simple "
@@ -296,6 +496,21 @@ def prune_drop(
             "before the removed one.",
         ),
     ] = "auto",
+    unit: Annotated[
+        str,
+        typer.Option(
+            "--unit",
+            help="What each variant removes: block (the whole block), attention or mlp (that sublayer's output "
+            "is zero, as if its output projection were; MoE: every expert).",
+        ),
+    ] = "block",
+    span: Annotated[
+        int,
+        typer.Option(
+            "--span",
+            help="Remove n consecutive blocks [l, l+n) per variant (L-n+1 variants; --layers picks the starts l).",
+        ),
+    ] = 1,
     prefix_reuse: Annotated[
         bool,
         typer.Option(
@@ -322,6 +537,7 @@ def prune_drop(
         bool,
         typer.Option(
             "--log-samples",
+            "--log_samples",
             help="Also write every document's metric values, per variant, to <out>/samples/<task>.jsonl.",
         ),
     ] = False,
@@ -333,16 +549,27 @@ def prune_drop(
             "(default: <out>/angular.json when it exists).",
         ),
     ] = None,
+    tokens: TokensOpt = 262_144,
+    dataset: DatasetOpt = "allenai/c4",
+    dataset_config: DatasetConfigOpt = None,
+    split: SplitOpt = "validation",
+    text_field: TextFieldOpt = "text",
+    seq_len: SeqLenOpt = 1024,
     revision: RevisionOpt = None,
     dtype: DtypeOpt = "auto",
     device: DeviceOpt = "auto",
     device_map: DeviceMapOpt = None,
     trust_remote_code: TrustOpt = False,
     layers_path: LayersPathOpt = None,
+    model_args: ModelArgsOpt = None,
+    load_in_4bit: Load4Opt = False,
+    load_in_8bit: Load8Opt = False,
+    attn_implementation: AttnOpt = None,
+    max_state_memory: MaxStateMemoryOpt = None,
     out_dir: OutOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Performance drop ΔP = P_pruned − P_original with each block removed in turn.
+    """Performance drop ΔP = P_pruned − P_original with each block (span, attention or MLP sublayer) removed in turn.
 
     Writes prune_drop.json and one plot per task (prune_drop_<task>.png). Progress is saved after every
     evaluation; rerun with --resume after an interruption.
@@ -350,26 +577,42 @@ def prune_drop(
     from layerprobe.distributed import Share, world
     from layerprobe.prune import run_prune_drop
     from layerprobe.shards import SHARD_JSON
-    from layerprobe.specs import ModelSpec, PruneSpec
+    from layerprobe.specs import DEFAULT_STATE_BYTES, CorpusSpec, PruneSpec, parse_eval_batch_size, parse_memory_size
 
     share = Share.parse(shard) if shard is not None else None
-    parsed_batch: int | str = batch_size if batch_size == "auto" else _positive_int(batch_size, "--batch-size")
     spec = PruneSpec(
-        model=ModelSpec(model, revision, dtype, device, device_map, trust_remote_code, layers_path),
-        tasks=tuple(task),
+        model=model_spec(
+            model,
+            revision,
+            dtype,
+            device,
+            device_map,
+            trust_remote_code,
+            layers_path,
+            model_args,
+            load_in_4bit,
+            load_in_8bit,
+            attn_implementation,
+        ),
+        tasks=split_task_names(task),
         layers=layers_opt,
         limit=limit,
         num_fewshot=num_fewshot,
-        batch_size=parsed_batch,
+        batch_size=parse_eval_batch_size(batch_size),
         seed=seed,
         include_path=str(include_path) if include_path else None,
         squad_data=str(squad_data) if squad_data else None,
         engine=engine,
+        unit=unit,
+        span=span,
         prefix_reuse=prefix_reuse,
+        max_state_bytes=parse_memory_size(max_state_memory) or DEFAULT_STATE_BYTES,
         log_samples=log_samples,
         angular=str(angular) if angular else None,
+        corpus=CorpusSpec(dataset, dataset_config, split, text_field, parse_tokens(tokens), seq_len),
     )
     directory = output_dir(out_dir, model)
+    check_output_dir(directory)
     ranks = world()
     progress = RichProgress(quiet or not ranks.is_main)
     with progress.running():
@@ -395,6 +638,7 @@ def merge(
     """Join the shards of one `prune-drop --shard i/N` run into the prune_drop.json an unsharded run writes."""
     from layerprobe.prune import merge_shards
 
+    check_output_dir(out_dir)
     _report_prune_drop(merge_shards(list(shards), out_dir), out_dir)
 
 
@@ -405,7 +649,7 @@ def _report_prune_drop(result: Any, directory: Path, log_samples: bool = False) 
     print_prune_summary(result)
     written = [*plots, *([directory / SAMPLES_DIR] if log_samples else [])]
     out.print(
-        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in written), highlight=False, soft_wrap=True
+        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in written), highlight=False, markup=False
     )
 
 
@@ -449,8 +693,8 @@ def prune_export(
     ] = None,
     revision: RevisionOpt = None,
     dtype: Annotated[
-        str,
-        typer.Option("--dtype", help="auto|float32|bfloat16|float16. auto: keep the checkpoint's own dtype."),
+        Literal[DTYPES],
+        typer.Option("--dtype", help="auto: keep the checkpoint's own dtype."),
     ] = "auto",
     trust_remote_code: TrustOpt = False,
     layers_path: LayersPathOpt = None,
@@ -477,27 +721,31 @@ def prune_export(
         mergekit_yaml=str(mergekit_yaml) if mergekit_yaml else None,
         max_shard_size=max_shard_size,
     )
+    check_output_dir(save, "--save")
+    if mergekit_yaml is not None:
+        if mergekit_yaml.is_dir():
+            raise LayerprobeError(f"--mergekit-yaml {mergekit_yaml} is a directory.", hint="Give a file path.")
+        check_output_dir(mergekit_yaml.parent, "--mergekit-yaml")
     progress = RichProgress(quiet)
     with progress.running():
         result = run_export(spec, progress.callbacks())
     before, after = len(result.removed) + len(result.kept), len(result.kept)
     changed = ", ".join(f"{k}={v}" for k, v in result.config_changes.items())
     out.print(
-        f"[bold]{model}[/]: {before} → {after} blocks (removed {', '.join(map(str, result.removed))}), "
-        f"{result.parameters_before:,} → {result.parameters_after:,} parameters; config: {changed}",
+        f"[bold]{escape(model)}[/]: {before} → {after} blocks (removed {', '.join(map(str, result.removed))}), "
+        f"{result.parameters_before:,} → {result.parameters_after:,} parameters; config: {escape(changed)}",
         highlight=False,
         soft_wrap=True,
     )
     for note in result.notes:
-        err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     written = f"wrote {result.directory}" + (f", {result.mergekit_yaml}" if result.mergekit_yaml else "")
-    out.print(written, highlight=False, soft_wrap=True)
+    out.print(written, highlight=False, markup=False)
 
 
-def _positive_int(text: str, option: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise LayerprobeError(f"{option} must be a positive integer or 'auto', got {text!r}.")
-    return int(text)
+def split_task_names(values: list[str]) -> tuple[str, ...]:
+    """--task a,b --task c (lm-eval's comma lists, repeated or not) → ("a", "b", "c")."""
+    return tuple(name.strip() for value in values for name in value.split(",") if name.strip())
 
 
 @app.command()
@@ -515,7 +763,7 @@ def layers(
         ),
     ] = True,
 ) -> None:
-    """Show the block stack layerprobe finds: its path, L, the block class, parameters and norm placement per block.
+    """Show the block stack layerprobe finds: its path, L, block class, parameters, norm placement, sublayers.
 
     Only the config is downloaded: the model is built without weights. Norm placement is traced with
     random weights, one block in memory at a time (--no-placement skips it).
@@ -531,21 +779,26 @@ def layers(
     check_skeleton_weights(spec, skeleton, stack)  # a config that disagrees with the weights would list wrong L
     sizes = stack.parameters_per_block()
     traced = _traced_placement(skeleton, stack) if placement else None
-    out.print(f"[bold]{model}[/]: {architecture} ({kind})", highlight=False)
+    out.print(f"[bold]{escape(model)}[/]: {escape(f'{architecture} ({kind})')}", highlight=False)
     table = Table()
     table.add_column("block", justify="right")
     table.add_column("class")
     table.add_column("parameters", justify="right")
     if traced is not None:
         table.add_column("placement")
+        table.add_column("attention")  # the modules prune-drop --unit attention / mlp zero, found by tracing
+        table.add_column("mlp")
     for index, (block, size) in enumerate(zip(stack.blocks, sizes, strict=True)):
         row = [str(index), type(block).__name__, f"{size:,}"]
-        table.add_row(*row, *([traced.labels[index]] if traced is not None else []))
+        if traced is not None:
+            placed = traced.blocks[index]
+            row += [traced.labels[index], *(s.module if s else "?" for s in (placed.attention, placed.mlp))]
+        table.add_row(*row)
     out.print(table)
     if traced is not None:
-        out.print(f"placement: {traced.summary}", highlight=False)
+        out.print(f"placement: {escape(traced.summary)}", highlight=False)
     out.print(
-        f"stack path: {stack.path}   L = {stack.num_layers}   block class: {stack.block_class}   "
+        f"stack path: {escape(stack.path)}   L = {stack.num_layers}   block class: {stack.block_class}   "
         f"parameters in blocks: {sum(sizes):,}",
         highlight=False,
     )
@@ -560,7 +813,7 @@ def _traced_placement(skeleton: Any, stack: Any) -> Any:
         with err.status("Tracing norm placement"):
             return placement_without_weights(skeleton, stack, vocab)
     except (LayerprobeError, RuntimeError, TypeError, ValueError) as exc:
-        err.print(f"[yellow]warning:[/] norm placement not traced: {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]warning:[/] norm placement not traced: {escape(str(exc))}", highlight=False)
         return None
 
 
@@ -576,7 +829,7 @@ def plot(
     from layerprobe.depth_plots import redraw
 
     for path in redraw(result_json, out_dir):
-        out.print(f"wrote {path}", highlight=False, soft_wrap=True)
+        out.print(f"wrote {path}", highlight=False, markup=False)
 
 
 @app.command("compare")
@@ -604,7 +857,9 @@ def compare_command(
     max_rms_growth: Annotated[
         float | None, typer.Option(help="depth: RMS(x^L)/RMS(x^0) may grow by this factor over the baseline's (1.25).")
     ] = None,
-    output_format: Annotated[str, typer.Option("--format", help="table|markdown|json on stdout.")] = "table",
+    output_format: Annotated[
+        Literal[FORMATS], typer.Option("--format", help="How the verdict is written on stdout.")
+    ] = "table",
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here.")] = None,
     plot: Annotated[
         bool, typer.Option("--plot/--no-plot", help="Draw compare.png (compare_<kind>.png for several kinds).")
@@ -614,8 +869,6 @@ def compare_command(
     ] = None,
 ) -> None:
     """Gate a candidate's results against a baseline's: exit 0 pass, 1 regression, 2 bad input."""
-    from rich.console import Console
-
     from layerprobe.gate.figures import plot_verdict
     from layerprobe.gate.render import build_table, check_format, render, render_junit
     from layerprobe.gate.rules import load_rules
@@ -633,10 +886,10 @@ def compare_command(
     )
     verdict = compare_paths(baseline, candidate, rules)
     if output_format == "table":
-        Console().print(build_table(verdict))
+        out.print(build_table(verdict))
     else:
-        typer.echo(render(verdict, output_format), nl=False)
-    err = Console(stderr=True)
+        text = render(verdict, output_format)
+        typer.echo(text if text.endswith("\n") else text + "\n", nl=False)
     if junit is not None:
         try:
             junit.parent.mkdir(parents=True, exist_ok=True)

@@ -24,8 +24,24 @@ from rich.progress import (
 )
 from rich.table import Table
 
-out = Console()
-err = Console(stderr=True)
+# Wide enough that nothing is cut when output goes to a pipe or a CI log (rich would assume 80 columns).
+PIPE_WIDTH = 1000
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console that never hard-wraps what a log or pipe reads: paths, `wrote …` lines and tables stay whole.
+
+    On a terminal rich fits the window as usual; elsewhere (pipe, file, CI log) lines are soft-wrapped, i.e.
+    printed whole, and tables are laid out for a wide page.
+    """
+    console = Console(stderr=stderr, soft_wrap=True)
+    if not console.is_terminal:  # also over an exported COLUMNS=80, which some shells and runners set
+        console.size = (PIPE_WIDTH, 25)  # both: with TERM=dumb rich would otherwise fall back to 80 columns
+    return console
+
+
+out = make_console()
+err = make_console(stderr=True)
 
 
 class RichProgress:
@@ -52,7 +68,7 @@ class RichProgress:
     def stage(self, name: str, total: int | None, unit: str = "") -> None:
         self._finish_current()
         self.unit = unit
-        self.task = self.bar.add_task(name, total=total, rate="")
+        self.task = self.bar.add_task(escape(name), total=total, rate="")
 
     def _finish_current(self) -> None:
         if self.task is None:
@@ -79,8 +95,15 @@ class RichProgress:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[RichProgress]:
+        """Show the bars while inside; on an error they are cleared first, so the message stands alone."""
         with self.bar:
-            yield self
+            try:
+                yield self
+            except BaseException:
+                for task in list(self.bar.task_ids):  # the live display redraws empty when it stops
+                    self.bar.remove_task(task)
+                self.task = None
+                raise
             self._finish_current()
 
 
@@ -95,7 +118,7 @@ def print_angular_summary(result: Any) -> None:
     adjacent_se = summary.get("adjacent_stderr")
     seen = result.data["positions_averaged"] + result.nonfinite_tokens
     out.print(
-        f"[bold]{escape(result.model.id)}[/]: d(x^l, x^(l+1)) over {seen:,} positions", highlight=False
+        f"[bold]{escape(result.model.label)}[/]: d(x^l, x^(l+1)) over {seen:,} positions", highlight=False
     )  # a heading line, not a table title: titles wrap to the table's width
     table = Table()
     table.add_column("block l", justify="right")
@@ -154,16 +177,19 @@ def print_prune_summary(result: Any) -> None:
     With paired uncertainty, each ΔP shows its paired 95 % interval and is coloured (red: hurts, green:
     helps) only when that interval excludes 0; older results colour against the baseline's stderr.
     """
+    from layerprobe.ablation import variant_label
+
     for name, task in result.tasks.items():
         metric_name = task.primary_metric
         metric = task.metrics[metric_name]
         se = f" ± {metric.baseline_stderr:.4f}" if metric.baseline_stderr is not None else ""
         out.print(
-            f"[bold]{result.model.id} · {name} · {metric_name}[/]: baseline {metric.baseline:.4f}{se}", highlight=False
+            f"[bold]{escape(f'{result.model.label} · {name} · {metric_name}')}[/]: baseline {metric.baseline:.4f}{se}",
+            highlight=False,
         )
         table = Table()
-        table.add_column("removed block", justify="right")
-        table.add_column(metric_name, justify="right")
+        table.add_column(variant_label(result.settings), justify="right")
+        table.add_column(escape(metric_name), justify="right")
         table.add_column("ΔP", justify="right")
         if metric.paired:
             table.add_column("paired 95 % CI", justify="right")
@@ -194,10 +220,21 @@ def print_prune_summary(result: Any) -> None:
             print_agreement(metric_name, agreement)
         if task.nonfinite:
             err.print(
-                f"[yellow]warning:[/] {name}: {task.nonfinite} inputs gave NaN/inf outputs over all "
+                f"[yellow]warning:[/] {escape(name)}: {task.nonfinite} inputs gave NaN/inf outputs over all "
                 "evaluations (scored as unanswerable; try --dtype float32)"
             )
-    out.print(f"engine: {result.engine}; {result.run.seconds:,.1f} s", highlight=False)
+    out.print(f"engine: {escape(result.engine)}; {result.run.seconds or 0:,.1f} s", highlight=False)
+
+
+def print_error(message: str, hint: str | None = None) -> None:
+    """A user mistake: one red line and an optional dim hint, on stderr, printed as text (never as markup).
+
+    Messages quote user input (paths, task names, TOML sections such as `[angular]`) that rich would
+    otherwise read as markup tags and silently drop.
+    """
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    if hint:
+        err.print(f"[dim]hint: {escape(hint)}[/]", highlight=False, soft_wrap=True)
 
 
 def print_agreement(metric_name: str, agreement: dict[str, Any]) -> None:
@@ -219,7 +256,7 @@ def print_depth_summary(result: Any) -> None:
     """A DepthResult: the placement line, then per block its label, RMS, relative updates and gradient norm."""
     summary = result.to_dict()["summary"]
     out.print(
-        f"[bold]{result.model.id}[/]: {result.placement.summary} "
+        f"[bold]{escape(result.model.id)}[/]: {escape(result.placement.summary)} "
         f"(over {result.data['positions_averaged']:,} positions)",
         highlight=False,
     )
@@ -233,18 +270,26 @@ def print_depth_summary(result: Any) -> None:
     if result.grad is not None:
         table.add_column("‖∇θ_l‖", justify="right")
     for l in range(result.num_layers):
-        row = [str(l), result.placement.blocks[l].label, f"{result.rms.mean[l]:.4g}", f"{result.update.mean[l]:.4f}"]
+        row = [
+            str(l),
+            escape(result.placement.blocks[l].label),
+            f"{result.rms.mean[l]:.4g}",
+            f"{result.update.mean[l]:.4f}",
+        ]
         if subs:
             row += [f"{subs[k]['relative'].mean[l]:.4f}" for k in ("attention", "mlp")]
         if result.grad is not None:
-            row.append(f"{result.grad.block[l]:.3g}")
+            grad = result.grad.block[l]
+            row.append(f"{grad:.3g}" if grad is not None else "—")
         table.add_row(*row)
     out.print(table)
     growth = summary["rms_growth"]
     growth_text = f"{growth:.3g}×" if growth is not None else "n/a"
     line = f"residual RMS x^{result.num_layers} / x^0 = {growth_text}"
     if result.grad is not None:
-        line += f"; {result.grad.loss} loss {result.grad.mean_loss:.4f} over {result.grad.positions:,} positions"
+        line += (
+            f"; {escape(result.grad.loss)} loss {result.grad.mean_loss:.4f} over {result.grad.positions:,} positions"
+        )
     out.print(line, highlight=False)
     if result.nonfinite_tokens:
         err.print(

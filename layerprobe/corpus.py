@@ -10,15 +10,21 @@ plan is built before the model runs: a corpus that is too small fails in seconds
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from layerprobe.corpus_files import iter_jsonl_rows, iter_paragraphs
 from layerprobe.errors import CorpusError, EmptyCorpus
-from layerprobe.specs import BUILTIN_CORPUS, LOCAL_BUILDERS, CorpusSpec
+from layerprobe.specs import BUILTIN_CORPUS, LOCAL_BUILDERS, CorpusSpec, ModelSpec
 
 _TOKENIZE_BATCH = 64
+# Documents longer than this many characters are tokenized in pieces (see `split_long`), a few at a time.
+PIECE_CHARS = 4096
+_PIECES_PER_CALL = 8
+_BOUNDARY = re.compile(r"\s(?=\S)")
 
 
 @dataclass(frozen=True)
@@ -85,9 +91,16 @@ def iter_documents(spec: CorpusSpec) -> Iterator[str]:
 
         yield from (topics[key] for key in sorted(topics))
         return
+    from layerprobe.models import quiet_hub_logs
+
+    with quiet_hub_logs():  # restored when the stream is exhausted or closed
+        yield from _texts(spec)
+
+
+def _texts(spec: CorpusSpec) -> Iterator[str]:
     rows = _open_rows(spec)
     first = True
-    for row in rows:
+    for row in _guarded(rows, spec):
         if first:
             first = False
             if spec.text_field not in row:
@@ -102,8 +115,6 @@ def iter_documents(spec: CorpusSpec) -> Iterator[str]:
 
 
 def _open_rows(spec: CorpusSpec) -> Iterable[dict]:
-    import datasets
-
     suffix = Path(spec.dataset).suffix.lower()
     try:
         if spec.is_local:
@@ -114,19 +125,56 @@ def _open_rows(spec: CorpusSpec) -> Iterable[dict]:
                     f"Cannot read {spec.dataset}: unknown file type {suffix!r}.",
                     hint="Use a .txt, .jsonl or .parquet file.",
                 )
+            if suffix == ".txt":  # read here: bad bytes named with the file, not a pyarrow traceback
+                return ({"text": paragraph} for paragraph in iter_paragraphs(Path(spec.dataset)))
+            if suffix == ".jsonl":
+                return iter_jsonl_rows(Path(spec.dataset))
+            import datasets  # only here: importing it costs seconds that a .txt/.jsonl corpus does not need
+
             builder = LOCAL_BUILDERS[suffix]
             extra = {"sample_by": "paragraph"} if builder == "text" else {}
             return datasets.load_dataset(builder, data_files=spec.dataset, split="train", streaming=True, **extra)
+        import datasets
+
         return datasets.load_dataset(spec.dataset, spec.dataset_config, split=spec.split, streaming=True)
     except CorpusError:
         raise
     except Exception as exc:  # datasets raises many unrelated types for "not reachable"
         where = spec.dataset + (f" ({spec.dataset_config}, {spec.split})" if not spec.is_local else "")
+        offline = " (offline mode is set: HF_DATASETS_OFFLINE / HF_HUB_OFFLINE)" if _datasets_offline() else ""
         raise CorpusError(
-            f"Cannot open corpus {where}: {str(exc).splitlines()[0] if str(exc) else exc!r}",
+            f"Cannot open corpus {where}{offline}: {str(exc).splitlines()[0] if str(exc) else exc!r}",
             hint="Without network access pass a local .txt/.jsonl/.parquet file with --dataset "
-            "(or builtin:pydoc); for hub datasets check --dataset-config and --split.",
+            f"(or builtin:pydoc), or fetch it once with `hf download --repo-type dataset {spec.dataset}` and run "
+            "with HF_HUB_OFFLINE=1; for hub datasets check --dataset-config and --split.",
         ) from exc
+
+
+def _guarded(rows: Iterable[dict], spec: CorpusSpec) -> Iterator[dict]:
+    """Rows of a corpus; a failure while streaming them (a corrupt parquet or JSON file) is a `CorpusError`."""
+    iterator = iter(rows)
+    while True:
+        try:
+            row = next(iterator)
+        except StopIteration:
+            return
+        except CorpusError:
+            raise
+        except Exception as exc:  # datasets/pyarrow raise many types for "this file is broken"
+            first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+            raise CorpusError(
+                f"Cannot read corpus {spec.dataset}: {first}",
+                hint="Check that the file is what its extension says (.txt, .jsonl, .json, .parquet).",
+            ) from exc
+        if not isinstance(row, dict):
+            raise CorpusError(f"Cannot read corpus {spec.dataset}: a row is {type(row).__name__}, not an object.")
+        yield row
+
+
+def _datasets_offline() -> bool:
+    from layerprobe.errors import hub_offline
+
+    return hub_offline() or os.environ.get("HF_DATASETS_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
 def build_windows(
@@ -144,13 +192,24 @@ def build_windows(
     layout = special_layout(tokenizer)
     lengths = plan_window_lengths(tokens, seq_len, layout.count)
     needed = sum(lengths) - layout.count * len(lengths)
+    keep_space = piece_rule(tokenizer)
     stream: list[int] = []
     batch: list[str] = []
-    for text in _chain_until(documents, lambda: len(stream) >= needed):
-        batch.append(text)
-        if len(batch) == _TOKENIZE_BATCH:
+    for text in documents:
+        if len(stream) >= needed:
+            break
+        if len(text) <= PIECE_CHARS:
+            batch.append(text)
+            if len(batch) == _TOKENIZE_BATCH:
+                _extend(stream, tokenizer, batch, layout, on_tokens)
+                batch = []
+            continue
+        if batch:  # a long document: the short ones before it first, to keep the order
             _extend(stream, tokenizer, batch, layout, on_tokens)
             batch = []
+            if len(stream) >= needed:
+                break
+        _extend_long(stream, tokenizer, text, layout, needed, keep_space, on_tokens)
     if batch and len(stream) < needed:
         _extend(stream, tokenizer, batch, layout, on_tokens)
     if len(stream) < needed:
@@ -169,6 +228,99 @@ def build_windows(
     return windows
 
 
+def piece_rule(tokenizer: Any) -> bool:
+    """How to cut long documents so that tokenizing the pieces gives the tokens of the whole text.
+
+    Pieces are cut before a whitespace character that precedes a word. Byte-level BPE (GPT-2, LLaMA-3) and
+    WordPiece (BERT) give identical tokens when the whitespace starts the next piece (True); SentencePiece
+    tokenizers that prepend "▁" to every call agree when it is dropped instead (False). A probe text
+    decides; if neither rule reproduces it, the first is used and tokens may differ at piece boundaries
+    (one boundary per PIECE_CHARS characters of a long document).
+    """
+    probe = "layerprobe reads very long documents in pieces, cut at whitespace,\nso memory follows --tokens."
+    whole = _encode(tokenizer, [probe])[0]
+    for keep_space in (True, False):
+        pieces = list(split_long(probe, 24, keep_space))
+        if [t for ids in _encode(tokenizer, pieces) for t in ids] == whole:
+            return keep_space
+    return True
+
+
+def split_long(text: str, size: int = 0, keep_space: bool = True) -> Iterator[str]:
+    """Cut `text` into pieces of at most `size` characters (default PIECE_CHARS), ending at whitespace.
+
+    Each piece ends before a whitespace character that precedes a word, searched in its second half. With
+    `keep_space` that whitespace starts the next piece, so the pieces join back to `text`; without it
+    the single character is dropped. A stretch with no whitespace at all is cut hard at `size`.
+    """
+    size = size or PIECE_CHARS
+    start = 0
+    while len(text) - start > size:
+        low = start + size // 2
+        cut = None
+        for match in _BOUNDARY.finditer(text, low, start + size):
+            cut = match.start()
+        end = cut if cut is not None else start + size
+        yield text[start:end]
+        start = end if cut is None or keep_space else end + 1
+    yield text[start:]
+
+
+def _extend_long(
+    stream: list[int],
+    tokenizer: Any,
+    text: str,
+    layout: SpecialLayout,
+    needed: int,
+    keep_space: bool,
+    on_tokens: Callable[[int], None] | None,
+) -> None:
+    """Tokenize one long document piece by piece, stopping once the stream holds `needed` tokens.
+
+    A 20 MB single-line file then costs a few pieces for --tokens 1024, not the whole text at once (which
+    took 4.2 GB and 149 s): memory and time follow --tokens, not the file.
+    """
+    pieces = split_long(text, PIECE_CHARS, keep_space)
+    while True:
+        group = [piece for _, piece in zip(range(_PIECES_PER_CALL), pieces, strict=False)]
+        if not group:
+            break
+        before = len(stream)
+        for ids in _encode(tokenizer, group):
+            stream.extend(ids)
+        if on_tokens:
+            on_tokens(len(stream) - before)
+        if len(stream) >= needed:
+            return  # the windows end inside this document: no separator needed
+    stream.extend(layout.separator)
+
+
+def _encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    from layerprobe.models import quiet_transformers
+
+    with quiet_transformers():  # silences "sequence longer than the model's maximum": we pack, not truncate
+        return tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+
+def windows_before_loading(
+    model: ModelSpec, corpus: CorpusSpec, on_tokens: Callable[[int], None] | None = None, tokenizer: Any = None
+) -> tuple[Any, list[Window], int]:
+    """Config, tokenizer and every window of the corpus, read before any weight is: (tokenizer, windows, seq_len).
+
+    Streaming until the budget is met is cheap next to loading a large model, so a corpus that is
+    unreachable, lacks its text field or holds too little text fails in seconds. `seq_len` is capped by
+    the model's usable context (read from the config and tokenizer). The windows are kept, so the
+    corpus is streamed once.
+    """
+    from layerprobe.models import context_length, load_config, load_tokenizer
+
+    config = load_config(model)
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
+    seq_len = min(corpus.seq_len, context_length(config, tokenizer) or corpus.seq_len)
+    windows = build_windows(tokenizer, iter_documents(corpus), corpus.tokens, seq_len, on_tokens=on_tokens)
+    return tokenizer, windows, seq_len
+
+
 def _chain_until(documents: Iterable[str], done: Callable[[], bool]) -> Iterator[str]:
     for text in documents:
         if done():
@@ -179,10 +331,7 @@ def _chain_until(documents: Iterable[str], done: Callable[[], bool]) -> Iterator
 def _extend(
     stream: list[int], tokenizer: Any, texts: list[str], layout: SpecialLayout, on_tokens: Callable[[int], None] | None
 ) -> None:
-    from layerprobe.models import quiet_transformers
-
-    with quiet_transformers():  # silences "sequence longer than the model's maximum": we pack, not truncate
-        encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    encoded = _encode(tokenizer, texts)
     before = len(stream)
     for ids in encoded:
         stream.extend(ids)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from layerprobe.errors import LayerprobeError
 
+DEMO_NAME = "all-MiniLM-L6-v2"  # what titles, tables and result JSON call it; the path stays in model.path
+
 
 def demo_model_dir() -> Path:
     """Directory of the packaged MiniLM checkpoint (a plain `BertModel`), or a clear error."""

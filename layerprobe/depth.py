@@ -12,11 +12,21 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from layerprobe.corpus import Window, batches, build_windows, iter_documents
+from layerprobe.corpus import Window, batches, build_windows, iter_documents, windows_before_loading
 from layerprobe.depth_stats import DepthAccumulator, relative_size
 from layerprobe.errors import UnsupportedModel
 from layerprobe.layers import LayerStack, capture_block_states, find_layers, hidden_from_input, hidden_from_output
-from layerprobe.models import CAUSAL_LM, ENCODER, MASKED_LM, LoadedModel, load_config, load_model, model_kind
+from layerprobe.models import (
+    CAUSAL_LM,
+    ENCODER,
+    MASKED_LM,
+    LoadedModel,
+    check_loadable,
+    load_config,
+    load_model,
+    model_kind,
+    skeleton_stack,
+)
 from layerprobe.models import takes_argument as _takes
 from layerprobe.placement import detect_placement
 from layerprobe.progress import Progress
@@ -33,10 +43,15 @@ def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedM
     progress = progress or Progress()
     timer = RunTimer()
     purpose = _grad_purpose(spec) if spec.grad else "base"
-    if loaded is None:
+    windows = None
+    if loaded is None:  # everything cheap (config, tokenizer, the whole corpus) before any weight is read
+        check_loadable(spec.model)  # e.g. bitsandbytes missing for --load-in-4bit: before streaming a corpus
+        skeleton_stack(spec.model)
+        progress.stage("Reading corpus", spec.corpus.tokens, "tok")
+        tokenizer, windows, seq_len = windows_before_loading(spec.model, spec.corpus, progress.on_advance)
         progress.stage("Loading model")
         try:
-            loaded = load_model(spec.model, purpose=purpose)
+            loaded = load_model(spec.model, purpose=purpose, tokenizer=tokenizer)
         except UnsupportedModel as exc:
             if purpose != MASKED_LM or "head" not in exc.message:
                 raise
@@ -45,11 +60,12 @@ def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedM
                 hint="Run depth without --grad, or use a checkpoint saved with its …ForMaskedLM head.",
             ) from None
     stack = find_layers(loaded.model, spec.model.layers_path)
-    seq_len = min(spec.corpus.seq_len, loaded.context_length or spec.corpus.seq_len)
-    progress.stage("Reading corpus", spec.corpus.tokens, "tok")
-    windows = build_windows(
-        loaded.tokenizer, iter_documents(spec.corpus), spec.corpus.tokens, seq_len, on_tokens=progress.on_advance
-    )
+    if windows is None:
+        seq_len = min(spec.corpus.seq_len, loaded.context_length or spec.corpus.seq_len)
+        progress.stage("Reading corpus", spec.corpus.tokens, "tok")
+        windows = build_windows(
+            loaded.tokenizer, iter_documents(spec.corpus), spec.corpus.tokens, seq_len, on_tokens=progress.on_advance
+        )
     progress.stage("Tracing norm placement", None, "")
     placement, sublayers = detect_placement(stack.root, stack, _trace_ids(windows, loaded.input_device))
     progress.stage("Measuring", spec.corpus.tokens, "tok")

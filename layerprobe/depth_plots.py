@@ -41,13 +41,14 @@ def plot_depth(result: DepthResult, out_dir: Path) -> list[Path]:
 def redraw(json_path: Path, out_dir: Path | None = None) -> list[Path]:
     """Redraw the plots of any result JSON (backs `layerprobe plot`): depth here, other kinds in report.py."""
     from layerprobe.report import plot_result
-    from layerprobe.results import DEPTH_SCHEMA, DepthResult, read_json
+    from layerprobe.results import DepthResult, load_result
+    from layerprobe.specs import check_output_dir
 
     json_path = Path(json_path)
-    data = read_json(json_path)
-    if str(data["schema"]).split("@")[0] != DEPTH_SCHEMA.split("@")[0]:
+    result = load_result(json_path)  # validated once, whatever the kind
+    if not isinstance(result, DepthResult):
         return plot_result(json_path, out_dir)
-    return plot_depth(DepthResult.from_dict(data), json_path.parent if out_dir is None else Path(out_dir))
+    return plot_depth(result, json_path.parent if out_dir is None else check_output_dir(out_dir))
 
 
 def depth_figure(result: DepthResult):

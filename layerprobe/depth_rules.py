@@ -32,7 +32,7 @@ def depth_rules(baseline: DepthResult, candidate: DepthResult, max_rms_growth: f
 
 def depth_notes(baseline: DepthResult, candidate: DepthResult) -> list[str]:
     """What a reader must know before trusting the comparison: the two runs measured different data."""
-    watched = ("dataset", "config", "split", "positions", "seq_len")
+    watched = ("dataset", "config", "split", "tokens", "positions", "seq_len")
     return [
         f"data.{k} differs: baseline {baseline.data.get(k)!r}, candidate {candidate.data.get(k)!r}"
         for k in watched
@@ -63,6 +63,8 @@ def _growth_rule(baseline: DepthResult, candidate: DepthResult, factor: float) -
         factor,
         ratio is not None and ratio <= factor + EPS,
         message,
+        worse_if="higher",
+        scale="ratio",
     )
 
 

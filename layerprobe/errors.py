@@ -14,6 +14,26 @@ OFFLINE_HINT = (
 )
 
 
+def hub_offline() -> bool:
+    """Whether huggingface_hub's offline mode is on (HF_HUB_OFFLINE=1), as the hub library reads it."""
+    import os
+
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def offline_model_hint(model: str) -> str:
+    """The hint for a model that is neither cached nor reachable: download it once, then run offline."""
+    if hub_offline():
+        return (
+            f"unset HF_HUB_OFFLINE to download it, or download it once with `hf download {model}`; "
+            "a local directory works too"
+        )
+    return (
+        f"check the network (or HF_ENDPOINT), or download it once elsewhere with `hf download {model}` "
+        "and run with HF_HUB_OFFLINE=1; a local directory works too"
+    )
+
+
 class LayerprobeError(Exception):
     """A mistake in the user's input, explained in one line, with a hint on how to fix it."""
 

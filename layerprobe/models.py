@@ -8,7 +8,9 @@ extractive-QA model whatever it is called. Every way loading can fail because of
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -41,10 +43,71 @@ class LoadedModel:
     dtype: str
     input_device: Any
     context_length: int | None
+    attn_implementation: str | None = None  # what transformers actually uses (asked for, or its default)
 
     @property
     def device_label(self) -> str:
         return "device_map=auto" if self.spec.device_map else str(self.input_device)
+
+    @property
+    def quantization(self) -> str | None:
+        """A label for quantized weights (None for full-precision ones); results carry it."""
+        return quantization_label(self.spec.quantization)
+
+
+QUANT_INSTALL_HINT = "pip install 'layerprobe[quant]'   (or: pip install bitsandbytes)"
+_BNB_4BIT_TYPE = "nf4"  # the 4-bit type QLoRA-style users run; transformers' own default is fp4
+
+
+def quantization_label(quantization: str | None) -> str | None:
+    """The recorded name of a quantization: `bitsandbytes-4bit-nf4`, `bitsandbytes-8bit`, or None."""
+    if quantization == "4bit":
+        return f"bitsandbytes-4bit-{_BNB_4BIT_TYPE}"
+    if quantization == "8bit":
+        return "bitsandbytes-8bit"
+    return None
+
+
+def check_loadable(spec: ModelSpec) -> None:
+    """Cheap checks of the loading options, run before the tokenizer, tasks or any weight is read.
+
+    Quantized loading needs bitsandbytes, an optional extra: its absence is one clear error with the
+    exact install command, not a traceback after minutes of downloading.
+    """
+    import importlib.util
+
+    if spec.quantization and importlib.util.find_spec("bitsandbytes") is None:
+        flag = "--load-in-4bit" if spec.quantization == "4bit" else "--load-in-8bit"
+        raise LayerprobeError(
+            f"{flag} needs the bitsandbytes package, which is not installed.", hint=QUANT_INSTALL_HINT
+        )
+
+
+def from_pretrained_kwargs(spec: ModelSpec, dtype: Any, device: Any) -> dict[str, Any]:
+    """The keywords every `from_pretrained` of the weights gets: dedicated options, then --model-args.
+
+    Quantized weights cannot be moved after loading (`.to` is refused for bitsandbytes models), so
+    without `--device-map` they are placed on the chosen device at load time with `device_map={"": device}`.
+    """
+    kwargs: dict[str, Any] = {"revision": spec.revision, "trust_remote_code": spec.trust_remote_code, "dtype": dtype}
+    if spec.device_map:
+        kwargs["device_map"] = spec.device_map
+    if spec.attn_implementation:
+        kwargs["attn_implementation"] = spec.attn_implementation
+    if spec.quantization:
+        import transformers as tf
+
+        if spec.quantization == "4bit":
+            kwargs["quantization_config"] = tf.BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_compute_dtype=dtype, bnb_4bit_quant_type=_BNB_4BIT_TYPE
+            )
+        else:
+            kwargs["quantization_config"] = tf.BitsAndBytesConfig(load_in_8bit=True)
+        if not spec.device_map:
+            kwargs["device_map"] = {"": str(device)}
+    # A copy: accelerate rewrites max_memory in place, and the spec's values are what the result records.
+    kwargs.update(copy.deepcopy(spec.model_args))  # ModelSpec refuses keys that duplicate the options above
+    return kwargs
 
 
 def model_kind(config: Any) -> str:
@@ -142,10 +205,7 @@ def _translate_load_error(exc: Exception, spec: ModelSpec) -> LayerprobeError:
         or "couldn't connect" in text.lower()
         or "offline" in text.lower()
     ):
-        return ModelNotFound(
-            f"{where} is not in the local Hugging Face cache and the Hub cannot be reached.",
-            hint="Download it once with network access, or pass a local directory.",
-        )
+        return _unreachable(where, spec.model)
     if "Unrecognized" in text or "does not recognize this architecture" in text:
         return UnsupportedModel(
             f"transformers cannot build {where}: {str(exc).splitlines()[0]}",
@@ -155,6 +215,40 @@ def _translate_load_error(exc: Exception, spec: ModelSpec) -> LayerprobeError:
         f"Cannot load {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
         hint="Check the hub id (org/name) or the local directory path.",
     )
+
+
+def _unreachable(where: str, model: str) -> ModelNotFound:
+    """One line for "not cached and the Hub cannot be reached", saying whether offline mode is on."""
+    from layerprobe.errors import hub_offline, offline_model_hint
+
+    if hub_offline():
+        return ModelNotFound(
+            f"{where} is not in the local Hugging Face cache and the Hub cannot be reached: offline mode is set "
+            "(HF_HUB_OFFLINE=1).",
+            hint=offline_model_hint(model),
+        )
+    return ModelNotFound(
+        f"{where} is not in the local Hugging Face cache and the Hugging Face Hub cannot be reached.",
+        hint=offline_model_hint(model),
+    )
+
+
+@contextlib.contextmanager
+def quiet_hub_logs():
+    """Silence huggingface_hub's and datasets' warnings while the Hub is asked for files.
+
+    An unreachable Hub logs a dozen retry lines that would interleave with the progress bar; the failure
+    itself becomes one LayerprobeError.
+    """
+    loggers = [logging.getLogger(name) for name in ("huggingface_hub", "datasets")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 @contextlib.contextmanager
@@ -167,7 +261,8 @@ def quiet_transformers():
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        yield
+        with quiet_hub_logs():
+            yield
     finally:
         hf_logging.set_verbosity(level)
         if bars:
@@ -199,6 +294,33 @@ def load_skeleton(spec: ModelSpec) -> tuple[Any, str, str]:
     model = skeleton_from_config(config, spec)
     architecture = (getattr(config, "architectures", None) or [type(model).__name__])[0]
     return model, architecture, kind
+
+
+def skeleton_stack(spec: ModelSpec) -> Any:
+    """The block stack `--layers-path` names, found on a weightless skeleton (None without --layers-path).
+
+    A wrong path is then reported before any weight is read; without the option the stack is found
+    after loading, as before (layers.find_layers' search needs no check).
+    """
+    if not spec.layers_path:
+        return None
+    from layerprobe.layers import find_layers
+
+    skeleton, _, _ = load_skeleton(spec)
+    return find_layers(skeleton, spec.layers_path)
+
+
+def load_tokenizer(spec: ModelSpec) -> Any:
+    """Only the tokenizer: cheap, so the corpus can be tokenized (and found too small) before any weight."""
+    import transformers as tf
+
+    with quiet_transformers():
+        try:
+            return tf.AutoTokenizer.from_pretrained(
+                spec.model, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+            )
+        except (OSError, ValueError, KeyError) as exc:
+            raise _translate_load_error(exc, spec) from exc
 
 
 def skeleton_from_config(config: Any, spec: ModelSpec) -> Any:
@@ -249,8 +371,8 @@ def check_tokenizer_for_harness(tokenizer: Any, spec: ModelSpec) -> None:
         )
 
 
-def load_model(spec: ModelSpec, purpose: str = "base", lm_eval: bool = False) -> LoadedModel:
-    """Load config, tokenizer and model.
+def load_model(spec: ModelSpec, purpose: str = "base", lm_eval: bool = False, tokenizer: Any = None) -> LoadedModel:
+    """Load config, tokenizer (unless given: `load_tokenizer`'s) and model.
 
     `purpose` picks the head: "base" loads none (angular needs no logits), "head" the one matching
     the model's kind, or name a kind (causal-lm, extractive-qa) explicitly. `lm_eval`: the causal LM
@@ -260,16 +382,14 @@ def load_model(spec: ModelSpec, purpose: str = "base", lm_eval: bool = False) ->
 
     if purpose not in PURPOSES:
         raise ValueError(f"purpose must be one of {PURPOSES}")
+    check_loadable(spec)
     config = load_config(spec)
     kind = model_kind(config)
     if purpose == "head":
         purpose = kind if kind in (CAUSAL_LM, EXTRACTIVE_QA) else "base"
-    common = {"revision": spec.revision, "trust_remote_code": spec.trust_remote_code}
+    if tokenizer is None:
+        tokenizer = load_tokenizer(spec)
     with quiet_transformers():
-        try:
-            tokenizer = tf.AutoTokenizer.from_pretrained(spec.model, **common)
-        except (OSError, ValueError, KeyError) as exc:
-            raise _translate_load_error(exc, spec) from exc
         if lm_eval and purpose == CAUSAL_LM:
             check_tokenizer_for_harness(tokenizer, spec)
         check_before_loading(spec, config)
@@ -281,9 +401,7 @@ def load_model(spec: ModelSpec, purpose: str = "base", lm_eval: bool = False) ->
             EXTRACTIVE_QA: tf.AutoModelForQuestionAnswering,
             MASKED_LM: tf.AutoModelForMaskedLM,
         }[purpose]
-        kwargs = dict(common, dtype=dtype)
-        if spec.device_map:
-            kwargs["device_map"] = spec.device_map
+        kwargs = from_pretrained_kwargs(spec, dtype, device)
         try:
             model, info = model_class.from_pretrained(spec.model, config=config, output_loading_info=True, **kwargs)
         except ValueError as exc:
@@ -297,7 +415,7 @@ def load_model(spec: ModelSpec, purpose: str = "base", lm_eval: bool = False) ->
         except (OSError, KeyError) as exc:
             raise _translate_load_error(exc, spec) from exc
         except Exception as exc:
-            translated = translate_weights_error(exc, spec)
+            translated = _loading_option_error(exc, spec) or translate_weights_error(exc, spec)
             if translated is None:
                 raise
             raise translated from exc
@@ -305,11 +423,11 @@ def load_model(spec: ModelSpec, purpose: str = "base", lm_eval: bool = False) ->
     check_loading_info(spec.model, model, info, stack.path, base_of(model))
     if purpose != "base":
         _refuse_untrained_head(model, info, spec)
-    if device is not None:
+    if device is not None and not spec.quantization:
         model.to(device)
     model.eval()
     embeddings = model.get_input_embeddings()
-    input_device = embeddings.weight.device if embeddings is not None else device
+    input_device = module_device(embeddings) if embeddings is not None else device  # offloaded: the hook's
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
@@ -321,7 +439,22 @@ def load_model(spec: ModelSpec, purpose: str = "base", lm_eval: bool = False) ->
         dtype=str(dtype).replace("torch.", ""),
         input_device=input_device,
         context_length=context_length(config, tokenizer),
+        attn_implementation=getattr(model.config, "_attn_implementation", None) or spec.attn_implementation,
     )
+
+
+def _loading_option_error(exc: Exception, spec: ModelSpec) -> LayerprobeError | None:
+    """A --model-args key the model does not take, or a missing extra (bitsandbytes): one clear line."""
+    if isinstance(exc, TypeError) and spec.model_args and "keyword argument" in str(exc):
+        return LayerprobeError(
+            f"Cannot load {spec.model!r} with these loading options: {str(exc).splitlines()[0]}",
+            hint="Check the keys of --model-args (they go to from_pretrained).",
+        )
+    if isinstance(exc, ImportError) and spec.quantization:
+        return LayerprobeError(
+            f"Cannot load {spec.model!r} quantized: {str(exc).splitlines()[0]}", hint=QUANT_INSTALL_HINT
+        )
+    return None
 
 
 def _refuse_untrained_head(model: Any, info: dict, spec: ModelSpec) -> None:
@@ -369,6 +502,27 @@ def context_length(config: Any, tokenizer: Any = None) -> int | None:
     if isinstance(declared, int) and 0 < declared < 1_000_000:  # transformers' "no limit" is ~1e30
         limits.append(declared)
     return min(limits) if limits else None
+
+
+def module_device(module: Any) -> Any:
+    """Where a module computes: accelerate's execution device if it dispatches it, else its weights' device.
+
+    Under `--device-map` a block's weights may live on "meta" (offloaded to CPU or disk and brought in by
+    accelerate's AlignDevicesHook at each call), so the hook, not the parameter, says where inputs must be.
+    Returns None for a module with neither (no weights, no hook).
+    """
+    import torch
+
+    for sub in module.modules():
+        hook = getattr(sub, "_hf_hook", None)
+        for candidate in getattr(hook, "hooks", None) or [hook]:  # a SequentialHook wraps several
+            device = getattr(candidate, "execution_device", None)
+            if device is not None:
+                return torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    for parameter in module.parameters():
+        if parameter.device.type != "meta":
+            return parameter.device
+    return None
 
 
 def takes_argument(module: Any, name: str) -> bool:

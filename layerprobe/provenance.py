@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime, timezone
+from typing import Any
 
 from layerprobe.layers import LayerStack
 from layerprobe.models import LoadedModel
@@ -13,7 +15,7 @@ from layerprobe.results import ModelInfo, RunInfo
 def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:
     """The provenance block shared by every result."""
     return ModelInfo(
-        id=loaded.spec.model,
+        id=loaded.spec.display_name,
         revision=loaded.spec.revision,
         commit=loaded.commit,
         architecture=loaded.architecture,
@@ -23,7 +25,16 @@ def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:
         num_layers=stack.num_layers,
         layer_path=stack.path,
         block_class=stack.block_class,
+        quantization=loaded.quantization,
+        attn_implementation=loaded.attn_implementation,
+        model_args=jsonable(loaded.spec.model_args),
+        path=loaded.spec.model if loaded.spec.display_name != loaded.spec.model else None,
     )
+
+
+def jsonable(value: Any) -> Any:
+    """The value as it reads back from JSON (mapping keys become strings), so a fingerprint compares equal."""
+    return json.loads(json.dumps(value, default=str))
 
 
 def library_versions() -> dict[str, str]:

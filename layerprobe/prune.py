@@ -11,16 +11,26 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from layerprobe.ablation import Remover
 from layerprobe.agreement import check_angular_fits, find_angular, load_angular_for, task_agreement
 from layerprobe.distributed import Share, World
 from layerprobe.distributed import world as distributed_world
+from layerprobe.errors import LayerprobeError
 from layerprobe.evaluate.samples import from_rows, paired_columns, to_rows
-from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers
+from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers, prepare_tasks
 from layerprobe.layers import find_layers
-from layerprobe.models import LoadedModel, load_config, load_model, model_kind
+from layerprobe.models import (
+    LoadedModel,
+    check_loadable,
+    load_config,
+    load_model,
+    load_tokenizer,
+    model_kind,
+    skeleton_stack,
+)
 from layerprobe.progress import EvaluationEvent, Progress
 from layerprobe.provenance import RunTimer, model_info
-from layerprobe.prune_state import PruneState, fingerprint, variant_key
+from layerprobe.prune_state import PruneState, corpus_settings, fingerprint, variant_key
 from layerprobe.results import (
     PRUNE_DROP_JSON,
     AngularResult,
@@ -33,7 +43,7 @@ from layerprobe.results import (
 )
 from layerprobe.sample_log import SampleLog
 from layerprobe.shards import join_shards, write_shard
-from layerprobe.specs import PruneSpec, parse_layer_ranges
+from layerprobe.specs import CORPUS_TASK, PruneSpec, parse_layer_ranges
 
 __all__ = ["check_tasks_fit_model", "run_prune_drop"]
 
@@ -58,18 +68,35 @@ def run_prune_drop(
     world = world or distributed_world()
     timer = RunTimer()
     out_dir = Path(out_dir)
+    if loaded is None:
+        check_loadable(spec.model)  # e.g. bitsandbytes missing for --load-in-4bit: before any loading
     config = load_config(spec.model) if loaded is None else loaded.model.config
     check_tasks_fit_model(spec.tasks, model_kind(config), spec.model.model, spec.engine)
-    if isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
-        parse_layer_ranges(spec.layers, config.num_hidden_layers)  # fail before minutes of loading
+    skeleton = skeleton_stack(spec.model) if loaded is None else None
+    if skeleton is not None:
+        parse_layer_ranges(spec.layers, skeleton.num_layers)  # fail before minutes of loading
+    elif isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
+        parse_layer_ranges(spec.layers, config.num_hidden_layers)
     angular = find_angular(spec.angular, out_dir)
-    known_layers = None if spec.model.layers_path else getattr(config, "num_hidden_layers", None)
+    known_layers = skeleton.num_layers if skeleton is not None else None
+    if known_layers is None and not spec.model.layers_path:
+        known_layers = getattr(config, "num_hidden_layers", None)
     angular_result = None if angular is None else load_angular_for(angular, known_layers)
+    # Everything cheap before any weight: the tokenizer, then the tasks (names, YAML, data, few-shot pools).
+    tokenizer = load_tokenizer(spec.model) if loaded is None else loaded.tokenizer
+    progress.stage("Preparing tasks")
+    prepared = prepare_tasks(spec)
     if loaded is None:
         progress.stage("Loading model")
-        loaded = load_model(spec.model, purpose="head", lm_eval=True)
+        loaded = load_model(spec.model, purpose="head", lm_eval=True, tokenizer=tokenizer)
     stack = find_layers(loaded.model, spec.model.layers_path)
-    layers = parse_layer_ranges(spec.layers, stack.num_layers)
+    remover = Remover.for_model(loaded.model, stack, spec.unit, spec.span)
+    layers = remover.ablation.starts(stack.num_layers, parse_layer_ranges(spec.layers, stack.num_layers))
+    if not layers:
+        raise LayerprobeError(
+            f"No selected start leaves a span of {spec.span} blocks inside the model's {stack.num_layers}.",
+            hint=f"Select starts l <= {stack.num_layers - spec.span} with --layers.",
+        )
     info = model_info(loaded, stack)
     if angular_result is not None:
         check_angular_fits(angular_result, angular, stack.num_layers)
@@ -82,8 +109,8 @@ def run_prune_drop(
     world.barrier()  # every rank has read the progress files before any rank writes its own
     variants = world.share.of(shard.of([None, *layers]))
     remaining = sum(not state.has(t, v) for t in spec.tasks for v in variants)
-    progress.stage("Preparing tasks")
-    scorers = make_scorers(loaded, stack, spec, [v for v in variants if v is not None], progress) if remaining else []
+    mine_layers = [v for v in variants if v is not None]  # this rank's (and shard's) share only
+    scorers = make_scorers(loaded, stack, spec, mine_layers, progress, remover, prepared) if remaining else []
     journals = [
         scorer.keep_answers(out_dir / f"prune_drop.answers{suffix}.jsonl", print_, resume)
         for scorer, _ in scorers
@@ -116,7 +143,7 @@ def run_prune_drop(
                 state.done.setdefault(task, {}).update(evaluations)
                 if rank:  # rank 0's rows are in its own log already
                     samples.append(task, rows)
-        settings = prune_settings(spec, layers)
+        settings = prune_settings(spec, layers, remover)
         run = timer.finish(loaded.device_label)
         if shard.whole:
             result = assemble_result(info, settings, state, run, samples, angular_result, angular)
@@ -153,7 +180,7 @@ class _Rows:
         return by_variant
 
 
-def prune_settings(spec: PruneSpec, layers: list[int]) -> dict:
+def prune_settings(spec: PruneSpec, layers: list[int], remover: Remover) -> dict:
     """The `settings` block of prune_drop.json (also what shards must agree on to be merged)."""
     return {
         "tasks": list(spec.tasks),
@@ -162,9 +189,14 @@ def prune_settings(spec: PruneSpec, layers: list[int]) -> dict:
         "num_fewshot": spec.num_fewshot,
         "seed": spec.seed,
         "batch_size": spec.batch_size,
+        "max_state_bytes": spec.max_state_bytes,
         "include_path": spec.include_path,
         "squad_data": spec.squad_data,
+        "unit": spec.unit,
+        "span": spec.span,
+        "sublayers": remover.module_paths(),
         "prefix_reuse": spec.prefix_reuse,
+        **({"corpus": corpus_settings(spec.corpus)} if CORPUS_TASK in spec.tasks else {}),
     }
 
 
@@ -198,7 +230,17 @@ def assemble_result(
         engine="+".join(engines),
         settings=dict(settings),
         tasks={
-            task: assemble_task(state, task, layers, settings["limit"], samples, angular_result, angular)
+            # A sublayer's ΔP is not what a block's angular distance predicts: no agreement block for it.
+            task: assemble_task(
+                state,
+                task,
+                layers,
+                settings["limit"],
+                samples,
+                None if settings.get("unit", "block") != "block" else angular_result,
+                angular,
+                settings.get("span", 1),
+            )
             for task in tasks
         },
         run=replace(run, prefix_reuse=prefix_reuse_status(state, tuple(tasks), [None, *layers])),
@@ -219,6 +261,7 @@ def assemble_task(
     samples: SampleLog | _Rows,
     angular: AngularResult | None = None,
     angular_path: Path | None = None,
+    span: int = 1,
 ) -> TaskDrop:
     """Turn the recorded scores of one task into per-metric baseline/pruned/delta lists.
 
@@ -250,5 +293,6 @@ def assemble_task(
         limit=limit,
         samples=baseline.samples,
         nonfinite=baseline.nonfinite + sum(v.nonfinite for v in variants),
-        agreement=None if angular is None else task_agreement(angular, metrics, str(angular_path)),
+        version=baseline.version,
+        agreement=None if angular is None else task_agreement(angular, metrics, str(angular_path), span),
     )

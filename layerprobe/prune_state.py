@@ -23,11 +23,13 @@ from layerprobe.results import (
     read_json,
     write_json,
 )
+from layerprobe.specs import CORPUS_TASK
+from layerprobe.validate import Node
 
 if TYPE_CHECKING:
     from layerprobe.evaluate.scores import Evaluation
     from layerprobe.results import ModelInfo
-    from layerprobe.specs import PruneSpec
+    from layerprobe.specs import CorpusSpec, PruneSpec
 
 PARTIAL_NAME = PRUNE_DROP_PARTIAL_JSON
 PARTIAL_SCHEMA = "layerprobe/prune-drop-partial@1"
@@ -53,6 +55,9 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
         "commit": info.commit,
         "files": files_stat_digest(info.id) if info.commit is None and os.path.isdir(info.id) else None,
         "dtype": info.dtype,
+        "quantization": info.quantization,
+        "attn_implementation": info.attn_implementation,
+        "model_args": info.model_args,
         "num_layers": info.num_layers,
         "layer_path": info.layer_path,
         "limit": spec.limit,
@@ -60,9 +65,26 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
         "seed": spec.seed,
         "batch_size": spec.batch_size,
         "prefix_reuse": spec.prefix_reuse,
+        "max_state_bytes": spec.max_state_bytes,  # splits the shared engine's batches: padding, so rounding
         "include_path": files_stat_digest(spec.include_path) if spec.include_path else None,
         "squad_data": files_stat_digest(spec.squad_data) if spec.squad_data else None,
+        "unit": spec.unit,
+        "span": spec.span,
         "versions": {k: versions.get(k) for k in ("torch", "transformers", "lm_eval")},
+        **({"corpus": corpus_settings(spec.corpus)} if CORPUS_TASK in spec.tasks else {}),
+    }
+
+
+def corpus_settings(corpus: CorpusSpec) -> dict[str, Any]:
+    """The corpus options `--task corpus` was scored on, as recorded in prune_drop.json and fingerprints."""
+    return {
+        "dataset": corpus.dataset,
+        "config": corpus.dataset_config if corpus.is_hub else None,
+        "split": corpus.split if corpus.is_hub else None,
+        "text_field": corpus.text_field,
+        "tokens": corpus.tokens,
+        "seq_len": corpus.seq_len,
+        "file": files_stat_digest(corpus.dataset) if corpus.is_local else None,
     }
 
 
@@ -119,7 +141,8 @@ class PruneState:
         data = read_json(path)
         if data.get("schema") != PARTIAL_SCHEMA:
             raise ResultError(f"{path} is not a prune-drop progress file.")
-        stored = data.get("fingerprint", {})
+        fingerprint_node = Node(data, str(path)).key("fingerprint")
+        stored = fingerprint_node.obj() if fingerprint_node.present else {}
         differing = sorted(k for k in set(stored) | set(fingerprint) if stored.get(k) != fingerprint.get(k))
         if differing:
             details = "; ".join(f"{k}: was {stored.get(k)!r}, now {fingerprint.get(k)!r}" for k in differing)
@@ -127,7 +150,13 @@ class PruneState:
                 f"--resume refuses to mix results of a different run ({details}).",
                 hint=f"Use another --out directory, or delete {path} to start over.",
             )
-        return cls(path, fingerprint, data.get("done", {}))
+        done = Node(data, str(path)).key("done")
+        if not done.present:
+            return cls(path, fingerprint)
+        for _, variants in done.entries():  # validated now, once: a bad entry is named before hours of work
+            for _, entry in variants.entries():
+                evaluation_from_dict(entry)
+        return cls(path, fingerprint, done.value)
 
     def adopt(self, other: PruneState) -> None:
         """Take the evaluations `other` holds that this state lacks (kept in memory, written with the next record)."""

@@ -23,7 +23,16 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from layerprobe.results import AngularResult, MetricDrop, PruneDropResult, atomic_write, load_result  # noqa: E402
+from layerprobe.ablation import variant_label  # noqa: E402
+from layerprobe.results import (  # noqa: E402
+    AngularResult,
+    MetricDrop,
+    ModelInfo,
+    PruneDropResult,
+    atomic_write,
+    load_result,
+)
+from layerprobe.specs import check_output_dir  # noqa: E402
 
 HEATMAP_CMAP = "viridis_r"  # The papers draw small distances (lazy spans) yellow.
 DIFF_CMAP = "RdBu_r"
@@ -99,9 +108,15 @@ def plot_result(json_path: Path, out_dir: Path | None = None) -> list[Path]:
     """Redraw every plot of a result JSON (backs `layerprobe plot`); defaults to the JSON's directory."""
     json_path = Path(json_path)
     result = load_result(json_path)
-    out_dir = json_path.parent if out_dir is None else Path(out_dir)
+    out_dir = json_path.parent if out_dir is None else check_output_dir(out_dir)
     if isinstance(result, AngularResult):
         return plot_angular(result, out_dir)
+    from layerprobe.results import PruneCurveResult
+
+    if isinstance(result, PruneCurveResult):
+        from layerprobe.prune_curve import plot_prune_curve
+
+        return plot_prune_curve(result, out_dir)
     return plot_prune_drop(result, out_dir)
 
 
@@ -123,7 +138,9 @@ def _angular_figure(result: AngularResult):
     fig.colorbar(image, ax=ax, label=DISTANCE_LABEL, shrink=0.85, aspect=30, pad=0.02)
     tokens = result.data.get("tokens")
     tokens = f"{tokens:,}" if isinstance(tokens, int) else tokens
-    ax.set_title(f"{_short(result.model.id)} · {tokens} tokens · positions={result.data.get('positions')}", fontsize=11)
+    ax.set_title(
+        f"{_title_name(result.model)} · {tokens} tokens · positions={result.data.get('positions')}", fontsize=11
+    )
     return fig
 
 
@@ -134,10 +151,11 @@ def _prune_drop_figure(result: PruneDropResult, task: str):
         figsize=(float(np.clip(3.5 + 0.13 * len(metric.layers), 7.0, 14.0)), 4.8), layout="constrained"
     )
     _draw_delta_bars(ax, metric, metric_name)
+    ax.set_xlabel(variant_label(result.settings))
     agreement = (result.tasks[task].agreement or {}).get(metric_name)
     if agreement and agreement.get("adjacent_distance"):
         _overlay_distance(ax, agreement)
-    ax.set_title(f"{_short(result.model.id)} · {task} · {metric_name}\nbaseline = {_value_text(metric)}", fontsize=11)
+    ax.set_title(f"{_title_name(result.model)} · {task} · {metric_name}\nbaseline = {_value_text(metric)}", fontsize=11)
     return fig
 
 
@@ -404,6 +422,11 @@ def _save(fig, *paths: Path) -> list[Path]:
     finally:
         plt.close(fig)
     return list(paths)
+
+
+def _title_name(model: ModelInfo) -> str:
+    """The model's short name, marked when its weights were quantized (a quantized ΔP is not the model's)."""
+    return _short(model.id) + (f" ({model.quantization})" if model.quantization else "")
 
 
 def _short(model_id: str) -> str:

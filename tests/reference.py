@@ -55,26 +55,29 @@ BLOCKS_PATH = {
 def physically_deleted(path, arch, layer, dtype=torch.float32):
     """An independent reference: a fresh model built from a config with L-1 layers, weights remapped.
 
+    `layer` may also be a list of blocks (a span): all of them are deleted.
+
     Causal LMs come back as `AutoModelForCausalLM`, `bert_qa` as `AutoModelForQuestionAnswering`.
     """
     auto = tf.AutoModelForQuestionAnswering if arch == "bert_qa" else tf.AutoModelForCausalLM
     model = auto.from_pretrained(path, dtype=dtype)
     config = copy.deepcopy(model.config)
+    gone = {layer} if isinstance(layer, int) else set(layer)
     L = config.num_hidden_layers
-    config.num_hidden_layers = L - 1
+    config.num_hidden_layers = L - len(gone)
     if getattr(config, "layer_types", None):
-        config.layer_types = [t for i, t in enumerate(config.layer_types) if i != layer]
-    if layer < getattr(config, "first_k_dense_replace", 0):  # DeepSeek: dense blocks come first
-        config.first_k_dense_replace -= 1
+        config.layer_types = [t for i, t in enumerate(config.layer_types) if i not in gone]
+    if hasattr(config, "first_k_dense_replace"):  # DeepSeek: dense blocks come first
+        config.first_k_dense_replace -= sum(g < config.first_k_dense_replace for g in gone)
     prefix = BLOCKS_PATH[arch] + "."
     state = {}
     for key, value in model.state_dict().items():
         if key.startswith(prefix):
             index, rest = key[len(prefix) :].split(".", 1)
             index = int(index)
-            if index == layer:
+            if index in gone:
                 continue
-            key = f"{prefix}{index - (index > layer)}.{rest}"
+            key = f"{prefix}{index - sum(g < index for g in gone)}.{rest}"
         state[key] = value
     fresh = auto.from_config(config, dtype=dtype)
     missing, unexpected = fresh.load_state_dict(state, strict=False)

@@ -51,3 +51,27 @@ def test_bench_prune_drop_runs():
         "1",
     )
     assert "shared/simple:  wall time ratio" in out and "block-token ratio" in out and "theory" in out
+
+
+@pytest.mark.slow
+def test_bench_memory_runs(tmp_path):
+    out = _run(
+        "bench_memory.py",
+        "--shape",
+        "tiny",
+        "--layers",
+        "2",
+        "--tokens",
+        "256",
+        "--seq-len",
+        "64",
+        "--limit",
+        "1",
+        "--prune-layers",
+        "0",
+        "--engines",
+        "shared",
+        "--workdir",
+        str(tmp_path / "model"),
+    )
+    assert "prune-drop:shared" in out and "angular / bare forward wall time" in out

@@ -308,7 +308,7 @@ def test_cli_end_to_end_on_a_tiny_model_with_plot_and_compare(checkpoints, tmp_p
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--positions", "middle"], "Unknown --positions"),
+        (["--positions", "middle"], "Invalid value for '--positions'"),
         (["--tokens", "0"], "--tokens must be positive"),
         (["--batch-size", "0"], "--batch-size must be positive"),
     ],

@@ -279,7 +279,9 @@ def test_a_corrupt_safetensors_header_is_one_red_line_exit_2(tiny_checkpoints, t
     path = tmp_path / "ckpt"
     shutil.copytree(tiny_checkpoints["llama"], path)
     (path / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}")
-    result = CliRunner().invoke(app, ["angular", str(path), "--dataset", "builtin:pydoc", "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        app, ["angular", str(path), "--dataset", "builtin:pydoc", "--tokens", "256", "--out", str(tmp_path / "o")]
+    )  # a corpus big enough for --tokens: the corpus is checked (cheaply) before the weight files' headers
     assert result.exit_code == 2, result.output
     assert "not a valid safetensors file" in result.output and "Traceback" not in result.output
     assert "download it again" in result.output

@@ -581,7 +581,6 @@ def assert_one_line_error(result, message: str, out: Path) -> None:
         ),
         ("bert", ["--task", "squad"], "has no question-answering head", "ForQuestionAnswering"),
         ("{missing}", ["--task", "lp_arc_like"], "No model directory at", "Check the path"),
-        ("llama", ["--task", "lp_arc_like", "--engine", "fast"], "Unknown --engine 'fast'", "auto, simple, shared"),
         ("llama", ["--task", "lp_arc_like", "--batch-size", "0"], "--batch-size must be a positive integer", None),
         ("llama", ["--task", "lp_arc_like", "--batch-size", "many"], "--batch-size must be a positive integer", None),
         ("bert_qa", ["--task", "squad", "--squad-data", "{missing}.json"], "does not exist", "--squad-data"),

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from layerprobe.ablation import Remover
 from layerprobe.evaluate.samples import MetricSamples
 from layerprobe.evaluate.scores import Evaluation, MetricScore
 from layerprobe.evaluate.tasks import (
@@ -32,7 +33,6 @@ from layerprobe.evaluate.tasks import (
     quiet_lm_eval,
     seed_everything,
 )
-from layerprobe.layers import removed_blocks
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -84,6 +84,7 @@ class TaskScores:
     samples: int
     subtasks: dict[str, TaskScores] = field(default_factory=dict)
     per_sample: dict[str, MetricSamples] = field(default_factory=dict)
+    version: str | None = None
 
 
 def make_lm(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int | str = 1) -> HFLM:
@@ -218,7 +219,9 @@ def _scores(results: dict[str, Any], group_map: dict[str, list[str]], name: str)
     num_fewshot = results.get("n-shot", {}).get(name)
     if num_fewshot is None and subtasks:
         num_fewshot = _agreed(sub.num_fewshot for sub in subtasks.values())
-    return TaskScores(metrics, num_fewshot, int(samples), subtasks)
+    version = results.get("versions", {}).get(name)
+    version = None if version in (None, "N/A") else str(version)
+    return TaskScores(metrics, num_fewshot, int(samples), subtasks, version=version)
 
 
 def _agreed(values: Iterable[Any]) -> Any:
@@ -237,7 +240,7 @@ def lm_eval_limit(limit: float | None) -> int | float | None:
 class HarnessScorer:
     """lm-eval tasks, built once, scored on whatever state the model is in (the simple engine).
 
-    Each variant takes its block out of the live model (`layers.removed_blocks`) and puts it back after.
+    Each variant takes its block (span, sublayer: `ablation.Remover`) out of the live model and puts it back after.
     """
 
     engine = "simple"
@@ -250,8 +253,10 @@ class HarnessScorer:
         spec: PruneSpec,
         task_sets: dict[str, TaskSet],
         layers: list[int],
+        remover: Remover | None = None,
     ) -> None:
         self.loaded, self.stack, self.spec, self.task_sets, self.layers = loaded, stack, spec, task_sets, layers
+        self.remover = remover or Remover(stack)
         self.lm = self.make_lm()
 
     def make_lm(self) -> HFLM:
@@ -259,11 +264,18 @@ class HarnessScorer:
 
     @contextmanager
     def variant(self, layer: int | None) -> Iterator[None]:
-        with removed_blocks(self.stack, [] if layer is None else [layer]):
+        with self.remover.variant(layer):
             yield
 
     def score(self, task: str) -> Evaluation:
         scores = evaluate(self.lm, self.task_sets[task], limit=lm_eval_limit(self.spec.limit), seed=self.spec.seed)[
             task
         ]
-        return Evaluation(scores.metrics, scores.num_fewshot, scores.samples, self.engine, per_sample=scores.per_sample)
+        return Evaluation(
+            scores.metrics,
+            scores.num_fewshot,
+            scores.samples,
+            self.engine,
+            per_sample=scores.per_sample,
+            version=scores.version,
+        )

@@ -8,20 +8,22 @@ in this package. Heavy imports (torch, lm_eval) happen inside the functions that
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprobe.errors import TaskError
 from layerprobe.models import CAUSAL_LM, EXTRACTIVE_QA
-from layerprobe.specs import SQUAD_TASK
+from layerprobe.specs import CORPUS_TASK, SQUAD_TASK
 
 if TYPE_CHECKING:
+    from layerprobe.ablation import Remover
     from layerprobe.evaluate.scores import Evaluation
     from layerprobe.layers import LayerStack
     from layerprobe.models import LoadedModel
     from layerprobe.progress import Progress
     from layerprobe.specs import PruneSpec
 
-__all__ = ["Scorer", "check_tasks_fit_model", "make_scorers"]
+__all__ = ["PreparedTasks", "Scorer", "check_tasks_fit_model", "make_scorers", "prepare_tasks"]
 
 
 class Scorer(Protocol):
@@ -47,6 +49,13 @@ def check_tasks_fit_model(tasks: tuple[str, ...], kind: str, model: str, engine:
             hint="Use --engine auto or simple for squad.",
         )
     for task in tasks:
+        if task == CORPUS_TASK and kind != CAUSAL_LM:
+            raise TaskError(
+                f"--task {CORPUS_TASK} scores next-token predictions, so it needs a causal LM; {model} is {kind}.",
+                hint="Encoders have no next-token head: score them with --task squad (QA checkpoints).",
+            )
+        if task == CORPUS_TASK:
+            continue
         if task == SQUAD_TASK and kind == CAUSAL_LM:
             raise TaskError(
                 f"'{SQUAD_TASK}' here scores extractive-QA encoders; {model} is a causal LM.",
@@ -66,35 +75,85 @@ def check_tasks_fit_model(tasks: tuple[str, ...], kind: str, model: str, engine:
             )
 
 
+@dataclass
+class PreparedTasks:
+    """Everything about the tasks that needs no model, built before any weight is read.
+
+    lm-eval tasks built (data loaded, few-shot pools checked) and SQuAD questions read, so a task
+    mistake costs seconds, not a model load.
+    """
+
+    task_sets: dict[str, Any] = field(default_factory=dict)  # lm-eval task name → TaskSet
+    squad: list[Any] | None = None  # SQuAD examples, when squad is asked for
+
+
+def prepare_tasks(spec: PruneSpec) -> PreparedTasks:
+    """Build every lm-eval task and read SQuAD's questions: the model-independent half of scoring."""
+    prepared = PreparedTasks()
+    harness_tasks = [t for t in spec.tasks if t not in (SQUAD_TASK, CORPUS_TASK)]
+    if harness_tasks:
+        from layerprobe.evaluate.harness import build_tasks
+
+        prepared.task_sets = {
+            task: build_tasks([task], spec.include_path, spec.num_fewshot, spec.seed) for task in harness_tasks
+        }
+    if SQUAD_TASK in spec.tasks:
+        from layerprobe.evaluate.squad import squad_examples
+
+        prepared.squad = squad_examples(spec)
+    return prepared
+
+
 def make_scorers(
-    loaded: LoadedModel, stack: LayerStack, spec: PruneSpec, layers: list[int], progress: Progress
+    loaded: LoadedModel,
+    stack: LayerStack,
+    spec: PruneSpec,
+    layers: list[int],
+    progress: Progress,
+    remover: Remover | None = None,
+    prepared: PreparedTasks | None = None,
 ) -> list[tuple[Scorer, list[str]]]:
-    """Pick the scorer (and engine) for each task: lm-eval tasks share one, SQuAD has its own."""
-    harness_tasks = [t for t in spec.tasks if t != SQUAD_TASK]
+    """Pick the scorer (and engine) for each task: lm-eval tasks share one, SQuAD has its own.
+
+    `remover` says what variant l removes (`ablation.Remover`; default: block l). `prepared` is
+    `prepare_tasks(spec)`, done before the model was loaded (built here when not given).
+    """
+    prepared = prepared if prepared is not None else prepare_tasks(spec)
+    harness_tasks = [t for t in spec.tasks if t not in (SQUAD_TASK, CORPUS_TASK)]
     scorers: list[tuple[Scorer, list[str]]] = []
     if harness_tasks:
-        scorers.append((_harness_scorer(loaded, stack, spec, harness_tasks, layers), harness_tasks))
+        scorers.append((_harness_scorer(loaded, stack, spec, prepared.task_sets, layers, remover), harness_tasks))
     if SQUAD_TASK in spec.tasks:
         from layerprobe.evaluate.squad import SquadTaskScorer
 
-        scorers.append((SquadTaskScorer(loaded, stack, spec, progress), [SQUAD_TASK]))
+        scorers.append((SquadTaskScorer(loaded, stack, spec, progress, remover, prepared.squad), [SQUAD_TASK]))
+    if CORPUS_TASK in spec.tasks:
+        from layerprobe.evaluate.corpus_metric import CorpusScorer
+
+        progress.stage("Reading corpus")
+        corpus = CorpusScorer(loaded, stack, spec.corpus, list(layers), spec.batch_size, spec.engine)
+        scorers.append((corpus, [CORPUS_TASK]))
     return scorers
 
 
 def _harness_scorer(
-    loaded: LoadedModel, stack: LayerStack, spec: PruneSpec, tasks: list[str], layers: list[int]
+    loaded: LoadedModel,
+    stack: LayerStack,
+    spec: PruneSpec,
+    task_sets: dict[str, Any],
+    layers: list[int],
+    remover: Remover | None = None,
 ) -> Scorer:
     """The simple engine, or the shared-prefix one where it applies (see evaluate/shared.py)."""
-    from layerprobe.evaluate.harness import HarnessScorer, build_tasks
+    from layerprobe.evaluate.harness import HarnessScorer
 
-    task_sets = {task: build_tasks([task], spec.include_path, spec.num_fewshot, spec.seed) for task in tasks}
     if spec.engine == "simple":
-        return HarnessScorer(loaded, stack, spec, task_sets, layers)
+        return HarnessScorer(loaded, stack, spec, task_sets, layers, remover)
     from layerprobe.evaluate.shared import SharedPrefixScorer, unsupported_reason
 
     reason = unsupported_reason(loaded, task_sets)
     if reason is None:
-        return SharedPrefixScorer(loaded, stack, spec, task_sets, layers)
+        return SharedPrefixScorer(loaded, stack, spec, task_sets, layers, remover)
     if spec.engine == "shared":
         raise TaskError(f"--engine shared cannot score this run: {reason}.", hint="Use --engine simple.")
-    return HarnessScorer(loaded, stack, spec, task_sets, layers)
+    return HarnessScorer(loaded, stack, spec, task_sets, layers, remover)

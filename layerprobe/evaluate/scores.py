@@ -48,7 +48,8 @@ class Evaluation:
     engine: str
     nonfinite: int = 0
     per_sample: dict[str, MetricSamples] = field(default_factory=dict)
-    prefix_reuse: str | None = None
+    prefix_reuse: str | None = None  # the shared engine's few-shot prefix reuse: "on", "off", "unavailable: …"
+    version: str | None = None  # the task's version as lm-eval reports it (a new version may change prompts)
 
 
 BASELINE = None  # the variant with no block removed; any other variant is the removed block's index

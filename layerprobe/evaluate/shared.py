@@ -23,11 +23,14 @@ import torch
 from lm_eval.models.huggingface import HFLM
 from torch import nn
 
+from layerprobe.ablation import Ablation, Remover, zeroed_sublayers
 from layerprobe.evaluate.harness import HarnessScorer, is_generation_task, quiet_lm_eval
 from layerprobe.evaluate.journal import AnswerJournal
 from layerprobe.evaluate.prefix_cache import PrefixReuse
 from layerprobe.evaluate.scores import BASELINE, Evaluation
 from layerprobe.layers import LayerStack, base_of, capture_block_states, hidden_from_output, removed_blocks
+from layerprobe.models import module_device
+from layerprobe.specs import DEFAULT_STATE_BYTES
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
     from layerprobe.models import LoadedModel
 
 Key = tuple[tuple[int, ...], tuple[int, ...]]
-_DEFAULT_STATE_BYTES = 2 * 1024**3  # recorded block inputs held at once (per chunk of a batch)
+_DEFAULT_STATE_BYTES = DEFAULT_STATE_BYTES  # recorded block inputs held at once (--max-state-memory)
 
 
 class _Replay(nn.Module):
@@ -67,18 +70,23 @@ class SharedPrefixLM(HFLM):
         layers: list[int],
         batch_size: int | str = 8,
         state_bytes: int = _DEFAULT_STATE_BYTES,
+        remover: Remover | None = None,
         prefix_reuse: bool = True,
     ) -> None:
         with quiet_lm_eval():
             super().__init__(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
         self.stack, self.layers, self.state_bytes = stack, sorted(layers), state_bytes
+        self.remover = remover or Remover(stack)
         self.active: int | None = BASELINE
         self.store: dict[Key, dict[int | None, tuple[float, bool]]] = {}
         self._rows_per_batch: int | None = None
         self._detected_at = 0  # input length the auto batch size was detected for
         self._output_arity: int | None = None
         self._arity_known = False  # None is a valid arity (a bare tensor), so it cannot mean "not probed"
-        self.prefixes = PrefixReuse(self, prefix_reuse)  # few-shot contexts computed once (prefix_cache.py)
+        # Few-shot contexts computed once (prefix_cache.py). Its replay knows "one block removed" only, so
+        # sublayer (--unit) and span (--span) variants take the plain path, which handles them.
+        plain_blocks = self.remover.ablation == Ablation()
+        self.prefixes = PrefixReuse(self, prefix_reuse and plain_blocks)
         self.journal: Any = None  # an evaluate.journal.AnswerJournal: every scored batch is also saved there
 
     # lm-eval entry point ---------------------------------------------------------------------------
@@ -124,7 +132,8 @@ class SharedPrefixLM(HFLM):
     def _memory_chunks(self, batch: list[tuple[int, ...]]) -> Iterator[list[tuple[int, ...]]]:
         """Split a batch so the recorded inputs of all selected blocks fit the memory budget."""
         hidden = getattr(self.model.config, "hidden_size", None) or self.model.get_input_embeddings().embedding_dim
-        itemsize = next(self.model.parameters()).element_size()
+        # States have the embedding's dtype (quantized linear weights are packed bytes: not the states' size).
+        itemsize = self.model.get_input_embeddings().weight.element_size()
         # The capture hooks hold every block's input (L+1 states) until the baseline pass returns.
         per_row = (self.stack.num_layers + 1) * len(batch[0]) * hidden * itemsize
         rows = max(1, self.state_bytes // per_row)
@@ -159,9 +168,32 @@ class SharedPrefixLM(HFLM):
         return {layer: states[layer] for layer in self.layers}, final
 
     def _without(self, layer: int, ids: torch.Tensor, x_layer: torch.Tensor) -> torch.Tensor:
-        """Final hidden states with block `layer` removed: x^layer fed straight to block layer+1."""
-        with removed_blocks(self.stack, list(range(layer))) as shrunk:
-            block = shrunk.blocks[0]  # block `layer`, now first (for layer 0 the list is the model's own)
+        """Final hidden states with unit `layer` removed, starting from the recorded x^layer.
+
+        Blocks before `layer` are unchanged by any ablation, so they are taken out and x^layer stands in
+        for their output. A span [l, l+n) (n = 1: one block) makes x^l the input of block l+n: the last
+        removed block is replaced by a replay of x^l. A sublayer keeps block l, fed x^l, with that
+        sublayer's output zeroed (`ablation.zeroed_sublayers`).
+        """
+        ablation = self.remover.ablation
+        last = layer + ablation.span - 1  # the last removed block (block `layer` itself for a sublayer)
+        # Under --device-map the recorded x^layer stays where it was made; only the copy replayed now moves,
+        # to where the next block that runs computes (accelerate's hooks would move it too; this also covers
+        # no hooks).
+        first_run = layer if ablation.is_sublayer else last + 1
+        target = module_device(self.stack.blocks[min(first_run, self.stack.num_layers - 1)])
+        if target is not None and x_layer.device != target:
+            x_layer = x_layer.to(target)
+        if ablation.is_sublayer:
+            with removed_blocks(self.stack, list(range(layer))) as shrunk:
+                handle = shrunk.blocks[0].register_forward_pre_hook(_feed(x_layer), with_kwargs=True)
+                try:
+                    with zeroed_sublayers([shrunk.blocks[0]], [self.remover.sublayers[layer]], ablation.unit):
+                        return self._base_forward(ids)
+                finally:
+                    handle.remove()
+        with removed_blocks(self.stack, list(range(last))) as shrunk:
+            block = shrunk.blocks[0]  # block `last`, now first (for last = 0 the list is the model's own)
             shrunk.blocks[0] = _Replay(x_layer, self._output_arity)
             try:
                 return self._base_forward(ids)
@@ -188,9 +220,11 @@ class SharedPrefixLM(HFLM):
         One gather for all requests of the chunk (no per-request tensors, two host transfers in all).
         """
         rows, cols = wanted[:, 0].to(final.device), wanted[:, 1].to(final.device)
-        logprobs = nn.functional.log_softmax(
-            head_logits(self.model, final[rows, cols]), dim=-1, dtype=self.softmax_dtype
-        )
+        hidden = final[rows, cols]
+        head_device = module_device(self.model.get_output_embeddings())  # final norm and head may differ
+        if head_device is not None and hidden.device != head_device:
+            hidden = hidden.to(head_device)
+        logprobs = nn.functional.log_softmax(head_logits(self.model, hidden), dim=-1, dtype=self.softmax_dtype)
         index, target, real = (t.to(logprobs.device) for t in (plan.index, plan.target, plan.real))
         totals = logprobs[index, target].masked_fill(~real, 0).sum(dim=-1)  # (requests,)
         greedy = ((logprobs.argmax(dim=-1)[index] == target) | ~real).all(dim=-1)
@@ -261,6 +295,17 @@ def _positions(chunk: list[tuple[int, ...]], requests: dict[tuple[int, ...], lis
     return torch.tensor(sorted(wanted), dtype=torch.long)
 
 
+def _feed(states: torch.Tensor) -> Any:
+    """A forward pre-hook that makes a block read `states` as its hidden-state input."""
+
+    def hook(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if args:
+            return (states, *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": states}
+
+    return hook
+
+
 def _key(request: tuple) -> Key:
     return tuple(request[1]), tuple(request[2])
 
@@ -312,7 +357,9 @@ class SharedPrefixScorer(HarnessScorer):
             self.stack,
             self.layers,
             self.spec.batch_size,
+            remover=self.remover,
             prefix_reuse=self.spec.prefix_reuse,
+            state_bytes=self.spec.max_state_bytes,
         )
 
     def score(self, task: str) -> Evaluation:
@@ -339,6 +386,4 @@ def unsupported_reason(loaded: LoadedModel, task_sets: dict[str, TaskSet]) -> st
     for task, task_set in task_sets.items():
         if is_generation_task(task_set, task):
             return f"task {task} generates text (only loglikelihood-type tasks share prefixes)"
-    if loaded.spec.device_map:
-        return "the model is spread over devices with --device-map"
     return verify_head(loaded.model, loaded.tokenizer)

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from layerprobe.ablation import Remover
 from layerprobe.errors import TaskError
 from layerprobe.evaluate.samples import MEAN, MetricSamples
 from layerprobe.evaluate.scores import Evaluation, MetricScore
 from layerprobe.evaluate.squad_data import SquadExample, load_squad
-from layerprobe.layers import removed_blocks
 from layerprobe.models import context_length
 
 METRICS = ("f1", "exact_match")
@@ -324,6 +324,14 @@ def _device(model: Any) -> torch.device:
     return device if isinstance(device, torch.device) else next(model.parameters()).device
 
 
+def squad_examples(spec: PruneSpec) -> list[SquadExample]:
+    """The questions prune-drop scores: `--squad-data` or the hub's, cut by `--limit` (a fraction rounds up)."""
+    if spec.limit is not None and spec.limit < 1:  # a fraction of the questions, rounded up like lm-eval
+        examples = load_squad(spec.squad_data)
+        return examples[: math.ceil(len(examples) * spec.limit)]
+    return load_squad(spec.squad_data, None if spec.limit is None else int(spec.limit))
+
+
 class SquadTaskScorer:
     """prune-drop's scorer for `--task squad`: questions tokenized once, one pass per variant.
 
@@ -334,12 +342,17 @@ class SquadTaskScorer:
     engine = "simple"
     reports_progress = True
 
-    def __init__(self, loaded: LoadedModel, stack: LayerStack, spec: PruneSpec, progress: Progress) -> None:
-        if spec.limit is not None and spec.limit < 1:  # a fraction of the questions, rounded up like lm-eval
-            examples = load_squad(spec.squad_data)
-            examples = examples[: math.ceil(len(examples) * spec.limit)]
-        else:
-            examples = load_squad(spec.squad_data, None if spec.limit is None else int(spec.limit))
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        stack: LayerStack,
+        spec: PruneSpec,
+        progress: Progress,
+        remover: Remover | None = None,
+        examples: list[SquadExample] | None = None,
+    ) -> None:
+        self.remover = remover or Remover(stack)
+        examples = examples if examples is not None else squad_examples(spec)
         batch = spec.batch_size if isinstance(spec.batch_size, int) else 32
         self.stack, self.progress = stack, progress
         # The usual 384-token windows (stride 128), shortened for a model with fewer positions.
@@ -357,7 +370,7 @@ class SquadTaskScorer:
 
     @contextmanager
     def variant(self, layer: int | None) -> Iterator[None]:
-        with removed_blocks(self.stack, [] if layer is None else [layer]):
+        with self.remover.variant(layer):
             yield
 
     def score(self, task: str) -> Evaluation:

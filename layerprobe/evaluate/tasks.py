@@ -139,13 +139,25 @@ def build_tasks(
         raise TaskError("no evaluation task given", hint="name one, e.g. --task arc_easy or --task mmlu")
     if include_path is not None and not Path(include_path).exists():
         raise TaskError(f"include path {include_path} does not exist", hint="give a folder of task YAMLs")
+    if include_path is not None and not Path(include_path).is_dir():
+        raise TaskError(
+            f"--include-path {include_path} is a file, not a folder of task YAMLs",
+            hint=f"pass its folder (--include-path {Path(include_path).parent}), or the YAML itself as --task",
+        )
+    for name in names:
+        if name.endswith((".yaml", ".yml")):
+            _check_yaml(Path(name).expanduser(), name)
     with quiet_lm_eval():
         manager = _task_manager(names, include_path)
         unknown = [name for name in names if name not in manager.task_index and not _is_yaml_file(name)]
         if unknown:
+            broken = _broken_yamls(include_path)
             raise TaskError(
-                _unknown_message(unknown, manager.all_tasks),
-                hint="list them with `lm-eval ls tasks`; local task YAMLs need --include-path",
+                _unknown_message(unknown, manager.all_tasks)
+                + (f"; {len(broken)} YAML file(s) in --include-path cannot be read: {broken[0]}" if broken else ""),
+                hint="fix that YAML (lm-eval skips unreadable ones)"
+                if broken
+                else "list them with `lm-eval ls tasks`; local task YAMLs need --include-path",
             )
         seed_everything(seed)
         loaded: dict[str, Any] = {"tasks": {}, "groups": {}, "group_map": {}}
@@ -163,11 +175,37 @@ def build_tasks(
                 claimed[leaf] = name
             for key in loaded:
                 loaded[key].update(part.get(key) or {})
-        for task in loaded["tasks"].values():
+        for leaf, task in loaded["tasks"].items():
             _set_fewshot(task, num_fewshot)
+            _check_fewshot_pool(leaf, task, num_fewshot)
             task.set_fewshot_seed(seed=seed)
     output_types = {leaf: task.get_config("output_type") for leaf, task in loaded["tasks"].items()}
     return TaskSet(tuple(names), loaded, result_names, members, output_types, num_fewshot, seed)
+
+
+def _check_fewshot_pool(leaf: str, task: Any, override: int | None) -> None:
+    """Refuse more few-shot examples than the task's few-shot pool holds (lm-eval fails deep inside).
+
+    When the examples come from the split being evaluated, lm-eval draws one more and drops the document
+    itself, so the pool must hold one more than asked.
+    """
+    shots = task.get_config("num_fewshot") or 0
+    if shots <= 0:
+        return
+    docs = task.fewshot_docs()
+    pool = 0 if docs is None else len(docs)
+    fewshot_cfg = getattr(task, "fewshot_cfg", None)
+    same_split = fewshot_cfg is not None and fewshot_cfg.split == task.get_config("test_split")
+    needed = shots + 1 if same_split else shots
+    if pool < needed:
+        usable = max(0, pool - 1) if same_split else pool
+        given = f"--num-fewshot {override}" if override is not None else f"its default of {shots} few-shot examples"
+        raise TaskError(
+            f"task {leaf} has {pool} few-shot examples"
+            + (" (drawn from the evaluated split, minus the document itself)" if same_split else "")
+            + f", fewer than {given} needs",
+            hint=f"use --num-fewshot {usable} or less",
+        )
 
 
 def _task_manager(names: list[str], include_path: str | Path | None) -> Any:
@@ -263,6 +301,49 @@ def _rebase(value: Any, folder: Path) -> Any:
     if not glob.glob(beside_yaml) and glob.glob(value):  # only found relative to the working directory
         return value
     return beside_yaml
+
+
+def _yaml_problem(path: Path) -> str | None:
+    """Why a task YAML cannot be used (unparsable, or not a mapping), or None. `!function` tags are allowed."""
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    _Loader.add_multi_constructor("!", lambda loader, suffix, node: None)  # lm-eval's !function and friends
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{path}: {exc}"
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return f"{path}{where}: {problem}"
+    if not isinstance(data, dict):
+        return f"{path}: holds {type(data).__name__}, not a mapping of task settings"
+    return None
+
+
+def _check_yaml(path: Path, name: str) -> None:
+    """A task given as a YAML path must exist and parse; say what is wrong instead of "unknown task"."""
+    if not path.is_file():
+        raise TaskError(f"task YAML {name} does not exist", hint="check the path")
+    problem = _yaml_problem(path)
+    if problem is not None:
+        raise TaskError(f"task YAML cannot be read: {problem}", hint="fix the YAML syntax (lm-eval task format)")
+
+
+def _broken_yamls(include_path: str | Path | None) -> list[str]:
+    """The unreadable YAMLs under --include-path, which lm-eval's index silently leaves out."""
+    if include_path is None:
+        return []
+    found = []
+    for path in sorted(Path(include_path).rglob("*.y*ml")):
+        problem = _yaml_problem(path)
+        if problem is not None:
+            found.append(problem)
+    return found
 
 
 def _is_yaml_file(name: str) -> bool:

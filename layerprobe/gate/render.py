@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from layerprobe.gate.verdict import Verdict
 
 COMPARE_SCHEMA = "layerprobe/compare@1"
+# The numeric columns of the table and the markdown: the change is candidate − baseline, and "worse if"
+# says which sign of it counts against the candidate (higher lazy count, lower accuracy, ...).
+COLUMNS = ("baseline", "candidate", "change (cand − base)", "worse if", "allowed change")
 FORMATS = ("table", "markdown", "json")
 
 
@@ -67,6 +70,9 @@ def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
                             "candidate": r.candidate,
                             "change": r.change,
                             "limit": r.limit,
+                            "difference": r.difference,
+                            "worse_if": r.worse_if,
+                            "scale": r.scale,
                             "passed": r.passed,
                             "message": r.message,
                             "details": r.details,
@@ -92,7 +98,7 @@ def build_table(verdict: Verdict) -> Group:
     table = Table(title="layerprobe compare", title_justify="left", box=box.SIMPLE_HEAD)
     table.add_column("")
     table.add_column("rule · criterion", overflow="fold", ratio=1)
-    for name in ("baseline", "candidate", "change", "limit"):
+    for name in COLUMNS:
         table.add_column(name, justify="right", no_wrap=True)
     for comp in verdict.comparisons:
         for r in comp.results:  # Text, not markup: a rule name like layer_delta[mmlu/acc] looks like a tag
@@ -136,8 +142,8 @@ def render_markdown(verdict: Verdict) -> str:
         )
     out += [
         "",
-        "| | kind | rule | criterion | baseline | candidate | change | limit |",
-        "|---|---|---|---|---:|---:|---:|---:|",
+        "| | kind | rule | criterion | " + " | ".join(COLUMNS) + " |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for c in verdict.comparisons:
         for r in c.results:
@@ -185,8 +191,11 @@ def render_junit(verdict: Verdict) -> str:
                 ET.SubElement(props, "property", name=key, value=str(value))
         for r in c.results:
             case = ET.SubElement(suite, "testcase", classname=f"layerprobe.compare.{c.kind}", name=r.name, time="0")
-            baseline, candidate, change, limit = _cells(r)
-            body = f"{r.criterion}\nbaseline {baseline}, candidate {candidate}, change {change}, limit {limit}"
+            baseline, candidate, change, worse_if, allowed = _cells(r)
+            body = (
+                f"{r.criterion}\nbaseline {baseline}, candidate {candidate}, change (candidate − baseline) {change}, "
+                f"worse if {worse_if}, allowed {allowed}"
+            )
             if r.passed:
                 ET.SubElement(case, "system-out").text = f"{r.message}\n{body}"
             else:
@@ -221,22 +230,29 @@ def _notes(verdict: Verdict) -> list[str]:
 
 
 def _cells(r: RuleResult) -> list[str]:
+    """baseline, candidate, candidate − baseline, the direction that is worse, and the allowed change."""
     count = r.rule == "lazy_blocks"
+    bound = "≤" if r.worse_if == "higher" else "≥"
+    if r.scale == "ratio":  # a factor, not a difference: shown as ×ratio against ≤ ×limit
+        ratio = "—" if r.change is None else f"×{_num(r.change)}"
+        return [_num(r.baseline), _num(r.candidate), ratio, r.worse_if, f"{bound} ×{_num(r.limit)}"]
     return [
         _num(r.baseline, count),
         _num(r.candidate, count),
-        _num(r.change, count, signed=True),
-        _num(r.limit, count, bound=True),
+        _num(r.difference, count, signed=True),
+        r.worse_if,
+        f"{bound} {_num(r.allowed_difference, count, signed=True)}",
     ]
 
 
-def _num(value: float | None, count: bool = False, signed: bool = False, bound: bool = False) -> str:
+def _num(value: float | None, count: bool = False, signed: bool = False) -> str:
     if value is None:
         return "—"
     if isinstance(value, float) and math.isnan(value):
         return "NaN"
-    text = f"{value:{'+' if signed else ''}{'d' if count else '.4f'}}"
-    return f"≤ {text}" if bound else text
+    if count and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{value:{'+' if signed else ''}{'d' if count and isinstance(value, int) else '.4f'}}"
 
 
 def _md(text: str) -> str:

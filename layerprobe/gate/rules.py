@@ -69,7 +69,9 @@ class RuleResult:
     """One check of one kind (and, for prune-drop, one task): what was required, measured and decided.
 
     `change` is how much worse the candidate is in the rule's own units (positive = worse) and `limit`
-    the largest change that passes, so every rule reads the same way: passed ⇔ change ≤ limit.
+    the largest change that passes, so every rule reads the same way: passed ⇔ change ≤ limit. People
+    read `difference` (candidate − baseline) with `worse_if` ("higher" or "lower": which sign of the
+    difference counts against the candidate); that is what the table and markdown show.
     """
 
     kind: str
@@ -84,6 +86,27 @@ class RuleResult:
     passed: bool
     message: str
     details: dict[str, Any] = field(default_factory=dict)
+    worse_if: str = "higher"
+    scale: str = "absolute"  # "ratio": change and limit are candidate / baseline (depth's rms_growth)
+
+    @property
+    def difference(self) -> float | None:
+        """The candidate minus the baseline, in the rule's units (None when either is missing).
+
+        For a "ratio" rule it is candidate / baseline, the quantity its limit bounds.
+        """
+        if self.scale == "ratio":
+            return self.change
+        if self.baseline is None or self.candidate is None:
+            return None
+        if self.baseline == self.candidate:  # equal infinities are no change, as in `change`
+            return 0 if isinstance(self.baseline, int) else 0.0
+        return self.candidate - self.baseline
+
+    @property
+    def allowed_difference(self) -> float:
+        """The bound on `difference` that passes: ≤ +limit when higher is worse, ≥ −limit when lower is."""
+        return self.limit if self.worse_if == "higher" else -self.limit
 
     @property
     def name(self) -> str:
@@ -178,6 +201,7 @@ def angular_rules(baseline: AngularResult, candidate: AngularResult, rules: Gate
             "newly_lazy_by_index": new,
             "nonfinite_adjacent": {"baseline": _nonfinite(base["adjacent"]), "candidate": _nonfinite(cand["adjacent"])},
         },
+        worse_if="higher",
     )
     results = [lazy, _mean_adjacent_rule(base["mean_adjacent"], cand["mean_adjacent"], rules.adjacent_tolerance)]
     if baseline.distance_stderr is not None and candidate.distance_stderr is not None:
@@ -253,6 +277,7 @@ def _adjacent_distance_rule(
         not failed,
         message,
         {"failed_layers": failed, "layers": rows},
+        worse_if="lower",
     )
 
 
@@ -323,6 +348,7 @@ def _mean_adjacent_rule(base: float | None, cand: float | None, tolerance: float
         tolerance,
         fall is not None and _within(fall, tolerance),
         message,
+        worse_if="lower",
     )
 
 
@@ -345,6 +371,7 @@ def _baseline_score_rule(task: str, name: str, base: MetricDrop, cand: MetricDro
         max_drop,
         _within(worse, max_drop),
         message,
+        worse_if=_worse_if(base.higher_is_better),
     )
 
 
@@ -423,6 +450,7 @@ def _layer_delta_rule(task: str, name: str, base: MetricDrop, cand: MetricDrop, 
             "stderr_missing": missing,
             "layers": rows,
         },
+        worse_if=_worse_if(base.higher_is_better),
     )
 
 
@@ -431,6 +459,10 @@ def _worsening(base: float, cand: float, higher_is_better: bool) -> float:
     if base == cand:
         return 0.0
     return (base - cand) if higher_is_better else (cand - base)
+
+
+def _worse_if(higher_is_better: bool) -> str:
+    return "lower" if higher_is_better else "higher"
 
 
 def _by(change: float, worse: str, better: str) -> str:

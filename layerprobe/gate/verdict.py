@@ -109,26 +109,15 @@ def compare_results(
         for path, result in ((baseline_path, baseline), (candidate_path, candidate)):
             if not result.distance or any(len(row) != len(result.distance) for row in result.distance):
                 raise ResultError(f"Malformed angular result {path}: the distance matrix is not square.")
-        results, notes = angular_rules(baseline, candidate, rules), angular_stderr_notes(baseline, candidate)
-        watched = ("dataset", "config", "split", "positions", "seq_len")
-        notes += [
-            f"data.{k} differs: baseline {baseline.data.get(k)!r}, candidate {candidate.data.get(k)!r}"
-            for k in watched
-            if baseline.data.get(k) != candidate.data.get(k)
-        ]
+        results = angular_rules(baseline, candidate, rules)
+        notes = angular_stderr_notes(baseline, candidate) + _angular_notes(baseline, candidate)
     elif kind == "depth":
         from layerprobe.depth_rules import depth_notes, depth_rules
 
         results, notes = depth_rules(baseline, candidate, rules.max_rms_growth), depth_notes(baseline, candidate)
     else:
         results, notes = prune_drop_rules(baseline, candidate, rules)
-        notes += [
-            f"{task}: {k} differs: baseline {getattr(drop, k)!r}, candidate {getattr(candidate.tasks[task], k)!r}"
-            for task, drop in baseline.tasks.items()
-            if task in candidate.tasks
-            for k in ("num_fewshot", "limit")
-            if getattr(drop, k) != getattr(candidate.tasks[task], k)
-        ]
+        notes += _prune_drop_notes(baseline, candidate)
     sides = [_side(path, result) for path, result in ((baseline_path, baseline), (candidate_path, candidate))]
     if sides[0].num_layers != sides[1].num_layers:
         common = min(s.num_layers for s in sides)
@@ -142,6 +131,38 @@ def compare_results(
 
 
 # --- helpers -------------------------------------------------------------------------------------------
+
+# Measurement settings that, when they differ, make the two runs measure different things: the verdict
+# still stands, but a reader must know (tokens and positions change the noise; limit, few-shot and task
+# version change the questions).
+ANGULAR_WATCHED = ("dataset", "config", "split", "tokens", "positions", "seq_len")
+SETTINGS_WATCHED = ("seed",)  # --limit and --num-fewshot are compared per task, as run
+TASK_WATCHED = ("num_fewshot", "limit", "version")
+
+
+def _angular_notes(baseline: AngularResult, candidate: AngularResult) -> list[str]:
+    return [
+        f"data.{k} differs: baseline {baseline.data.get(k)!r}, candidate {candidate.data.get(k)!r}"
+        for k in ANGULAR_WATCHED
+        if baseline.data.get(k) != candidate.data.get(k)
+    ]
+
+
+def _prune_drop_notes(baseline: PruneDropResult, candidate: PruneDropResult) -> list[str]:
+    notes = [
+        f"settings.{k} differs: baseline {baseline.settings.get(k)!r}, candidate {candidate.settings.get(k)!r}"
+        for k in SETTINGS_WATCHED
+        if k in baseline.settings and k in candidate.settings and baseline.settings[k] != candidate.settings[k]
+    ]
+    for task, drop in baseline.tasks.items():
+        other = candidate.tasks.get(task)
+        if other is None:
+            continue
+        for k in TASK_WATCHED:
+            before, after = getattr(drop, k, None), getattr(other, k, None)
+            if before != after and not (k == "version" and None in (before, after)):
+                notes.append(f"{task}: {k} differs: baseline {before!r}, candidate {after!r}")
+    return notes
 
 
 def _pair_inputs(baseline: Path, candidate: Path) -> tuple[list[tuple[Path, Path]], list[str]]:

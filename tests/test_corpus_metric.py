@@ -1,0 +1,95 @@
+"""`--task corpus` (NLL, KL(base ‖ variant), top-1 agreement) vs a float64 computation on physically pruned models."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import transformers as tf
+
+from layerprobe.evaluate.corpus_metric import CorpusScorer, corpus_windows
+from layerprobe.layers import find_layers
+from layerprobe.models import load_model
+from layerprobe.specs import BUILTIN_CORPUS, CorpusSpec, ModelSpec
+from tests.reference import physically_deleted
+
+CORPUS = CorpusSpec(BUILTIN_CORPUS, tokens=72, seq_len=16)  # 4 full windows and one of 8
+
+
+def _deleted_span(path, arch, span, tmp_path):
+    """The model with every block of `span` physically deleted, one at a time (highest first), in float64."""
+    current = path
+    for step, layer in enumerate(sorted(span, reverse=True)):
+        model = physically_deleted(current, arch, layer, dtype=torch.float64)
+        current = tmp_path / f"deleted_{step}"
+        model.save_pretrained(current)
+    return tf.AutoModelForCausalLM.from_pretrained(current, dtype=torch.float64).eval()
+
+
+def _reference(base, variant, windows):
+    """Per-window mean NLL, KL(P_base ‖ P_variant), top-1 agreement, one window at a time in float64."""
+    out = {"nll": [], "kl": [], "top1": []}
+    with torch.no_grad():
+        for window in windows:
+            ids = torch.tensor([window.input_ids])
+            lp_base = base(input_ids=ids).logits[0, :-1].log_softmax(-1)
+            lp_var = variant(input_ids=ids).logits[0, :-1].log_softmax(-1)
+            target = ids[0, 1:]
+            out["nll"].append(float(-lp_var[torch.arange(len(target)), target].mean()))
+            out["kl"].append(float((lp_base.exp() * (lp_base - lp_var)).sum(-1).mean()))
+            out["top1"].append(float((lp_base.argmax(-1) == lp_var.argmax(-1)).double().mean()))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("arch", "engine"),
+    [
+        ("llama", "shared"),
+        ("llama", "simple"),
+        pytest.param("gpt2", "shared", marks=pytest.mark.slow),
+        pytest.param("gpt2", "simple", marks=pytest.mark.slow),
+    ],
+)
+def test_corpus_scores_match_float64_physically_pruned(tiny_checkpoints, tmp_path, arch, engine):
+    path = tiny_checkpoints[arch]
+    loaded = load_model(ModelSpec(str(path), dtype="float32", device="cpu"), purpose="head")
+    stack = find_layers(loaded.model)
+    spans = [(1,), (1, 2), (2, 3)]
+    scorer = CorpusScorer(loaded, stack, CORPUS, [None, *spans], batch_size=2, engine=engine)
+    assert len(scorer.windows) == 5 and len(scorer.windows[-1].input_ids) == 8
+    base64 = tf.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64).eval()
+    for span in [(), *spans]:
+        with scorer.variant(span or None):
+            evaluation = scorer.score("corpus")
+        variant64 = _deleted_span(path, arch, span, tmp_path / "_".join(map(str, span))) if span else base64
+        ref = _reference(base64, variant64, scorer.windows)
+        for name, key in (("nll", "nll"), ("kl", "kl"), ("top1_agreement", "top1")):
+            got = evaluation.per_sample[name].values["corpus"]
+            assert [got[i] for i in range(5)] == pytest.approx(ref[key], abs=2e-5), (span, name)
+            mean = sum(ref[key]) / 5
+            assert evaluation.metrics[name].value == pytest.approx(mean, abs=2e-5)
+            sd = math.sqrt(sum((v - mean) ** 2 for v in ref[key]) / 4 / 5)
+            assert evaluation.metrics[name].stderr == pytest.approx(sd, abs=2e-5)
+        nll = sum(ref["nll"]) / 5
+        assert evaluation.metrics["perplexity"].value == pytest.approx(math.exp(nll), rel=1e-4)
+        if not span:  # the baseline against itself: nothing lost, everything agrees
+            assert evaluation.metrics["kl"].value == pytest.approx(0, abs=1e-6)
+            assert evaluation.metrics["top1_agreement"].value == 1.0
+        else:
+            assert evaluation.metrics["kl"].value > 1e-4
+
+
+def test_corpus_windows_are_angulars(tiny_checkpoints):
+    """The scorer reads exactly the windows `angular` builds for the same corpus options."""
+    from layerprobe.corpus import build_windows, iter_documents
+
+    loaded = load_model(ModelSpec(str(tiny_checkpoints["llama"]), device="cpu"), purpose="head")
+    expected = build_windows(loaded.tokenizer, iter_documents(CORPUS), CORPUS.tokens, CORPUS.seq_len)
+    assert corpus_windows(loaded, CORPUS) == expected
+
+
+def test_corpus_scorer_rejects_non_spans(tiny_checkpoints):
+    loaded = load_model(ModelSpec(str(tiny_checkpoints["llama"]), device="cpu"), purpose="head")
+    with pytest.raises(ValueError):
+        CorpusScorer(loaded, find_layers(loaded.model), CORPUS, [(0, 2)], windows=[])
