@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from layerprobe.corpus import Window, batches, build_windows, iter_documents, windows_before_loading
+from layerprobe.distributed import World
+from layerprobe.distributed import world as distributed_world
 from layerprobe.errors import UnsupportedModel
 from layerprobe.layers import LayerStack, capture_block_states, find_layers
 from layerprobe.models import LoadedModel, check_loadable, load_model, skeleton_stack, takes_argument
@@ -144,6 +146,24 @@ class AngularAccumulator:
         self.row_sc += torch.einsum("wra,wrb->rab", rows_s, rows_n)
         self.row_cc += torch.einsum("wra,wrb->rab", rows_n, rows_n)
 
+    _TOTALS = ("sums", "counts", "window_sq", "window_cross", "count_sq", "windows", "row_ss", "row_sc", "row_cc")
+    _COUNTS = ("seen", "count", "nonfinite")
+
+    def totals(self) -> dict[str, Any]:
+        """The running totals (on the CPU), which `add` adds into another accumulator of the same size.
+
+        An `update` adds each total exactly once, so a fresh accumulator's totals after one `update` are that
+        batch's increments bit for bit; `add`-ing them in batch order reproduces one accumulator's sums
+        exactly. That is how several processes' batches make the matrix one process would measure.
+        """
+        return {name: getattr(self, name).cpu() for name in self._TOTALS} | {n: getattr(self, n) for n in self._COUNTS}
+
+    def add(self, totals: dict[str, Any]) -> None:
+        for name in self._TOTALS:
+            getattr(self, name).add_(totals[name].to(self.device))
+        for name in self._COUNTS:
+            setattr(self, name, getattr(self, name) + totals[name])
+
     def result(self) -> list[list[float]]:
         """The mean distance matrix: symmetric, 0 on the diagonal; NaN where a pair was never measured."""
         return _symmetric(self._mean()).tolist()
@@ -255,19 +275,27 @@ def measure(
     batch_size: int,
     on_batch: Callable[[int], None] | None = None,
     max_state_bytes: int = DEFAULT_CHUNK_BYTES,
+    world: World | None = None,
 ) -> AngularAccumulator:
     """Run the windows through the model once, accumulating distances at the chosen positions.
 
     `positions="all"` measures every position; `"last"` the last text token of each window. The states
     of one batch stay on the devices that computed them (several GPUs under --device-map); the
     accumulator gathers at most `max_state_bytes` of them (fp32, all depths) onto its device at a time.
+    Launched on several processes (`world`), each runs every world.size-th batch into a fresh accumulator,
+    and the batches' totals are added in one-process order on every rank: the result is identical to one
+    process's.
     """
     import torch
 
+    world = world or World()
     accumulator = AngularAccumulator(stack.num_layers + 1, device=loaded.input_device, chunk_bytes=max_state_bytes)
+    totals_by_batch: dict[int, dict[str, Any]] = {}
     extra = {"use_cache": False} if takes_argument(loaded.model, "use_cache") else {}
     with torch.inference_mode(), capture_block_states(stack) as states:
-        for group in batches(windows, batch_size):
+        for index, group in enumerate(batches(windows, batch_size)):
+            if index % world.size != world.rank:
+                continue
             ids = torch.tensor([w.input_ids for w in group], device=loaded.input_device)
             states.clear()
             loaded.model(input_ids=ids, **extra)
@@ -291,18 +319,34 @@ def measure(
                 last = torch.tensor([w.last_text_position for w in group])
                 flat = [s[rows.to(s.device), last.to(s.device)] for s in states]  # states may span GPUs
                 sizes = [1] * len(group)
-            accumulator.update(flat, sizes)  # each window is one sample for the standard error
+            if world.size == 1:
+                accumulator.update(flat, sizes)  # each window is one sample for the standard error
+            else:
+                piece = AngularAccumulator(
+                    stack.num_layers + 1, device=loaded.input_device, chunk_bytes=max_state_bytes
+                )
+                piece.update(flat, sizes)
+                totals_by_batch[index] = piece.totals()
             states.clear()
             if on_batch:
                 on_batch(sum(len(w.input_ids) for w in group))
+    if world.size > 1:  # (L+1)² and L³ fp64 totals per batch: small next to the model every rank holds
+        gathered = {i: t for piece in world.gather(totals_by_batch) for i, t in piece.items()}
+        for index in sorted(gathered):
+            accumulator.add(gathered[index])
     return accumulator
 
 
 def run_angular(
-    spec: AngularSpec, progress: Progress | None = None, loaded: LoadedModel | None = None
+    spec: AngularSpec, progress: Progress | None = None, loaded: LoadedModel | None = None, world: World | None = None
 ) -> AngularResult:
-    """Load the model (unless given), build the windows, measure, and return the result."""
+    """Load the model (unless given), build the windows, measure, and return the result.
+
+    Under `accelerate launch`/`torchrun` (see layerprobe.distributed) every rank measures a share of the
+    batches and every rank returns the same, whole result; the caller writes it on rank 0 only.
+    """
     progress = progress or Progress()
+    world = world or distributed_world()
     timer = RunTimer()
     progress.stage("Reading corpus", spec.corpus.tokens, "tok")
     if loaded is None:  # everything cheap (config, tokenizer, the whole corpus) before any weight is read
@@ -320,7 +364,7 @@ def run_angular(
     progress.stage("Measuring", spec.corpus.tokens, "tok")
     measure_clock = time.perf_counter()
     accumulator = measure(
-        loaded, stack, windows, spec.positions, spec.batch_size, progress.on_advance, spec.max_state_bytes
+        loaded, stack, windows, spec.positions, spec.batch_size, progress.on_advance, spec.max_state_bytes, world
     )
     measure_seconds = time.perf_counter() - measure_clock
     corpus = spec.corpus

@@ -277,13 +277,17 @@ def demo(
 
 def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
     from layerprobe.angular import run_angular
+    from layerprobe.distributed import world
     from layerprobe.report import plot_angular
     from layerprobe.results import write_json
 
     check_output_dir(directory)
-    progress = RichProgress(quiet)
+    ranks = world()
+    progress = RichProgress(quiet or not ranks.is_main)
     with progress.running():
-        result = run_angular(spec, progress.callbacks())
+        result = run_angular(spec, progress.callbacks(), world=ranks)
+    if not ranks.is_main:
+        return
     json_path = write_json(directory / ANGULAR_JSON, result.to_dict())
     plots = plot_angular(result, directory)
     print_angular_summary(result)
@@ -521,6 +525,14 @@ def prune_drop(
             "--resume", help="Continue an interrupted run in the same --out, recomputing nothing already done."
         ),
     ] = False,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            "--shard",
+            help="i/N (0-based): score only this job's share of the variants, into its own --out; "
+            "join the N shards with `layerprobe merge`.",
+        ),
+    ] = None,
     log_samples: Annotated[
         bool,
         typer.Option(
@@ -562,10 +574,12 @@ def prune_drop(
     Writes prune_drop.json and one plot per task (prune_drop_<task>.png). Progress is saved after every
     evaluation; rerun with --resume after an interruption.
     """
+    from layerprobe.distributed import Share, world
     from layerprobe.prune import run_prune_drop
-    from layerprobe.report import plot_prune_drop
+    from layerprobe.shards import SHARD_JSON
     from layerprobe.specs import DEFAULT_STATE_BYTES, CorpusSpec, PruneSpec, parse_eval_batch_size, parse_memory_size
 
+    share = Share.parse(shard) if shard is not None else None
     spec = PruneSpec(
         model=model_spec(
             model,
@@ -599,12 +613,41 @@ def prune_drop(
     )
     directory = output_dir(out_dir, model)
     check_output_dir(directory)
-    progress = RichProgress(quiet)
+    ranks = world()
+    progress = RichProgress(quiet or not ranks.is_main)
     with progress.running():
-        result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks())
+        result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks(), shard=share, world=ranks)
+    if not ranks.is_main:
+        return
+    if result is None:
+        out.print(
+            f"wrote shard {share} to {directory / SHARD_JSON}; join all shards with `layerprobe merge`",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return
+    _report_prune_drop(result, directory, spec.log_samples)
+
+
+@app.command("merge")
+@friendly_errors
+def merge(
+    shards: Annotated[list[Path], typer.Argument(help="The --out folders (or shard files) of `prune-drop --shard`.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Where to write the joined prune_drop.json.")],
+) -> None:
+    """Join the shards of one `prune-drop --shard i/N` run into the prune_drop.json an unsharded run writes."""
+    from layerprobe.prune import merge_shards
+
+    check_output_dir(out_dir)
+    _report_prune_drop(merge_shards(list(shards), out_dir), out_dir)
+
+
+def _report_prune_drop(result: Any, directory: Path, log_samples: bool = False) -> None:
+    from layerprobe.report import plot_prune_drop
+
     plots = plot_prune_drop(result, directory)
     print_prune_summary(result)
-    written = [*plots, *([directory / SAMPLES_DIR] if spec.log_samples else [])]
+    written = [*plots, *([directory / SAMPLES_DIR] if log_samples else [])]
     out.print(
         f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in written), highlight=False, markup=False
     )

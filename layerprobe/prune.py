@@ -13,6 +13,8 @@ from pathlib import Path
 
 from layerprobe.ablation import Remover
 from layerprobe.agreement import check_angular_fits, find_angular, load_angular_for, task_agreement
+from layerprobe.distributed import Share, World
+from layerprobe.distributed import world as distributed_world
 from layerprobe.errors import LayerprobeError
 from layerprobe.evaluate.samples import from_rows, paired_columns, to_rows
 from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers, prepare_tasks
@@ -28,9 +30,19 @@ from layerprobe.models import (
 )
 from layerprobe.progress import EvaluationEvent, Progress
 from layerprobe.provenance import RunTimer, model_info
-from layerprobe.prune_state import PruneState, corpus_settings, fingerprint
-from layerprobe.results import PRUNE_DROP_JSON, AngularResult, MetricDrop, PruneDropResult, TaskDrop, write_json
+from layerprobe.prune_state import PruneState, corpus_settings, fingerprint, variant_key
+from layerprobe.results import (
+    PRUNE_DROP_JSON,
+    AngularResult,
+    MetricDrop,
+    ModelInfo,
+    PruneDropResult,
+    RunInfo,
+    TaskDrop,
+    write_json,
+)
 from layerprobe.sample_log import SampleLog
+from layerprobe.shards import join_shards, write_shard
 from layerprobe.specs import CORPUS_TASK, PruneSpec, parse_layer_ranges
 
 __all__ = ["check_tasks_fit_model", "run_prune_drop"]
@@ -42,10 +54,20 @@ def run_prune_drop(
     resume: bool = False,
     progress: Progress | None = None,
     loaded: LoadedModel | None = None,
-) -> PruneDropResult:
-    """Score the baseline and every selected block removed; write prune_drop.json into `out_dir`."""
+    shard: Share | None = None,
+    world: World | None = None,
+) -> PruneDropResult | None:
+    """Score the baseline and every selected block removed; write prune_drop.json into `out_dir`.
+
+    `shard` (i of N) scores only that share of the variants and writes prune_drop.shard.json for
+    `layerprobe merge` instead, returning None. Under `accelerate launch`/`torchrun` every rank scores
+    a share of the variants (of the shard's), rank 0 gathers them and writes; every rank returns the result.
+    """
     progress = progress or Progress()
+    shard = shard or Share()
+    world = world or distributed_world()
     timer = RunTimer()
+    out_dir = Path(out_dir)
     if loaded is None:
         check_loadable(spec.model)  # e.g. bitsandbytes missing for --load-in-4bit: before any loading
     config = load_config(spec.model) if loaded is None else loaded.model.config
@@ -55,7 +77,7 @@ def run_prune_drop(
         parse_layer_ranges(spec.layers, skeleton.num_layers)  # fail before minutes of loading
     elif isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
         parse_layer_ranges(spec.layers, config.num_hidden_layers)
-    angular = find_angular(spec.angular, Path(out_dir))
+    angular = find_angular(spec.angular, out_dir)
     known_layers = skeleton.num_layers if skeleton is not None else None
     if known_layers is None and not spec.model.layers_path:
         known_layers = getattr(config, "num_hidden_layers", None)
@@ -78,12 +100,22 @@ def run_prune_drop(
     info = model_info(loaded, stack)
     if angular_result is not None:
         check_angular_fits(angular_result, angular, stack.num_layers)
-    state = PruneState.open(Path(out_dir), fingerprint(spec, info), resume)
-    samples = SampleLog.open(Path(out_dir), resume)
+    print_ = fingerprint(spec, info)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    suffix = "" if world.size == 1 else f".rank{world.rank}"  # each rank its own progress files
+    state = PruneState.open(out_dir, print_, resume, f"prune_drop.partial{suffix}.json")
+    samples = SampleLog.open(out_dir, resume, suffix)
     samples.reconcile(state)
-    variants: list[int | None] = [None, *layers]
+    world.barrier()  # every rank has read the progress files before any rank writes its own
+    variants = world.share.of(shard.of([None, *layers]))
     remaining = sum(not state.has(t, v) for t in spec.tasks for v in variants)
-    scorers = make_scorers(loaded, stack, spec, layers, progress, remover, prepared) if remaining else []
+    mine_layers = [v for v in variants if v is not None]  # this rank's (and shard's) share only
+    scorers = make_scorers(loaded, stack, spec, mine_layers, progress, remover, prepared) if remaining else []
+    journals = [
+        scorer.keep_answers(out_dir / f"prune_drop.answers{suffix}.jsonl", print_, resume)
+        for scorer, _ in scorers
+        if hasattr(scorer, "keep_answers")
+    ]
     progress.stage("Evaluating (task × variant)", remaining, "eval")
     with progress.watching_blocks(stack):
         for scorer, tasks in scorers:
@@ -99,46 +131,120 @@ def run_prune_drop(
                         if not scorer.reports_progress:
                             progress.on_advance(1)
                         progress.on_evaluation(EvaluationEvent(task, layer, scorer.engine, evaluation, scorer))
-    engines = sorted({state.get(t, v).engine for t in spec.tasks for v in variants})
-    result = PruneDropResult(
+    mine = {
+        t: ({variant_key(v): state.done[t][variant_key(v)] for v in variants}, _rows_of(samples, t, variants))
+        for t in spec.tasks
+    }
+    result = None
+    pieces = world.gather(mine)
+    if world.is_main:
+        for rank, piece in enumerate(pieces):
+            for task, (evaluations, rows) in piece.items():
+                state.done.setdefault(task, {}).update(evaluations)
+                if rank:  # rank 0's rows are in its own log already
+                    samples.append(task, rows)
+        settings = prune_settings(spec, layers, remover)
+        run = timer.finish(loaded.device_label)
+        if shard.whole:
+            result = assemble_result(info, settings, state, run, samples, angular_result, angular)
+            write_json(out_dir / PRUNE_DROP_JSON, result.to_dict())
+        else:
+            rows = {t: _rows_of(samples, t, shard.of([None, *layers])) for t in spec.tasks}
+            write_shard(out_dir, shard, print_, info, settings, state.done, rows, run, angular)
+        samples.finish(list(spec.tasks), keep=spec.log_samples and shard.whole)
+    world.barrier()  # the result is on disk before any progress file goes
+    if not world.is_main:
+        samples.finish([], keep=False)
+    state.remove()
+    for journal in journals:
+        journal.remove()
+    return result if world.size == 1 or not shard.whole else world.gather(result)[0]
+
+
+def _rows_of(samples: SampleLog, task: str, variants: list[int | None]) -> list[dict]:
+    """The per-document rows of `variants`, baseline first (what merge and rank 0 need of a share)."""
+    by_variant = samples.read(task)
+    return [row for v in variants for row in by_variant.get(v, [])]
+
+
+class _Rows:
+    """Per-document rows held in memory (joined shards), read like a SampleLog."""
+
+    def __init__(self, rows: dict[str, list[dict]]) -> None:
+        self.rows = rows
+
+    def read(self, task: str) -> dict[int | None, list[dict]]:
+        by_variant: dict[int | None, list[dict]] = {}
+        for row in self.rows.get(task, []):
+            by_variant.setdefault(row["variant"], []).append(row)
+        return by_variant
+
+
+def prune_settings(spec: PruneSpec, layers: list[int], remover: Remover) -> dict:
+    """The `settings` block of prune_drop.json (also what shards must agree on to be merged)."""
+    return {
+        "tasks": list(spec.tasks),
+        "layers": layers,
+        "limit": spec.limit,
+        "num_fewshot": spec.num_fewshot,
+        "seed": spec.seed,
+        "batch_size": spec.batch_size,
+        "max_state_bytes": spec.max_state_bytes,
+        "include_path": spec.include_path,
+        "squad_data": spec.squad_data,
+        "unit": spec.unit,
+        "span": spec.span,
+        "sublayers": remover.module_paths(),
+        "prefix_reuse": spec.prefix_reuse,
+        **({"corpus": corpus_settings(spec.corpus)} if CORPUS_TASK in spec.tasks else {}),
+    }
+
+
+def merge_shards(paths: list[Path], out_dir: Path) -> PruneDropResult:
+    """Join the shards of one `--shard i/N` run into `out_dir`/prune_drop.json, as one unsharded run writes it."""
+    print_, info, settings, done, rows, run, angular = join_shards(paths)
+    angular_result = None
+    if angular is not None:
+        angular = Path(angular)
+        angular_result = load_angular_for(angular, info.num_layers)
+    state = PruneState(Path(out_dir) / "unused", print_, done)
+    result = assemble_result(info, settings, state, run, _Rows(rows), angular_result, angular)
+    write_json(Path(out_dir) / PRUNE_DROP_JSON, result.to_dict())
+    return result
+
+
+def assemble_result(
+    info: ModelInfo,
+    settings: dict,
+    state: PruneState,
+    run: RunInfo,
+    samples: SampleLog | _Rows,
+    angular_result: AngularResult | None,
+    angular: Path | None,
+) -> PruneDropResult:
+    """prune_drop.json from a state holding every (task, variant) of the run and their per-document rows."""
+    tasks, layers = settings["tasks"], settings["layers"]
+    engines = sorted({state.get(t, v).engine for t in tasks for v in [None, *layers]})
+    return PruneDropResult(
         model=info,
         engine="+".join(engines),
-        settings={
-            "tasks": list(spec.tasks),
-            "layers": layers,
-            "limit": spec.limit,
-            "num_fewshot": spec.num_fewshot,
-            "seed": spec.seed,
-            "batch_size": spec.batch_size,
-            "max_state_bytes": spec.max_state_bytes,
-            "include_path": spec.include_path,
-            "squad_data": spec.squad_data,
-            "unit": spec.unit,
-            "span": spec.span,
-            "sublayers": remover.module_paths(),
-            "prefix_reuse": spec.prefix_reuse,
-            **({"corpus": corpus_settings(spec.corpus)} if CORPUS_TASK in spec.tasks else {}),
-        },
+        settings=dict(settings),
         tasks={
             # A sublayer's ΔP is not what a block's angular distance predicts: no agreement block for it.
             task: assemble_task(
                 state,
                 task,
                 layers,
-                spec.limit,
+                settings["limit"],
                 samples,
-                None if spec.unit != "block" else angular_result,
+                None if settings.get("unit", "block") != "block" else angular_result,
                 angular,
-                spec.span,
+                settings.get("span", 1),
             )
-            for task in spec.tasks
+            for task in tasks
         },
-        run=replace(timer.finish(loaded.device_label), prefix_reuse=prefix_reuse_status(state, spec.tasks, variants)),
+        run=replace(run, prefix_reuse=prefix_reuse_status(state, tuple(tasks), [None, *layers])),
     )
-    write_json(Path(out_dir) / PRUNE_DROP_JSON, result.to_dict())
-    samples.finish(list(spec.tasks), keep=spec.log_samples)
-    state.remove()
-    return result
 
 
 def prefix_reuse_status(state: PruneState, tasks: tuple[str, ...], variants: list[int | None]) -> str | None:
@@ -152,7 +258,7 @@ def assemble_task(
     task: str,
     layers: list[int],
     limit: float | None,
-    samples: SampleLog,
+    samples: SampleLog | _Rows,
     angular: AngularResult | None = None,
     angular_path: Path | None = None,
     span: int = 1,

@@ -118,11 +118,21 @@ class PruneState:
         self.done: dict[str, dict[str, dict[str, Any]]] = done or {}
 
     @classmethod
-    def open(cls, out_dir: Path, fingerprint: dict[str, Any], resume: bool) -> PruneState:
-        """A fresh state, or (with `resume`) the one on disk after checking it is the same experiment."""
-        path = out_dir / PARTIAL_NAME
-        if not path.exists():
-            return cls(path, fingerprint)
+    def open(cls, out_dir: Path, fingerprint: dict[str, Any], resume: bool, name: str = PARTIAL_NAME) -> PruneState:
+        """A fresh state, or (with `resume`) the one on disk after checking it is the same experiment.
+
+        Each process of a multi-process run keeps its own file (`name`); resuming, a process also takes
+        what the other progress files in `out_dir` hold, so a run may resume with another number of ranks.
+        """
+        path = out_dir / name
+        state = cls._read(path, fingerprint, resume) if path.exists() else cls(path, fingerprint)
+        for sibling in sorted(out_dir.glob("prune_drop.partial*.json")):
+            if sibling != path:
+                state.adopt(cls._read(sibling, fingerprint, resume))
+        return state
+
+    @classmethod
+    def _read(cls, path: Path, fingerprint: dict[str, Any], resume: bool) -> PruneState:
         if not resume:  # never overwrite hours of finished evaluations by accident
             raise ResultError(
                 f"{path} holds an unfinished prune-drop run.",
@@ -147,6 +157,12 @@ class PruneState:
             for _, entry in variants.entries():
                 evaluation_from_dict(entry)
         return cls(path, fingerprint, done.value)
+
+    def adopt(self, other: PruneState) -> None:
+        """Take the evaluations `other` holds that this state lacks (kept in memory, written with the next record)."""
+        for task, variants in other.done.items():
+            for key, value in variants.items():
+                self.done.setdefault(task, {}).setdefault(key, value)
 
     def has(self, task: str, layer: int | None) -> bool:
         return variant_key(layer) in self.done.get(task, {})

@@ -32,14 +32,14 @@ def file_name(task: str) -> str:
 class SampleLog:
     """The per-document rows of one run, by task file."""
 
-    def __init__(self, out_dir: Path) -> None:
+    def __init__(self, out_dir: Path, suffix: str = "") -> None:
         self.out_dir = Path(out_dir)
-        self.partial = self.out_dir / PARTIAL_DIR
+        self.partial = self.out_dir / f"{PARTIAL_DIR}{suffix}"  # suffix: one folder per rank of a launch
 
     @classmethod
-    def open(cls, out_dir: Path, resume: bool) -> SampleLog:
+    def open(cls, out_dir: Path, resume: bool, suffix: str = "") -> SampleLog:
         """A log for this run; without `resume`, rows a previous run left behind are removed."""
-        log = cls(out_dir)
+        log = cls(out_dir, suffix)
         if not resume and log.partial.exists():
             shutil.rmtree(log.partial)
         return log

@@ -32,6 +32,7 @@ UPPER = (
     "layerprobe.cli",
     "layerprobe.console",
     "layerprobe.prune",
+    "layerprobe.shards",
     "layerprobe.angular",
     "layerprobe.gate",
     "layerprobe.depth",

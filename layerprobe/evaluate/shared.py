@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -24,6 +25,7 @@ from torch import nn
 
 from layerprobe.ablation import Ablation, Remover, zeroed_sublayers
 from layerprobe.evaluate.harness import HarnessScorer, is_generation_task, quiet_lm_eval
+from layerprobe.evaluate.journal import AnswerJournal
 from layerprobe.evaluate.prefix_cache import PrefixReuse
 from layerprobe.evaluate.scores import BASELINE, Evaluation
 from layerprobe.layers import LayerStack, base_of, capture_block_states, hidden_from_output, removed_blocks
@@ -85,6 +87,7 @@ class SharedPrefixLM(HFLM):
         # sublayer (--unit) and span (--span) variants take the plain path, which handles them.
         plain_blocks = self.remover.ablation == Ablation()
         self.prefixes = PrefixReuse(self, prefix_reuse and plain_blocks)
+        self.journal: Any = None  # an evaluate.journal.AnswerJournal: every scored batch is also saved there
 
     # lm-eval entry point ---------------------------------------------------------------------------
     def _loglikelihood_tokens(
@@ -151,6 +154,8 @@ class SharedPrefixLM(HFLM):
         for variant, scored in answers.items():
             for key, answer in scored.items():
                 self.store.setdefault(key, {})[variant] = answer
+        if self.journal is not None:
+            self.journal.append(answers)
 
     def _baseline(self, ids: torch.Tensor) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
         """Run all blocks once, keeping the input of each selected block and the normed final states."""
@@ -359,6 +364,13 @@ class SharedPrefixScorer(HarnessScorer):
 
     def score(self, task: str) -> Evaluation:
         return replace(super().score(task), prefix_reuse=self.lm.prefixes.status)
+
+    def keep_answers(self, path: Path, fingerprint: dict[str, Any], resume: bool) -> AnswerJournal:
+        """Save every scored batch to `path` (and, resuming, start from the answers already there)."""
+        journal, store = AnswerJournal.open(path, fingerprint, self.layers, resume)
+        self.lm.store.update(store)
+        self.lm.journal = journal
+        return journal
 
     @contextlib.contextmanager
     def variant(self, layer: int | None) -> Iterator[None]:
