@@ -214,3 +214,35 @@ def _info(path):
 
     loaded = load(path)
     return model_info(loaded, find_layers(loaded.model))
+
+
+def test_prefix_groups_are_journaled_so_a_killed_run_resumes_without_redoing_them(long_context, tmp_path):
+    """With prefix reuse on (the default), each scored group is saved: a resumed run redoes only what was lost."""
+    from layerprobe.errors import ResultError
+    from layerprobe.progress import Progress
+
+    path = long_context["llama"]
+    loaded = load(path)
+    spec = make_spec(path, tasks=("lp_mmlu",), layers="0-1", engine="shared", num_fewshot=5, limit=4)
+    full_rows: list[int] = []
+    full = run_prune_drop(
+        spec, tmp_path / "full", loaded=loaded, progress=Progress(on_block=lambda e: full_rows.append(e.rows))
+    )
+
+    out = tmp_path / "killed"
+    journal = out / "prune_drop.answers.jsonl"
+
+    def kill(_event) -> None:  # once the first group (one subject) is durable, stop mid-way through the next
+        if journal.exists() and len(journal.read_text().splitlines()) >= 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_prune_drop(spec, out, loaded=loaded, progress=Progress(on_block=kill))
+    with pytest.raises(ResultError):
+        run_prune_drop(spec, out, loaded=loaded)
+    resumed_rows: list[int] = []
+    resumed = run_prune_drop(
+        spec, out, resume=True, loaded=loaded, progress=Progress(on_block=lambda e: resumed_rows.append(e.rows))
+    )
+    assert resumed.tasks["lp_mmlu"].metrics == full.tasks["lp_mmlu"].metrics
+    assert 0 < sum(resumed_rows) < sum(full_rows)  # the saved group is not scored again

@@ -178,9 +178,13 @@ class PrefixReuse:
     def _score_group(self, group: PrefixGroup, rows: dict[Row, list]) -> None:
         lm = self.lm
         requests = {row[group.length :]: rows[row] for row in group.rows}
+        scored: dict[int | None, dict] = {}
         for variant, suffixes, final in self._finals(group, lm.layers):
             for key, answer in lm._answers_of(final, suffixes, requests).items():
                 lm.store.setdefault(key, {})[variant] = answer
+                scored.setdefault(variant, {})[key] = answer
+        if lm.journal is not None and scored:  # durable once every variant of the group is scored
+            lm.journal.append(scored)
 
     @torch.inference_mode()
     def _finals(self, group: PrefixGroup, layers: list[int]) -> Iterator[tuple[int | None, list[Row], torch.Tensor]]:
