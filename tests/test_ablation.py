@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers as tf
-from conftest import build_checkpoint
+from factories import build_checkpoint
 from reference import physically_deleted
 from typer.testing import CliRunner
 

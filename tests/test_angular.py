@@ -355,7 +355,7 @@ def test_stderr_is_calibrated_on_two_disjoint_halves(tmp_path, positions, one_to
     windows drawn from the corpus, not a shift between two different corpora (the first and second half
     of the pydoc topics are different subjects, and do differ by more).
     """
-    from conftest import build_checkpoint
+    from factories import build_checkpoint
 
     from layerprobe.angular import measure
     from layerprobe.layers import find_layers

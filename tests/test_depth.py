@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers as tf
-from conftest import build_checkpoint, minilm_dir
+from factories import build_checkpoint, minilm_dir
 from typer.testing import CliRunner
 
 from layerprobe.cli import app

@@ -15,7 +15,7 @@ import pytest
 import torch
 import transformers as tf
 import yaml
-from conftest import _byte_level_tokenizer, build_checkpoint, minilm_dir
+from factories import build_checkpoint, byte_level_tokenizer, minilm_dir
 from safetensors import safe_open
 from typer.testing import CliRunner
 
@@ -113,7 +113,7 @@ def sources(tmp_path_factory):
             built[family] = build_checkpoint(family, root / family, num_layers=6 if family == "llama" else 4)
             return built[family]
         if not tokenizer:
-            tokenizer.append(_byte_level_tokenizer(add_bos=True))
+            tokenizer.append(byte_level_tokenizer(add_bos=True))
         torch.manual_seed(1)
         config = _config(family)
         model = tf.AutoModelForCausalLM.from_config(config).eval()

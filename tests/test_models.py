@@ -309,9 +309,9 @@ def test_a_tokenizer_without_eos_or_bos_is_refused_for_lm_eval_before_loading(ti
 
 
 def test_albert_is_refused_before_loading_without_a_path_that_cannot_work(tmp_path, monkeypatch):
-    from conftest import _byte_level_tokenizer
+    from factories import byte_level_tokenizer
 
-    _byte_level_tokenizer(add_bos=False).save_pretrained(tmp_path)
+    byte_level_tokenizer(add_bos=False).save_pretrained(tmp_path)
     config = tf.AlbertConfig(
         vocab_size=512, embedding_size=16, hidden_size=32, intermediate_size=64, num_attention_heads=4,
         num_hidden_layers=3, architectures=["AlbertModel"],

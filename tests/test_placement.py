@@ -259,7 +259,7 @@ def test_placement_of_a_weightless_skeleton(config, expected):
 
 
 def test_layers_command_prints_placement(tmp_path):
-    from conftest import build_checkpoint
+    from factories import build_checkpoint
     from typer.testing import CliRunner
 
     from layerprobe.cli import app
@@ -288,7 +288,7 @@ def test_placement_holds_with_the_float32_replay_used_on_gpus(monkeypatch):
 
 
 def test_moe_shared_experts_stay_inside_the_mlp_sublayer(tmp_path):
-    from conftest import build_checkpoint
+    from factories import build_checkpoint
 
     path = build_checkpoint("deepseek_v3", tmp_path / "ds", num_layers=3)  # block 0 dense, blocks 1-2 MoE
     model = tf.AutoModelForCausalLM.from_pretrained(path).eval()

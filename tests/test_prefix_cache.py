@@ -16,7 +16,7 @@ import json
 import pytest
 import test_prune
 import torch
-from conftest import build_checkpoint
+from factories import build_checkpoint
 from test_prune import RESULT, TASKS_DIR, assert_same_answers, load, make_spec
 
 from layerprobe import prune

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers as tf
-from conftest import build_checkpoint
+from factories import build_checkpoint
 from reference import counted_block_rows, physically_deleted, squad_v11_json
 from typer.testing import CliRunner
 
@@ -709,10 +709,10 @@ def test_a_retrained_local_checkpoint_is_a_different_run(tmp_path):
 
 # ------------------------------------------------------------------- architectures at the edges (issue 8)
 def _save_with_tokenizer(model, path: Path) -> Path:
-    from conftest import _byte_level_tokenizer
+    from factories import byte_level_tokenizer
 
     model.save_pretrained(path)
-    _byte_level_tokenizer(add_bos=False).save_pretrained(path)
+    byte_level_tokenizer(add_bos=False).save_pretrained(path)
     return path
 
 
