@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 # Values that differ between two runs of the same code: when it ran and how fast.
-VOLATILE_KEYS = {"started_at", "seconds", "tokens_per_second", "duration_seconds", "elapsed"}
+VOLATILE_KEYS = {"started_at", "created", "seconds", "tokens_per_second", "duration_seconds", "elapsed"}
 # Files compared by existence only: matplotlib stamps dates into PNG/PDF metadata.
 BYTES_UNCOMPARED = {".png", ".pdf"}
 TIMING = [
@@ -307,7 +307,7 @@ def first_difference(a, b, path: str = "$") -> str | None:
     if isinstance(a, list):
         if len(a) != len(b):
             return f"{path}: length {len(a)} vs {len(b)}"
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             found = first_difference(x, y, f"{path}[{i}]")
             if found:
                 return found
@@ -354,7 +354,7 @@ def compare(before: Path, after: Path, runs: dict[str, dict[str, dict]]) -> list
             problems.append(f"{name}: exit {x['rc']} before, {y['rc']} after")
         if mask(x["stdout"]) != mask(y["stdout"]):
             old, new = mask(x["stdout"]).splitlines(), mask(y["stdout"]).splitlines()
-            line = next((i for i, (p, q) in enumerate(zip(old, new)) if p != q), min(len(old), len(new)))
+            line = next((i for i, (p, q) in enumerate(zip(old, new, strict=False)) if p != q), min(len(old), len(new)))
             problems.append(
                 f"{name}: stdout differs at line {line + 1}: "
                 f"{(old[line] if line < len(old) else '<end>')!r} → {(new[line] if line < len(new) else '<end>')!r}"
