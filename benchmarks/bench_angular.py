@@ -22,11 +22,11 @@ from pathlib import Path
 import torch
 import transformers as tf
 
-from layerprobe.angular import measure
-from layerprobe.corpus import batches, build_windows, iter_documents
-from layerprobe.layers import find_layers
-from layerprobe.models import load_model
-from layerprobe.specs import BUILTIN_CORPUS, CorpusSpec, ModelSpec
+from layerprobe.core.specs import BUILTIN_CORPUS, CorpusSpec, ModelSpec
+from layerprobe.data.windows import batches, build_windows, iter_documents
+from layerprobe.measure.angular import measure
+from layerprobe.model.load import load_model
+from layerprobe.model.stack import find_layers
 
 
 def build_model(directory: Path, layers: int, hidden: int) -> Path:
@@ -47,7 +47,7 @@ def build_model(directory: Path, layers: int, hidden: int) -> Path:
 
 
 def _minilm_or_fail() -> Path:
-    from layerprobe.demo import demo_model_dir
+    from layerprobe.model.demo import demo_model_dir
 
     return demo_model_dir()  # a real WordPiece tokenizer that needs no network
 

@@ -23,31 +23,31 @@ __all__ = [
 
 def __getattr__(name: str):
     if name == "load_model":
-        from layerprobe.models import load_model
+        from layerprobe.model.load import load_model
 
         return load_model
     if name == "find_layers":
-        from layerprobe.layers import find_layers
+        from layerprobe.model.stack import find_layers
 
         return find_layers
     if name == "run_angular":
-        from layerprobe.angular import run_angular
+        from layerprobe.measure.angular import run_angular
 
         return run_angular
     if name == "run_prune_drop":
-        from layerprobe.prune import run_prune_drop
+        from layerprobe.prune.drop import run_prune_drop
 
         return run_prune_drop
     if name == "run_depth":
-        from layerprobe.depth import run_depth
+        from layerprobe.measure.depth import run_depth
 
         return run_depth
     if name == "find_sublayers":
-        from layerprobe.sublayers import find_sublayers
+        from layerprobe.model.sublayers import find_sublayers
 
         return find_sublayers
     if name == "run_export":
-        from layerprobe.export import run_export
+        from layerprobe.export.save import run_export
 
         return run_export
     raise AttributeError(name)

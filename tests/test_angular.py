@@ -5,9 +5,9 @@ import pytest
 import torch
 from reference import float64_base_model, reference_distances
 
-from layerprobe.angular import AngularAccumulator, angular_distance, run_angular
-from layerprobe.corpus import build_windows, iter_documents
-from layerprobe.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+from layerprobe.core.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+from layerprobe.data.windows import build_windows, iter_documents
+from layerprobe.measure.angular import AngularAccumulator, angular_distance, run_angular
 
 ARCHS = ["llama", "qwen3", "deepseek_v3", "gpt2", "bert"]
 
@@ -120,7 +120,7 @@ def test_a_state_nonfinite_everywhere_leaves_the_other_entries_measured():
 
 @pytest.mark.parametrize("chunk_positions", [None, 3])
 def test_stderr_matches_a_per_window_float64_computation(monkeypatch, chunk_positions):
-    import layerprobe.angular as angular
+    import layerprobe.measure.angular as angular
 
     torch.manual_seed(3)
     sizes = [5, 9, 3, 7, 1, 6, 8]
@@ -158,7 +158,7 @@ def test_stderr_of_single_positions_is_the_sample_stderr():
 
 
 def test_accumulator_chunks_like_one_pass(monkeypatch):
-    import layerprobe.angular as angular
+    import layerprobe.measure.angular as angular
 
     torch.manual_seed(1)
     states = [torch.randn(50, 16) for _ in range(4)]
@@ -288,8 +288,8 @@ def test_a_nonfinite_block_output_spoils_only_its_own_pairs(tiny_checkpoints):
     """The last block's output is inf at some positions: entries (i, L) lose them, every other entry stays."""
     import transformers as tf
 
-    from layerprobe.layers import find_layers
-    from layerprobe.models import load_model
+    from layerprobe.model.load import load_model
+    from layerprobe.model.stack import find_layers
 
     path = tiny_checkpoints["llama"]
     spec = _spec(path, tokens=400)
@@ -357,9 +357,9 @@ def test_stderr_is_calibrated_on_two_disjoint_halves(tmp_path, positions, one_to
     """
     from factories import build_checkpoint
 
-    from layerprobe.angular import measure
-    from layerprobe.layers import find_layers
-    from layerprobe.models import load_model
+    from layerprobe.measure.angular import measure
+    from layerprobe.model.load import load_model
+    from layerprobe.model.stack import find_layers
 
     spec = _spec(build_checkpoint("llama", tmp_path / "llama8", num_layers=8), tokens=6000)
     seq_len = 48 if positions == "all" else 16

@@ -4,7 +4,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from layerprobe.cli import app
+from layerprobe.cli.app import app
 
 runner = CliRunner()
 

@@ -17,8 +17,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from layerprobe.cli import compare_command, friendly_errors
-from layerprobe.errors import LayerprobeError, ResultError
+from layerprobe.cli.app import compare_command, friendly_errors
+from layerprobe.core.errors import LayerprobeError, ResultError
 from layerprobe.gate.figures import plot_verdict
 from layerprobe.gate.render import (
     render,
@@ -30,7 +30,7 @@ from layerprobe.gate.render import (
 )
 from layerprobe.gate.rules import GateRules, load_rules
 from layerprobe.gate.verdict import compare_paths, compare_results
-from layerprobe.results import (
+from layerprobe.results.kinds import (
     AngularResult,
     MetricDrop,
     ModelInfo,

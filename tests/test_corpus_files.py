@@ -11,10 +11,10 @@ import pytest
 import transformers as tf
 from typer.testing import CliRunner
 
-from layerprobe.cli import app
-from layerprobe.corpus import PIECE_CHARS, build_windows, iter_documents, piece_rule, split_long
-from layerprobe.errors import CorpusError
-from layerprobe.specs import CorpusSpec
+from layerprobe.cli.app import app
+from layerprobe.core.errors import CorpusError
+from layerprobe.core.specs import CorpusSpec
+from layerprobe.data.windows import PIECE_CHARS, build_windows, iter_documents, piece_rule, split_long
 
 
 def docs(path, **kw) -> list[str]:

@@ -12,13 +12,13 @@ import transformers as tf
 from factories import build_checkpoint, minilm_dir
 from typer.testing import CliRunner
 
-from layerprobe.cli import app
-from layerprobe.corpus import build_windows, iter_documents
-from layerprobe.depth import run_depth
-from layerprobe.depth_grad import MASK_FRACTION, mask_window
-from layerprobe.errors import LayerprobeError
-from layerprobe.results import DEPTH_SCHEMA, DepthResult, write_json
-from layerprobe.specs import BUILTIN_CORPUS, CorpusSpec, DepthSpec, ModelSpec
+from layerprobe.cli.app import app
+from layerprobe.core.errors import LayerprobeError
+from layerprobe.core.specs import BUILTIN_CORPUS, CorpusSpec, DepthSpec, ModelSpec
+from layerprobe.data.windows import build_windows, iter_documents
+from layerprobe.measure.depth import run_depth
+from layerprobe.measure.gradients import MASK_FRACTION, mask_window
+from layerprobe.results.kinds import DEPTH_SCHEMA, DepthResult, write_json
 
 torch.set_num_threads(1)  # tiny tensors: threads only contend on a shared machine
 runner = CliRunner()
@@ -377,10 +377,10 @@ def test_real_minilm_end_to_end(minilm, tmp_path):
 def test_compare_rules_on_depth_results(checkpoints):
     from dataclasses import replace
 
-    from layerprobe.depth_rules import depth_rules
+    from layerprobe.gate.depth_rules import depth_rules
     from layerprobe.gate.rules import GateRules
     from layerprobe.gate.verdict import compare_results
-    from layerprobe.placement import summarise
+    from layerprobe.model.placement import summarise
 
     base = run_depth(_spec(checkpoints["llama"], tokens=64))
     same = {r.rule: r for r in depth_rules(base, base, 1.25)}

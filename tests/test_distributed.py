@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from test_prune import BATCH, TASKS_DIR, comparable, load, make_spec
 
-from layerprobe.distributed import Share
-from layerprobe.errors import LayerprobeError, ResultError
-from layerprobe.progress import Progress
-from layerprobe.prune import merge_shards, run_prune_drop
-from layerprobe.results import PruneDropResult
-from layerprobe.shards import SHARD_JSON
+from layerprobe.core.errors import LayerprobeError, ResultError
+from layerprobe.core.progress import Progress
+from layerprobe.core.ranks import Share
+from layerprobe.prune.drop import merge_shards, run_prune_drop
+from layerprobe.prune.shards import SHARD_JSON
+from layerprobe.results.kinds import PruneDropResult
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ("lp_arc_like", "lp_pydoc_ppl")
@@ -140,10 +140,10 @@ import json, os, sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_prune import make_spec
-from layerprobe.angular import run_angular
-from layerprobe.progress import Progress
-from layerprobe.prune import run_prune_drop
-from layerprobe.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+from layerprobe.measure.angular import run_angular
+from layerprobe.core.progress import Progress
+from layerprobe.prune.drop import run_prune_drop
+from layerprobe.core.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
 from test_distributed import angular_json
 rank = int(os.environ["RANK"])
 variants, tokens, stage = [], [], [None]
@@ -178,8 +178,8 @@ def _env() -> dict[str, str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["shared", "simple"])
 def test_two_cpu_ranks_equal_one_process_each_doing_a_share(tiny_checkpoints, tmp_path, engine):
-    from layerprobe.angular import run_angular
-    from layerprobe.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+    from layerprobe.core.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+    from layerprobe.measure.angular import run_angular
 
     path = str(tiny_checkpoints["llama"])
     out = tmp_path / "ranks"
@@ -219,8 +219,8 @@ def test_two_cpu_ranks_equal_one_process_each_doing_a_share(tiny_checkpoints, tm
 
 @pytest.mark.slow
 def test_accelerate_launch_angular_cli_on_two_cpu_ranks_writes_one_result(tiny_checkpoints, tmp_path):
-    from layerprobe.angular import run_angular
-    from layerprobe.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+    from layerprobe.core.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+    from layerprobe.measure.angular import run_angular
 
     path = str(tiny_checkpoints["llama"])
     launcher = Path(sys.executable).parent / "accelerate"
@@ -248,7 +248,7 @@ def test_accelerate_launch_angular_cli_on_two_cpu_ranks_writes_one_result(tiny_c
 def test_cli_shard_and_merge(tiny_checkpoints, tmp_path):
     from typer.testing import CliRunner
 
-    from layerprobe.cli import app
+    from layerprobe.cli.app import app
 
     path = str(tiny_checkpoints["llama"])
     common = ["prune-drop", path, "--task", "lp_arc_like", "--include-path", str(TASKS_DIR), "--layers", "0,3"]

@@ -19,11 +19,11 @@ from factories import build_checkpoint, byte_level_tokenizer, minilm_dir
 from safetensors import safe_open
 from typer.testing import CliRunner
 
-from layerprobe.cli import app
-from layerprobe.errors import LayerprobeError, UnsupportedModel
-from layerprobe.export import run_export
-from layerprobe.layers import find_layers, removed_blocks
-from layerprobe.specs import ExportSpec, ModelSpec
+from layerprobe.cli.app import app
+from layerprobe.core.errors import LayerprobeError, UnsupportedModel
+from layerprobe.core.specs import ExportSpec, ModelSpec
+from layerprobe.export.save import run_export
+from layerprobe.model.stack import find_layers, removed_blocks
 
 COMMON = dict(vocab_size=512, num_hidden_layers=6, max_position_embeddings=256, bos_token_id=1, eos_token_id=2)
 ATTN = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2)
@@ -342,7 +342,7 @@ def test_occupied_destination_needs_overwrite(sources, tmp_path):
 
 
 def test_failure_leaves_nothing_half_written(sources, tmp_path, monkeypatch):
-    import layerprobe.export as export
+    import layerprobe.export.save as export
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("disk full")
@@ -377,7 +377,7 @@ def test_unexpressible_pattern_refused_before_weights_load(sources, tmp_path):
 
 def test_rebuilt_blocks_are_verified_when_no_rule_knows_the_field(sources, tmp_path, monkeypatch):
     """Without the rule for first_k_dense_replace, the rebuilt block 0 is MoE where the kept one is dense."""
-    import layerprobe.export_config as export_config
+    import layerprobe.export.config as export_config
 
     monkeypatch.setattr(export_config, "RULES", ())
     source = _without_weights(sources("deepseek_v3"), tmp_path)
@@ -430,7 +430,7 @@ def test_load_report_capture_sees_missing_weights(sources):
 
 def test_config_rules_on_a_config_alone():
     """Per-layer lists (any name), index lists, string patterns and token lists, for L = 4, keeping 0, 2, 3."""
-    from layerprobe.export_config import kept_config
+    from layerprobe.export.config import kept_config
 
     config = tf.PretrainedConfig(
         num_hidden_layers=4,
@@ -459,7 +459,7 @@ def test_config_rules_on_a_config_alone():
     ],
 )
 def test_periodic_rule_solves_or_refuses(pattern, solution):
-    from layerprobe.export_config import PeriodicRule
+    from layerprobe.export.config import PeriodicRule
 
     config = tf.PretrainedConfig(attn_layer_period=2, attn_layer_offset=1)
     solved = PeriodicRule("attn_layer_period", "attn_layer_offset").solve(config, pattern)
@@ -471,8 +471,8 @@ def test_periodic_rule_solves_or_refuses(pattern, solution):
 
 
 def test_block_signature_tells_sliding_from_full_attention():
-    from layerprobe.export import build_skeleton
-    from layerprobe.export_config import block_signature, first_difference
+    from layerprobe.export.config import block_signature, first_difference
+    from layerprobe.export.save import build_skeleton
 
     blocks = find_layers(build_skeleton(tf.Qwen3ForCausalLM, _config("qwen3"))).blocks  # full, full, sliding, …
     assert first_difference(block_signature(blocks[0]), block_signature(blocks[1])) is None
@@ -520,7 +520,7 @@ def test_export_refuses_a_config_that_disagrees_with_the_weights_before_loading(
     """Exporting would otherwise ship random blocks (config 6, weights 4) or drop trained ones (config 2)."""
     import json
 
-    from layerprobe.weights import WeightsMismatch
+    from layerprobe.model.weights import WeightsMismatch
 
     path = tmp_path / "ckpt"
     shutil.copytree(tiny_checkpoints["llama"], path)
@@ -541,7 +541,7 @@ def test_export_refuses_a_block_missing_one_weight(tiny_checkpoints, tmp_path):
     """Every block index is present, so only the loading report after from_pretrained shows the hole."""
     from safetensors.torch import load_file, save_file
 
-    from layerprobe.weights import WeightsMismatch
+    from layerprobe.model.weights import WeightsMismatch
 
     path = tmp_path / "ckpt"
     shutil.copytree(tiny_checkpoints["llama"], path)

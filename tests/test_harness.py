@@ -17,7 +17,7 @@ import pytest
 import torch
 import transformers as tf
 
-from layerprobe.errors import TaskError
+from layerprobe.core.errors import TaskError
 from layerprobe.evaluate import tasks as tasks_module
 from layerprobe.evaluate.harness import (
     OFFLINE_HINT,

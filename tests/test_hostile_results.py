@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from layerprobe.cli import app
-from layerprobe.errors import ResultError
-from layerprobe.results import (
+from layerprobe.cli.app import app
+from layerprobe.core.errors import ResultError
+from layerprobe.results.kinds import (
     AngularResult,
     MetricDrop,
     ModelInfo,
@@ -169,7 +169,7 @@ def test_compare_verdict_json_is_named_for_what_it_is(tmp_path):
 
 
 def test_resume_file_with_a_bad_entry_is_named(tmp_path):
-    from layerprobe.prune_state import PruneState
+    from layerprobe.prune.state import PruneState
 
     partial = {
         "schema": "layerprobe/prune-drop-partial@1",
@@ -202,8 +202,8 @@ def test_paths_with_brackets_survive_in_messages(tmp_path):
 
 
 def depth_dict() -> dict:
-    from layerprobe.placement import BlockPlacement, Placement
-    from layerprobe.results import DepthResult, GradNorms, Spread
+    from layerprobe.model.placement import BlockPlacement, Placement
+    from layerprobe.results.kinds import DepthResult, GradNorms, Spread
 
     def spread(n: int) -> Spread:
         return Spread([1.0] * n, [0.1] * n, [0.5] * n, [2.0] * n, [8] * n)

@@ -16,30 +16,30 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "layerprobe"
-TOP = {"layerprobe.cli", "layerprobe.console", "layerprobe.__main__"}
+TOP = {"layerprobe.cli.app", "layerprobe.cli.console", "layerprobe.__main__"}
 GROUND = (
     "layerprobe.evaluate",
-    "layerprobe.results",
-    "layerprobe.errors",
-    "layerprobe.specs",
-    "layerprobe.models",
-    "layerprobe.trace",
-    "layerprobe.sublayers",
-    "layerprobe.placement",
-    "layerprobe.placement_skeleton",
+    "layerprobe.results.kinds",
+    "layerprobe.core.errors",
+    "layerprobe.core.specs",
+    "layerprobe.model.load",
+    "layerprobe.model.trace",
+    "layerprobe.model.sublayers",
+    "layerprobe.model.placement",
+    "layerprobe.model.skeleton",
 )
 UPPER = (
-    "layerprobe.cli",
-    "layerprobe.console",
-    "layerprobe.prune",
-    "layerprobe.shards",
-    "layerprobe.angular",
+    "layerprobe.cli.app",
+    "layerprobe.cli.console",
+    "layerprobe.prune.drop",
+    "layerprobe.prune.shards",
+    "layerprobe.measure.angular",
     "layerprobe.gate",
-    "layerprobe.depth",
-    "layerprobe.depth_stats",
-    "layerprobe.depth_grad",
-    "layerprobe.depth_plots",
-    "layerprobe.depth_rules",
+    "layerprobe.measure.depth",
+    "layerprobe.measure.spread",
+    "layerprobe.measure.gradients",
+    "layerprobe.plots.depth",
+    "layerprobe.gate.depth_rules",
 )
 
 
@@ -104,13 +104,15 @@ def test_lower_floors_never_import_upper_ones():
     assert {k: v for k, v in offending.items() if v} == {}
     # evaluate/ knows nothing of prune-drop's orchestration (prune, prune_state) or of the gate.
     evaluate = {t for name, targets in GRAPH.items() if within(name, ("layerprobe.evaluate",)) for t in targets}
-    assert not {t for t in evaluate if within(t, ("layerprobe.prune", "layerprobe.prune_state", "layerprobe.gate"))}
+    assert not {
+        t for t in evaluate if within(t, ("layerprobe.prune.drop", "layerprobe.prune.state", "layerprobe.gate"))
+    }
     # Only the command line imports the command line's modules.
     assert {n for n, targets in GRAPH.items() if targets & TOP and n not in TOP} == set()
 
 
 def test_the_graph_sees_known_edges():
     """The checks above mean something only if the parser finds imports at all (lazy ones included)."""
-    assert "layerprobe.prune" in GRAPH["layerprobe.cli"]  # imported inside the prune-drop command
+    assert "layerprobe.prune.drop" in GRAPH["layerprobe.cli.app"]  # imported inside the prune-drop command
     assert "layerprobe.evaluate.harness" in GRAPH["layerprobe.evaluate.shared"]
     assert "layerprobe.gate.verdict" in GRAPH["layerprobe.gate.render"]  # under TYPE_CHECKING

@@ -18,18 +18,9 @@ import torch
 import transformers as tf
 from typer.testing import CliRunner
 
-from layerprobe import angular as angular_module
-from layerprobe.angular import measure
-from layerprobe.cli import app
-from layerprobe.corpus import build_windows, iter_documents
-from layerprobe.errors import LayerprobeError, ResultError
-from layerprobe.evaluate.scores import Evaluation
-from layerprobe.layers import find_layers
-from layerprobe.models import load_model, module_device
-from layerprobe.prune_state import PruneState, fingerprint
-from layerprobe.report import _angular_figure, _prune_drop_figure
-from layerprobe.results import AngularResult, ModelInfo, PruneDropResult, load_result
-from layerprobe.specs import (
+from layerprobe.cli.app import app
+from layerprobe.core.errors import LayerprobeError, ResultError
+from layerprobe.core.specs import (
     BUILTIN_CORPUS,
     CorpusSpec,
     ModelSpec,
@@ -37,6 +28,15 @@ from layerprobe.specs import (
     parse_memory_size,
     parse_model_args,
 )
+from layerprobe.data.windows import build_windows, iter_documents
+from layerprobe.evaluate.scores import Evaluation
+from layerprobe.measure import angular as angular_module
+from layerprobe.measure.angular import measure
+from layerprobe.model.load import load_model, module_device
+from layerprobe.model.stack import find_layers
+from layerprobe.plots.figures import _angular_figure, _prune_drop_figure
+from layerprobe.prune.state import PruneState, fingerprint
+from layerprobe.results.kinds import AngularResult, ModelInfo, PruneDropResult, load_result
 
 TASKS_DIR = Path(__file__).parent / "data" / "tasks"
 runner = CliRunner()
@@ -214,7 +214,7 @@ def test_attention_implementations_agree(tiny_checkpoints):
 
 def test_quantized_load_builds_a_bitsandbytes_config():
     """The keywords a quantized load gets (bitsandbytes itself needs a GPU: only the config is checked)."""
-    from layerprobe.models import from_pretrained_kwargs
+    from layerprobe.model.load import from_pretrained_kwargs
 
     kwargs = from_pretrained_kwargs(ModelSpec("m", quantization="4bit"), torch.bfloat16, torch.device("cpu"))
     config = kwargs["quantization_config"]
@@ -274,7 +274,7 @@ def test_quantized_results_are_labelled(tiny_checkpoints, tmp_path):
     plain = load_result(tmp_path / "angular.json")
     assert "bitsandbytes" not in _angular_figure(plain).axes[0].get_title()
 
-    from layerprobe.console import out, print_angular_summary
+    from layerprobe.cli.console import out, print_angular_summary
 
     with out.capture() as captured:
         print_angular_summary(quantized)
@@ -406,7 +406,7 @@ def test_shared_engine_state_bound_splits_batches_with_same_scores(tiny_checkpoi
         .blocks[0]
         .register_forward_pre_hook(lambda _m, args: rows_seen.append(int(args[0].shape[0])))
     )
-    from layerprobe.prune import run_prune_drop
+    from layerprobe.prune.drop import run_prune_drop
 
     def spec(**extra):
         return PruneSpec(
@@ -472,7 +472,7 @@ def test_angular_gathers_at_most_the_bound(tiny_checkpoints, monkeypatch):
 
 
 def test_prune_drop_figure_title_marks_quantization():
-    from layerprobe.results import MetricDrop, RunInfo, TaskDrop
+    from layerprobe.results.kinds import MetricDrop, RunInfo, TaskDrop
 
     drop = MetricDrop(0.5, 0.1, True, [0, 1], [0.4, 0.45], [0.1, 0.1])
     run = RunInfo("2026-01-01T00:00:00+00:00", 1.0, {}, "cpu")

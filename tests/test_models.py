@@ -2,9 +2,9 @@ import pytest
 import torch
 import transformers as tf
 
-from layerprobe.errors import ModelNotFound, UnsupportedModel
-from layerprobe.models import CAUSAL_LM, ENCODER, EXTRACTIVE_QA, load_model, model_kind, resolve_dtype
-from layerprobe.specs import ModelSpec
+from layerprobe.core.errors import ModelNotFound, UnsupportedModel
+from layerprobe.core.specs import ModelSpec
+from layerprobe.model.load import CAUSAL_LM, ENCODER, EXTRACTIVE_QA, load_model, model_kind, resolve_dtype
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,7 @@ def test_loading_failures_become_one_line_errors(monkeypatch, raised, message, h
 def test_cuda_asked_for_without_a_gpu(tiny_checkpoints):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    from layerprobe.errors import LayerprobeError
+    from layerprobe.core.errors import LayerprobeError
 
     with pytest.raises(LayerprobeError, match="no CUDA GPU"):
         load_model(ModelSpec(str(tiny_checkpoints["gpt2"]), device="cuda"))
@@ -150,7 +150,7 @@ def _no_weight_loading(monkeypatch):
 
 def _no_header_check(monkeypatch):
     """Files the pre-check cannot see (a hub model not cached yet): only the after-load net remains."""
-    monkeypatch.setattr("layerprobe.weights.checkpoint_shapes", lambda _spec: {})
+    monkeypatch.setattr("layerprobe.model.weights.checkpoint_shapes", lambda _spec: {})
 
 
 @pytest.mark.parametrize(
@@ -166,7 +166,7 @@ def _no_header_check(monkeypatch):
 def test_config_that_disagrees_with_the_weights_is_refused_before_loading(
     tiny_checkpoints, tmp_path, monkeypatch, arch, purpose, layers, expected
 ):
-    from layerprobe.weights import WeightsMismatch
+    from layerprobe.model.weights import WeightsMismatch
 
     key = "n_layer" if arch == "gpt2" else "num_hidden_layers"
     path = _copy_with_config(tiny_checkpoints[arch], tmp_path / "ckpt", **{key: layers})
@@ -181,7 +181,7 @@ def test_config_that_disagrees_with_the_weights_is_refused_before_loading(
 def test_loading_info_catches_what_the_headers_could_not_show(
     tiny_checkpoints, tmp_path, monkeypatch, layers, word, purpose
 ):
-    from layerprobe.weights import WeightsMismatch
+    from layerprobe.model.weights import WeightsMismatch
 
     path = _copy_with_config(tiny_checkpoints["llama"], tmp_path / "ckpt", num_hidden_layers=layers)
     _no_header_check(monkeypatch)
@@ -195,7 +195,7 @@ def test_a_block_missing_one_weight_is_refused(tiny_checkpoints, tmp_path):
 
     from safetensors.torch import load_file, save_file
 
-    from layerprobe.weights import WeightsMismatch
+    from layerprobe.model.weights import WeightsMismatch
 
     path = tmp_path / "ckpt"
     shutil.copytree(tiny_checkpoints["llama"], path)
@@ -207,7 +207,7 @@ def test_a_block_missing_one_weight_is_refused(tiny_checkpoints, tmp_path):
 
 
 def test_sharded_and_bin_checkpoints_are_checked_and_pass_when_they_agree(tiny_checkpoints, tmp_path, monkeypatch):
-    from layerprobe.weights import WeightsMismatch, checkpoint_shapes
+    from layerprobe.model.weights import WeightsMismatch, checkpoint_shapes
 
     model = tf.AutoModelForCausalLM.from_pretrained(tiny_checkpoints["llama"])
     tokenizer = tf.AutoTokenizer.from_pretrained(tiny_checkpoints["llama"])
@@ -232,7 +232,7 @@ def test_sharded_and_bin_checkpoints_are_checked_and_pass_when_they_agree(tiny_c
 
 @pytest.mark.parametrize("pre_check", [True, False])
 def test_weights_of_the_wrong_shape_are_one_line(tiny_checkpoints, tmp_path, monkeypatch, pre_check):
-    from layerprobe.weights import WeightsMismatch
+    from layerprobe.model.weights import WeightsMismatch
 
     path = _copy_with_config(tiny_checkpoints["llama"], tmp_path / "ckpt", intermediate_size=80)
     if pre_check:
@@ -259,7 +259,7 @@ def _pickle_checkpoint(tiny_checkpoints, path):
 
 @pytest.mark.parametrize("pre_check", [True, False])
 def test_an_unsafe_pickle_is_refused_with_how_to_convert_it(tiny_checkpoints, tmp_path, monkeypatch, pre_check):
-    from layerprobe.errors import LayerprobeError
+    from layerprobe.core.errors import LayerprobeError
 
     path = _pickle_checkpoint(tiny_checkpoints, tmp_path / "ckpt")
     if not pre_check:
@@ -274,7 +274,7 @@ def test_a_corrupt_safetensors_header_is_one_red_line_exit_2(tiny_checkpoints, t
 
     from typer.testing import CliRunner
 
-    from layerprobe.cli import app
+    from layerprobe.cli.app import app
 
     path = tmp_path / "ckpt"
     shutil.copytree(tiny_checkpoints["llama"], path)
@@ -291,7 +291,7 @@ def test_a_corrupt_safetensors_header_is_one_red_line_exit_2(tiny_checkpoints, t
 def test_a_tokenizer_without_eos_or_bos_is_refused_for_lm_eval_before_loading(tiny_checkpoints, tmp_path, monkeypatch):
     import shutil
 
-    from layerprobe.errors import LayerprobeError
+    from layerprobe.core.errors import LayerprobeError
 
     path = tmp_path / "ckpt"
     shutil.copytree(tiny_checkpoints["llama"], path)
@@ -332,7 +332,7 @@ def test_weights_transformers_drops_on_purpose_are_not_a_mismatch(tiny_checkpoin
 
     from safetensors.torch import load_file, save_file
 
-    from layerprobe.weights import WeightsMismatch
+    from layerprobe.model.weights import WeightsMismatch
 
     path = tmp_path / "ckpt"
     shutil.copytree(tiny_checkpoints["deepseek_v3"], path)
@@ -352,7 +352,7 @@ def test_weights_transformers_drops_on_purpose_are_not_a_mismatch(tiny_checkpoin
 def test_layers_command_refuses_a_config_that_disagrees_with_the_weights(tiny_checkpoints, tmp_path):
     from typer.testing import CliRunner
 
-    from layerprobe.cli import app
+    from layerprobe.cli.app import app
 
     good = CliRunner().invoke(app, ["layers", str(tiny_checkpoints["llama"])])
     assert good.exit_code == 0 and "L = 4" in good.output
@@ -368,7 +368,7 @@ def test_a_cached_hub_checkpoint_is_checked_from_its_cached_files(tiny_checkpoin
 
     import huggingface_hub.constants as hub_constants
 
-    from layerprobe.weights import checkpoint_shapes
+    from layerprobe.model.weights import checkpoint_shapes
 
     repo = tmp_path / "hub" / "models--org--tiny"
     snapshot = repo / "snapshots" / ("0" * 40)

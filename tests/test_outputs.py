@@ -13,11 +13,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from layerprobe.cli import app
+from layerprobe.cli.app import app
 from layerprobe.gate.render import render_markdown, render_table, verdict_to_dict
 from layerprobe.gate.rules import GateRules
 from layerprobe.gate.verdict import Verdict, compare_results
-from layerprobe.results import (
+from layerprobe.results.kinds import (
     AngularResult,
     MetricDrop,
     ModelInfo,
@@ -120,7 +120,7 @@ def test_bracketed_text_in_errors_survives(tmp_path):
 
 
 def test_console_summaries_escape_names(capsys):
-    from layerprobe.console import print_prune_summary
+    from layerprobe.cli.console import print_prune_summary
 
     result = prune(0.7)
     result = PruneDropResult(model(), "simple", {}, {"[bold]arc[/]": result.tasks["arc"]}, RUN)
@@ -162,7 +162,7 @@ def test_temp_files_of_a_killed_writer_are_removed_by_the_next_write(tmp_path):
         f"""
         import time
         from pathlib import Path
-        from layerprobe.results import atomic_write
+        from layerprobe.results.kinds import atomic_write
 
         def slow(tmp):
             tmp.write_text("half")
@@ -186,7 +186,7 @@ def test_temp_files_of_a_killed_writer_are_removed_by_the_next_write(tmp_path):
     os.utime(old_style, (time.time() - 3600, time.time() - 3600))
     unrelated = tmp_path / ".notes.tmp"
     unrelated.write_text("mine")
-    import layerprobe.results as results
+    import layerprobe.results.kinds as results
 
     results._CLEANED.discard(tmp_path.resolve())
     write_json(tmp_path / "angular.json", {"schema": "x"})

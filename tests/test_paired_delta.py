@@ -19,8 +19,8 @@ from reference import physically_deleted
 
 from layerprobe.evaluate.harness import build_tasks, evaluate, make_lm
 from layerprobe.evaluate.samples import MetricSamples, from_rows, paired_columns, paired_delta, to_rows
-from layerprobe.evaluate.stats import DEFAULT_DRAWS, DEFAULT_SEED, Z95
-from layerprobe.layers import find_layers, removed_blocks
+from layerprobe.model.stack import find_layers, removed_blocks
+from layerprobe.stats.paired import DEFAULT_DRAWS, DEFAULT_SEED, Z95
 
 TASKS_DIR = Path(__file__).parent / "data" / "tasks"
 TASKS = ("lp_mmlu", "lp_arc_like", "lp_pydoc_ppl")
@@ -198,7 +198,7 @@ def test_unpaired_documents_give_no_stderr():
 
 # ------------------------------------------------------------------------- through prune-drop, end to end
 def make_spec(path, **overrides):
-    from layerprobe.specs import ModelSpec, PruneSpec
+    from layerprobe.core.specs import ModelSpec, PruneSpec
 
     settings = dict(
         tasks=TASKS,
@@ -236,9 +236,9 @@ def test_prune_drop_paired_fields_and_samples_equal_lm_eval_on_physically_pruned
 ):
     from lm_eval.api.metrics import bits_per_byte, weighted_perplexity
 
-    from layerprobe.models import load_model
-    from layerprobe.prune import run_prune_drop
-    from layerprobe.specs import ModelSpec
+    from layerprobe.core.specs import ModelSpec
+    from layerprobe.model.load import load_model
+    from layerprobe.prune.drop import run_prune_drop
 
     path = tiny_checkpoints["llama"]
     loaded = load_model(ModelSpec(str(path), device="cpu"), purpose="head")
@@ -296,10 +296,10 @@ def test_prune_drop_paired_fields_and_samples_equal_lm_eval_on_physically_pruned
 def test_squad_per_question_values_equal_the_scorer_on_a_physically_deleted_qa_model(tiny_checkpoints, tmp_path):
     import json
 
+    from layerprobe.core.specs import ModelSpec, PruneSpec
+    from layerprobe.data.squad import load_squad
     from layerprobe.evaluate.squad import SquadScorer, per_question_scores
-    from layerprobe.evaluate.squad_data import load_squad
-    from layerprobe.prune import run_prune_drop
-    from layerprobe.specs import ModelSpec, PruneSpec
+    from layerprobe.prune.drop import run_prune_drop
 
     squad = tmp_path / "squad.jsonl"
     contexts = [

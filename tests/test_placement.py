@@ -10,10 +10,10 @@ import torch
 import transformers as tf
 from torch import nn
 
-from layerprobe.errors import UnsupportedModel
-from layerprobe.layers import find_layers
-from layerprobe.placement import detect_placement, norm_kind
-from layerprobe.sublayers import find_model_sublayers
+from layerprobe.core.errors import UnsupportedModel
+from layerprobe.model.placement import detect_placement, norm_kind
+from layerprobe.model.stack import find_layers
+from layerprobe.model.sublayers import find_model_sublayers
 
 torch.set_num_threads(1)  # tiny tensors: threads only contend on a shared machine
 LAYERS = 4
@@ -247,7 +247,7 @@ def test_norm_kind_tells_layernorm_from_rmsnorm_and_rejects_linear():
 def test_placement_of_a_weightless_skeleton(config, expected):
     from accelerate import init_empty_weights
 
-    from layerprobe.placement_skeleton import placement_without_weights
+    from layerprobe.model.skeleton import placement_without_weights
 
     with init_empty_weights():
         skeleton = tf.AutoModel.from_config(config)
@@ -262,7 +262,7 @@ def test_layers_command_prints_placement(tmp_path):
     from factories import build_checkpoint
     from typer.testing import CliRunner
 
-    from layerprobe.cli import app
+    from layerprobe.cli.app import app
 
     path = build_checkpoint("llama", tmp_path / "llama", num_layers=3)
     result = CliRunner().invoke(app, ["layers", str(path)])
@@ -274,7 +274,7 @@ def test_layers_command_prints_placement(tmp_path):
 
 
 def test_placement_holds_with_the_float32_replay_used_on_gpus(monkeypatch):
-    import layerprobe.trace as trace
+    import layerprobe.model.trace as trace
 
     monkeypatch.setattr(trace, "replay_dtype", lambda device: torch.float32)
     model = _llama()

@@ -19,10 +19,10 @@ import torch
 from factories import build_checkpoint
 from test_prune import RESULT, TASKS_DIR, assert_same_answers, load, make_spec
 
-from layerprobe import prune
 from layerprobe.evaluate.prefix_cache import MIN_PREFIX, PrefixReuse, find_groups
-from layerprobe.layers import find_layers, hidden_from_input
-from layerprobe.prune import run_prune_drop
+from layerprobe.model.stack import find_layers, hidden_from_input
+from layerprobe.prune import drop as prune
+from layerprobe.prune.drop import run_prune_drop
 
 FEWSHOT_TASKS = ("lp_mmlu", "lp_arc_like")  # MMLU-shaped group (5 dev questions per subject), ARC-shaped
 
@@ -210,7 +210,7 @@ def test_no_prefix_reuse_is_a_cli_flag_recorded_in_the_result_and_the_fingerprin
 
 
 def _info(path):
-    from layerprobe.provenance import model_info
+    from layerprobe.core.provenance import model_info
 
     loaded = load(path)
     return model_info(loaded, find_layers(loaded.model))
@@ -218,8 +218,8 @@ def _info(path):
 
 def test_prefix_groups_are_journaled_so_a_killed_run_resumes_without_redoing_them(long_context, tmp_path):
     """With prefix reuse on (the default), each scored group is saved: a resumed run redoes only what was lost."""
-    from layerprobe.errors import ResultError
-    from layerprobe.progress import Progress
+    from layerprobe.core.errors import ResultError
+    from layerprobe.core.progress import Progress
 
     path = long_context["llama"]
     loaded = load(path)

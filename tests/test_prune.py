@@ -20,16 +20,16 @@ from factories import build_checkpoint
 from reference import counted_block_rows, physically_deleted, squad_v11_json
 from typer.testing import CliRunner
 
-from layerprobe.cli import app
-from layerprobe.errors import ResultError, TaskError
+from layerprobe.cli.app import app
+from layerprobe.core.errors import ResultError, TaskError
+from layerprobe.core.progress import Progress
+from layerprobe.core.specs import ModelSpec, PruneSpec
+from layerprobe.data.squad import load_squad
 from layerprobe.evaluate.squad import SquadScorer
-from layerprobe.evaluate.squad_data import load_squad
-from layerprobe.layers import find_layers
-from layerprobe.models import load_model
-from layerprobe.progress import Progress
-from layerprobe.prune import run_prune_drop
-from layerprobe.prune_state import PARTIAL_NAME
-from layerprobe.specs import ModelSpec, PruneSpec
+from layerprobe.model.load import load_model
+from layerprobe.model.stack import find_layers
+from layerprobe.prune.drop import run_prune_drop
+from layerprobe.prune.state import PARTIAL_NAME
 
 TASKS_DIR = Path(__file__).parent / "data" / "tasks"
 TASKS = ("lp_mmlu", "lp_arc_like", "lp_pydoc_ppl")  # MMLU-shaped group, ARC-shaped, rolling perplexity
@@ -694,7 +694,7 @@ def test_a_retrained_local_checkpoint_is_a_different_run(tmp_path):
     """Local checkpoints have no commit hash: their files pin them, so --resume cannot mix two trainings."""
     import os
 
-    from layerprobe.prune_state import files_stat_digest
+    from layerprobe.prune.state import files_stat_digest
 
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
@@ -765,8 +765,8 @@ def test_jamba_prune_drop_equals_lm_eval_on_a_physically_rebuilt_model(tmp_path,
 
 
 def test_llama4_text_uses_the_shared_engine_and_reports_the_angular_layer_path(tmp_path, spy):
-    from layerprobe.angular import run_angular
-    from layerprobe.specs import AngularSpec, CorpusSpec
+    from layerprobe.core.specs import AngularSpec, CorpusSpec
+    from layerprobe.measure.angular import run_angular
 
     torch.manual_seed(0)
     config = tf.Llama4TextConfig(

@@ -9,12 +9,12 @@ import torch
 import transformers as tf
 from typer.testing import CliRunner
 
-from layerprobe.angular import run_angular
-from layerprobe.cli import app
-from layerprobe.errors import LayerprobeError
-from layerprobe.prune_curve import PruneCurveSpec, choose_spans, gromov_start, run_prune_curve
-from layerprobe.results import PruneCurveResult, load_result, write_json
-from layerprobe.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec, PruneSpec
+from layerprobe.cli.app import app
+from layerprobe.core.errors import LayerprobeError
+from layerprobe.core.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec, PruneSpec
+from layerprobe.measure.angular import run_angular
+from layerprobe.prune.curve import PruneCurveSpec, choose_spans, gromov_start, run_prune_curve
+from layerprobe.results.kinds import PruneCurveResult, load_result, write_json
 from tests.test_corpus_metric import _deleted_span, _reference
 
 CORPUS = CorpusSpec(BUILTIN_CORPUS, tokens=48, seq_len=16)
@@ -63,7 +63,7 @@ def test_curve_uses_given_angular_and_scores_physically_deleted_spans(tiny_check
     assert nll.methods["angular"].start == [2, 1] and nll.methods["last"].start == [2, 1]
     base64 = tf.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64).eval()
     from layerprobe.evaluate.corpus_metric import corpus_windows
-    from layerprobe.models import load_model
+    from layerprobe.model.load import load_model
 
     windows = corpus_windows(load_model(model, purpose="head"), CORPUS)
     for n, start in ((1, 2), (2, 1)):
@@ -81,9 +81,9 @@ def test_curve_uses_given_angular_and_scores_physically_deleted_spans(tiny_check
 def test_angular_of_another_model_refused_before_loading(tiny_checkpoints, tmp_path, monkeypatch):
     measured = run_angular(AngularSpec(ModelSpec(str(tiny_checkpoints["gpt2"]), device="cpu"), CORPUS))
     write_json(tmp_path / "angular.json", measured.to_dict())
-    import layerprobe.models
+    import layerprobe.model.load
 
-    monkeypatch.setattr(layerprobe.models, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    monkeypatch.setattr(layerprobe.model.load, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
     args = ["prune-curve", str(tiny_checkpoints["llama"]), "--task", "corpus", "--out", str(tmp_path), "-q"]
     result = runner.invoke(app, [*args, "--angular", str(tmp_path / "angular.json")])
     assert result.exit_code == 2 and "measured" in result.output, result.output

@@ -14,10 +14,10 @@ from matplotlib.colors import to_rgba
 from matplotlib.container import BarContainer, ErrorbarContainer
 from matplotlib.figure import Figure
 
-from layerprobe import report
-from layerprobe.errors import ResultError
+from layerprobe.core.errors import ResultError
 from layerprobe.gate import figures
-from layerprobe.results import (
+from layerprobe.plots import figures as report
+from layerprobe.results.kinds import (
     AngularResult,
     MetricDrop,
     ModelInfo,
@@ -477,7 +477,7 @@ def test_console_summary_never_calls_an_unmeasured_pair_most_similar(monkeypatch
 
     from rich.console import Console
 
-    from layerprobe import console
+    from layerprobe.cli import console
 
     result = angular_result(4, seed=5, nan_cells=[(0, 1), (1, 2), (2, 3), (3, 4)], stderr=0.01)
     printed = {"out": io.StringIO(), "err": io.StringIO()}
@@ -543,7 +543,7 @@ def test_angular_json_round_trips_the_new_fields_and_reads_old_files(tmp_path):
 
 def test_an_evaluation_round_trips_through_its_json_form():
     from layerprobe.evaluate.scores import Evaluation, MetricScore
-    from layerprobe.results import evaluation_from_dict, evaluation_to_dict
+    from layerprobe.results.kinds import evaluation_from_dict, evaluation_to_dict
 
     evaluation = Evaluation(
         {"f1": MetricScore(71.5, 2.25, True, 6), "em": MetricScore(50.0, None, None, 6)}, 0, 6, "simple", 2
@@ -554,7 +554,7 @@ def test_an_evaluation_round_trips_through_its_json_form():
 
 
 def test_atomic_write_leaves_nothing_behind_when_writing_fails(tmp_path):
-    from layerprobe.results import atomic_write
+    from layerprobe.results.kinds import atomic_write
 
     target = tmp_path / "kept.json"
     target.write_text("old")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from layerprobe.sample_log import PARTIAL_DIR, SAMPLES_DIR, SampleLog, file_name
+from layerprobe.prune.samples import PARTIAL_DIR, SAMPLES_DIR, SampleLog, file_name
 
 TASKS_DIR = Path(__file__).parent / "data" / "tasks"
 
@@ -47,7 +47,7 @@ def test_a_line_cut_by_a_crash_is_ignored_and_a_fresh_run_starts_clean(tmp_path)
 
 # ----------------------------------------------------------------------------- resume, end to end
 def spec(path, **overrides):
-    from layerprobe.specs import ModelSpec, PruneSpec
+    from layerprobe.core.specs import ModelSpec, PruneSpec
 
     settings = dict(
         tasks=("lp_arc_like", "lp_pydoc_ppl"),
@@ -71,11 +71,11 @@ def tasks_of(result) -> dict:
 
 
 def test_resume_keeps_rows_and_scores_of_the_same_evaluations(tiny_checkpoints, tmp_path):
-    from layerprobe.models import load_model
-    from layerprobe.progress import Progress
-    from layerprobe.prune import run_prune_drop
-    from layerprobe.prune_state import PARTIAL_NAME
-    from layerprobe.specs import ModelSpec
+    from layerprobe.core.progress import Progress
+    from layerprobe.core.specs import ModelSpec
+    from layerprobe.model.load import load_model
+    from layerprobe.prune.drop import run_prune_drop
+    from layerprobe.prune.state import PARTIAL_NAME
 
     path = tiny_checkpoints["llama"]
     loaded = load_model(ModelSpec(str(path), device="cpu"), purpose="head")
@@ -112,7 +112,7 @@ def test_resume_keeps_rows_and_scores_of_the_same_evaluations(tiny_checkpoints, 
 
 
 def test_without_log_samples_nothing_is_left_but_paired_fields_are_there(tiny_checkpoints, tmp_path):
-    from layerprobe.prune import run_prune_drop
+    from layerprobe.prune.drop import run_prune_drop
 
     result = run_prune_drop(spec(tiny_checkpoints["llama"], log_samples=False, tasks=("lp_arc_like",)), tmp_path)
     assert not (tmp_path / SAMPLES_DIR).exists() and not (tmp_path / PARTIAL_DIR).exists()

@@ -11,7 +11,8 @@ import pytest
 import torch
 from reference import squad_v11_json
 
-from layerprobe.errors import OFFLINE_HINT, TaskError
+from layerprobe.core.errors import OFFLINE_HINT, TaskError
+from layerprobe.data.squad import SquadExample, load_squad
 from layerprobe.evaluate.squad import (
     METRICS,
     SquadScorer,
@@ -21,7 +22,6 @@ from layerprobe.evaluate.squad import (
     normalize_answer,
     score_predictions,
 )
-from layerprobe.evaluate.squad_data import SquadExample, load_squad
 
 # Paragraphs written for these tests. The first is far longer than 64 tokens, so with max_length=64 and
 # doc_stride=16 it becomes several overlapping windows.

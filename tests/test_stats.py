@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from layerprobe.evaluate.stats import (
+from layerprobe.stats.paired import (
     Z95,
     paired_bootstrap,
     paired_mean_stats,

@@ -31,16 +31,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from layerprobe.corpus import batches, build_windows, iter_documents
+from layerprobe.core.specs import CORPUS_TASK
+from layerprobe.data.windows import batches, build_windows, iter_documents
 from layerprobe.evaluate.samples import MEAN, MetricSamples
 from layerprobe.evaluate.scores import Evaluation, MetricScore
-from layerprobe.layers import LayerStack, capture_block_states, removed_blocks
-from layerprobe.specs import CORPUS_TASK
+from layerprobe.model.stack import LayerStack, capture_block_states, removed_blocks
 
 if TYPE_CHECKING:
-    from layerprobe.corpus import Window
-    from layerprobe.models import LoadedModel
-    from layerprobe.specs import CorpusSpec
+    from layerprobe.core.specs import CorpusSpec
+    from layerprobe.data.windows import Window
+    from layerprobe.model.load import LoadedModel
 
 Span = tuple[int, ...]  # the removed blocks of one variant, consecutive; () is the baseline
 _LOGIT_BYTES = 256 * 1024**2  # logits (base and variant, float32) alive at once per slice of positions

@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from layerprobe.ablation import Remover
 from layerprobe.evaluate.samples import MetricSamples
 from layerprobe.evaluate.scores import Evaluation, MetricScore
 from layerprobe.evaluate.tasks import (
@@ -33,6 +32,7 @@ from layerprobe.evaluate.tasks import (
     quiet_lm_eval,
     seed_everything,
 )
+from layerprobe.model.ablation import Remover
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -40,9 +40,9 @@ if TYPE_CHECKING:
     from lm_eval.models.huggingface import HFLM
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from layerprobe.layers import LayerStack
-    from layerprobe.models import LoadedModel
-    from layerprobe.specs import PruneSpec
+    from layerprobe.core.specs import PruneSpec
+    from layerprobe.model.load import LoadedModel
+    from layerprobe.model.stack import LayerStack
 
 __all__ = [
     "DEFAULT_BOOTSTRAP_ITERS",

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from layerprobe.evaluate.stats import (
+from layerprobe.stats.paired import (
     DEFAULT_DRAWS,
     DEFAULT_SEED,
     PairedDelta,

@@ -11,17 +11,17 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from layerprobe.errors import TaskError
-from layerprobe.models import CAUSAL_LM, EXTRACTIVE_QA
-from layerprobe.specs import CORPUS_TASK, SQUAD_TASK
+from layerprobe.core.errors import TaskError
+from layerprobe.core.specs import CORPUS_TASK, SQUAD_TASK
+from layerprobe.model.load import CAUSAL_LM, EXTRACTIVE_QA
 
 if TYPE_CHECKING:
-    from layerprobe.ablation import Remover
+    from layerprobe.core.progress import Progress
+    from layerprobe.core.specs import PruneSpec
     from layerprobe.evaluate.scores import Evaluation
-    from layerprobe.layers import LayerStack
-    from layerprobe.models import LoadedModel
-    from layerprobe.progress import Progress
-    from layerprobe.specs import PruneSpec
+    from layerprobe.model.ablation import Remover
+    from layerprobe.model.load import LoadedModel
+    from layerprobe.model.stack import LayerStack
 
 __all__ = ["PreparedTasks", "Scorer", "check_tasks_fit_model", "make_scorers", "prepare_tasks"]
 

@@ -23,20 +23,20 @@ import torch
 from lm_eval.models.huggingface import HFLM
 from torch import nn
 
-from layerprobe.ablation import Ablation, Remover, zeroed_sublayers
+from layerprobe.core.specs import DEFAULT_STATE_BYTES
 from layerprobe.evaluate.harness import HarnessScorer, is_generation_task, quiet_lm_eval
 from layerprobe.evaluate.journal import AnswerJournal
 from layerprobe.evaluate.prefix_cache import PrefixReuse
 from layerprobe.evaluate.scores import BASELINE, Evaluation
-from layerprobe.layers import LayerStack, base_of, capture_block_states, hidden_from_output, removed_blocks
-from layerprobe.models import module_device
-from layerprobe.specs import DEFAULT_STATE_BYTES
+from layerprobe.model.ablation import Ablation, Remover, zeroed_sublayers
+from layerprobe.model.load import module_device
+from layerprobe.model.stack import LayerStack, base_of, capture_block_states, hidden_from_output, removed_blocks
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from layerprobe.evaluate.tasks import TaskSet
-    from layerprobe.models import LoadedModel
+    from layerprobe.model.load import LoadedModel
 
 Key = tuple[tuple[int, ...], tuple[int, ...]]
 _DEFAULT_STATE_BYTES = DEFAULT_STATE_BYTES  # recorded block inputs held at once (--max-state-memory)

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from layerprobe.ablation import Remover
-from layerprobe.errors import TaskError
+from layerprobe.core.errors import TaskError
+from layerprobe.data.squad import SquadExample, load_squad
 from layerprobe.evaluate.samples import MEAN, MetricSamples
 from layerprobe.evaluate.scores import Evaluation, MetricScore
-from layerprobe.evaluate.squad_data import SquadExample, load_squad
-from layerprobe.models import context_length
+from layerprobe.model.ablation import Remover
+from layerprobe.model.load import context_length
 
 METRICS = ("f1", "exact_match")
 SQUAD_SAMPLES_TASK = "squad"  # the task name per-question values are kept under
@@ -46,10 +46,10 @@ _PUNCTUATION = frozenset(string.punctuation)
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from layerprobe.layers import LayerStack
-    from layerprobe.models import LoadedModel
-    from layerprobe.progress import Progress
-    from layerprobe.specs import PruneSpec
+    from layerprobe.core.progress import Progress
+    from layerprobe.core.specs import PruneSpec
+    from layerprobe.model.load import LoadedModel
+    from layerprobe.model.stack import LayerStack
 
 
 @dataclass(frozen=True)

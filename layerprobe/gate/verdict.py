@@ -11,9 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from layerprobe.errors import ResultError
+from layerprobe.core.errors import ResultError
 from layerprobe.gate.rules import GateRules, RuleResult, angular_rules, angular_stderr_notes, prune_drop_rules
-from layerprobe.results import ANGULAR_JSON, DEPTH_JSON, PRUNE_DROP_JSON, AngularResult, PruneDropResult, load_result
+from layerprobe.results.kinds import (
+    ANGULAR_JSON,
+    DEPTH_JSON,
+    PRUNE_DROP_JSON,
+    AngularResult,
+    PruneDropResult,
+    load_result,
+)
 
 KIND_FILES = {"angular": ANGULAR_JSON, "prune_drop": PRUNE_DROP_JSON, "depth": DEPTH_JSON}
 
@@ -112,7 +119,7 @@ def compare_results(
         results = angular_rules(baseline, candidate, rules)
         notes = angular_stderr_notes(baseline, candidate) + _angular_notes(baseline, candidate)
     elif kind == "depth":
-        from layerprobe.depth_rules import depth_notes, depth_rules
+        from layerprobe.gate.depth_rules import depth_notes, depth_rules
 
         results, notes = depth_rules(baseline, candidate, rules.max_rms_growth), depth_notes(baseline, candidate)
     else:

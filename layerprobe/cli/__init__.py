@@ -1,0 +1,1 @@
+"""The `layerprobe` command line: options in, one library call, a rich summary out."""

@@ -1,0 +1,352 @@
+"""Token windows from a neutral corpus, with an exact token budget and no padding.
+
+Documents are tokenized without special tokens, joined with the end-of-text separator, and packed into
+windows of `seq_len` positions; each window then gets the special tokens the tokenizer normally adds
+(LLaMA's BOS, BERT's [CLS] … [SEP]). Window lengths are planned so that they add up to exactly the
+requested number of positions, so padding never exists and never needs to be masked out. The whole
+plan is built before the model runs: a corpus that is too small fails in seconds, not after an hour.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from layerprobe.core.errors import CorpusError, EmptyCorpus
+from layerprobe.core.specs import BUILTIN_CORPUS, LOCAL_BUILDERS, CorpusSpec, ModelSpec
+from layerprobe.data.files import iter_jsonl_rows, iter_paragraphs
+
+_TOKENIZE_BATCH = 64
+# Documents longer than this many characters are tokenized in pieces (see `split_long`), a few at a time.
+PIECE_CHARS = 4096
+_PIECES_PER_CALL = 8
+_BOUNDARY = re.compile(r"\s(?=\S)")
+
+
+@dataclass(frozen=True)
+class Window:
+    """One model input: token ids, and the position of its last text (non-special) token."""
+
+    input_ids: list[int]
+    last_text_position: int
+
+
+@dataclass(frozen=True)
+class SpecialLayout:
+    """The special tokens a tokenizer puts before and after a sequence, and the document separator."""
+
+    prefix: list[int]
+    suffix: list[int]
+    separator: list[int]
+
+    @property
+    def count(self) -> int:
+        return len(self.prefix) + len(self.suffix)
+
+
+def special_layout(tokenizer: Any) -> SpecialLayout:
+    """Learn where the tokenizer adds special tokens by encoding one probe text both ways."""
+    probe = "layerprobe probe text"
+    plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    full = tokenizer(probe, add_special_tokens=True)["input_ids"]
+    for start in range(len(full) - len(plain) + 1):
+        if full[start : start + len(plain)] == plain:
+            prefix, suffix = full[:start], full[start + len(plain) :]
+            break
+    else:  # the tokenizer merges specials into the text: add none rather than guess
+        prefix, suffix = [], []
+    separator_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+    return SpecialLayout(list(prefix), list(suffix), [] if separator_id is None else [separator_id])
+
+
+def plan_window_lengths(tokens: int, seq_len: int, specials: int) -> list[int]:
+    """Window lengths (in positions, specials included) that add up to exactly `tokens`.
+
+    Every window needs room for its special tokens plus at least one text token; a remainder too short
+    for that borrows from the window before it.
+    """
+    minimum = specials + 1
+    if seq_len < minimum:
+        raise CorpusError(f"--seq-len {seq_len} leaves no room for text after {specials} special tokens.")
+    if tokens < minimum:
+        raise CorpusError(f"--tokens {tokens} is too few: each window needs {minimum} positions.")
+    lengths = [seq_len] * (tokens // seq_len)
+    rest = tokens % seq_len
+    if rest:
+        if rest < minimum:
+            lengths[-1] -= minimum - rest
+            rest = minimum
+        lengths.append(rest)
+    return lengths
+
+
+def iter_documents(spec: CorpusSpec) -> Iterator[str]:
+    """Texts of the corpus, streamed: hub datasets are never downloaded whole."""
+    if spec.dataset == BUILTIN_CORPUS:
+        from pydoc_data.topics import topics
+
+        yield from (topics[key] for key in sorted(topics))
+        return
+    from layerprobe.model.load import quiet_hub_logs
+
+    with quiet_hub_logs():  # restored when the stream is exhausted or closed
+        yield from _texts(spec)
+
+
+def _texts(spec: CorpusSpec) -> Iterator[str]:
+    rows = _open_rows(spec)
+    first = True
+    for row in _guarded(rows, spec):
+        if first:
+            first = False
+            if spec.text_field not in row:
+                columns = ", ".join(sorted(row)) or "none"
+                raise CorpusError(
+                    f"The corpus has no field {spec.text_field!r} (fields: {columns}).",
+                    hint="Pick the text column with --text-field.",
+                )
+        text = row.get(spec.text_field)  # rows without text are skipped, not fatal
+        if isinstance(text, str) and text.strip():
+            yield text
+
+
+def _open_rows(spec: CorpusSpec) -> Iterable[dict]:
+    suffix = Path(spec.dataset).suffix.lower()
+    try:
+        if spec.is_local:
+            if not os.path.isfile(spec.dataset):
+                raise CorpusError(f"No corpus file at {spec.dataset}.", hint="Check the path.")
+            if suffix not in LOCAL_BUILDERS:
+                raise CorpusError(
+                    f"Cannot read {spec.dataset}: unknown file type {suffix!r}.",
+                    hint="Use a .txt, .jsonl or .parquet file.",
+                )
+            if suffix == ".txt":  # read here: bad bytes named with the file, not a pyarrow traceback
+                return ({"text": paragraph} for paragraph in iter_paragraphs(Path(spec.dataset)))
+            if suffix == ".jsonl":
+                return iter_jsonl_rows(Path(spec.dataset))
+            import datasets  # only here: importing it costs seconds that a .txt/.jsonl corpus does not need
+
+            builder = LOCAL_BUILDERS[suffix]
+            extra = {"sample_by": "paragraph"} if builder == "text" else {}
+            return datasets.load_dataset(builder, data_files=spec.dataset, split="train", streaming=True, **extra)
+        import datasets
+
+        return datasets.load_dataset(spec.dataset, spec.dataset_config, split=spec.split, streaming=True)
+    except CorpusError:
+        raise
+    except Exception as exc:  # datasets raises many unrelated types for "not reachable"
+        where = spec.dataset + (f" ({spec.dataset_config}, {spec.split})" if not spec.is_local else "")
+        offline = " (offline mode is set: HF_DATASETS_OFFLINE / HF_HUB_OFFLINE)" if _datasets_offline() else ""
+        raise CorpusError(
+            f"Cannot open corpus {where}{offline}: {str(exc).splitlines()[0] if str(exc) else exc!r}",
+            hint="Without network access pass a local .txt/.jsonl/.parquet file with --dataset "
+            f"(or builtin:pydoc), or fetch it once with `hf download --repo-type dataset {spec.dataset}` and run "
+            "with HF_HUB_OFFLINE=1; for hub datasets check --dataset-config and --split.",
+        ) from exc
+
+
+def _guarded(rows: Iterable[dict], spec: CorpusSpec) -> Iterator[dict]:
+    """Rows of a corpus; a failure while streaming them (a corrupt parquet or JSON file) is a `CorpusError`."""
+    iterator = iter(rows)
+    while True:
+        try:
+            row = next(iterator)
+        except StopIteration:
+            return
+        except CorpusError:
+            raise
+        except Exception as exc:  # datasets/pyarrow raise many types for "this file is broken"
+            first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+            raise CorpusError(
+                f"Cannot read corpus {spec.dataset}: {first}",
+                hint="Check that the file is what its extension says (.txt, .jsonl, .json, .parquet).",
+            ) from exc
+        if not isinstance(row, dict):
+            raise CorpusError(f"Cannot read corpus {spec.dataset}: a row is {type(row).__name__}, not an object.")
+        yield row
+
+
+def _datasets_offline() -> bool:
+    from layerprobe.core.errors import hub_offline
+
+    return hub_offline() or os.environ.get("HF_DATASETS_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def build_windows(
+    tokenizer: Any,
+    documents: Iterable[str],
+    tokens: int,
+    seq_len: int,
+    on_tokens: Callable[[int], None] | None = None,
+) -> list[Window]:
+    """Pack documents into windows whose lengths add up to exactly `tokens` positions.
+
+    `on_tokens(n)` is called as text tokens are gathered, to drive a progress bar.
+    Raises EmptyCorpus, saying how many tokens were found, when the corpus is too small.
+    """
+    layout = special_layout(tokenizer)
+    lengths = plan_window_lengths(tokens, seq_len, layout.count)
+    needed = sum(lengths) - layout.count * len(lengths)
+    keep_space = piece_rule(tokenizer)
+    stream: list[int] = []
+    batch: list[str] = []
+    for text in documents:
+        if len(stream) >= needed:
+            break
+        if len(text) <= PIECE_CHARS:
+            batch.append(text)
+            if len(batch) == _TOKENIZE_BATCH:
+                _extend(stream, tokenizer, batch, layout, on_tokens)
+                batch = []
+            continue
+        if batch:  # a long document: the short ones before it first, to keep the order
+            _extend(stream, tokenizer, batch, layout, on_tokens)
+            batch = []
+            if len(stream) >= needed:
+                break
+        _extend_long(stream, tokenizer, text, layout, needed, keep_space, on_tokens)
+    if batch and len(stream) < needed:
+        _extend(stream, tokenizer, batch, layout, on_tokens)
+    if len(stream) < needed:
+        found = len(stream) + layout.count * len(lengths)
+        raise EmptyCorpus(
+            f"The corpus holds about {len(stream):,} text tokens; {tokens:,} positions need "
+            f"{needed:,} (with {layout.count} special tokens per window).",
+            hint=f"Lower --tokens to at most ~{found:,} or give a larger corpus.",
+        )
+    windows, offset = [], 0
+    for length in lengths:
+        text_len = length - layout.count
+        ids = layout.prefix + stream[offset : offset + text_len] + layout.suffix
+        windows.append(Window(ids, len(layout.prefix) + text_len - 1))
+        offset += text_len
+    return windows
+
+
+def piece_rule(tokenizer: Any) -> bool:
+    """How to cut long documents so that tokenizing the pieces gives the tokens of the whole text.
+
+    Pieces are cut before a whitespace character that precedes a word. Byte-level BPE (GPT-2, LLaMA-3) and
+    WordPiece (BERT) give identical tokens when the whitespace starts the next piece (True); SentencePiece
+    tokenizers that prepend "▁" to every call agree when it is dropped instead (False). A probe text
+    decides; if neither rule reproduces it, the first is used and tokens may differ at piece boundaries
+    (one boundary per PIECE_CHARS characters of a long document).
+    """
+    probe = "layerprobe reads very long documents in pieces, cut at whitespace,\nso memory follows --tokens."
+    whole = _encode(tokenizer, [probe])[0]
+    for keep_space in (True, False):
+        pieces = list(split_long(probe, 24, keep_space))
+        if [t for ids in _encode(tokenizer, pieces) for t in ids] == whole:
+            return keep_space
+    return True
+
+
+def split_long(text: str, size: int = 0, keep_space: bool = True) -> Iterator[str]:
+    """Cut `text` into pieces of at most `size` characters (default PIECE_CHARS), ending at whitespace.
+
+    Each piece ends before a whitespace character that precedes a word, searched in its second half. With
+    `keep_space` that whitespace starts the next piece, so the pieces join back to `text`; without it
+    the single character is dropped. A stretch with no whitespace at all is cut hard at `size`.
+    """
+    size = size or PIECE_CHARS
+    start = 0
+    while len(text) - start > size:
+        low = start + size // 2
+        cut = None
+        for match in _BOUNDARY.finditer(text, low, start + size):
+            cut = match.start()
+        end = cut if cut is not None else start + size
+        yield text[start:end]
+        start = end if cut is None or keep_space else end + 1
+    yield text[start:]
+
+
+def _extend_long(
+    stream: list[int],
+    tokenizer: Any,
+    text: str,
+    layout: SpecialLayout,
+    needed: int,
+    keep_space: bool,
+    on_tokens: Callable[[int], None] | None,
+) -> None:
+    """Tokenize one long document piece by piece, stopping once the stream holds `needed` tokens.
+
+    A 20 MB single-line file then costs a few pieces for --tokens 1024, not the whole text at once (which
+    took 4.2 GB and 149 s): memory and time follow --tokens, not the file.
+    """
+    pieces = split_long(text, PIECE_CHARS, keep_space)
+    while True:
+        group = [piece for _, piece in zip(range(_PIECES_PER_CALL), pieces, strict=False)]
+        if not group:
+            break
+        before = len(stream)
+        for ids in _encode(tokenizer, group):
+            stream.extend(ids)
+        if on_tokens:
+            on_tokens(len(stream) - before)
+        if len(stream) >= needed:
+            return  # the windows end inside this document: no separator needed
+    stream.extend(layout.separator)
+
+
+def _encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    from layerprobe.model.load import quiet_transformers
+
+    with quiet_transformers():  # silences "sequence longer than the model's maximum": we pack, not truncate
+        return tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+
+def windows_before_loading(
+    model: ModelSpec, corpus: CorpusSpec, on_tokens: Callable[[int], None] | None = None, tokenizer: Any = None
+) -> tuple[Any, list[Window], int]:
+    """Config, tokenizer and every window of the corpus, read before any weight is: (tokenizer, windows, seq_len).
+
+    Streaming until the budget is met is cheap next to loading a large model, so a corpus that is
+    unreachable, lacks its text field or holds too little text fails in seconds. `seq_len` is capped by
+    the model's usable context (read from the config and tokenizer). The windows are kept, so the
+    corpus is streamed once.
+    """
+    from layerprobe.model.load import context_length, load_config, load_tokenizer
+
+    config = load_config(model)
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
+    seq_len = min(corpus.seq_len, context_length(config, tokenizer) or corpus.seq_len)
+    windows = build_windows(tokenizer, iter_documents(corpus), corpus.tokens, seq_len, on_tokens=on_tokens)
+    return tokenizer, windows, seq_len
+
+
+def _chain_until(documents: Iterable[str], done: Callable[[], bool]) -> Iterator[str]:
+    for text in documents:
+        if done():
+            return
+        yield text
+
+
+def _extend(
+    stream: list[int], tokenizer: Any, texts: list[str], layout: SpecialLayout, on_tokens: Callable[[int], None] | None
+) -> None:
+    encoded = _encode(tokenizer, texts)
+    before = len(stream)
+    for ids in encoded:
+        stream.extend(ids)
+        stream.extend(layout.separator)
+    if on_tokens:
+        on_tokens(len(stream) - before)
+
+
+def batches(windows: list[Window], batch_size: int) -> Iterator[list[Window]]:
+    """Group consecutive windows of equal length, at most `batch_size` at a time (so nothing is padded)."""
+    group: list[Window] = []
+    for window in windows:
+        if group and (len(group) == batch_size or len(window.input_ids) != len(group[0].input_ids)):
+            yield group
+            group = []
+        group.append(window)
+    if group:
+        yield group

@@ -1,0 +1,225 @@
+"""The config of a model with some blocks removed, and the proof that it builds the kept blocks.
+
+A block's kind is not stored in one place: `layer_types` lists it per layer, but Jamba derives it from
+an offset and a period, DeepSeek from `first_k_dense_replace`, Qwen-MoE from `decoder_sparse_step` and
+`mlp_only_layers`. Rather than trusting a table of families, export works from what the model builds:
+
+1. `block_signatures` describes every block of the full model (built on the meta device, no weights):
+   the class of each submodule, every parameter's and buffer's shape, and the plain attributes blocks
+   derive from the config at construction (`sliding_window`, `attention_type`, `is_sliding`, …).
+2. `kept_config` writes a config for the kept blocks: `num_hidden_layers`, per-layer lists trimmed,
+   layer-index lists renumbered, and the derived patterns (threshold, periodic, sparse-step fields)
+   solved again for the kept sequence of kinds.
+3. `verify_kept_config` rebuilds the model from that config and compares, block by block, with the kept
+   originals, and the whole state dict's names and shapes. Any difference — a pattern the config
+   cannot express, a field no rule knows — is refused, naming the block and the fields to look at,
+   instead of writing a model that would load but compute something else.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from layerprobe.core.errors import UnsupportedModel
+
+# Attributes that say where a block sits, not what it is: renumbered by design.
+_POSITION_ATTRIBUTES = re.compile(r"^(layer_idx|layer_id|layer_index|layer_number|block_idx)$")
+# Config fields worth naming when a rebuilt block does not match: they look like per-layer patterns.
+_PATTERN_FIELD = re.compile(r"layer|period|offset|freq|step|pattern|interval|every|replace|window|sparse")
+# Fields that are lists for reasons unrelated to layers, even when their length happens to equal L.
+_NOT_PER_LAYER = {
+    "architectures",
+    "eos_token_id",
+    "bos_token_id",
+    "pad_token_id",
+    "bad_words_ids",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "forced_decoder_ids",
+    "mrope_section",
+}
+
+
+@dataclass(frozen=True)
+class ThresholdRule:
+    """Layer i has the feature iff i >= config.<field> (DeepSeek's first_k_dense_replace, Qwen2's max_window_layers)."""
+
+    field: str
+
+    def applies(self, config: Any) -> bool:
+        return isinstance(getattr(config, self.field, None), int)
+
+    def pattern(self, config: Any, num_layers: int) -> list[bool]:
+        return [i >= getattr(config, self.field) for i in range(num_layers)]
+
+    def solve(self, config: Any, kept_pattern: list[bool]) -> dict[str, int] | None:
+        # A threshold pattern stays a threshold pattern under deletion: count the kept layers below it.
+        first = kept_pattern.index(True) if True in kept_pattern else len(kept_pattern)
+        if any(not flag for flag in kept_pattern[first:]):
+            return None
+        old = getattr(config, self.field)
+        return {self.field: first if first < len(kept_pattern) else max(old, len(kept_pattern))}
+
+
+@dataclass(frozen=True)
+class PeriodicRule:
+    """Layer i has the feature iff i % config.<period> == config.<offset> (Jamba's attention and experts)."""
+
+    period: str
+    offset: str
+
+    def applies(self, config: Any) -> bool:
+        return all(isinstance(getattr(config, name, None), int) for name in (self.period, self.offset))
+
+    def pattern(self, config: Any, num_layers: int) -> list[bool]:
+        period, offset = getattr(config, self.period), getattr(config, self.offset)
+        return [period > 0 and i % period == offset for i in range(num_layers)]
+
+    def solve(self, config: Any, kept_pattern: list[bool]) -> dict[str, int] | None:
+        n = len(kept_pattern)
+        old = (getattr(config, self.period), getattr(config, self.offset))
+        candidates = [old] + [(p, o) for p in range(1, max(n, old[0]) + 1) for o in range(p)]
+        for period, offset in candidates:
+            if [i % period == offset for i in range(n)] == kept_pattern:
+                return {self.period: period, self.offset: offset}
+        return None
+
+
+@dataclass(frozen=True)
+class SparseStepRule:
+    """Layer i is sparse iff i not in config.<exclude> and (i+1) % config.<step> == 0 (Qwen-MoE)."""
+
+    step: str
+    exclude: str
+
+    def applies(self, config: Any) -> bool:
+        return isinstance(getattr(config, self.step, None), int) and isinstance(
+            getattr(config, self.exclude, None), (list, tuple)
+        )
+
+    def pattern(self, config: Any, num_layers: int) -> list[bool]:
+        step, exclude = getattr(config, self.step), set(getattr(config, self.exclude))
+        return [i not in exclude and step > 0 and (i + 1) % step == 0 for i in range(num_layers)]
+
+    def solve(self, config: Any, kept_pattern: list[bool]) -> dict[str, Any] | None:
+        # The renumbered exclude list is already in `config`; keep the step if it still fits, else list
+        # every dense layer explicitly with a step of 1.
+        step, exclude = getattr(config, self.step), set(getattr(config, self.exclude))
+        if [i not in exclude and (i + 1) % step == 0 for i in range(len(kept_pattern))] == kept_pattern:
+            return {}
+        return {self.step: 1, self.exclude: [i for i, sparse in enumerate(kept_pattern) if not sparse]}
+
+
+RULES = (
+    ThresholdRule("first_k_dense_replace"),
+    ThresholdRule("max_window_layers"),
+    PeriodicRule("attn_layer_period", "attn_layer_offset"),
+    PeriodicRule("expert_layer_period", "expert_layer_offset"),
+    SparseStepRule("decoder_sparse_step", "mlp_only_layers"),
+)
+
+
+def stack_config(config: Any, num_layers: int) -> Any:
+    """The (sub)config that describes the block stack: the config itself or its text_config."""
+    for candidate in (config, getattr(config, "text_config", None)):
+        if candidate is not None and getattr(candidate, "num_hidden_layers", None) == num_layers:
+            return candidate
+    raise UnsupportedModel(
+        f"The config of {type(config).__name__} does not say num_hidden_layers = {num_layers}.",
+        hint="Export needs a config whose num_hidden_layers counts the blocks it removes.",
+    )
+
+
+def kept_config(config: Any, num_layers: int, kept: list[int]) -> tuple[Any, dict[str, Any]]:
+    """A deep copy of `config` describing only the `kept` blocks (0-based indices into the full model).
+
+    Returns the new config and the changed fields ({name: new value}) for the record.
+    """
+    new = copy.deepcopy(config)
+    target = stack_config(new, num_layers)
+    old = stack_config(config, num_layers)
+    renumber = {old_index: new_index for new_index, old_index in enumerate(kept)}
+    changed: dict[str, Any] = {"num_hidden_layers": len(kept)}
+    for key, value in list(vars(old).items()):
+        if key.startswith("_") or key in _NOT_PER_LAYER:
+            continue
+        trimmed = _kept_values(key, value, num_layers, kept, renumber)
+        if trimmed is not None:
+            changed[key] = trimmed
+    for key, value in changed.items():
+        setattr(target, key, value)
+    for rule in RULES:
+        if not rule.applies(old):
+            continue
+        full = rule.pattern(old, num_layers)
+        solved = rule.solve(target, [full[i] for i in kept])
+        if solved is None:
+            fields = ", ".join(f for f in vars(rule).values())
+            raise UnsupportedModel(
+                f"The config cannot describe the kept blocks: {fields} define a pattern that removing these "
+                "blocks breaks, and the config has no per-layer list to say it instead.",
+                hint="Remove a different set of blocks (e.g. whole periods of the pattern).",
+            )
+        for key, value in solved.items():
+            setattr(target, key, value)
+            changed[key] = value
+    return new, changed
+
+
+def _kept_values(key: str, value: Any, num_layers: int, kept: list[int], renumber: dict[int, int]) -> Any:
+    """A per-layer list trimmed, a list of layer indices renumbered, or None for anything else."""
+    if isinstance(value, str) and "pattern" in key and len(value) == num_layers:
+        return "".join(value[i] for i in kept)  # e.g. Nemotron-H's hybrid_override_pattern: one letter a layer
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    is_index_list = (
+        "layer" in key
+        and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < num_layers for v in value)
+        and (len(value) != num_layers or list(value) == list(range(num_layers)))
+    )
+    if is_index_list:
+        return type(value)(renumber[v] for v in value if v in renumber)
+    if len(value) == num_layers:
+        return type(value)(value[i] for i in kept)
+    return None
+
+
+def block_signature(block: Any) -> dict[str, Any]:
+    """What a block is, independent of where it sits: submodule classes, tensor shapes, config-derived attributes."""
+    signature: dict[str, Any] = {}
+    for name, module in block.named_modules():
+        prefix = f"{name}." if name else ""
+        signature[f"{prefix}<class>"] = type(module).__name__
+        for attr, value in vars(module).items():
+            if attr.startswith("_") or attr == "training" or _POSITION_ATTRIBUTES.match(attr):
+                continue
+            if value is None or isinstance(value, (bool, int, float, str)):
+                signature[prefix + attr] = value
+            elif isinstance(value, (list, tuple)) and all(isinstance(v, (bool, int, float, str)) for v in value):
+                signature[prefix + attr] = tuple(value)
+    for name, tensor in [*block.named_parameters(), *block.named_buffers()]:
+        signature[name] = tuple(tensor.shape)
+    return signature
+
+
+def first_difference(expected: dict[str, Any], actual: dict[str, Any]) -> str | None:
+    """The first key where two signatures differ, described for a message; None when they agree."""
+    for key in sorted(set(expected) | set(actual)):
+        if expected.get(key, "<absent>") != actual.get(key, "<absent>"):
+            return f"{key}: {expected.get(key, '<absent>')!r} in the original, {actual.get(key, '<absent>')!r} rebuilt"
+    return None
+
+
+def pattern_fields(config: Any) -> list[str]:
+    """The config fields that look like per-layer patterns (for naming in a refusal)."""
+    return sorted(
+        key
+        for key, value in vars(config).items()
+        if not key.startswith("_")
+        and key != "num_hidden_layers"
+        and _PATTERN_FIELD.search(key)
+        and isinstance(value, (int, str, list, tuple))
+    )

@@ -1,0 +1,250 @@
+"""Write a pruned checkpoint: the model without some blocks, loadable with `from_pretrained`.
+
+The weights written are those of the in-memory removal (`layers.removed_blocks`) that prune-drop
+measures, so the exported model computes what was measured — the same as a mergekit passthrough of
+the kept layers. Everything that can be refused is refused before a weight is read: bad ranges,
+removing every block, an occupied destination, sublayer removal (no config can say "block l has no
+attention"), and a config that cannot describe the kept blocks (see `export_config`). The checkpoint is
+written to a temporary directory next to the destination and renamed into place at the end, so a
+failure leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import layerprobe.export.files as files
+from layerprobe.core.errors import LayerprobeError, UnsupportedModel
+from layerprobe.core.progress import Progress
+from layerprobe.core.specs import ExportSpec, parse_layer_ranges
+from layerprobe.export.config import block_signature, first_difference, kept_config, pattern_fields, stack_config
+from layerprobe.model.load import (
+    CAUSAL_LM,
+    EXTRACTIVE_QA,
+    check_skeleton_weights,
+    load_config,
+    model_kind,
+    quiet_transformers,
+)
+from layerprobe.model.stack import base_of, find_layers, removed_blocks
+from layerprobe.model.weights import check_loading_info, translate_weights_error
+
+
+@dataclass
+class ExportResult:
+    """What was written: the directory, the blocks removed and kept, and the config fields changed."""
+
+    directory: Path
+    removed: list[int]
+    kept: list[int]
+    config_changes: dict[str, Any]
+    parameters_before: int
+    parameters_after: int
+    record: dict[str, Any]
+    mergekit_yaml: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResult:
+    """Check everything cheap, then load, remove the blocks, and write the smaller checkpoint."""
+    progress = progress or Progress()
+    destination = Path(spec.save).expanduser()
+    _check_destination(destination, spec)
+    progress.stage("Reading config")
+    config = load_config(spec.model)
+    model_class = model_class_for(config, model_kind(config), spec.model.trust_remote_code)
+    skeleton = build_skeleton(model_class, config, spec.model.trust_remote_code)
+    stack = find_layers(skeleton, spec.model.layers_path)
+    num_layers = stack.num_layers
+    _refuse_sublayers(spec, config, num_layers)
+    # The weight files must hold exactly the blocks the config describes, or the export would carry
+    # randomly initialised blocks (or silently drop some) into a checkpoint that looks trained.
+    check_skeleton_weights(spec.model, skeleton, stack)
+    removed = parse_layer_ranges(spec.remove, num_layers, "--remove")
+    if len(removed) == num_layers:
+        raise LayerprobeError(
+            f"--remove {spec.remove!r} removes all {num_layers} blocks.", hint="Keep at least one block."
+        )
+    kept = [i for i in range(num_layers) if i not in set(removed)]
+    new_config, changes = kept_config(config, num_layers, kept)
+    verify_kept_config(skeleton, stack.path, removed, model_class, new_config, spec.model.trust_remote_code)
+    parameters_before = sum(p.numel() for p in skeleton.parameters())
+    del skeleton
+
+    tmp = destination.parent / f".{destination.name}.layerprobe-tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        parameters_after, dtype = _write_weights(spec, model_class, stack.path, removed, new_config, tmp, progress)
+        notes = files.copy_tokenizer(spec, tmp)
+        source, more_notes = files.source_directory(spec)
+        copied = files.copy_other_files(source, tmp) if source is not None else []
+        record = files.record(spec, config, stack.path, removed, kept, changes, dtype, progress)
+        record["parameters"] = {"before": parameters_before, "after": parameters_after}
+        record["copied_files"] = copied
+        from layerprobe.results.kinds import write_json
+
+        write_json(tmp / files.RECORD_NAME, record)
+        files.move_into_place(tmp, destination)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    yaml_path = None
+    if spec.mergekit_yaml:
+        text = files.mergekit_yaml(spec, kept, dtype)
+        yaml_path = files.write_text(Path(spec.mergekit_yaml).expanduser(), text)
+    return ExportResult(
+        destination, removed, kept, changes, parameters_before, parameters_after, record, yaml_path, notes + more_notes
+    )
+
+
+def _write_weights(
+    spec: ExportSpec, model_class: Any, path: str, removed: list[int], new_config: Any, directory: Path, progress
+) -> tuple[int, str]:
+    """Load the model, take the blocks out in memory and save_pretrained it with the kept blocks' config.
+
+    Returns the parameters written and their dtype.
+    """
+    progress.stage("Loading weights")
+    model = _load_weights(model_class, spec)
+    progress.stage("Writing checkpoint")
+    with removed_blocks(find_layers(model, path), removed), _config_swapped(model, new_config), quiet_transformers():
+        parameters = sum(p.numel() for p in model.parameters())
+        dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+        shard = {"max_shard_size": spec.max_shard_size} if spec.max_shard_size else {}
+        model.save_pretrained(directory, **shard)
+    return parameters, dtype
+
+
+def _check_destination(destination: Path, spec: ExportSpec) -> None:
+    if destination.exists() and not destination.is_dir():
+        raise LayerprobeError(f"--save {destination} is a file.", hint="Pass a directory path.")
+    if destination.is_dir() and any(destination.iterdir()) and not spec.overwrite:
+        raise LayerprobeError(
+            f"--save {destination} exists and is not empty.", hint="Pick a new directory, or pass --overwrite."
+        )
+    source = Path(spec.model.model).expanduser()
+    if source.is_dir() and (
+        source.resolve() == destination.resolve() or source.resolve() in destination.resolve().parents
+    ):
+        raise LayerprobeError(
+            "--save is the source checkpoint's directory or inside it.", hint="Write to a directory outside it."
+        )
+
+
+def _refuse_sublayers(spec: ExportSpec, config: Any, num_layers: int) -> None:
+    """Sublayer export needs a config that can say "block l has no attention/MLP"; no supported family has one."""
+    for option, text, what in (
+        ("--remove-attention", spec.remove_attention, "attention"),
+        ("--remove-mlp", spec.remove_mlp, "MLP"),
+    ):
+        if not text:
+            continue
+        blocks = parse_layer_ranges(text, num_layers, option)
+        raise UnsupportedModel(
+            f"{option} {text!r}: the {config.model_type} config has no way to say that block "
+            f"{blocks[0]} has no {what}, so the checkpoint cannot drop it, and zeroed weights are not a "
+            "smaller model.",
+            hint=f"Measure it in memory with `prune-drop --unit {what.lower()}`; export removes whole blocks "
+            "(--remove).",
+        )
+
+
+def model_class_for(config: Any, kind: str, trust_remote_code: bool) -> Any:
+    """The checkpoint's own class (its `architectures`), else the auto class of its kind."""
+    import transformers as tf
+
+    architectures = getattr(config, "architectures", None) or []
+    if architectures and not trust_remote_code and hasattr(tf, architectures[0]):
+        return getattr(tf, architectures[0])
+    return {CAUSAL_LM: tf.AutoModelForCausalLM, EXTRACTIVE_QA: tf.AutoModelForQuestionAnswering}.get(kind, tf.AutoModel)
+
+
+def build_skeleton(model_class: Any, config: Any, trust_remote_code: bool = False) -> Any:
+    """The model built from `config` on the meta device: every module and shape, no weights, no memory."""
+    from accelerate import init_empty_weights
+
+    with quiet_transformers(), init_empty_weights():
+        if model_class.__module__.startswith("transformers.models.auto"):
+            return model_class.from_config(config, trust_remote_code=trust_remote_code)
+        return model_class._from_config(config)
+
+
+def verify_kept_config(
+    skeleton: Any, path: str, removed: list[int], model_class: Any, new_config: Any, trust_remote_code: bool = False
+) -> None:
+    """Refuse unless the model built from `new_config` has the kept blocks and the same tensors.
+
+    Compares block by block (classes, shapes, config-derived attributes such as sliding windows) and
+    the whole state dict (names and shapes), so a derived per-layer pattern the config got wrong, or
+    a field no rule knows, is caught before any weight is read.
+    """
+    stack = find_layers(skeleton, path)
+    expected_blocks = [block_signature(b) for i, b in enumerate(stack.blocks) if i not in set(removed)]
+    rebuilt = build_skeleton(model_class, new_config, trust_remote_code)
+    rebuilt_stack = find_layers(rebuilt, path)
+    fields = ", ".join(pattern_fields(stack_config(new_config, len(expected_blocks)))) or "none found"
+    if len(rebuilt_stack.blocks) != len(expected_blocks):
+        raise UnsupportedModel(
+            f"The config written for the kept blocks builds {len(rebuilt_stack.blocks)} blocks, not "
+            f"{len(expected_blocks)}.",
+            hint=f"Check the config fields that count layers ({fields}).",
+        )
+    for new_index, (expected, block) in enumerate(zip(expected_blocks, rebuilt_stack.blocks, strict=True)):
+        difference = first_difference(expected, block_signature(block))
+        if difference:
+            raise UnsupportedModel(
+                f"The config written for the kept blocks builds a different block {new_index} ({difference}): "
+                "the config cannot express the kept pattern.",
+                hint=f"Check the per-layer config fields ({fields}) or remove a different set of blocks.",
+            )
+    with removed_blocks(stack, removed):
+        expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    actual = {k: tuple(v.shape) for k, v in rebuilt.state_dict().items()}
+    if expected != actual:
+        keys = sorted(k for k in set(expected) | set(actual) if expected.get(k) != actual.get(k))
+        raise UnsupportedModel(
+            f"The model rebuilt for the kept blocks has different tensors ({', '.join(keys[:3])}…).",
+            hint=f"A part outside the blocks depends on the layer count; check the config fields ({fields}).",
+        )
+
+
+def _load_weights(model_class: Any, spec: ExportSpec) -> Any:
+    """The full model on CPU in the checkpoint's own dtype (unless --dtype says otherwise)."""
+    import torch
+
+    from layerprobe.model.load import _translate_load_error
+
+    dtype: Any = "auto" if spec.model.dtype == "auto" else getattr(torch, spec.model.dtype)
+    with quiet_transformers():
+        try:
+            model, info = model_class.from_pretrained(
+                spec.model.model,
+                revision=spec.model.revision,
+                trust_remote_code=spec.model.trust_remote_code,
+                dtype=dtype,
+                output_loading_info=True,
+            )
+        except (OSError, ValueError, KeyError) as exc:
+            raise _translate_load_error(exc, spec.model) from exc
+        except Exception as exc:
+            translated = translate_weights_error(exc, spec.model)
+            if translated is None:
+                raise
+            raise translated from exc
+    check_loading_info(spec.model.model, model, info, find_layers(model, spec.model.layers_path).path, base_of(model))
+    return model.eval()
+
+
+@contextlib.contextmanager
+def _config_swapped(model: Any, config: Any):
+    """`save_pretrained` writes `model.config`: point it at the kept blocks' config while saving."""
+    original = model.config
+    model.config = config
+    try:
+        yield
+    finally:
+        model.config = original

@@ -1,0 +1,1 @@
+"""One pass over a corpus, measured: the angular-distance matrix and the depth diagnostics."""

@@ -1,0 +1,235 @@
+"""`layerprobe depth`: why blocks are lazy — norm placement, residual growth, sublayer updates, gradient norms.
+
+One run: load the model, trace every block once for its norm placement and its attention/MLP sublayers
+(`placement.py`, `sublayers.py`), stream the corpus through the model once recording x^0 … x^L and each
+sublayer's contribution (`depth_stats.py`), and with `--grad` one more forward+backward pass for the
+gradient norms (`depth_grad.py`). Same model and corpus options as `angular`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from layerprobe.core.errors import UnsupportedModel
+from layerprobe.core.progress import Progress
+from layerprobe.core.provenance import RunTimer, model_info
+from layerprobe.core.specs import DepthSpec
+from layerprobe.data.windows import Window, batches, build_windows, iter_documents, windows_before_loading
+from layerprobe.measure.spread import DepthAccumulator, relative_size
+from layerprobe.model.load import (
+    CAUSAL_LM,
+    ENCODER,
+    MASKED_LM,
+    LoadedModel,
+    check_loadable,
+    load_config,
+    load_model,
+    model_kind,
+    skeleton_stack,
+)
+from layerprobe.model.load import takes_argument as _takes
+from layerprobe.model.placement import detect_placement
+from layerprobe.model.stack import LayerStack, capture_block_states, find_layers, hidden_from_input, hidden_from_output
+from layerprobe.model.sublayers import BlockSublayers
+from layerprobe.results.kinds import SUBLAYER_KINDS, DepthResult
+
+TRACE_WINDOWS, TRACE_TOKENS = 2, 64  # tracing needs a few real positions, not the corpus
+
+
+def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedModel | None = None) -> DepthResult:
+    """Load the model (unless given), trace placement, measure, and return the result."""
+    progress = progress or Progress()
+    timer = RunTimer()
+    purpose = _grad_purpose(spec) if spec.grad else "base"
+    windows = None
+    if loaded is None:  # everything cheap (config, tokenizer, the whole corpus) before any weight is read
+        check_loadable(spec.model)  # e.g. bitsandbytes missing for --load-in-4bit: before streaming a corpus
+        skeleton_stack(spec.model)
+        progress.stage("Reading corpus", spec.corpus.tokens, "tok")
+        tokenizer, windows, seq_len = windows_before_loading(spec.model, spec.corpus, progress.on_advance)
+        progress.stage("Loading model")
+        try:
+            loaded = load_model(spec.model, purpose=purpose, tokenizer=tokenizer)
+        except UnsupportedModel as exc:
+            if purpose != MASKED_LM or "head" not in exc.message:
+                raise
+            raise UnsupportedModel(
+                f"{spec.model.model} ships no trained masked-LM head, so its own loss (and --grad) is undefined.",
+                hint="Run depth without --grad, or use a checkpoint saved with its …ForMaskedLM head.",
+            ) from None
+    stack = find_layers(loaded.model, spec.model.layers_path)
+    if windows is None:
+        seq_len = min(spec.corpus.seq_len, loaded.context_length or spec.corpus.seq_len)
+        progress.stage("Reading corpus", spec.corpus.tokens, "tok")
+        windows = build_windows(
+            loaded.tokenizer, iter_documents(spec.corpus), spec.corpus.tokens, seq_len, on_tokens=progress.on_advance
+        )
+    progress.stage("Tracing norm placement", None, "")
+    placement, sublayers = detect_placement(stack.root, stack, _trace_ids(windows, loaded.input_device))
+    progress.stage("Measuring", spec.corpus.tokens, "tok")
+    accumulator = measure_depth(loaded, stack, windows, spec.positions, spec.batch_size, sublayers, progress.on_advance)
+    grad = None
+    if spec.grad:
+        from layerprobe.measure.gradients import grad_norms
+
+        progress.stage("Gradient pass", spec.corpus.tokens, "tok")
+        groups = [None if s is None else {sub.kind: sub.parameters for sub in s} for s in sublayers]
+        grad = grad_norms(loaded, stack, windows, spec.batch_size, groups, spec.mask_seed, progress.on_advance)
+    found = [s for s in sublayers if s is not None]
+    subs = None
+    if found:
+        subs = {
+            kind: {
+                "modules": [None if s is None else getattr(s, kind).module for s in sublayers],
+                "relative": accumulator.sublayers[kind].result(),
+            }
+            for kind in SUBLAYER_KINDS
+        }
+    hub = spec.corpus.is_hub
+    data = {
+        "dataset": spec.corpus.dataset,
+        "config": spec.corpus.dataset_config if hub else None,
+        "split": spec.corpus.split if hub else None,
+        "text_field": spec.corpus.text_field,
+        "tokens": sum(len(w.input_ids) for w in windows),
+        "seq_len": seq_len,
+        "windows": len(windows),
+        "positions": spec.positions,
+        "positions_averaged": accumulator.rms.count[0],
+        "batch_size": spec.batch_size,
+    }
+    return DepthResult(
+        model=model_info(loaded, stack),
+        data=data,
+        placement=placement,
+        rms=accumulator.rms.result(),
+        variance=accumulator.variance.result(),
+        update=accumulator.update.result(),
+        sublayers=subs,
+        grad=grad,
+        nonfinite_tokens=accumulator.nonfinite_tokens,
+        run=timer.finish(loaded.device_label),
+    )
+
+
+def _grad_purpose(spec: DepthSpec) -> str:
+    """Which head --grad needs, decided from the config before any weight is read."""
+    kind = model_kind(load_config(spec.model))
+    if kind == CAUSAL_LM:
+        return CAUSAL_LM
+    if kind == ENCODER:
+        return MASKED_LM
+    raise UnsupportedModel(
+        f"{spec.model.model} is an {kind} model: --grad needs a language-modelling loss (next-token or masked-LM).",
+        hint="Run depth without --grad.",
+    )
+
+
+def _trace_ids(windows: list[Window], device: Any) -> Any:
+    """A few real windows of equal length, cut to TRACE_TOKENS, for tracing placement."""
+    import torch
+
+    length = min(TRACE_TOKENS, len(windows[0].input_ids))
+    rows = [w.input_ids[:length] for w in windows if len(w.input_ids) >= length][:TRACE_WINDOWS]
+    if length < 2:
+        raise UnsupportedModel("Tracing norm placement needs windows of at least 2 tokens.", hint="Raise --seq-len.")
+    return torch.tensor(rows, device=device)
+
+
+def measure_depth(
+    loaded: LoadedModel,
+    stack: LayerStack,
+    windows: list[Window],
+    positions: str,
+    batch_size: int,
+    sublayers: list[BlockSublayers | None],
+    on_batch: Callable[[int], None] | None = None,
+) -> DepthAccumulator:
+    """Run the windows through the model once, accumulating residual and sublayer statistics.
+
+    `positions="all"` measures every position; `"last"` the last text token of each window.
+    """
+    import torch
+
+    model = stack.root
+    accumulator = DepthAccumulator(stack.num_layers, SUBLAYER_KINDS if any(sublayers) else ())
+    extra = {"use_cache": False} if _takes(model, "use_cache") else {}
+    with torch.inference_mode(), capture_block_states(stack) as states, sublayer_ratios(stack, sublayers) as ratios:
+        for group in batches(windows, batch_size):
+            ids = torch.tensor([w.input_ids for w in group], device=loaded.input_device)
+            states.clear()
+            ratios.clear()
+            model(input_ids=ids, **extra)
+            if len(states) != stack.num_layers + 1:
+                raise RuntimeError(f"captured {len(states)} states for {stack.num_layers} blocks")
+            pick = _picker(group, positions)
+            accumulator.add_states([pick(s) for s in states])
+            for (layer, kind), values in ratios.items():
+                accumulator.add_sublayer(kind, layer, pick(values.reshape(ids.shape)))
+            states.clear()
+            ratios.clear()
+            if on_batch:
+                on_batch(sum(len(w.input_ids) for w in group))
+    return accumulator
+
+
+def _picker(group: list[Window], positions: str) -> Callable[[Any], Any]:
+    """(batch, seq, ...) → (positions, ...): every position, or each window's last text token."""
+    import torch
+
+    if positions == "all":
+        return lambda t: t.reshape(-1, *t.shape[2:])
+    rows = torch.arange(len(group))
+    last = torch.tensor([w.last_text_position for w in group])
+    return lambda t: t[rows.to(t.device), last.to(t.device)]
+
+
+@contextlib.contextmanager
+def sublayer_ratios(stack: LayerStack, sublayers: list[BlockSublayers | None]) -> Iterator[dict]:
+    """Record ‖f‖/‖r‖ per position for every found sublayer during the passes run inside.
+
+    Yields a dict (block, kind) → (batch·seq,) float64 values, filled by hooks placed where the trace
+    found each sublayer's residual r (block input, or a module's input or output) and contribution f.
+    """
+    ratios: dict[tuple[int, str], Any] = {}
+    residuals: dict[tuple[int, str], Any] = {}
+    handles = []
+    for layer, (block, subs) in enumerate(zip(stack.blocks, sublayers, strict=True)):
+        if subs is None:
+            continue
+        for sub in subs:
+            key = (layer, sub.kind)
+            handles.append(_residual_hook(block, sub.residual, key, residuals))
+
+            def contribution(_module, _args, output, key=key):
+                residual = residuals.pop(key, None)
+                if residual is None:
+                    return
+                f = hidden_from_output(output)
+                ratios[key] = relative_size(f.reshape(-1, f.shape[-1]), residual.reshape(-1, residual.shape[-1]))
+
+            handles.append(block.get_submodule(sub.module).register_forward_hook(contribution))
+    try:
+        yield ratios
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _residual_hook(block: Any, ref: Any, key: tuple[int, str], store: dict) -> Any:
+    if ref.kind == "block input":
+        return block.register_forward_pre_hook(
+            lambda _m, args, kwargs: store.__setitem__(key, hidden_from_input(args, kwargs)), with_kwargs=True
+        )
+    module = block.get_submodule(ref.module)
+    if ref.kind == "input":
+
+        def before(_m, args, kwargs):
+            value = args[ref.key] if isinstance(ref.key, int) and ref.key < len(args) else kwargs.get(ref.key)
+            if value is not None:
+                store[key] = value
+
+        return module.register_forward_pre_hook(before, with_kwargs=True)
+    return module.register_forward_hook(lambda _m, _a, output: store.__setitem__(key, hidden_from_output(output)))

@@ -1,0 +1,87 @@
+"""Norm placement of a model built without weights (`layerprobe layers`), one random block at a time.
+
+Placement is a property of the code and the config, not of trained values, so `layers` traces the
+weightless skeleton: parameters outside the blocks get random values once, and each block gets random
+values just before it runs and goes back to the meta device right after it has been traced. Memory
+stays at one block (plus its float64 replay), whatever the model's size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from layerprobe.model.placement import BlockPlacement, Placement, place_block, summarise
+from layerprobe.model.stack import LayerStack
+
+TRACE_SHAPE = (2, 16)  # (windows, tokens) of random ids
+
+
+def placement_without_weights(model: Any, stack: LayerStack, vocab_size: int) -> Placement:
+    """Trace every block of a meta-device skeleton with random weights (see the module docstring).
+
+    Args:
+        model: the skeleton base model (`models.load_skeleton`), parameters on the meta device.
+        stack: its blocks.
+        vocab_size: token ids are drawn from [0, vocab_size).
+    """
+    import torch
+
+    model.float()
+    in_blocks = {id(p) for p in stack.blocks.parameters()}
+    _materialise(model, model, skip=in_blocks)
+    placed: dict[int, BlockPlacement] = {}
+    handles = []
+
+    def before(index: int):
+        def hook(block, args, kwargs):
+            _materialise(model, block)
+            placed[index] = place_block(index, block, args, dict(kwargs))[0]
+
+        return hook
+
+    def after(_index: int):
+        def hook(block, _args, _output):
+            block.to("meta")
+
+        return hook
+
+    for index, block in enumerate(stack.blocks):
+        handles.append(block.register_forward_pre_hook(before(index), with_kwargs=True))
+        handles.append(block.register_forward_hook(after(index)))
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, max(2, vocab_size), TRACE_SHAPE, generator=generator)
+    try:
+        with torch.no_grad():
+            extra = {"use_cache": False} if "use_cache" in _forward_args(model) else {}
+            model(input_ids=ids, **extra)
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.to("meta")
+    return summarise([placed[i] for i in range(stack.num_layers)])
+
+
+def _materialise(model: Any, root: Any, skip: set[int] = frozenset()) -> None:
+    """Give every meta parameter under `root` random values, then the model's own init where it has one."""
+    import torch
+    from torch import nn
+
+    for module in root.modules():
+        changed = False
+        for name, param in list(module._parameters.items()):
+            if param is None or not param.is_meta or id(param) in skip:
+                continue
+            value = torch.empty(param.shape, dtype=torch.float32).normal_(0.0, 0.02)
+            module._parameters[name] = nn.Parameter(value, requires_grad=False)
+            changed = True
+        if changed and hasattr(model, "_init_weights"):
+            try:
+                model._init_weights(module)  # norms to ones, embeddings and projections at the config's std
+            except Exception:  # noqa: BLE001 - a family's init may need context we lack; random values stand
+                pass
+
+
+def _forward_args(model: Any) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(model.forward).parameters)

@@ -1,0 +1,162 @@
+"""The `depth` figure, drawn from a DepthResult only (so `layerprobe plot depth.json` redraws it).
+
+Four panels under a strip of per-block placement labels: (a) residual RMS ‖x^l‖/√d and the variance
+across hidden units vs depth, (b) each block's relative update ‖x^(l+1) − x^l‖/‖x^l‖, (c) attention vs
+MLP relative contribution ‖f‖/‖r‖, (d) gradient norms per block and sublayer (with --grad). Values span
+orders of magnitude across depth (the Curse of Depth is a growth law), so y axes are logarithmic; bands
+are ± one standard deviation over positions, clipped at the smallest positive value.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+from layerprobe.plots.figures import _save, _short  # noqa: E402
+from layerprobe.results.kinds import DepthResult, Spread  # noqa: E402
+
+LABEL_COLOURS = {
+    "Pre-LN": "#2e86c1",
+    "Post-LN": "#e67e22",
+    "sandwich": "#27ae60",
+    "parallel": "#8e44ad",
+    "unrecognised": "#9e9e9e",
+}
+ATTENTION_COLOUR, MLP_COLOUR, BLOCK_COLOUR = "#c0392b", "#2e86c1", "#333333"
+
+
+def plot_depth(result: DepthResult, out_dir: Path) -> list[Path]:
+    """Draw `depth.png` and `depth.pdf` in `out_dir`."""
+    return _save(depth_figure(result), Path(out_dir) / "depth.png", Path(out_dir) / "depth.pdf")
+
+
+def redraw(json_path: Path, out_dir: Path | None = None) -> list[Path]:
+    """Redraw the plots of any result JSON (backs `layerprobe plot`): depth here, other kinds in report.py."""
+    from layerprobe.core.specs import check_output_dir
+    from layerprobe.plots.figures import plot_result
+    from layerprobe.results.kinds import DepthResult, load_result
+
+    json_path = Path(json_path)
+    result = load_result(json_path)  # validated once, whatever the kind
+    if not isinstance(result, DepthResult):
+        return plot_result(json_path, out_dir)
+    return plot_depth(result, json_path.parent if out_dir is None else check_output_dir(out_dir))
+
+
+def depth_figure(result: DepthResult):
+    """Build the figure (returned open, so tests can inspect it before it is saved)."""
+    fig = plt.figure(figsize=(11, 8.2), layout="constrained")
+    grid = fig.add_gridspec(3, 2, height_ratios=[0.22, 1, 1])
+    strip = fig.add_subplot(grid[0, :])
+    axes = [fig.add_subplot(grid[1 + i // 2, i % 2]) for i in range(4)]
+    _draw_strip(strip, result)
+    _draw_residual(axes[0], result)
+    _draw_spread(axes[1], result.update, BLOCK_COLOUR, "block update")
+    axes[1].set_ylabel(r"$\|x^{l+1}-x^l\|\,/\,\|x^l\|$")
+    axes[1].set_title("(b) relative update of block l", fontsize=10, loc="left")
+    _draw_sublayers(axes[2], result)
+    _draw_grad(axes[3], result)
+    for ax in axes[1:]:
+        ax.set_xlabel("block l")
+        _integer_ticks(ax, result.num_layers)
+    tokens = result.data.get("tokens")
+    tokens = f"{tokens:,}" if isinstance(tokens, int) else tokens
+    fig.suptitle(f"{_short(result.model.id)} · {tokens} tokens · {result.placement.summary}", fontsize=11)
+    return fig
+
+
+def _draw_strip(ax, result: DepthResult) -> None:
+    labels = result.placement.labels
+    for l, label in enumerate(labels):
+        ax.add_patch(plt.Rectangle((l - 0.5, 0), 1, 1, color=LABEL_COLOURS.get(label, "#555555"), ec="white"))
+        scale = result.placement.blocks[l].norm_scale
+        if scale is not None and len(labels) <= 24:
+            ax.text(l, 0.5, f"×{scale:.2g}", ha="center", va="center", fontsize=7, color="white")
+    ax.set_xlim(-0.5, len(labels) - 0.5)
+    ax.set_ylim(0, 1)
+    ax.set_yticks([])
+    _integer_ticks(ax, len(labels))
+    ax.set_title("norm placement per block (traced)", fontsize=10, loc="left")
+    present = list(dict.fromkeys(labels))
+    ax.legend(
+        handles=[Patch(color=LABEL_COLOURS.get(p, "#555555"), label=p) for p in present],
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        fontsize=8,
+        frameon=False,
+    )
+
+
+def _draw_residual(ax, result: DepthResult) -> None:
+    _draw_spread(ax, result.rms, BLOCK_COLOUR, r"RMS $\|x^l\|/\sqrt{d}$")
+    ax.set_ylabel(r"RMS $\|x^l\|/\sqrt{d}$")
+    ax.set_xlabel("residual state l (input of block l; l = L: last output)")
+    twin = ax.twinx()
+    _draw_spread(twin, result.variance, "#16a085", "variance across units", dashed=True, band=False)
+    twin.set_ylabel("variance across units", color="#16a085", fontsize=8)
+    twin.tick_params(axis="y", labelsize=7, colors="#16a085")
+    lines = ax.get_lines() + twin.get_lines()
+    ax.legend(lines, [line.get_label() for line in lines], fontsize=8, loc="upper left")
+    ax.set_title("(a) residual stream growth", fontsize=10, loc="left")
+    _integer_ticks(ax, result.num_layers + 1)
+
+
+def _draw_sublayers(ax, result: DepthResult) -> None:
+    ax.set_title(r"(c) sublayer contribution $\|f\|\,/\,\|r\|$", fontsize=10, loc="left")
+    if not result.sublayers:
+        ax.text(0.5, 0.5, "sublayers not found (see placement)", ha="center", va="center", transform=ax.transAxes)
+        return
+    for kind, colour in (("attention", ATTENTION_COLOUR), ("mlp", MLP_COLOUR)):
+        _draw_spread(ax, result.sublayers[kind]["relative"], colour, "attention" if kind == "attention" else "MLP")
+    ax.set_ylabel("relative contribution")
+    ax.legend(fontsize=8)
+
+
+def _draw_grad(ax, result: DepthResult) -> None:
+    ax.set_title(r"(d) gradient norm $\|\nabla_{\theta_l} \bar{\mathcal{L}}\|$", fontsize=10, loc="left")
+    grad = result.grad
+    if grad is None:
+        ax.text(0.5, 0.5, "not measured (run with --grad)", ha="center", va="center", transform=ax.transAxes)
+        ax.set_yticks([])
+        return
+    x = np.arange(len(grad.block))
+    ax.plot(x, _positive(grad.block), "o-", color=BLOCK_COLOUR, label="block", ms=4)
+    for kind, colour in (("attention", ATTENTION_COLOUR), ("mlp", MLP_COLOUR)):
+        values = (grad.sublayers or {}).get(kind)
+        if values:
+            ax.plot(x, _positive(values), "s--", color=colour, label=kind if kind == "attention" else "MLP", ms=3)
+    ax.set_yscale("log")
+    ax.set_ylabel(f"{grad.loss} loss, {grad.positions:,} positions")
+    ax.legend(fontsize=8)
+
+
+def _draw_spread(ax, spread: Spread, colour: str, label: str, dashed: bool = False, band: bool = True) -> None:
+    mean = _positive(spread.mean)
+    std = np.asarray([s if s is not None else math.nan for s in spread.std], dtype=float)
+    x = np.arange(len(mean))
+    ax.plot(x, mean, "--" if dashed else "o-", color=colour, label=label, ms=4)
+    if band:
+        positive = mean[np.isfinite(mean) & (mean > 0)]
+        floor = float(positive.min()) / 10 if positive.size else 1e-12
+        ax.fill_between(x, np.clip(mean - std, floor, None), mean + std, color=colour, alpha=0.15, lw=0)
+    ax.set_yscale("log")
+
+
+def _positive(values) -> np.ndarray:
+    """Values as floats, with None and non-positive entries (undrawable on a log axis) as NaN."""
+    array = np.asarray([v if v is not None else math.nan for v in values], dtype=float)
+    array[~(array > 0)] = math.nan
+    return array
+
+
+def _integer_ticks(ax, count: int) -> None:
+    step = max(1, math.ceil(count / 16))
+    ax.set_xticks(range(0, count, step))

@@ -1,0 +1,1 @@
+"""The pruning experiments: prune-drop (each unit removed in turn), its resume state and shards, the curve."""

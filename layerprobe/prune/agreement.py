@@ -1,0 +1,105 @@
+"""Do the two measures of a block's importance agree? Angular distance d(x^l, x^(l+1)) against ΔP(l).
+
+A block that barely turns its input (small adjacent angular distance) should cost little when removed.
+Given an angular result of the same model, each prune-drop metric gets a rank agreement: Spearman's rho
+between d(x^l, x^(l+1)) and ΔP(l) over the removed blocks, with a bootstrap 95 % interval over blocks,
+and the overlap of the k blocks each measure calls most redundant (smallest distance; smallest loss).
+
+Orientation: for a metric where higher is better, removing an important block makes ΔP negative, so
+the measures agree when rho is *negative*; for perplexity-like metrics when it is positive.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from layerprobe.core.errors import ResultError
+from layerprobe.results.kinds import ANGULAR_JSON, AngularResult, MetricDrop, load_result
+from layerprobe.stats.paired import DEFAULT_DRAWS, DEFAULT_SEED, spearman_bootstrap, top_k_overlap
+
+
+def find_angular(explicit: str | Path | None, out_dir: Path) -> Path | None:
+    """The angular result to compare with: the one given, else an angular.json in the same --out, else None."""
+    if explicit is not None:
+        return Path(explicit)
+    found = Path(out_dir) / ANGULAR_JSON
+    return found if found.is_file() else None
+
+
+def load_angular_for(path: Path, num_layers: int | None) -> AngularResult:
+    """Read `path` and check it measured a model with `num_layers` blocks (None: not known yet)."""
+    result = load_result(path)
+    if not isinstance(result, AngularResult):
+        raise ResultError(f"{path} is not an angular result.", hint="Pass the angular.json of the same model.")
+    check_angular_fits(result, path, num_layers)
+    return result
+
+
+def check_angular_fits(result: AngularResult, path: Path, num_layers: int | None) -> None:
+    """Refuse an angular result of a model with another number of blocks."""
+    if num_layers is not None and result.num_layers != num_layers:
+        raise ResultError(
+            f"{path} measured {result.num_layers} blocks; this model has {num_layers}.",
+            hint="Pass the angular.json of the same model (layerprobe angular MODEL --out DIR).",
+        )
+
+
+def default_k(count: int) -> int:
+    """How many blocks the top-k overlap compares: a quarter of them, at least one."""
+    return max(1, count // 4)
+
+
+def metric_agreement(
+    adjacent: list[float],
+    metric: MetricDrop,
+    *,
+    k: int | None = None,
+    draws: int = DEFAULT_DRAWS,
+    seed: int = DEFAULT_SEED,
+) -> dict[str, Any]:
+    """The agreement block of one metric (see the module docstring); blocks with a non-finite value are left out.
+
+    Args:
+        adjacent: d(x^l, x^(l+1)) for every block l of the model (`summary.adjacent` of angular.json).
+        metric: The metric's ΔP per removed block.
+        k: Blocks compared by the top-k overlap (default: a quarter of the usable blocks).
+        draws: Bootstrap draws for rho's interval.
+        seed: Seed of that bootstrap.
+    """
+    pairs = [
+        (layer, adjacent[layer], delta)
+        for layer, delta in zip(metric.layers, metric.delta, strict=True)
+        if 0 <= layer < len(adjacent) and math.isfinite(adjacent[layer]) and math.isfinite(delta)
+    ]
+    layers = [p[0] for p in pairs]
+    distance, delta = [p[1] for p in pairs], [p[2] for p in pairs]
+    rho, ci = spearman_bootstrap(distance, delta, draws=draws, seed=seed)
+    k = default_k(len(pairs)) if k is None else k
+    loss = [-d if metric.higher_is_better else d for d in delta]  # > 0: the score got worse
+    by_distance = [layers[i] for i in sorted(range(len(pairs)), key=lambda i: distance[i])]
+    by_loss = [layers[i] for i in sorted(range(len(pairs)), key=lambda i: loss[i])]
+    return {
+        "layers": layers,
+        "adjacent_distance": distance,  # d(x^l, x^(l+1)) for `layers`: the plot overlays it from here
+        "spearman": rho,
+        "spearman_ci95": None if ci is None else list(ci),
+        "agree_when": "negative" if metric.higher_is_better else "positive",
+        "bootstrap": {"draws": draws, "seed": seed},
+        "top_k": min(k, len(pairs)),
+        "top_k_overlap": top_k_overlap(by_distance, by_loss, min(k, len(pairs))) if pairs else None,
+        "most_redundant_by_distance": by_distance[:k],
+        "least_harmful_by_delta": by_loss[:k],
+    }
+
+
+def task_agreement(
+    angular: AngularResult, metrics: dict[str, MetricDrop], source: str, span: int = 1
+) -> dict[str, dict[str, Any]]:
+    """The agreement block of every metric of a task, each naming the angular file it used.
+
+    With `span` n (prune-drop --span), variant l removed blocks [l, l+n): its distance is d(x^l, x^(l+n)).
+    """
+    adjacent = [angular.distance[l][l + span] for l in range(angular.num_layers - span + 1)]
+    return {name: {"angular": source, **metric_agreement(adjacent, metric)} for name, metric in metrics.items()}

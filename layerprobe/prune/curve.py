@@ -1,0 +1,247 @@
+"""The pruning curve: score vs number of consecutive blocks removed, for several ways of choosing them.
+
+For n = 1 … ⌊max_fraction · L⌋ blocks, Gromov et al.'s rule removes the span [l*, l*+n) with
+l* = argmin_l d(x^l, x^(l+n)) (the angular distance between the span's input and output; from a given
+angular.json or measured first on the same corpus options). Baselines: the last n blocks before the
+final one ([L-1-n, L-1)), and with `baseline_seeds` k, k random spans per n (seed `seed + i` for
+the i-th, recorded). Every distinct span is scored once with prune-drop's scorers; `--task corpus`
+scores all spans in one shared-prefix pass, the other tasks remove the span in memory (simple engine).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from layerprobe.core.errors import LayerprobeError, ResultError
+from layerprobe.core.progress import Progress
+from layerprobe.core.provenance import RunTimer, model_info
+from layerprobe.core.specs import CORPUS_TASK, AngularSpec, PruneSpec
+from layerprobe.evaluate.scorer import check_tasks_fit_model
+from layerprobe.model.load import LoadedModel, load_config, model_kind
+from layerprobe.model.stack import find_layers, removed_blocks
+from layerprobe.prune.agreement import check_angular_fits, load_angular_for
+from layerprobe.results.kinds import (
+    PRUNE_CURVE_JSON,
+    AngularResult,
+    CurveMethod,
+    CurveMetric,
+    PruneCurveResult,
+    write_json,
+)
+
+if TYPE_CHECKING:
+    from layerprobe.evaluate.scores import Evaluation
+
+Span = tuple[int, ...]
+GROMOV, LAST = "angular", "last"
+
+
+@dataclass(frozen=True)
+class PruneCurveSpec:
+    """One `layerprobe prune-curve` run: the prune-drop options (tasks, corpus…) plus the curve's own."""
+
+    prune: PruneSpec
+    max_fraction: float = 0.5
+    baseline_seeds: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_fraction <= 1:
+            raise LayerprobeError(f"--max-fraction must be in (0, 1], got {self.max_fraction}.")
+        if self.baseline_seeds < 0:
+            raise LayerprobeError(f"--baseline-seeds must be >= 0, got {self.baseline_seeds}.")
+
+
+def gromov_start(distance: list[list[float]], n: int) -> int:
+    """l* = argmin_l d(x^l, x^(l+n)) over l = 0 … L-n (the first on ties)."""
+    size = len(distance) - 1
+    return min(range(size - n + 1), key=lambda l: (distance[l][l + n], l))
+
+
+def choose_spans(distance: list[list[float]], max_n: int, seeds: list[int]) -> dict[str, dict[int, int]]:
+    """Method → n → start of the removed span, for Gromov's rule, the last-blocks baseline and each seed."""
+    size = len(distance) - 1
+    methods: dict[str, dict[int, int]] = {GROMOV: {}, LAST: {}}
+    for n in range(1, max_n + 1):
+        methods[GROMOV][n] = gromov_start(distance, n)
+        if n <= size - 1:
+            methods[LAST][n] = size - 1 - n
+    for seed in seeds:
+        rng = random.Random(seed)
+        methods[f"random_{seed}"] = {n: rng.randrange(size - n + 1) for n in range(1, max_n + 1)}
+    return methods
+
+
+def run_prune_curve(
+    spec: PruneCurveSpec,
+    out_dir: Path,
+    angular: str | None = None,
+    progress: Progress | None = None,
+    loaded: LoadedModel | None = None,
+) -> PruneCurveResult:
+    """Choose the spans, score the baseline and every span, write prune_curve.json into `out_dir`."""
+    from layerprobe.model.load import load_model
+
+    progress = progress or Progress()
+    timer = RunTimer()
+    prune = spec.prune
+    config = load_config(prune.model) if loaded is None else loaded.model.config
+    check_tasks_fit_model(prune.tasks, model_kind(config), prune.model.model, prune.engine)
+    known = None if prune.model.layers_path else getattr(config, "num_hidden_layers", None)
+    angular_result = None if angular is None else load_angular_for(Path(angular), known)
+    if angular_result is not None:
+        _check_same_model(angular_result, Path(angular), prune.model.model)
+    if isinstance(known, int) and math.floor(spec.max_fraction * known) < 1:  # fail before loading weights
+        raise LayerprobeError(f"--max-fraction {spec.max_fraction} of {known} blocks removes none.")
+    if loaded is None:
+        progress.stage("Loading model")
+        loaded = load_model(prune.model, purpose="head")
+    stack = find_layers(loaded.model, prune.model.layers_path)
+    size = stack.num_layers
+    max_n = math.floor(spec.max_fraction * size)
+    if max_n < 1:
+        raise LayerprobeError(f"--max-fraction {spec.max_fraction} of {size} blocks removes none.")
+    if angular_result is None:
+        from layerprobe.measure.angular import run_angular
+
+        angular_result = run_angular(AngularSpec(prune.model, prune.corpus), progress, loaded)
+    check_angular_fits(angular_result, Path(angular or "angular"), size)
+    seeds = [prune.seed + i for i in range(spec.baseline_seeds)]
+    chosen = choose_spans(angular_result.distance, max_n, seeds)
+    spans = sorted({tuple(range(s, s + n)) for per_n in chosen.values() for n, s in per_n.items()})
+    progress.stage("Evaluating (task × variant)", len(prune.tasks) * (len(spans) + 1), "eval")
+    scores = _score_all(loaded, stack, prune, spans, progress)
+    result = PruneCurveResult(
+        model=model_info(loaded, stack),
+        settings=_settings(spec, angular, seeds),
+        selection={
+            "n": list(range(1, max_n + 1)),
+            "start": [chosen[GROMOV][n] for n in range(1, max_n + 1)],
+            "distance": [angular_result.distance[s][s + n] for n, s in sorted(chosen[GROMOV].items())],
+        },
+        tasks={task: _task_curve(scores[task], chosen) for task in prune.tasks},
+        run=timer.finish(loaded.device_label),
+    )
+    write_json(Path(out_dir) / PRUNE_CURVE_JSON, result.to_dict())
+    return result
+
+
+def _check_same_model(angular: AngularResult, path: Path, model: str) -> None:
+    """Refuse an angular.json measured on another checkpoint (local paths compared resolved)."""
+    same = angular.model.id == model or (
+        os.path.exists(model) and os.path.abspath(angular.model.id) == os.path.abspath(model)
+    )
+    if not same:
+        raise ResultError(
+            f"{path} measured {angular.model.id}, not {model}.",
+            hint="Pass the angular.json of the same model, or leave --angular out to measure it first.",
+        )
+
+
+def _score_all(
+    loaded: LoadedModel, stack: Any, prune: PruneSpec, spans: list[Span], progress: Progress
+) -> dict[str, dict[Span, Evaluation]]:
+    """Every task's Evaluation for the baseline (()) and every span."""
+    from layerprobe.evaluate.scorer import make_scorers
+
+    scores: dict[str, dict[Span, Evaluation]] = {task: {} for task in prune.tasks}
+    others = tuple(t for t in prune.tasks if t != CORPUS_TASK)
+    if CORPUS_TASK in prune.tasks:
+        from layerprobe.evaluate.corpus_metric import CorpusScorer
+
+        corpus = CorpusScorer(loaded, stack, prune.corpus, list(spans), prune.batch_size, prune.engine)
+        for span in [(), *spans]:
+            with corpus.variant(span or None):
+                scores[CORPUS_TASK][span] = corpus.score(CORPUS_TASK)
+            progress.on_advance(1)
+    if others:  # lm-eval / SQuAD: the span is removed in memory around the scorer's baseline
+        simple = replace(prune, tasks=others, engine="simple")
+        for scorer, tasks in make_scorers(loaded, stack, simple, [], progress):
+            for span in [(), *spans]:
+                context: AbstractContextManager[Any] = removed_blocks(stack, list(span)) if span else nullcontext()
+                with context, scorer.variant(None):
+                    for task in tasks:
+                        scores[task][span] = scorer.score(task)
+                        if not scorer.reports_progress:
+                            progress.on_advance(1)
+    return scores
+
+
+def _task_curve(evaluations: dict[Span, Evaluation], chosen: dict[str, dict[int, int]]) -> dict[str, CurveMetric]:
+    from layerprobe.evaluate.samples import paired_delta
+
+    base = evaluations[()]
+    metrics = {}
+    for name, score in base.metrics.items():
+        methods = {}
+        for method, per_n in chosen.items():
+            points: dict[str, list[Any]] = {k: [] for k in ("n", "start", "score", "stderr", "delta", "delta_stderr")}
+            for n, start in sorted(per_n.items()):
+                evaluation = evaluations[tuple(range(start, start + n))]
+                pruned = evaluation.metrics[name]
+                pair = None
+                if name in base.per_sample and name in evaluation.per_sample:
+                    pair = paired_delta(base.per_sample[name], evaluation.per_sample[name])
+                points["n"].append(n)
+                points["start"].append(start)
+                points["score"].append(pruned.value)
+                points["stderr"].append(pruned.stderr)
+                points["delta"].append(pruned.value - score.value)
+                points["delta_stderr"].append(None if pair is None else pair.stderr)
+            methods[method] = CurveMethod(**points)
+        metrics[name] = CurveMetric(score.value, score.stderr, score.higher_is_better is not False, methods)
+    return metrics
+
+
+def _settings(spec: PruneCurveSpec, angular: str | None, seeds: list[int]) -> dict[str, Any]:
+    from layerprobe.prune.state import corpus_settings
+
+    prune = spec.prune
+    return {
+        "tasks": list(prune.tasks),
+        "max_fraction": spec.max_fraction,
+        "baseline_seeds": seeds,
+        "angular": angular,  # None: measured in this run on the corpus below
+        "corpus": corpus_settings(prune.corpus),
+        "limit": prune.limit,
+        "num_fewshot": prune.num_fewshot,
+        "seed": prune.seed,
+        "batch_size": prune.batch_size,
+        "engine": prune.engine,
+    }
+
+
+def plot_prune_curve(result: PruneCurveResult, out_dir: Path) -> list[Path]:
+    """One figure per task (its first metric): score vs fraction removed, a line per method, ±1 paired stderr."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for task, metrics in result.tasks.items():
+        name, metric = next(iter(metrics.items()))
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+        ax.axhline(metric.baseline, color="0.5", lw=0.8, ls="--", label="full model")
+        for method, points in metric.methods.items():
+            x = [n / result.num_layers for n in points.n]
+            line = ax.plot(x, points.score, marker="o", ms=3, label=method, alpha=0.6 if "random" in method else 1)[0]
+            err = [(s, e) for s, e in zip(points.score, points.delta_stderr, strict=True) if e is not None]
+            if len(err) == len(x):
+                ax.fill_between(
+                    x, [s - e for s, e in err], [s + e for s, e in err], color=line.get_color(), alpha=0.15, lw=0
+                )
+        ax.set_xlabel("fraction of blocks removed")
+        ax.set_ylabel(f"{task} {name}")
+        ax.set_title(f"{result.model.id}: pruning curve (band: ±1 paired stderr vs full model)", fontsize=9)
+        ax.legend(fontsize=8)
+        path = Path(out_dir) / f"prune_curve_{task.replace('/', '_')}.png"
+        fig.savefig(path, dpi=130)
+        plt.close(fig)
+        paths.append(path)
+    return paths

@@ -1,0 +1,119 @@
+"""Per-document metric values of a prune-drop run, as JSON lines: kept while it runs, written out on request.
+
+The paired ΔP uncertainty needs the baseline's per-document values next to every variant's, also after
+`--resume`, so every finished evaluation appends its rows to `prune_drop.partial.samples/<task>.jsonl`
+*before* the evaluation is recorded in the progress file. On resume, rows of variants the progress file
+does not list (a crash between the two writes) are dropped, and variants listed without rows are
+evaluated again; so the rows and the recorded scores always describe the same evaluations. When the run
+ends the folder becomes `<out>/samples/` (`--log-samples`) or is deleted.
+
+Each line: `{"variant": null | l, "task": leaf task, "doc_id": id, "<metric>": value, …}`; `variant` null
+is the baseline; `task` is the lm-eval leaf task (a subject of a group such as MMLU), or "squad".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from layerprobe.results.kinds import PRUNE_DROP_PARTIAL_SAMPLES as PARTIAL_DIR
+from layerprobe.results.kinds import SAMPLES_DIR
+
+
+def file_name(task: str) -> str:
+    """`<task>.jsonl`, with anything but letters, digits, '.', '_' and '-' made '_' (a task may be a path)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", task) + ".jsonl"
+
+
+class SampleLog:
+    """The per-document rows of one run, by task file."""
+
+    def __init__(self, out_dir: Path, suffix: str = "") -> None:
+        self.out_dir = Path(out_dir)
+        self.partial = self.out_dir / f"{PARTIAL_DIR}{suffix}"  # suffix: one folder per rank of a launch
+
+    @classmethod
+    def open(cls, out_dir: Path, resume: bool, suffix: str = "") -> SampleLog:
+        """A log for this run; without `resume`, rows a previous run left behind are removed."""
+        log = cls(out_dir, suffix)
+        if not resume and log.partial.exists():
+            shutil.rmtree(log.partial)
+        return log
+
+    def append(self, task: str, rows: list[dict[str, Any]]) -> None:
+        """Add rows and make sure they are on disk before returning (the progress file is written next)."""
+        self.partial.mkdir(parents=True, exist_ok=True)
+        with open(self.partial / file_name(task), "a", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, allow_nan=True) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def read(self, task: str) -> dict[int | None, list[dict[str, Any]]]:
+        """Rows by variant; if a variant was written twice, its last evaluation wins."""
+        path = self.partial / file_name(task)
+        by_variant: dict[int | None, list[dict[str, Any]]] = {}
+        if not path.exists():
+            return by_variant
+        previous: int | None | str = "none yet"
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # a line cut short by a crash: that evaluation is redone
+                    continue
+                variant = row["variant"]
+                if variant != previous and variant in by_variant:
+                    by_variant[variant] = []  # a new block of rows: a later evaluation of the same variant
+                by_variant.setdefault(variant, []).append(row)
+                previous = variant
+        return by_variant
+
+    def reconcile(self, state: Any) -> None:
+        """After a resume: rows and recorded evaluations must describe the same evaluations.
+
+        Rows of a variant the progress file does not list are dropped; a recorded evaluation without
+        rows (a crash between the two writes cannot cause it, but a deleted folder can) is forgotten,
+        so it is evaluated again instead of leaving its ΔP unpaired.
+        """
+        for task in list(state.done):
+            recorded = set(state.variants(task))
+            for variant in recorded - self.keep_only(task, recorded):
+                state.forget(task, variant)
+
+    def keep_only(self, task: str, variants: set[int | None]) -> set[int | None]:
+        """Drop rows of variants not in `variants`; return the variants that have rows."""
+        by_variant = self.read(task)
+        kept = {v: rows for v, rows in by_variant.items() if v in variants}
+        if kept != by_variant:
+            self._rewrite(self.partial / file_name(task), kept)
+        return set(kept)
+
+    def finish(self, tasks: list[str], keep: bool) -> Path | None:
+        """End of run: write `<out>/samples/<task>.jsonl` (baseline first, then blocks) if `keep`; clean up."""
+        final = None
+        if keep:
+            final = self.out_dir / SAMPLES_DIR
+            final.mkdir(parents=True, exist_ok=True)
+            for stale in final.glob("*.jsonl"):  # an earlier run's tasks: never mixed with this run's
+                stale.unlink()
+            for task in tasks:
+                self._rewrite(final / file_name(task), self.read(task))
+        if self.partial.exists():
+            shutil.rmtree(self.partial)
+        return final
+
+    @staticmethod
+    def _rewrite(path: Path, by_variant: dict[int | None, list[dict[str, Any]]]) -> None:
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "w", encoding="utf-8") as handle:
+            for variant in sorted(by_variant, key=lambda v: -1 if v is None else v):
+                for row in by_variant[variant]:
+                    handle.write(json.dumps(row, allow_nan=True) + "\n")
+        os.replace(tmp, path)

@@ -1,0 +1,187 @@
+"""The resumable record of a prune-drop run: every finished (task, variant) score, on disk at once.
+
+A prune-drop over a 7B model is hours of GPU time; a crash or Ctrl-C must not cost what was done.
+Each finished evaluation is written (atomically) to `prune_drop.partial.json`. `--resume` reads it back
+and recomputes nothing already there, but only when the run is the same experiment: same model and
+commit, dtype, few-shot, limit, seed and task sources. Mixing scores of two experiments would give a
+ΔP that measures nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from layerprobe.core.errors import ResultError
+from layerprobe.core.provenance import library_versions
+from layerprobe.core.specs import CORPUS_TASK
+from layerprobe.results.kinds import (
+    PRUNE_DROP_PARTIAL_JSON,
+    evaluation_from_dict,
+    evaluation_to_dict,
+    read_json,
+    write_json,
+)
+from layerprobe.results.validate import Node
+
+if TYPE_CHECKING:
+    from layerprobe.core.specs import CorpusSpec, PruneSpec
+    from layerprobe.evaluate.scores import Evaluation
+    from layerprobe.results.kinds import ModelInfo
+
+PARTIAL_NAME = PRUNE_DROP_PARTIAL_JSON
+PARTIAL_SCHEMA = "layerprobe/prune-drop-partial@1"
+BASELINE_KEY = "baseline"  # how the baseline variant (layer None everywhere in code) is spelled on disk
+
+
+def variant_key(layer: int | None) -> str:
+    """The JSON key of a variant: "baseline" or the removed block's index."""
+    return BASELINE_KEY if layer is None else str(layer)
+
+
+def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
+    """Everything that changes a score; two runs may share a progress file only if these agree.
+
+    A hub model is pinned by its commit; a local checkpoint (commit None) by a stat digest of its files,
+    so a retrained `./ckpt` is never mixed with the old one. Local task folders and SQuAD files are
+    digested the same way, and library versions are included: a new lm-eval can change prompts.
+    """
+    versions = library_versions()
+    return {
+        "model": info.id,
+        "revision": info.revision,
+        "commit": info.commit,
+        "files": files_stat_digest(info.id) if info.commit is None and os.path.isdir(info.id) else None,
+        "dtype": info.dtype,
+        "quantization": info.quantization,
+        "attn_implementation": info.attn_implementation,
+        "model_args": info.model_args,
+        "num_layers": info.num_layers,
+        "layer_path": info.layer_path,
+        "limit": spec.limit,
+        "num_fewshot": spec.num_fewshot,
+        "seed": spec.seed,
+        "batch_size": spec.batch_size,
+        "prefix_reuse": spec.prefix_reuse,
+        "max_state_bytes": spec.max_state_bytes,  # splits the shared engine's batches: padding, so rounding
+        "include_path": files_stat_digest(spec.include_path) if spec.include_path else None,
+        "squad_data": files_stat_digest(spec.squad_data) if spec.squad_data else None,
+        "unit": spec.unit,
+        "span": spec.span,
+        "versions": {k: versions.get(k) for k in ("torch", "transformers", "lm_eval")},
+        **({"corpus": corpus_settings(spec.corpus)} if CORPUS_TASK in spec.tasks else {}),
+    }
+
+
+def corpus_settings(corpus: CorpusSpec) -> dict[str, Any]:
+    """The corpus options `--task corpus` was scored on, as recorded in prune_drop.json and fingerprints."""
+    return {
+        "dataset": corpus.dataset,
+        "config": corpus.dataset_config if corpus.is_hub else None,
+        "split": corpus.split if corpus.is_hub else None,
+        "text_field": corpus.text_field,
+        "tokens": corpus.tokens,
+        "seq_len": corpus.seq_len,
+        "file": files_stat_digest(corpus.dataset) if corpus.is_local else None,
+    }
+
+
+def files_stat_digest(path: str) -> str:
+    """sha256 over the names, sizes and modification times (not the contents) of the files under `path`.
+
+    Reading a 15 GB checkpoint to hash it would cost minutes per run; a retrained or copied-over file
+    changes its size or mtime, which is what this is for.
+    """
+    root = Path(path)
+    if not root.exists():  # reported by the loader that needs it, with a proper message
+        return f"{os.path.abspath(path)}@missing"
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    digest = hashlib.sha256()
+    for file in files:
+        stat = file.stat()
+        digest.update(
+            f"{file.relative_to(root) if root.is_dir() else file.name}|{stat.st_size}|{stat.st_mtime_ns}\n".encode()
+        )
+    return f"{os.path.abspath(path)}@{digest.hexdigest()[:16]}"
+
+
+class PruneState:
+    """Scores by task and variant, with the fingerprint of the experiment that produced them."""
+
+    def __init__(
+        self, path: Path, fingerprint: dict[str, Any], done: dict[str, dict[str, dict[str, Any]]] | None = None
+    ) -> None:
+        self.path = path
+        self.fingerprint = fingerprint
+        self.done: dict[str, dict[str, dict[str, Any]]] = done or {}
+
+    @classmethod
+    def open(cls, out_dir: Path, fingerprint: dict[str, Any], resume: bool, name: str = PARTIAL_NAME) -> PruneState:
+        """A fresh state, or (with `resume`) the one on disk after checking it is the same experiment.
+
+        Each process of a multi-process run keeps its own file (`name`); resuming, a process also takes
+        what the other progress files in `out_dir` hold, so a run may resume with another number of ranks.
+        """
+        path = out_dir / name
+        state = cls._read(path, fingerprint, resume) if path.exists() else cls(path, fingerprint)
+        for sibling in sorted(out_dir.glob("prune_drop.partial*.json")):
+            if sibling != path:
+                state.adopt(cls._read(sibling, fingerprint, resume))
+        return state
+
+    @classmethod
+    def _read(cls, path: Path, fingerprint: dict[str, Any], resume: bool) -> PruneState:
+        if not resume:  # never overwrite hours of finished evaluations by accident
+            raise ResultError(
+                f"{path} holds an unfinished prune-drop run.",
+                hint="Add --resume to continue it, or delete that file (or use another --out) to start over.",
+            )
+        data = read_json(path)
+        if data.get("schema") != PARTIAL_SCHEMA:
+            raise ResultError(f"{path} is not a prune-drop progress file.")
+        fingerprint_node = Node(data, str(path)).key("fingerprint")
+        stored = fingerprint_node.obj() if fingerprint_node.present else {}
+        differing = sorted(k for k in set(stored) | set(fingerprint) if stored.get(k) != fingerprint.get(k))
+        if differing:
+            details = "; ".join(f"{k}: was {stored.get(k)!r}, now {fingerprint.get(k)!r}" for k in differing)
+            raise ResultError(
+                f"--resume refuses to mix results of a different run ({details}).",
+                hint=f"Use another --out directory, or delete {path} to start over.",
+            )
+        done = Node(data, str(path)).key("done")
+        if not done.present:
+            return cls(path, fingerprint)
+        for _, variants in done.entries():  # validated now, once: a bad entry is named before hours of work
+            for _, entry in variants.entries():
+                evaluation_from_dict(entry)
+        return cls(path, fingerprint, done.value)
+
+    def adopt(self, other: PruneState) -> None:
+        """Take the evaluations `other` holds that this state lacks (kept in memory, written with the next record)."""
+        for task, variants in other.done.items():
+            for key, value in variants.items():
+                self.done.setdefault(task, {}).setdefault(key, value)
+
+    def has(self, task: str, layer: int | None) -> bool:
+        return variant_key(layer) in self.done.get(task, {})
+
+    def get(self, task: str, layer: int | None) -> Evaluation:
+        return evaluation_from_dict(self.done[task][variant_key(layer)])
+
+    def record(self, task: str, layer: int | None, evaluation: Evaluation) -> None:
+        """Keep one finished evaluation and write the whole state to disk before returning."""
+        self.done.setdefault(task, {})[variant_key(layer)] = evaluation_to_dict(evaluation)
+        write_json(self.path, {"schema": PARTIAL_SCHEMA, "fingerprint": self.fingerprint, "done": self.done})
+
+    def variants(self, task: str) -> list[int | None]:
+        """The variants recorded for `task` (None: the baseline)."""
+        return [None if key == BASELINE_KEY else int(key) for key in self.done.get(task, {})]
+
+    def forget(self, task: str, layer: int | None) -> None:
+        """Drop one recorded evaluation so that it is evaluated again (its per-document rows are lost)."""
+        self.done.get(task, {}).pop(variant_key(layer), None)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)

@@ -1,0 +1,226 @@
+"""Typed reads of untrusted JSON: every bad value becomes one `ResultError` naming the file and the JSON path.
+
+Result files are read once, into typed objects (results.py), so no later code (the gate, the plots, the
+console) ever meets a string where a number belongs and crashes with a traceback, or exit 1 that CI would
+read as "regression". A `Node` is one value of the parsed JSON with its path (`tasks.mmlu.metrics.acc`);
+its typed accessors return the value or raise `ResultError('runs/a/angular.json: data.tokens must be an
+integer, got "12"')`. Flat records are described by field tables (`read_fields`), so a new field of a
+result file is one line in that table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from layerprobe.core.errors import ResultError
+
+_MISSING: Any = object()
+Kind = Callable[["Node"], Any]
+
+
+class Node:
+    """One value of a parsed JSON document, where it sits (`path`) and which file it came from (`source`)."""
+
+    __slots__ = ("path", "source", "value")
+
+    def __init__(self, value: Any, source: str, path: str = "") -> None:
+        self.value, self.source, self.path = value, source, path
+
+    # --- navigation ------------------------------------------------------------------------------
+
+    def key(self, name: str) -> Node:
+        """The child `name` of this object (its value is a marker when absent: see `present`)."""
+        mapping = self.obj()
+        return Node(mapping.get(name, _MISSING), self.source, f"{self.path}.{name}" if self.path else name)
+
+    @property
+    def present(self) -> bool:
+        return self.value is not _MISSING
+
+    def items(self, *, min_length: int = 0) -> list[Node]:
+        """The elements of an array, each with its path (`distance[3]`)."""
+        value = self._required()
+        if not isinstance(value, list):
+            self.fail("an array")
+        if len(value) < min_length:
+            self.fail(f"an array of at least {min_length} item{'s' if min_length != 1 else ''}")
+        return [Node(v, self.source, f"{self.path}[{i}]") for i, v in enumerate(value)]
+
+    def entries(self, *, min_length: int = 0) -> list[tuple[str, Node]]:
+        """The members of an object in file order, each with its path."""
+        mapping = self.obj()
+        if len(mapping) < min_length:
+            self.fail("a non-empty object" if min_length == 1 else f"an object of at least {min_length} members")
+        return [(k, self.key(k)) for k in mapping]
+
+    # --- typed values ----------------------------------------------------------------------------
+
+    def obj(self) -> dict[str, Any]:
+        value = self._required()
+        if not isinstance(value, dict):
+            self.fail("an object")
+        return value
+
+    def text(self, *, optional: bool = False, default: Any = _MISSING, nonempty: bool = False) -> str | None:
+        value, done = self._scalar(optional, default)
+        if done:
+            return value
+        if not isinstance(value, str) or (nonempty and not value):
+            self.fail("a non-empty string" if nonempty else "a string")
+        return value
+
+    def integer(self, *, optional: bool = False, default: Any = _MISSING, minimum: int | None = None) -> int | None:
+        value, done = self._scalar(optional, default)
+        if done:
+            return value
+        if not isinstance(value, int) or isinstance(value, bool):
+            self.fail("an integer" if minimum is None else f"an integer ≥ {minimum}")
+        if minimum is not None and value < minimum:
+            self.fail(f"an integer ≥ {minimum}")
+        return value
+
+    def number(
+        self,
+        *,
+        optional: bool = False,
+        default: Any = _MISSING,
+        finite: bool = False,
+        low: float | None = None,
+        high: float | None = None,
+    ) -> float | None:
+        """A JSON number as float; NaN and ±inf (how layerprobe records a failed measurement) unless `finite`.
+
+        `low`/`high` bound the finite values only, so a recorded NaN stays readable.
+        """
+        value, done = self._scalar(optional, default)
+        if done:
+            return value
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            self.fail("a number")
+        value = float(value)
+        if finite and not math.isfinite(value):
+            self.fail("a finite number")
+        if math.isfinite(value) and ((low is not None and value < low) or (high is not None and value > high)):
+            self.fail(f"a number in [{low:g}, {high:g}]" if low is not None and high is not None else "in range")
+        return value
+
+    def flag(self, *, optional: bool = False, default: Any = _MISSING) -> bool | None:
+        value, done = self._scalar(optional, default)
+        if done:
+            return value
+        if not isinstance(value, bool):
+            self.fail("true or false")
+        return value
+
+    def text_map(self) -> dict[str, str]:
+        """An object whose values are all strings (e.g. `run.versions`)."""
+        return {k: str(v.text()) for k, v in self.entries()}
+
+    # --- failure ---------------------------------------------------------------------------------
+
+    def fail(self, expected: str, got: str | None = None) -> NoReturn:
+        """Raise the one-line error: `<file>: <path> must be <expected>, got <value>`."""
+        where = self.path or "the top level"
+        shown = got if got is not None else ("missing" if not self.present else f"got {describe(self.value)}")
+        raise ResultError(
+            f"{self.source}: {where} must be {expected}, {shown}",
+            hint="The file is not one layerprobe wrote, or was edited or truncated: re-run the command that made it.",
+        )
+
+    def _required(self) -> Any:
+        if not self.present:
+            self.fail("present")
+        return self.value
+
+    def _scalar(self, optional: bool, default: Any) -> tuple[Any, bool]:
+        """The value, and whether it is final already (absent with a default, or an allowed null)."""
+        if not self.present:
+            if default is not _MISSING:
+                return default, True
+            if optional:
+                return None, True
+            self.fail("present")
+        if self.value is None and optional:
+            return None, True
+        return self.value, False
+
+
+def describe(value: Any) -> str:
+    """A short, safe picture of a bad value for an error message (never the whole of a huge one)."""
+    if isinstance(value, dict):
+        return f"an object of {len(value)} member{'s' if len(value) != 1 else ''}"
+    if isinstance(value, list):
+        return f"an array of {len(value)} item{'s' if len(value) != 1 else ''}"
+    text = json.dumps(value, allow_nan=True)
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+def read_fields(node: Node, table: dict[str, Kind]) -> dict[str, Any]:
+    """Read every field of a flat record by its kind in `table` (field name → `Node` reader)."""
+    node.obj()
+    return {name: kind(node.key(name)) for name, kind in table.items()}
+
+
+def checked_record(node: Node, table: dict[str, Kind]) -> dict[str, Any]:
+    """An open record (`data`, `settings`): every member kept in file order, the known ones checked."""
+    record = dict(node.obj())
+    checked = read_fields(node, table)
+    record.update({name: value for name, value in checked.items() if name in record})
+    return record
+
+
+# Field kinds for the tables in results.py: one reader per JSON type, with its optionality.
+def text(optional: bool = False, default: Any = _MISSING) -> Kind:
+    """A string field (None when optional and null or absent)."""
+    return lambda node: node.text(optional=optional, default=default)
+
+
+def integer(optional: bool = False, default: Any = _MISSING, minimum: int | None = None) -> Kind:
+    """An integer field (never a bool or a float)."""
+    return lambda node: node.integer(optional=optional, default=default, minimum=minimum)
+
+
+def number(optional: bool = False, default: Any = _MISSING, finite: bool = False) -> Kind:
+    """A number field: NaN/inf allowed unless `finite`."""
+    return lambda node: node.number(optional=optional, default=default, finite=finite)
+
+
+def flag(optional: bool = False, default: Any = _MISSING) -> Kind:
+    """A boolean field."""
+    return lambda node: node.flag(optional=optional, default=default)
+
+
+def text_or_integer(optional: bool = False) -> Kind:
+    """`batch_size`: an integer, or a word such as "auto"."""
+
+    def read(node: Node) -> Any:
+        if isinstance(node.value, str):
+            return node.value
+        return node.integer(optional=optional)
+
+    return read
+
+
+def string_map(optional: bool = False) -> Kind:
+    """An object of strings (empty when optional and absent)."""
+
+    def read(node: Node) -> Any:
+        if optional and (not node.present or node.value is None):
+            return {}
+        return node.text_map()
+
+    return read
+
+
+def any_object(optional: bool = False) -> Kind:
+    """An object whose members are read by their own code (e.g. prune-drop's `agreement`): only its type here."""
+
+    def read(node: Node) -> Any:
+        if optional and (not node.present or node.value is None):
+            return None
+        return node.obj()
+
+    return read

@@ -1,0 +1,1 @@
+"""Pure statistics (numpy/scipy only): paired differences, bootstraps, rank correlations."""
