@@ -17,8 +17,8 @@ import pytest
 from test_prune import BATCH, TASKS_DIR, comparable, load, make_spec
 
 from layerprobe.core.errors import LayerprobeError, ResultError
-from layerprobe.core.progress import Progress
-from layerprobe.core.ranks import Share
+from layerprobe.core.shares import Share
+from layerprobe.model.progress import Progress
 from layerprobe.prune.drop import merge_shards, run_prune_drop
 from layerprobe.prune.shards import SHARD_JSON
 from layerprobe.results.kinds import PruneDropResult
@@ -141,7 +141,7 @@ from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_prune import make_spec
 from layerprobe.measure.angular import run_angular
-from layerprobe.core.progress import Progress
+from layerprobe.model.progress import Progress
 from layerprobe.prune.drop import run_prune_drop
 from layerprobe.core.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
 from test_distributed import angular_json

@@ -29,13 +29,13 @@ from layerprobe.core.specs import (
     parse_model_args,
 )
 from layerprobe.data.windows import build_windows, iter_documents
-from layerprobe.evaluate.scores import Evaluation
 from layerprobe.measure import angular as angular_module
 from layerprobe.measure.angular import measure
 from layerprobe.model.load import load_model, module_device
 from layerprobe.model.stack import find_layers
 from layerprobe.plots.figures import _angular_figure, _prune_drop_figure
 from layerprobe.prune.state import PruneState, fingerprint
+from layerprobe.results.evaluation import Evaluation
 from layerprobe.results.kinds import AngularResult, ModelInfo, PruneDropResult, load_result
 
 TASKS_DIR = Path(__file__).parent / "data" / "tasks"

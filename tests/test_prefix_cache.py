@@ -210,7 +210,7 @@ def test_no_prefix_reuse_is_a_cli_flag_recorded_in_the_result_and_the_fingerprin
 
 
 def _info(path):
-    from layerprobe.core.provenance import model_info
+    from layerprobe.model.info import model_info
 
     loaded = load(path)
     return model_info(loaded, find_layers(loaded.model))
@@ -219,7 +219,7 @@ def _info(path):
 def test_prefix_groups_are_journaled_so_a_killed_run_resumes_without_redoing_them(long_context, tmp_path):
     """With prefix reuse on (the default), each scored group is saved: a resumed run redoes only what was lost."""
     from layerprobe.core.errors import ResultError
-    from layerprobe.core.progress import Progress
+    from layerprobe.model.progress import Progress
 
     path = long_context["llama"]
     loaded = load(path)

@@ -22,11 +22,11 @@ from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
 from layerprobe.core.errors import ResultError, TaskError
-from layerprobe.core.progress import Progress
 from layerprobe.core.specs import ModelSpec, PruneSpec
 from layerprobe.data.squad import load_squad
 from layerprobe.evaluate.squad import SquadScorer
 from layerprobe.model.load import load_model
+from layerprobe.model.progress import Progress
 from layerprobe.model.stack import find_layers
 from layerprobe.prune.drop import run_prune_drop
 from layerprobe.prune.state import PARTIAL_NAME

@@ -542,8 +542,7 @@ def test_angular_json_round_trips_the_new_fields_and_reads_old_files(tmp_path):
 
 
 def test_an_evaluation_round_trips_through_its_json_form():
-    from layerprobe.evaluate.scores import Evaluation, MetricScore
-    from layerprobe.results.kinds import evaluation_from_dict, evaluation_to_dict
+    from layerprobe.results.evaluation import Evaluation, MetricScore, evaluation_from_dict, evaluation_to_dict
 
     evaluation = Evaluation(
         {"f1": MetricScore(71.5, 2.25, True, 6), "em": MetricScore(50.0, None, None, 6)}, 0, 6, "simple", 2

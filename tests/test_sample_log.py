@@ -71,9 +71,9 @@ def tasks_of(result) -> dict:
 
 
 def test_resume_keeps_rows_and_scores_of_the_same_evaluations(tiny_checkpoints, tmp_path):
-    from layerprobe.core.progress import Progress
     from layerprobe.core.specs import ModelSpec
     from layerprobe.model.load import load_model
+    from layerprobe.model.progress import Progress
     from layerprobe.prune.drop import run_prune_drop
     from layerprobe.prune.state import PARTIAL_NAME
 

@@ -276,8 +276,8 @@ def demo(
 
 
 def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
-    from layerprobe.core.ranks import world
     from layerprobe.measure.angular import run_angular
+    from layerprobe.model.ranks import world
     from layerprobe.plots.figures import plot_angular
     from layerprobe.results.kinds import write_json
 
@@ -416,7 +416,8 @@ def prune_curve(
     Writes prune_curve.json and prune_curve_<task>.png (one line per method).
     """
     from layerprobe.core.specs import CorpusSpec, ModelSpec, PruneSpec, parse_eval_batch_size
-    from layerprobe.prune.curve import PruneCurveSpec, plot_prune_curve, run_prune_curve
+    from layerprobe.plots.curve import plot_prune_curve
+    from layerprobe.prune.curve import PruneCurveSpec, run_prune_curve
 
     parsed_batch = parse_eval_batch_size(batch_size)
     spec = PruneCurveSpec(
@@ -574,7 +575,7 @@ def prune_drop(
     Writes prune_drop.json and one plot per task (prune_drop_<task>.png). Progress is saved after every
     evaluation; rerun with --resume after an interruption.
     """
-    from layerprobe.core.ranks import Share, world
+    from layerprobe.core.shares import Share
     from layerprobe.core.specs import (
         DEFAULT_STATE_BYTES,
         CorpusSpec,
@@ -582,6 +583,7 @@ def prune_drop(
         parse_eval_batch_size,
         parse_memory_size,
     )
+    from layerprobe.model.ranks import world
     from layerprobe.prune.drop import run_prune_drop
     from layerprobe.prune.shards import SHARD_JSON
 

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerprobe.core.errors import CorpusError, EmptyCorpus
+from layerprobe.core.errors import CorpusError, EmptyCorpus, hub_offline
 from layerprobe.core.specs import BUILTIN_CORPUS, LOCAL_BUILDERS, CorpusSpec, ModelSpec
 from layerprobe.data.files import iter_jsonl_rows, iter_paragraphs
+from layerprobe.model.load import context_length, load_config, load_tokenizer, quiet_hub_logs, quiet_transformers
 
 _TOKENIZE_BATCH = 64
 # Documents longer than this many characters are tokenized in pieces (see `split_long`), a few at a time.
@@ -91,7 +92,6 @@ def iter_documents(spec: CorpusSpec) -> Iterator[str]:
 
         yield from (topics[key] for key in sorted(topics))
         return
-    from layerprobe.model.load import quiet_hub_logs
 
     with quiet_hub_logs():  # restored when the stream is exhausted or closed
         yield from _texts(spec)
@@ -172,7 +172,6 @@ def _guarded(rows: Iterable[dict], spec: CorpusSpec) -> Iterator[dict]:
 
 
 def _datasets_offline() -> bool:
-    from layerprobe.core.errors import hub_offline
 
     return hub_offline() or os.environ.get("HF_DATASETS_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
@@ -296,7 +295,6 @@ def _extend_long(
 
 
 def _encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
-    from layerprobe.model.load import quiet_transformers
 
     with quiet_transformers():  # silences "sequence longer than the model's maximum": we pack, not truncate
         return tokenizer(texts, add_special_tokens=False)["input_ids"]
@@ -312,8 +310,6 @@ def windows_before_loading(
     the model's usable context (read from the config and tokenizer). The windows are kept, so the
     corpus is streamed once.
     """
-    from layerprobe.model.load import context_length, load_config, load_tokenizer
-
     config = load_config(model)
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
     seq_len = min(corpus.seq_len, context_length(config, tokenizer) or corpus.seq_len)

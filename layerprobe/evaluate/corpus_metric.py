@@ -33,9 +33,10 @@ from torch import nn
 
 from layerprobe.core.specs import CORPUS_TASK
 from layerprobe.data.windows import batches, build_windows, iter_documents
-from layerprobe.evaluate.samples import MEAN, MetricSamples
-from layerprobe.evaluate.scores import Evaluation, MetricScore
+from layerprobe.evaluate.replay import Replay, head_logits, output_arity
+from layerprobe.evaluate.samples import MEAN
 from layerprobe.model.stack import LayerStack, capture_block_states, removed_blocks
+from layerprobe.results.evaluation import Evaluation, MetricSamples, MetricScore
 
 if TYPE_CHECKING:
     from layerprobe.core.specs import CorpusSpec
@@ -132,16 +133,15 @@ class CorpusScorer:
         if x_start is None:  # the simple engine: the whole model without the span
             with removed_blocks(self.stack, list(span)):
                 return self._base_forward(ids)
-        from layerprobe.evaluate.shared import _arity_of, _Replay
 
         if not hasattr(self, "_arity"):
-            self._arity = _arity_of(self.stack, ids, self._base_forward)
+            self._arity = output_arity(self.stack, ids, self._base_forward)
         first = span[0]
         # Keep block `first` as the new first block, standing in for it a replay of x^first: the next
         # real block is first+n, which thus receives x^first, exactly as with the span deleted.
         with removed_blocks(self.stack, [*range(first), *span[1:]]) as shrunk:
             block = shrunk.blocks[0]
-            shrunk.blocks[0] = _Replay(x_start, self._arity)
+            shrunk.blocks[0] = Replay(x_start, self._arity)
             try:
                 return self._base_forward(ids)
             finally:
@@ -156,8 +156,6 @@ def _compare(model: Any, base_final: torch.Tensor, final: torch.Tensor, ids: tor
 
     Positions are sliced so that base and variant logits of at most `_LOGIT_BYTES` exist at once.
     """
-    from layerprobe.evaluate.shared import head_logits
-
     rows, width = ids.shape[0], ids.shape[1] - 1
     vocab = model.get_output_embeddings().weight.shape[0]
     per_slice = max(1, _LOGIT_BYTES // (4 * 4 * vocab))  # base + variant logits and their log-softmaxes

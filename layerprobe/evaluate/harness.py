@@ -22,8 +22,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from layerprobe.evaluate.samples import MetricSamples
-from layerprobe.evaluate.scores import Evaluation, MetricScore
 from layerprobe.evaluate.tasks import (
     OFFLINE_HINT,
     TaskSet,
@@ -33,6 +31,7 @@ from layerprobe.evaluate.tasks import (
     seed_everything,
 )
 from layerprobe.model.ablation import Remover
+from layerprobe.results.evaluation import Evaluation, MetricSamples, MetricScore
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -12,10 +12,9 @@ values are kept per leaf task and the group's rule is kept with them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from layerprobe.results.evaluation import MetricSamples
 from layerprobe.stats.paired import (
     DEFAULT_DRAWS,
     DEFAULT_SEED,
@@ -30,50 +29,6 @@ MEAN = "mean"
 # caps them at 100 draws, and so does this one.
 SLOW_AGGREGATIONS = frozenset({"bleu", "chrf", "ter"})
 SLOW_DRAWS = 100
-
-
-@dataclass(frozen=True)
-class MetricSamples:
-    """Per-document values of one metric of one evaluation.
-
-    Attributes:
-        aggregation: lm-eval's aggregation name ("mean" for acc, exact_match, f1…; `weighted_perplexity`,
-            `bits_per_byte`, `perplexity` for corpus-level metrics).
-        values: Leaf task → document id → value (a float, or a list such as [log-likelihood, words]).
-        weight_by_size: For a group, whether lm-eval weighs its leaf tasks by their size (None: one task).
-    """
-
-    aggregation: str
-    values: dict[str, dict[Any, Any]]
-    weight_by_size: bool | None = None
-
-    def spec(self) -> dict[str, Any]:
-        """The small part kept with each evaluation (the values themselves go to JSON lines)."""
-        return {"aggregation": self.aggregation, "weight_by_size": self.weight_by_size}
-
-
-def to_rows(variant: int | None, samples: dict[str, MetricSamples]) -> list[dict[str, Any]]:
-    """One JSON-ready row per (leaf task, document): `{"variant", "task", "doc_id", <metric>: value, …}`."""
-    rows: dict[tuple[str, Any], dict[str, Any]] = {}
-    for metric, found in samples.items():
-        for task, docs in found.values.items():
-            for doc_id, value in docs.items():
-                row = rows.setdefault((task, doc_id), {"variant": variant, "task": task, "doc_id": doc_id})
-                row[metric] = list(value) if isinstance(value, tuple) else value
-    return list(rows.values())
-
-
-def from_rows(rows: Iterable[dict[str, Any]], specs: dict[str, dict[str, Any]]) -> dict[str, MetricSamples]:
-    """The inverse of `to_rows` for one variant, given each metric's `MetricSamples.spec()`."""
-    values: dict[str, dict[str, dict[Any, Any]]] = {metric: {} for metric in specs}
-    for row in rows:
-        for metric in specs:
-            if metric in row:
-                values[metric].setdefault(row["task"], {})[row["doc_id"]] = row[metric]
-    return {
-        metric: MetricSamples(spec["aggregation"], values[metric], spec.get("weight_by_size"))
-        for metric, spec in specs.items()
-    }
 
 
 def aggregation_function(name: str) -> Any:

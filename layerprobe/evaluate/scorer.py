@@ -13,15 +13,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprobe.core.errors import TaskError
 from layerprobe.core.specs import CORPUS_TASK, SQUAD_TASK
+from layerprobe.evaluate.corpus_metric import CorpusScorer
+from layerprobe.evaluate.harness import HarnessScorer, build_tasks
+from layerprobe.evaluate.shared import SharedPrefixScorer, unsupported_reason
+from layerprobe.evaluate.squad import SquadTaskScorer, squad_examples
 from layerprobe.model.load import CAUSAL_LM, EXTRACTIVE_QA
 
 if TYPE_CHECKING:
-    from layerprobe.core.progress import Progress
     from layerprobe.core.specs import PruneSpec
-    from layerprobe.evaluate.scores import Evaluation
     from layerprobe.model.ablation import Remover
     from layerprobe.model.load import LoadedModel
+    from layerprobe.model.progress import Progress
     from layerprobe.model.stack import LayerStack
+    from layerprobe.results.evaluation import Evaluation
 
 __all__ = ["PreparedTasks", "Scorer", "check_tasks_fit_model", "make_scorers", "prepare_tasks"]
 
@@ -92,14 +96,10 @@ def prepare_tasks(spec: PruneSpec) -> PreparedTasks:
     prepared = PreparedTasks()
     harness_tasks = [t for t in spec.tasks if t not in (SQUAD_TASK, CORPUS_TASK)]
     if harness_tasks:
-        from layerprobe.evaluate.harness import build_tasks
-
         prepared.task_sets = {
             task: build_tasks([task], spec.include_path, spec.num_fewshot, spec.seed) for task in harness_tasks
         }
     if SQUAD_TASK in spec.tasks:
-        from layerprobe.evaluate.squad import squad_examples
-
         prepared.squad = squad_examples(spec)
     return prepared
 
@@ -124,12 +124,8 @@ def make_scorers(
     if harness_tasks:
         scorers.append((_harness_scorer(loaded, stack, spec, prepared.task_sets, layers, remover), harness_tasks))
     if SQUAD_TASK in spec.tasks:
-        from layerprobe.evaluate.squad import SquadTaskScorer
-
         scorers.append((SquadTaskScorer(loaded, stack, spec, progress, remover, prepared.squad), [SQUAD_TASK]))
     if CORPUS_TASK in spec.tasks:
-        from layerprobe.evaluate.corpus_metric import CorpusScorer
-
         progress.stage("Reading corpus")
         corpus = CorpusScorer(loaded, stack, spec.corpus, list(layers), spec.batch_size, spec.engine)
         scorers.append((corpus, [CORPUS_TASK]))
@@ -145,11 +141,8 @@ def _harness_scorer(
     remover: Remover | None = None,
 ) -> Scorer:
     """The simple engine, or the shared-prefix one where it applies (see evaluate/shared.py)."""
-    from layerprobe.evaluate.harness import HarnessScorer
-
     if spec.engine == "simple":
         return HarnessScorer(loaded, stack, spec, task_sets, layers, remover)
-    from layerprobe.evaluate.shared import SharedPrefixScorer, unsupported_reason
 
     reason = unsupported_reason(loaded, task_sets)
     if reason is None:

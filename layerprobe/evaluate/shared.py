@@ -27,10 +27,11 @@ from layerprobe.core.specs import DEFAULT_STATE_BYTES
 from layerprobe.evaluate.harness import HarnessScorer, is_generation_task, quiet_lm_eval
 from layerprobe.evaluate.journal import AnswerJournal
 from layerprobe.evaluate.prefix_cache import PrefixReuse
-from layerprobe.evaluate.scores import BASELINE, Evaluation
+from layerprobe.evaluate.replay import Replay, head_logits, output_arity
 from layerprobe.model.ablation import Ablation, Remover, zeroed_sublayers
 from layerprobe.model.load import module_device
-from layerprobe.model.stack import LayerStack, base_of, capture_block_states, hidden_from_output, removed_blocks
+from layerprobe.model.stack import LayerStack, base_of, capture_block_states, removed_blocks
+from layerprobe.results.evaluation import BASELINE, Evaluation
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -40,19 +41,6 @@ if TYPE_CHECKING:
 
 Key = tuple[tuple[int, ...], tuple[int, ...]]
 _DEFAULT_STATE_BYTES = DEFAULT_STATE_BYTES  # recorded block inputs held at once (--max-state-memory)
-
-
-class _Replay(nn.Module):
-    """Stands in for block l: returns the recorded x^l, shaped like the real block's output."""
-
-    def __init__(self, states: torch.Tensor, output_arity: int | None) -> None:
-        super().__init__()
-        self.states, self.output_arity = states, output_arity
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if self.output_arity is None:
-            return self.states
-        return (self.states,) + (None,) * (self.output_arity - 1)
 
 
 class SharedPrefixLM(HFLM):
@@ -163,7 +151,7 @@ class SharedPrefixLM(HFLM):
             final = self._base_forward(ids)
         # x^l is the input of block l; nothing beyond the selected blocks is kept.
         if not self._arity_known:
-            self._output_arity = _arity_of(self.stack, ids, self._base_forward)
+            self._output_arity = output_arity(self.stack, ids, self._base_forward)
             self._arity_known = True
         return {layer: states[layer] for layer in self.layers}, final
 
@@ -194,7 +182,7 @@ class SharedPrefixLM(HFLM):
                     handle.remove()
         with removed_blocks(self.stack, list(range(last))) as shrunk:
             block = shrunk.blocks[0]  # block `last`, now first (for last = 0 the list is the model's own)
-            shrunk.blocks[0] = _Replay(x_layer, self._output_arity)
+            shrunk.blocks[0] = Replay(x_layer, self._output_arity)
             try:
                 return self._base_forward(ids)
             finally:
@@ -231,26 +219,6 @@ class SharedPrefixLM(HFLM):
         return {
             key: (total, bool(hit)) for key, total, hit in zip(plan.keys, totals.tolist(), greedy.tolist(), strict=True)
         }
-
-
-def head_logits(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
-    """The causal LM's logits for final hidden states (N, hidden) → (N, vocab).
-
-    Applies the output embedding and the logit transforms some families add after it (soft-capping,
-    scaling); `verify_head` checks the result against the model's own forward before the engine is used.
-    """
-    logits = model.get_output_embeddings()(hidden)
-    config = model.config
-    scale = getattr(config, "logit_scale", None)
-    if isinstance(scale, (int, float)):
-        logits = logits * scale
-    scaling = getattr(config, "logits_scaling", None)
-    if isinstance(scaling, (int, float)):
-        logits = logits / scaling
-    cap = getattr(config, "final_logit_softcapping", None)
-    if isinstance(cap, (int, float)) and cap:
-        logits = torch.tanh(logits / cap) * cap
-    return logits
 
 
 @dataclass(frozen=True)
@@ -308,19 +276,6 @@ def _feed(states: torch.Tensor) -> Any:
 
 def _key(request: tuple) -> Key:
     return tuple(request[1]), tuple(request[2])
-
-
-def _arity_of(stack: LayerStack, ids: torch.Tensor, forward: Any) -> int | None:
-    """How a block returns its hidden states: None for a bare tensor, else the tuple length."""
-    seen: list[Any] = []
-    handle = stack.blocks[0].register_forward_hook(lambda _m, _a, output: seen.append(output))
-    try:
-        forward(ids[:1, :2])
-    finally:
-        handle.remove()
-    output = seen[0]
-    hidden_from_output(output)  # raises if the block's output has no recognisable hidden states
-    return None if isinstance(output, torch.Tensor) else len(output)
 
 
 def verify_head(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, atol: float = 1e-4) -> str | None:

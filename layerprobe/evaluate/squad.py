@@ -29,10 +29,10 @@ import torch
 
 from layerprobe.core.errors import TaskError
 from layerprobe.data.squad import SquadExample, load_squad
-from layerprobe.evaluate.samples import MEAN, MetricSamples
-from layerprobe.evaluate.scores import Evaluation, MetricScore
+from layerprobe.evaluate.samples import MEAN
 from layerprobe.model.ablation import Remover
 from layerprobe.model.load import context_length
+from layerprobe.results.evaluation import Evaluation, MetricSamples, MetricScore
 
 METRICS = ("f1", "exact_match")
 SQUAD_SAMPLES_TASK = "squad"  # the task name per-question values are kept under
@@ -46,9 +46,9 @@ _PUNCTUATION = frozenset(string.punctuation)
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from layerprobe.core.progress import Progress
     from layerprobe.core.specs import PruneSpec
     from layerprobe.model.load import LoadedModel
+    from layerprobe.model.progress import Progress
     from layerprobe.model.stack import LayerStack
 
 

@@ -16,9 +16,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from layerprobe.core.progress import Progress
 from layerprobe.core.specs import ExportSpec
 from layerprobe.model.load import quiet_transformers
+from layerprobe.model.progress import Progress
+from layerprobe.results.kinds import atomic_write
+from layerprobe.results.provenance import library_versions
 
 RECORD_NAME = "layerprobe.json"
 RECORD_SCHEMA = "layerprobe/export@1"
@@ -105,8 +107,6 @@ def record(
     progress: Progress,
 ) -> dict[str, Any]:
     """The provenance written as layerprobe.json: what was removed, from which source, by which version."""
-    from layerprobe.core.provenance import library_versions
-
     source = Path(spec.model.model).expanduser()
     return {
         "schema": RECORD_SCHEMA,
@@ -176,8 +176,6 @@ def _yaml_string(text: str) -> str:
 
 def write_text(path: Path, text: str) -> Path:
     """Write a small text file atomically (see `results.atomic_write`)."""
-    from layerprobe.results.kinds import atomic_write
-
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 

@@ -20,7 +20,6 @@ from typing import Any
 
 import layerprobe.export.files as files
 from layerprobe.core.errors import LayerprobeError, UnsupportedModel
-from layerprobe.core.progress import Progress
 from layerprobe.core.specs import ExportSpec, parse_layer_ranges
 from layerprobe.export.config import block_signature, first_difference, kept_config, pattern_fields, stack_config
 from layerprobe.model.load import (
@@ -30,9 +29,12 @@ from layerprobe.model.load import (
     load_config,
     model_kind,
     quiet_transformers,
+    translate_load_error,
 )
+from layerprobe.model.progress import Progress
 from layerprobe.model.stack import base_of, find_layers, removed_blocks
 from layerprobe.model.weights import check_loading_info, translate_weights_error
+from layerprobe.results.kinds import write_json
 
 
 @dataclass
@@ -86,7 +88,6 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
         record = files.record(spec, config, stack.path, removed, kept, changes, dtype, progress)
         record["parameters"] = {"before": parameters_before, "after": parameters_after}
         record["copied_files"] = copied
-        from layerprobe.results.kinds import write_json
 
         write_json(tmp / files.RECORD_NAME, record)
         files.move_into_place(tmp, destination)
@@ -216,8 +217,6 @@ def _load_weights(model_class: Any, spec: ExportSpec) -> Any:
     """The full model on CPU in the checkpoint's own dtype (unless --dtype says otherwise)."""
     import torch
 
-    from layerprobe.model.load import _translate_load_error
-
     dtype: Any = "auto" if spec.model.dtype == "auto" else getattr(torch, spec.model.dtype)
     with quiet_transformers():
         try:
@@ -229,7 +228,7 @@ def _load_weights(model_class: Any, spec: ExportSpec) -> Any:
                 output_loading_info=True,
             )
         except (OSError, ValueError, KeyError) as exc:
-            raise _translate_load_error(exc, spec.model) from exc
+            raise translate_load_error(exc, spec.model) from exc
         except Exception as exc:
             translated = translate_weights_error(exc, spec.model)
             if translated is None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.core.errors import ResultError
+from layerprobe.gate.depth_rules import depth_notes, depth_rules
 from layerprobe.gate.rules import GateRules, RuleResult, angular_rules, angular_stderr_notes, prune_drop_rules
 from layerprobe.results.kinds import (
     ANGULAR_JSON,
@@ -119,8 +120,6 @@ def compare_results(
         results = angular_rules(baseline, candidate, rules)
         notes = angular_stderr_notes(baseline, candidate) + _angular_notes(baseline, candidate)
     elif kind == "depth":
-        from layerprobe.gate.depth_rules import depth_notes, depth_rules
-
         results, notes = depth_rules(baseline, candidate, rules.max_rms_growth), depth_notes(baseline, candidate)
     else:
         results, notes = prune_drop_rules(baseline, candidate, rules)

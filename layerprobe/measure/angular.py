@@ -14,15 +14,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from layerprobe.core.errors import UnsupportedModel
-from layerprobe.core.progress import Progress
-from layerprobe.core.provenance import RunTimer, model_info
-from layerprobe.core.ranks import World
-from layerprobe.core.ranks import world as distributed_world
 from layerprobe.core.specs import DEFAULT_CHUNK_BYTES, AngularSpec
 from layerprobe.data.windows import Window, batches, build_windows, iter_documents, windows_before_loading
+from layerprobe.model.info import model_info
 from layerprobe.model.load import LoadedModel, check_loadable, load_model, skeleton_stack, takes_argument
+from layerprobe.model.progress import Progress
+from layerprobe.model.ranks import World
+from layerprobe.model.ranks import world as distributed_world
 from layerprobe.model.stack import LayerStack, capture_block_states, find_layers
 from layerprobe.results.kinds import AngularResult
+from layerprobe.results.provenance import RunTimer
 
 _CHUNK_BYTES = DEFAULT_CHUNK_BYTES  # fp32 states upcast at once: (positions × (L+1) × hidden × 4) bytes, ~256 MiB
 
@@ -342,7 +343,7 @@ def run_angular(
 ) -> AngularResult:
     """Load the model (unless given), build the windows, measure, and return the result.
 
-    Under `accelerate launch`/`torchrun` (see layerprobe.core.ranks) every rank measures a share of the
+    Under `accelerate launch`/`torchrun` (see layerprobe.model.ranks) every rank measures a share of the
     batches and every rank returns the same, whole result; the caller writes it on rank 0 only.
     """
     progress = progress or Progress()

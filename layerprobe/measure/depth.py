@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from layerprobe.core.errors import UnsupportedModel
-from layerprobe.core.progress import Progress
-from layerprobe.core.provenance import RunTimer, model_info
 from layerprobe.core.specs import DepthSpec
 from layerprobe.data.windows import Window, batches, build_windows, iter_documents, windows_before_loading
+from layerprobe.measure.gradients import grad_norms
 from layerprobe.measure.spread import DepthAccumulator, relative_size
+from layerprobe.model.info import model_info
 from layerprobe.model.load import (
     CAUSAL_LM,
     ENCODER,
@@ -31,9 +31,11 @@ from layerprobe.model.load import (
 )
 from layerprobe.model.load import takes_argument as _takes
 from layerprobe.model.placement import detect_placement
+from layerprobe.model.progress import Progress
 from layerprobe.model.stack import LayerStack, capture_block_states, find_layers, hidden_from_input, hidden_from_output
 from layerprobe.model.sublayers import BlockSublayers
 from layerprobe.results.kinds import SUBLAYER_KINDS, DepthResult
+from layerprobe.results.provenance import RunTimer
 
 TRACE_WINDOWS, TRACE_TOKENS = 2, 64  # tracing needs a few real positions, not the corpus
 
@@ -72,8 +74,6 @@ def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedM
     accumulator = measure_depth(loaded, stack, windows, spec.positions, spec.batch_size, sublayers, progress.on_advance)
     grad = None
     if spec.grad:
-        from layerprobe.measure.gradients import grad_norms
-
         progress.stage("Gradient pass", spec.corpus.tokens, "tok")
         groups = [None if s is None else {sub.kind: sub.parameters for sub in s} for s in sublayers]
         grad = grad_norms(loaded, stack, windows, spec.batch_size, groups, spec.mask_seed, progress.on_advance)

@@ -23,6 +23,7 @@ from typing import Any
 from layerprobe.core.errors import LayerprobeError, UnsupportedModel
 from layerprobe.core.specs import UNITS, check_ablation
 from layerprobe.model.stack import LayerStack, removed_blocks
+from layerprobe.model.sublayers import find_model_sublayers
 
 BLOCK, ATTENTION, MLP = UNITS
 _PROBE_TOKENS = 8  # tokens of the one forward pass that locates the sublayers
@@ -51,14 +52,6 @@ class Ablation:
     def blocks(self, start: int) -> list[int]:
         """The blocks a variant touches: [l, l+n) for a span, [l] otherwise."""
         return list(range(start, start + self.span))
-
-
-def variant_label(settings: dict[str, Any]) -> str:
-    """How a result's variant index reads, from its settings (e.g. "removed block", "mlp removed (block)")."""
-    unit, span = settings.get("unit", BLOCK), settings.get("span", 1)
-    if unit != BLOCK:
-        return f"{unit} removed (block)"
-    return "removed block" if span == 1 else f"removed blocks l…l+{span - 1} (start l)"
 
 
 def span_blocks(start: int, n: int) -> list[int]:
@@ -150,8 +143,6 @@ def locate_sublayers(model: Any, stack: LayerStack) -> list[Any]:
     MLP output to its residual stream.
     """
     import torch
-
-    from layerprobe.model.sublayers import find_model_sublayers
 
     vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 2
     device = model.get_input_embeddings().weight.device

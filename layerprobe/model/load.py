@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from layerprobe.core.errors import LayerprobeError, ModelNotFound, UnsupportedModel
+from layerprobe.core.errors import LayerprobeError, ModelNotFound, UnsupportedModel, hub_offline, offline_model_hint
 from layerprobe.core.specs import ModelSpec
 from layerprobe.model.stack import base_of, find_layers
 from layerprobe.model.weights import check_files, check_loading_info, translate_weights_error
@@ -179,7 +179,7 @@ def resolve_dtype(name: str, config: Any, device) -> Any:
     return torch.float32
 
 
-def _translate_load_error(exc: Exception, spec: ModelSpec) -> LayerprobeError:
+def translate_load_error(exc: Exception, spec: ModelSpec) -> LayerprobeError:
     """Map the many ways hub/transformers loading fails onto one clear message."""
     text = f"{type(exc).__name__}: {exc}"
     chain = [exc, exc.__cause__, exc.__context__]
@@ -219,8 +219,6 @@ def _translate_load_error(exc: Exception, spec: ModelSpec) -> LayerprobeError:
 
 def _unreachable(where: str, model: str) -> ModelNotFound:
     """One line for "not cached and the Hub cannot be reached", saying whether offline mode is on."""
-    from layerprobe.core.errors import hub_offline, offline_model_hint
-
     if hub_offline():
         return ModelNotFound(
             f"{where} is not in the local Hugging Face cache and the Hub cannot be reached: offline mode is set "
@@ -281,7 +279,7 @@ def load_config(spec: ModelSpec) -> Any:
                 spec.model, revision=spec.revision, trust_remote_code=spec.trust_remote_code
             )
         except (OSError, ValueError, KeyError) as exc:
-            raise _translate_load_error(exc, spec) from exc
+            raise translate_load_error(exc, spec) from exc
 
 
 def load_skeleton(spec: ModelSpec) -> tuple[Any, str, str]:
@@ -304,7 +302,6 @@ def skeleton_stack(spec: ModelSpec) -> Any:
     """
     if not spec.layers_path:
         return None
-    from layerprobe.model.stack import find_layers
 
     skeleton, _, _ = load_skeleton(spec)
     return find_layers(skeleton, spec.layers_path)
@@ -320,7 +317,7 @@ def load_tokenizer(spec: ModelSpec) -> Any:
                 spec.model, revision=spec.revision, trust_remote_code=spec.trust_remote_code
             )
         except (OSError, ValueError, KeyError) as exc:
-            raise _translate_load_error(exc, spec) from exc
+            raise translate_load_error(exc, spec) from exc
 
 
 def skeleton_from_config(config: Any, spec: ModelSpec) -> Any:
@@ -411,9 +408,9 @@ def load_model(spec: ModelSpec, purpose: str = "base", lm_eval: bool = False, to
                 )
                 model = base_of(model)
             else:
-                raise _translate_load_error(exc, spec) from exc
+                raise translate_load_error(exc, spec) from exc
         except (OSError, KeyError) as exc:
-            raise _translate_load_error(exc, spec) from exc
+            raise translate_load_error(exc, spec) from exc
         except Exception as exc:
             translated = _loading_option_error(exc, spec) or translate_weights_error(exc, spec)
             if translated is None:

@@ -21,89 +21,27 @@ Mix-LN with transition at k.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from layerprobe.core.errors import UnsupportedModel
 from layerprobe.model.sublayers import BlockSublayers, Contribution, match_contributions, sublayers_from_trace
 from layerprobe.model.trace import BlockTrace, capture_block_calls, trace_block
+from layerprobe.results.kinds import (
+    LNS,
+    MIX_LN,
+    PARALLEL,
+    POST_LN,
+    PRE_LN,
+    SANDWICH,
+    UNRECOGNISED,
+    BlockPlacement,
+    Placement,
+    SublayerPlacement,
+)
 
-PRE_LN, POST_LN, SANDWICH, PARALLEL, UNRECOGNISED = "Pre-LN", "Post-LN", "sandwich", "parallel", "unrecognised"
-MIX_LN, LNS = "Mix-LN", "LayerNorm Scaling"
 _FIT_TOLERANCE = 1e-4  # relative least-squares residual below which a module is a norm
 _SCALE_TOLERANCE = 1e-6
 _EPS = (0.0, *(10.0**-k for k in range(2, 13)))  # a norm output scaled by c ≠ 1 by more than this
-
-
-@dataclass(frozen=True)
-class SublayerPlacement:
-    """What the trace says about one sublayer's norms (see the module docstring)."""
-
-    module: str
-    residual: str
-    reads_norm: bool
-    output_norm: bool
-    normed_after: bool
-
-
-@dataclass(frozen=True)
-class BlockPlacement:
-    """The placement label of one block, the evidence behind it, and any norm-output scale."""
-
-    block: int
-    label: str
-    norms: dict[str, str] = field(default_factory=dict)  # module path → "LayerNorm" | "RMSNorm"
-    norm_scale: float | None = None
-    attention: SublayerPlacement | None = None
-    mlp: SublayerPlacement | None = None
-    reason: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BlockPlacement:
-        subs = {k: SublayerPlacement(**data[k]) if data.get(k) else None for k in ("attention", "mlp")}
-        return cls(
-            block=int(data["block"]),
-            label=str(data["label"]),
-            norms=dict(data.get("norms") or {}),
-            norm_scale=data.get("norm_scale"),
-            reason=data.get("reason"),
-            **subs,
-        )
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Per-block labels and the model-level reading of them."""
-
-    blocks: list[BlockPlacement]
-    pattern: str
-    summary: str
-    transition: int | None = None
-
-    @property
-    def labels(self) -> list[str]:
-        return [b.label for b in self.blocks]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pattern": self.pattern,
-            "summary": self.summary,
-            "transition": self.transition,
-            "labels": self.labels,
-            "blocks": [b.to_dict() for b in self.blocks],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Placement:
-        return cls(
-            blocks=[BlockPlacement.from_dict(b) for b in data["blocks"]],
-            pattern=str(data["pattern"]),
-            summary=str(data["summary"]),
-            transition=data.get("transition"),
-        )
 
 
 def detect_placement(model: Any, stack: Any, input_ids: Any) -> tuple[Placement, list[BlockSublayers | None]]:

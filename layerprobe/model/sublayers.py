@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layerprobe.core.errors import UnsupportedModel
-from layerprobe.model.trace import BlockTrace, Recorded, StreamRef, trace_block
+from layerprobe.model.trace import BlockTrace, Recorded, StreamRef, capture_block_calls, trace_block
 
 ATTENTION, MLP = "attention", "mlp"
 
@@ -87,8 +87,6 @@ def find_sublayers(block: Any, args: tuple, kwargs: dict) -> BlockSublayers:
 
 def find_model_sublayers(model: Any, stack: Any, input_ids: Any) -> list[BlockSublayers]:
     """`find_sublayers` for every block of `stack`, from one forward pass of `model` on `input_ids`."""
-    from layerprobe.model.trace import capture_block_calls
-
     calls = capture_block_calls(model, stack, input_ids)
     return [find_sublayers(block, *calls[i]) for i, block in enumerate(stack.blocks)]
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from layerprobe.core.errors import UnsupportedModel
+from layerprobe.model.load import takes_argument
 from layerprobe.model.stack import LayerStack, hidden_from_input, hidden_from_output
 
 
@@ -271,8 +272,6 @@ def captured_block_calls(stack: LayerStack) -> Iterator[dict[int, tuple[tuple, d
 def capture_block_calls(model: Any, stack: LayerStack, input_ids: Any) -> dict[int, tuple[tuple, dict]]:
     """Run `model` once on `input_ids` (batch, seq) and return every block's call arguments."""
     import torch
-
-    from layerprobe.model.load import takes_argument
 
     extra = {"use_cache": False} if takes_argument(model, "use_cache") else {}
     with torch.no_grad(), captured_block_calls(stack) as calls:

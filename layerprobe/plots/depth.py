@@ -20,8 +20,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from layerprobe.plots.figures import _save, _short  # noqa: E402
-from layerprobe.results.kinds import DepthResult, Spread  # noqa: E402
+from layerprobe.core.specs import check_output_dir
+from layerprobe.plots.figures import _save, _short, plot_result  # noqa: E402
+from layerprobe.results.kinds import DepthResult, Spread, load_result  # noqa: E402
 
 LABEL_COLOURS = {
     "Pre-LN": "#2e86c1",
@@ -40,10 +41,6 @@ def plot_depth(result: DepthResult, out_dir: Path) -> list[Path]:
 
 def redraw(json_path: Path, out_dir: Path | None = None) -> list[Path]:
     """Redraw the plots of any result JSON (backs `layerprobe plot`): depth here, other kinds in report.py."""
-    from layerprobe.core.specs import check_output_dir
-    from layerprobe.plots.figures import plot_result
-    from layerprobe.results.kinds import DepthResult, load_result
-
     json_path = Path(json_path)
     result = load_result(json_path)  # validated once, whatever the kind
     if not isinstance(result, DepthResult):

@@ -24,14 +24,16 @@ from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from layerprobe.core.specs import check_output_dir  # noqa: E402
-from layerprobe.model.ablation import variant_label  # noqa: E402
+from layerprobe.plots.curve import plot_prune_curve
 from layerprobe.results.kinds import (  # noqa: E402
     AngularResult,
     MetricDrop,
     ModelInfo,
+    PruneCurveResult,
     PruneDropResult,
     atomic_write,
     load_result,
+    variant_label,  # noqa: E402
 )
 
 HEATMAP_CMAP = "viridis_r"  # The papers draw small distances (lazy spans) yellow.
@@ -111,11 +113,8 @@ def plot_result(json_path: Path, out_dir: Path | None = None) -> list[Path]:
     out_dir = json_path.parent if out_dir is None else check_output_dir(out_dir)
     if isinstance(result, AngularResult):
         return plot_angular(result, out_dir)
-    from layerprobe.results.kinds import PruneCurveResult
 
     if isinstance(result, PruneCurveResult):
-        from layerprobe.prune.curve import plot_prune_curve
-
         return plot_prune_curve(result, out_dir)
     return plot_prune_drop(result, out_dir)
 

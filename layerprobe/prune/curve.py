@@ -19,13 +19,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from layerprobe.core.errors import LayerprobeError, ResultError
-from layerprobe.core.progress import Progress
-from layerprobe.core.provenance import RunTimer, model_info
 from layerprobe.core.specs import CORPUS_TASK, AngularSpec, PruneSpec
-from layerprobe.evaluate.scorer import check_tasks_fit_model
-from layerprobe.model.load import LoadedModel, load_config, model_kind
+from layerprobe.evaluate.corpus_metric import CorpusScorer
+from layerprobe.evaluate.samples import paired_delta
+from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers
+from layerprobe.measure.angular import run_angular
+from layerprobe.model.info import model_info
+from layerprobe.model.load import LoadedModel, load_config, load_model, model_kind
+from layerprobe.model.progress import Progress
 from layerprobe.model.stack import find_layers, removed_blocks
 from layerprobe.prune.agreement import check_angular_fits, load_angular_for
+from layerprobe.prune.state import corpus_settings
 from layerprobe.results.kinds import (
     PRUNE_CURVE_JSON,
     AngularResult,
@@ -34,9 +38,10 @@ from layerprobe.results.kinds import (
     PruneCurveResult,
     write_json,
 )
+from layerprobe.results.provenance import RunTimer
 
 if TYPE_CHECKING:
-    from layerprobe.evaluate.scores import Evaluation
+    from layerprobe.results.evaluation import Evaluation
 
 Span = tuple[int, ...]
 GROMOV, LAST = "angular", "last"
@@ -85,8 +90,6 @@ def run_prune_curve(
     loaded: LoadedModel | None = None,
 ) -> PruneCurveResult:
     """Choose the spans, score the baseline and every span, write prune_curve.json into `out_dir`."""
-    from layerprobe.model.load import load_model
-
     progress = progress or Progress()
     timer = RunTimer()
     prune = spec.prune
@@ -107,8 +110,6 @@ def run_prune_curve(
     if max_n < 1:
         raise LayerprobeError(f"--max-fraction {spec.max_fraction} of {size} blocks removes none.")
     if angular_result is None:
-        from layerprobe.measure.angular import run_angular
-
         angular_result = run_angular(AngularSpec(prune.model, prune.corpus), progress, loaded)
     check_angular_fits(angular_result, Path(angular or "angular"), size)
     seeds = [prune.seed + i for i in range(spec.baseline_seeds)]
@@ -147,13 +148,9 @@ def _score_all(
     loaded: LoadedModel, stack: Any, prune: PruneSpec, spans: list[Span], progress: Progress
 ) -> dict[str, dict[Span, Evaluation]]:
     """Every task's Evaluation for the baseline (()) and every span."""
-    from layerprobe.evaluate.scorer import make_scorers
-
     scores: dict[str, dict[Span, Evaluation]] = {task: {} for task in prune.tasks}
     others = tuple(t for t in prune.tasks if t != CORPUS_TASK)
     if CORPUS_TASK in prune.tasks:
-        from layerprobe.evaluate.corpus_metric import CorpusScorer
-
         corpus = CorpusScorer(loaded, stack, prune.corpus, list(spans), prune.batch_size, prune.engine)
         for span in [(), *spans]:
             with corpus.variant(span or None):
@@ -173,7 +170,6 @@ def _score_all(
 
 
 def _task_curve(evaluations: dict[Span, Evaluation], chosen: dict[str, dict[int, int]]) -> dict[str, CurveMetric]:
-    from layerprobe.evaluate.samples import paired_delta
 
     base = evaluations[()]
     metrics = {}
@@ -199,7 +195,6 @@ def _task_curve(evaluations: dict[Span, Evaluation], chosen: dict[str, dict[int,
 
 
 def _settings(spec: PruneCurveSpec, angular: str | None, seeds: list[int]) -> dict[str, Any]:
-    from layerprobe.prune.state import corpus_settings
 
     prune = spec.prune
     return {
@@ -214,34 +209,3 @@ def _settings(spec: PruneCurveSpec, angular: str | None, seeds: list[int]) -> di
         "batch_size": prune.batch_size,
         "engine": prune.engine,
     }
-
-
-def plot_prune_curve(result: PruneCurveResult, out_dir: Path) -> list[Path]:
-    """One figure per task (its first metric): score vs fraction removed, a line per method, ±1 paired stderr."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    for task, metrics in result.tasks.items():
-        name, metric = next(iter(metrics.items()))
-        fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
-        ax.axhline(metric.baseline, color="0.5", lw=0.8, ls="--", label="full model")
-        for method, points in metric.methods.items():
-            x = [n / result.num_layers for n in points.n]
-            line = ax.plot(x, points.score, marker="o", ms=3, label=method, alpha=0.6 if "random" in method else 1)[0]
-            err = [(s, e) for s, e in zip(points.score, points.delta_stderr, strict=True) if e is not None]
-            if len(err) == len(x):
-                ax.fill_between(
-                    x, [s - e for s, e in err], [s + e for s, e in err], color=line.get_color(), alpha=0.15, lw=0
-                )
-        ax.set_xlabel("fraction of blocks removed")
-        ax.set_ylabel(f"{task} {name}")
-        ax.set_title(f"{result.model.id}: pruning curve (band: ±1 paired stderr vs full model)", fontsize=9)
-        ax.legend(fontsize=8)
-        path = Path(out_dir) / f"prune_curve_{task.replace('/', '_')}.png"
-        fig.savefig(path, dpi=130)
-        plt.close(fig)
-        paths.append(path)
-    return paths

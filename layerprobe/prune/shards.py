@@ -18,7 +18,7 @@ from layerprobe.prune.state import variant_key
 from layerprobe.results.kinds import ModelInfo, RunInfo, read_json, write_json
 
 if TYPE_CHECKING:
-    from layerprobe.core.ranks import Share
+    from layerprobe.core.shares import Share
 
 SHARD_JSON = "prune_drop.shard.json"
 SHARD_SCHEMA = "layerprobe/prune-drop-shard@1"

@@ -15,20 +15,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from layerprobe.core.errors import ResultError
-from layerprobe.core.provenance import library_versions
 from layerprobe.core.specs import CORPUS_TASK
-from layerprobe.results.kinds import (
-    PRUNE_DROP_PARTIAL_JSON,
-    evaluation_from_dict,
-    evaluation_to_dict,
-    read_json,
-    write_json,
-)
+from layerprobe.results.evaluation import evaluation_from_dict, evaluation_to_dict
+from layerprobe.results.kinds import PRUNE_DROP_PARTIAL_JSON, read_json, write_json
+from layerprobe.results.provenance import library_versions
 from layerprobe.results.validate import Node
 
 if TYPE_CHECKING:
     from layerprobe.core.specs import CorpusSpec, PruneSpec
-    from layerprobe.evaluate.scores import Evaluation
+    from layerprobe.results.evaluation import Evaluation
     from layerprobe.results.kinds import ModelInfo
 
 PARTIAL_NAME = PRUNE_DROP_PARTIAL_JSON

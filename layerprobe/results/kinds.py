@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import layerprobe.results.validate as v
 from layerprobe.core.errors import ResultError
-from layerprobe.model.placement import BlockPlacement, Placement, SublayerPlacement
 from layerprobe.results.validate import Node
 
 if TYPE_CHECKING:
-    from layerprobe.evaluate.scores import Evaluation
+    pass
 
 ANGULAR_SCHEMA = "layerprobe/angular@1"
 PRUNE_DROP_SCHEMA = "layerprobe/prune-drop@1"
@@ -613,63 +612,6 @@ def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
-def evaluation_to_dict(evaluation: Evaluation) -> dict[str, Any]:
-    """The JSON form of one evaluation, as kept in the prune-drop progress file (with its engine)."""
-    return {
-        "metrics": {
-            name: {"value": m.value, "stderr": m.stderr, "higher_is_better": m.higher_is_better}
-            for name, m in evaluation.metrics.items()
-        },
-        "num_fewshot": evaluation.num_fewshot,
-        "samples": evaluation.samples,
-        "engine": evaluation.engine,
-        "nonfinite": evaluation.nonfinite,
-        **({"prefix_reuse": evaluation.prefix_reuse} if evaluation.prefix_reuse is not None else {}),
-        "version": evaluation.version,
-        # How the per-document values (kept in the run's sample log, not here) make up each score.
-        "per_sample": {name: found.spec() for name, found in evaluation.per_sample.items()},
-    }
-
-
-def evaluation_from_dict(data: dict[str, Any] | Node, source: str = "evaluation") -> Evaluation:
-    """Read back `evaluation_to_dict`'s form, checked field by field.
-
-    Older progress files may lack engine, nonfinite, per_sample and version. `per_sample` comes back with
-    each metric's aggregation rule and no values (those are in the sample log).
-    """
-    from layerprobe.evaluate.samples import MetricSamples
-    from layerprobe.evaluate.scores import Evaluation, MetricScore
-
-    node = _node(data, source)
-    samples = node.key("samples").integer(optional=True, minimum=0)
-    metrics = {
-        name: MetricScore(
-            m.key("value").number(),
-            m.key("stderr").number(optional=True),
-            m.key("higher_is_better").flag(optional=True),
-            samples or 0,
-        )
-        for name, m in node.key("metrics").entries(min_length=1)
-    }
-    per_sample_node = node.key("per_sample")
-    per_sample = {}
-    if per_sample_node.present and per_sample_node.value is not None:
-        per_sample = {
-            name: MetricSamples(spec.key("aggregation").text(), {}, spec.key("weight_by_size").flag(optional=True))
-            for name, spec in per_sample_node.entries()
-        }
-    return Evaluation(
-        metrics,
-        node.key("num_fewshot").integer(optional=True, minimum=0),
-        samples,
-        node.key("engine").text(default="simple"),
-        node.key("nonfinite").integer(default=0, minimum=0),
-        per_sample,
-        prefix_reuse=node.key("prefix_reuse").text(optional=True),
-        version=node.key("version").text(optional=True),
-    )
-
-
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a layerprobe JSON file, turning every way it can be unreadable into a `ResultError`."""
     path = Path(path)
@@ -797,6 +739,82 @@ def _distance_matrix(node: Node) -> list[list[float]]:
 
 
 # --- layerprobe depth ------------------------------------------------------------------------------
+
+
+# Norm placement labels (model/placement.py decides them by tracing; depth.json records them).
+PRE_LN, POST_LN, SANDWICH, PARALLEL, UNRECOGNISED = "Pre-LN", "Post-LN", "sandwich", "parallel", "unrecognised"
+MIX_LN, LNS = "Mix-LN", "LayerNorm Scaling"
+
+
+@dataclass(frozen=True)
+class SublayerPlacement:
+    """What the trace says about one sublayer's norms (see the module docstring)."""
+
+    module: str
+    residual: str
+    reads_norm: bool
+    output_norm: bool
+    normed_after: bool
+
+
+@dataclass(frozen=True)
+class BlockPlacement:
+    """The placement label of one block, the evidence behind it, and any norm-output scale."""
+
+    block: int
+    label: str
+    norms: dict[str, str] = field(default_factory=dict)  # module path → "LayerNorm" | "RMSNorm"
+    norm_scale: float | None = None
+    attention: SublayerPlacement | None = None
+    mlp: SublayerPlacement | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BlockPlacement:
+        subs = {k: SublayerPlacement(**data[k]) if data.get(k) else None for k in ("attention", "mlp")}
+        return cls(
+            block=int(data["block"]),
+            label=str(data["label"]),
+            norms=dict(data.get("norms") or {}),
+            norm_scale=data.get("norm_scale"),
+            reason=data.get("reason"),
+            **subs,
+        )
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Per-block labels and the model-level reading of them."""
+
+    blocks: list[BlockPlacement]
+    pattern: str
+    summary: str
+    transition: int | None = None
+
+    @property
+    def labels(self) -> list[str]:
+        return [b.label for b in self.blocks]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pattern": self.pattern,
+            "summary": self.summary,
+            "transition": self.transition,
+            "labels": self.labels,
+            "blocks": [b.to_dict() for b in self.blocks],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Placement:
+        return cls(
+            blocks=[BlockPlacement.from_dict(b) for b in data["blocks"]],
+            pattern=str(data["pattern"]),
+            summary=str(data["summary"]),
+            transition=data.get("transition"),
+        )
 
 
 @dataclass(frozen=True)
@@ -1077,3 +1095,11 @@ def _method(data: dict[str, Any], num_layers: int) -> CurveMethod:
         if not (1 <= n <= num_layers and 0 <= start <= num_layers - n):
             raise ResultError(f"Malformed {PRUNE_CURVE_SCHEMA} result: span [{start}, {start + n}) is not in 0..L.")
     return method
+
+
+def variant_label(settings: dict[str, Any]) -> str:
+    """How a result's variant index reads, from its settings (e.g. "removed block", "mlp removed (block)")."""
+    unit, span = settings.get("unit", "block"), settings.get("span", 1)
+    if unit != "block":
+        return f"{unit} removed (block)"
+    return "removed block" if span == 1 else f"removed blocks l…l+{span - 1} (start l)"

@@ -1,4 +1,4 @@
-"""The provenance block every result carries: which model, which stack, which library versions."""
+"""The `run` block every result carries (when, how long, with which library versions), and JSON-equal values."""
 
 from __future__ import annotations
 
@@ -7,29 +7,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from layerprobe.model.load import LoadedModel
-from layerprobe.model.stack import LayerStack
-from layerprobe.results.kinds import ModelInfo, RunInfo
-
-
-def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:
-    """The provenance block shared by every result."""
-    return ModelInfo(
-        id=loaded.spec.display_name,
-        revision=loaded.spec.revision,
-        commit=loaded.commit,
-        architecture=loaded.architecture,
-        model_type=loaded.model_type,
-        kind=loaded.kind,
-        dtype=loaded.dtype,
-        num_layers=stack.num_layers,
-        layer_path=stack.path,
-        block_class=stack.block_class,
-        quantization=loaded.quantization,
-        attn_implementation=loaded.attn_implementation,
-        model_args=jsonable(loaded.spec.model_args),
-        path=loaded.spec.model if loaded.spec.display_name != loaded.spec.model else None,
-    )
+from layerprobe.results.kinds import RunInfo
 
 
 def jsonable(value: Any) -> Any:

@@ -13,9 +13,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from layerprobe.model.stack import hidden_from_input
+
 if TYPE_CHECKING:
-    from layerprobe.evaluate.scores import Evaluation
     from layerprobe.model.stack import LayerStack
+    from layerprobe.results.evaluation import Evaluation
 
 StageCallback = Callable[[str, "int | None", str], None]
 
@@ -78,7 +80,6 @@ class Progress:
         if self.on_block is None:
             yield
             return
-        from layerprobe.model.stack import hidden_from_input
 
         report = self.on_block
 

@@ -1,0 +1,28 @@
+"""The `model` block every result carries, from a loaded model and its block stack."""
+
+from __future__ import annotations
+
+from layerprobe.model.load import LoadedModel
+from layerprobe.model.stack import LayerStack
+from layerprobe.results.kinds import ModelInfo
+from layerprobe.results.provenance import jsonable
+
+
+def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:
+    """The provenance block shared by every result."""
+    return ModelInfo(
+        id=loaded.spec.display_name,
+        revision=loaded.spec.revision,
+        commit=loaded.commit,
+        architecture=loaded.architecture,
+        model_type=loaded.model_type,
+        kind=loaded.kind,
+        dtype=loaded.dtype,
+        num_layers=stack.num_layers,
+        layer_path=stack.path,
+        block_class=stack.block_class,
+        quantization=loaded.quantization,
+        attn_implementation=loaded.attn_implementation,
+        model_args=jsonable(loaded.spec.model_args),
+        path=loaded.spec.model if loaded.spec.display_name != loaded.spec.model else None,
+    )
