@@ -22,11 +22,10 @@ from pathlib import Path
 import torch
 import transformers as tf
 
-from layerprobe.core.specs import BUILTIN_CORPUS, CorpusSpec, ModelSpec
-from layerprobe.data.windows import batches, build_windows, iter_documents
-from layerprobe.measure.angular import measure
-from layerprobe.model.load import load_model
-from layerprobe.model.stack import find_layers
+from layerprobe.core import BUILTIN_CORPUS, CorpusSpec, ModelSpec
+from layerprobe.data import batches, build_windows, iter_documents
+from layerprobe.measure import measure
+from layerprobe.model import find_layers, load_model
 
 
 def build_model(directory: Path, layers: int, hidden: int) -> Path:
@@ -47,7 +46,7 @@ def build_model(directory: Path, layers: int, hidden: int) -> Path:
 
 
 def _minilm_or_fail() -> Path:
-    from layerprobe.model.demo import demo_model_dir
+    from layerprobe.model import demo_model_dir
 
     return demo_model_dir()  # a real WordPiece tokenizer that needs no network
 

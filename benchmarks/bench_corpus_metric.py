@@ -32,10 +32,9 @@ import torch  # noqa: E402
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 from bench_prune_drop import build_model  # noqa: E402
 
-from layerprobe.core.specs import BUILTIN_CORPUS, CorpusSpec, ModelSpec  # noqa: E402
-from layerprobe.evaluate.corpus_metric import CorpusScorer, corpus_windows  # noqa: E402
-from layerprobe.model.load import load_model  # noqa: E402
-from layerprobe.model.stack import find_layers  # noqa: E402
+from layerprobe.core import BUILTIN_CORPUS, CorpusSpec, ModelSpec  # noqa: E402
+from layerprobe.evaluate import CorpusScorer, corpus_windows  # noqa: E402
+from layerprobe.model import find_layers, load_model  # noqa: E402
 
 
 def timed(engine: str, loaded, stack, corpus, windows, batch_size: int):

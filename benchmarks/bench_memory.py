@@ -126,7 +126,7 @@ def _peak_rss_bytes() -> int:
 
 
 def _model_spec(args, path: Path):
-    from layerprobe.core.specs import ModelSpec, quantization_from_flags
+    from layerprobe.core import ModelSpec, quantization_from_flags
 
     return ModelSpec(
         str(path),
@@ -139,17 +139,16 @@ def _model_spec(args, path: Path):
 
 def child(kind: str, args, path: Path) -> dict:
     """One measurement in this (fresh) process; returns its numbers."""
-    from layerprobe.core.specs import (
+    from layerprobe.core import (
         BUILTIN_CORPUS,
         DEFAULT_CHUNK_BYTES,
         DEFAULT_STATE_BYTES,
         CorpusSpec,
         parse_memory_size,
     )
-    from layerprobe.data.windows import batches, build_windows, iter_documents
-    from layerprobe.measure.angular import measure
-    from layerprobe.model.load import load_model
-    from layerprobe.model.stack import find_layers
+    from layerprobe.data import batches, build_windows, iter_documents
+    from layerprobe.measure import measure
+    from layerprobe.model import find_layers, load_model
 
     cuda = args.device.startswith("cuda") or args.device_map_auto and torch.cuda.is_available()
     spec = _model_spec(args, path)
@@ -176,8 +175,8 @@ def child(kind: str, args, path: Path) -> dict:
             captured = (L + 1) * args.batch_size * seq * hidden * itemsize
             chunk = min(bound or DEFAULT_CHUNK_BYTES, DEFAULT_CHUNK_BYTES)
             return {"states_held": captured + min(chunk, (L + 1) * args.batch_size * seq * hidden * 4)}
-        from layerprobe.core.specs import PruneSpec
-        from layerprobe.prune.drop import run_prune_drop
+        from layerprobe.core import PruneSpec
+        from layerprobe.prune import run_prune_drop
 
         engine = kind.split(":")[1]
         prune_spec = PruneSpec(

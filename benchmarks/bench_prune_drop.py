@@ -40,11 +40,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 import transformers as tf  # noqa: E402
 
-from layerprobe.core.specs import ModelSpec, PruneSpec  # noqa: E402
-from layerprobe.model.load import load_model  # noqa: E402
-from layerprobe.model.progress import BlockEvent, Progress  # noqa: E402
-from layerprobe.model.stack import find_layers  # noqa: E402
-from layerprobe.prune.drop import run_prune_drop  # noqa: E402
+from layerprobe.core import ModelSpec, PruneSpec  # noqa: E402
+from layerprobe.model import (  # noqa: E402
+    BlockEvent,
+    Progress,
+    find_layers,  # noqa: E402
+    load_model,  # noqa: E402
+)
+from layerprobe.prune import run_prune_drop  # noqa: E402
 
 TASKS_DIR = Path(__file__).resolve().parent.parent / "tests" / "data" / "tasks"
 

@@ -1,6 +1,6 @@
 """`python -m layerprobe` runs the command line."""
 
-from layerprobe.cli.app import app
+from layerprobe.cli import app
 
 if __name__ == "__main__":
     app()

@@ -26,10 +26,9 @@ from layerprobe.cli.console import (
     print_error,
     print_prune_summary,
 )
-from layerprobe.core.errors import LayerprobeError
-from layerprobe.core.specs import DTYPES, ENGINES, MAX_TOKENS, POSITIONS, check_output_dir
-from layerprobe.gate.render import FORMATS
-from layerprobe.results.kinds import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON, SAMPLES_DIR
+from layerprobe.core import DTYPES, ENGINES, MAX_TOKENS, POSITIONS, LayerprobeError, check_output_dir
+from layerprobe.gate import FORMATS
+from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON, SAMPLES_DIR
 
 app = typer.Typer(
     name="layerprobe",
@@ -172,7 +171,7 @@ def model_spec(
     attn_implementation: str | None,
 ) -> Any:
     """The ModelSpec of every command that loads weights, from the shared options above."""
-    from layerprobe.core.specs import ModelSpec, parse_model_args, quantization_from_flags
+    from layerprobe.core import ModelSpec, parse_model_args, quantization_from_flags
 
     return ModelSpec(
         model,
@@ -230,7 +229,7 @@ def angular(
 
     Writes angular.json (the full (L+1)×(L+1) matrix) and the heatmap angular.png / angular.pdf.
     """
-    from layerprobe.core.specs import DEFAULT_CHUNK_BYTES, AngularSpec, CorpusSpec, parse_memory_size
+    from layerprobe.core import DEFAULT_CHUNK_BYTES, AngularSpec, CorpusSpec, parse_memory_size
 
     spec = AngularSpec(
         model=model_spec(
@@ -264,8 +263,8 @@ def demo(
     quiet: QuietOpt = False,
 ) -> None:
     """Run `angular` offline on the real MiniLM-L6 BERT over the stdlib's pydoc text (needs the demo extra)."""
-    from layerprobe.core.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
-    from layerprobe.model.demo import DEMO_NAME, demo_model_dir
+    from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+    from layerprobe.model import DEMO_NAME, demo_model_dir
 
     spec = AngularSpec(
         model=ModelSpec(str(demo_model_dir()), device="cpu", name=DEMO_NAME),
@@ -276,10 +275,10 @@ def demo(
 
 
 def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
-    from layerprobe.measure.angular import run_angular
-    from layerprobe.model.ranks import world
-    from layerprobe.plots.figures import plot_angular
-    from layerprobe.results.kinds import write_json
+    from layerprobe.measure import run_angular
+    from layerprobe.model import world
+    from layerprobe.plots import plot_angular
+    from layerprobe.results import write_json
 
     check_output_dir(directory)
     ranks = world()
@@ -336,10 +335,10 @@ def depth(
 
     Writes depth.json and the figure depth.png / depth.pdf.
     """
-    from layerprobe.core.specs import DEFAULT_DATASET, CorpusSpec, DepthSpec
-    from layerprobe.measure.depth import run_depth
-    from layerprobe.plots.depth import plot_depth
-    from layerprobe.results.kinds import write_json
+    from layerprobe.core import DEFAULT_DATASET, CorpusSpec, DepthSpec
+    from layerprobe.measure import run_depth
+    from layerprobe.plots import plot_depth
+    from layerprobe.results import write_json
 
     if dataset == DEFAULT_DATASET and dataset_config is None:
         dataset_config = "en"
@@ -415,9 +414,9 @@ def prune_curve(
 
     Writes prune_curve.json and prune_curve_<task>.png (one line per method).
     """
-    from layerprobe.core.specs import CorpusSpec, ModelSpec, PruneSpec, parse_eval_batch_size
-    from layerprobe.plots.curve import plot_prune_curve
-    from layerprobe.prune.curve import PruneCurveSpec, run_prune_curve
+    from layerprobe.core import CorpusSpec, ModelSpec, PruneSpec, parse_eval_batch_size
+    from layerprobe.plots import plot_prune_curve
+    from layerprobe.prune import PruneCurveSpec, run_prune_curve
 
     parsed_batch = parse_eval_batch_size(batch_size)
     spec = PruneCurveSpec(
@@ -575,17 +574,16 @@ def prune_drop(
     Writes prune_drop.json and one plot per task (prune_drop_<task>.png). Progress is saved after every
     evaluation; rerun with --resume after an interruption.
     """
-    from layerprobe.core.shares import Share
-    from layerprobe.core.specs import (
+    from layerprobe.core import (
         DEFAULT_STATE_BYTES,
         CorpusSpec,
         PruneSpec,
+        Share,
         parse_eval_batch_size,
         parse_memory_size,
     )
-    from layerprobe.model.ranks import world
-    from layerprobe.prune.drop import run_prune_drop
-    from layerprobe.prune.shards import SHARD_JSON
+    from layerprobe.model import world
+    from layerprobe.prune import SHARD_JSON, run_prune_drop
 
     share = Share.parse(shard) if shard is not None else None
     spec = PruneSpec(
@@ -644,14 +642,14 @@ def merge(
     out_dir: Annotated[Path, typer.Option("--out", help="Where to write the joined prune_drop.json.")],
 ) -> None:
     """Join the shards of one `prune-drop --shard i/N` run into the prune_drop.json an unsharded run writes."""
-    from layerprobe.prune.drop import merge_shards
+    from layerprobe.prune import merge_shards
 
     check_output_dir(out_dir)
     _report_prune_drop(merge_shards(list(shards), out_dir), out_dir)
 
 
 def _report_prune_drop(result: Any, directory: Path, log_samples: bool = False) -> None:
-    from layerprobe.plots.figures import plot_prune_drop
+    from layerprobe.plots import plot_prune_drop
 
     plots = plot_prune_drop(result, directory)
     print_prune_summary(result)
@@ -716,8 +714,8 @@ def prune_export(
     weight is read; the tokenizer and generation config are copied, and layerprobe.json records what was
     removed from which source. Runs on CPU; needs memory for the full model.
     """
-    from layerprobe.core.specs import ExportSpec, ModelSpec
-    from layerprobe.export.save import run_export
+    from layerprobe.core import ExportSpec, ModelSpec
+    from layerprobe.export import run_export
 
     spec = ExportSpec(
         model=ModelSpec(model, revision, dtype, "cpu", None, trust_remote_code, layers_path),
@@ -776,9 +774,8 @@ def layers(
     Only the config is downloaded: the model is built without weights. Norm placement is traced with
     random weights, one block in memory at a time (--no-placement skips it).
     """
-    from layerprobe.core.specs import ModelSpec
-    from layerprobe.model.load import check_skeleton_weights, load_skeleton
-    from layerprobe.model.stack import find_layers
+    from layerprobe.core import ModelSpec
+    from layerprobe.model import check_skeleton_weights, find_layers, load_skeleton
 
     spec = ModelSpec(model, revision, trust_remote_code=trust_remote_code, layers_path=layers_path)
     with err.status("Reading config"):
@@ -814,7 +811,7 @@ def layers(
 
 def _traced_placement(skeleton: Any, stack: Any) -> Any:
     """The traced placement of a weightless skeleton, or None (with a warning) when it cannot be traced."""
-    from layerprobe.model.skeleton import placement_without_weights
+    from layerprobe.model import placement_without_weights
 
     vocab = getattr(getattr(skeleton, "config", None), "vocab_size", None) or 2
     try:
@@ -834,7 +831,7 @@ def plot(
     out_dir: Annotated[Path | None, typer.Option("--out", help="Where to write (default: next to the JSON).")] = None,
 ) -> None:
     """Redraw the plots of a result JSON (heatmap, ΔP bars or the depth figure)."""
-    from layerprobe.plots.depth import redraw
+    from layerprobe.plots import redraw
 
     for path in redraw(result_json, out_dir):
         out.print(f"wrote {path}", highlight=False, markup=False)
@@ -877,10 +874,7 @@ def compare_command(
     ] = None,
 ) -> None:
     """Gate a candidate's results against a baseline's: exit 0 pass, 1 regression, 2 bad input."""
-    from layerprobe.gate.figures import plot_verdict
-    from layerprobe.gate.render import build_table, check_format, render, render_junit
-    from layerprobe.gate.rules import load_rules
-    from layerprobe.gate.verdict import compare_paths
+    from layerprobe.gate import build_table, check_format, compare_paths, load_rules, plot_verdict, render, render_junit
 
     check_format(output_format)
     rules = load_rules(

@@ -89,7 +89,7 @@ class RichProgress:
             )
 
     def callbacks(self):
-        from layerprobe.model.progress import Progress as LibraryProgress
+        from layerprobe.model import Progress as LibraryProgress
 
         return LibraryProgress(on_stage=self.stage, on_advance=self.advance)
 
@@ -177,7 +177,7 @@ def print_prune_summary(result: Any) -> None:
     With paired uncertainty, each ΔP shows its paired 95 % interval and is coloured (red: hurts, green:
     helps) only when that interval excludes 0; older results colour against the baseline's stderr.
     """
-    from layerprobe.results.kinds import variant_label
+    from layerprobe.results import variant_label
 
     for name, task in result.tasks.items():
         metric_name = task.primary_metric

@@ -1,1 +1,14 @@
 """Text in: corpora packed into token windows with an exact budget, local files, SQuAD questions."""
+
+from layerprobe.data.squad import SquadExample, load_squad
+from layerprobe.data.windows import Window, batches, build_windows, iter_documents, windows_before_loading
+
+__all__ = [
+    "batches",
+    "build_windows",
+    "iter_documents",
+    "load_squad",
+    "SquadExample",
+    "Window",
+    "windows_before_loading",
+]

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from layerprobe.core.errors import CorpusError
+from layerprobe.core import CorpusError
 
 _CHUNK_BYTES = 1 << 20
 _BINARY_HINT = "Pass a UTF-8 text file (.txt: paragraphs separated by blank lines; .jsonl: one JSON object per line)."

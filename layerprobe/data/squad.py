@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerprobe.core.errors import OFFLINE_HINT, TaskError
+from layerprobe.core import OFFLINE_HINT, TaskError
 
 HUB_DATASET = "rajpurkar/squad"
 _FORMAT_HINT = (

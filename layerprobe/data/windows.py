@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerprobe.core.errors import CorpusError, EmptyCorpus, hub_offline
-from layerprobe.core.specs import BUILTIN_CORPUS, LOCAL_BUILDERS, CorpusSpec, ModelSpec
+from layerprobe.core import BUILTIN_CORPUS, LOCAL_BUILDERS, CorpusError, CorpusSpec, EmptyCorpus, ModelSpec, hub_offline
 from layerprobe.data.files import iter_jsonl_rows, iter_paragraphs
-from layerprobe.model.load import context_length, load_config, load_tokenizer, quiet_hub_logs, quiet_transformers
+from layerprobe.model import context_length, load_config, load_tokenizer, quiet_hub_logs, quiet_transformers
 
 _TOKENIZE_BATCH = 64
 # Documents longer than this many characters are tokenized in pieces (see `split_long`), a few at a time.

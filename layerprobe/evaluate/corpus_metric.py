@@ -31,17 +31,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from layerprobe.core.specs import CORPUS_TASK
-from layerprobe.data.windows import batches, build_windows, iter_documents
+from layerprobe.core import CORPUS_TASK
+from layerprobe.data import batches, build_windows, iter_documents
 from layerprobe.evaluate.replay import Replay, head_logits, output_arity
 from layerprobe.evaluate.samples import MEAN
-from layerprobe.model.stack import LayerStack, capture_block_states, removed_blocks
-from layerprobe.results.evaluation import Evaluation, MetricSamples, MetricScore
+from layerprobe.model import LayerStack, capture_block_states, removed_blocks
+from layerprobe.results import Evaluation, MetricSamples, MetricScore
 
 if TYPE_CHECKING:
-    from layerprobe.core.specs import CorpusSpec
-    from layerprobe.data.windows import Window
-    from layerprobe.model.load import LoadedModel
+    from layerprobe.core import CorpusSpec
+    from layerprobe.data import Window
+    from layerprobe.model import LoadedModel
 
 Span = tuple[int, ...]  # the removed blocks of one variant, consecutive; () is the baseline
 _LOGIT_BYTES = 256 * 1024**2  # logits (base and variant, float32) alive at once per slice of positions

@@ -30,8 +30,8 @@ from layerprobe.evaluate.tasks import (
     quiet_lm_eval,
     seed_everything,
 )
-from layerprobe.model.ablation import Remover
-from layerprobe.results.evaluation import Evaluation, MetricSamples, MetricScore
+from layerprobe.model import Remover
+from layerprobe.results import Evaluation, MetricSamples, MetricScore
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -39,9 +39,8 @@ if TYPE_CHECKING:
     from lm_eval.models.huggingface import HFLM
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from layerprobe.core.specs import PruneSpec
-    from layerprobe.model.load import LoadedModel
-    from layerprobe.model.stack import LayerStack
+    from layerprobe.core import PruneSpec
+    from layerprobe.model import LayerStack, LoadedModel
 
 __all__ = [
     "DEFAULT_BOOTSTRAP_ITERS",

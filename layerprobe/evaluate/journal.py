@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from layerprobe.core.errors import ResultError
+from layerprobe.core import ResultError
 
 JOURNAL_SCHEMA = "layerprobe/shared-answers@1"
 Key = tuple[tuple[int, ...], tuple[int, ...]]

@@ -39,7 +39,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from layerprobe.model.stack import capture_block_states, removed_blocks
+from layerprobe.model import capture_block_states, removed_blocks
 
 MIN_PREFIX = 16  # shared tokens below which a group is not worth its own prefix passes
 _PROBE_LENGTH, _PROBE_PREFIX = 24, 16

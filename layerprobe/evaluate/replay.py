@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from layerprobe.model.stack import LayerStack, hidden_from_output
+from layerprobe.model import LayerStack, hidden_from_output
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

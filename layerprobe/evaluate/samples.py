@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from layerprobe.results.evaluation import MetricSamples
-from layerprobe.stats.paired import (
+from layerprobe.results import MetricSamples
+from layerprobe.stats import (
     DEFAULT_DRAWS,
     DEFAULT_SEED,
     PairedDelta,

@@ -11,21 +11,17 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from layerprobe.core.errors import TaskError
-from layerprobe.core.specs import CORPUS_TASK, SQUAD_TASK
+from layerprobe.core import CORPUS_TASK, SQUAD_TASK, TaskError
 from layerprobe.evaluate.corpus_metric import CorpusScorer
 from layerprobe.evaluate.harness import HarnessScorer, build_tasks
 from layerprobe.evaluate.shared import SharedPrefixScorer, unsupported_reason
 from layerprobe.evaluate.squad import SquadTaskScorer, squad_examples
-from layerprobe.model.load import CAUSAL_LM, EXTRACTIVE_QA
+from layerprobe.model import CAUSAL_LM, EXTRACTIVE_QA
 
 if TYPE_CHECKING:
-    from layerprobe.core.specs import PruneSpec
-    from layerprobe.model.ablation import Remover
-    from layerprobe.model.load import LoadedModel
-    from layerprobe.model.progress import Progress
-    from layerprobe.model.stack import LayerStack
-    from layerprobe.results.evaluation import Evaluation
+    from layerprobe.core import PruneSpec
+    from layerprobe.model import LayerStack, LoadedModel, Progress, Remover
+    from layerprobe.results import Evaluation
 
 __all__ = ["PreparedTasks", "Scorer", "check_tasks_fit_model", "make_scorers", "prepare_tasks"]
 

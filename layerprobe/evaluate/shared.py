@@ -23,21 +23,28 @@ import torch
 from lm_eval.models.huggingface import HFLM
 from torch import nn
 
-from layerprobe.core.specs import DEFAULT_STATE_BYTES
+from layerprobe.core import DEFAULT_STATE_BYTES
 from layerprobe.evaluate.harness import HarnessScorer, is_generation_task, quiet_lm_eval
 from layerprobe.evaluate.journal import AnswerJournal
 from layerprobe.evaluate.prefix_cache import PrefixReuse
 from layerprobe.evaluate.replay import Replay, head_logits, output_arity
-from layerprobe.model.ablation import Ablation, Remover, zeroed_sublayers
-from layerprobe.model.load import module_device
-from layerprobe.model.stack import LayerStack, base_of, capture_block_states, removed_blocks
-from layerprobe.results.evaluation import BASELINE, Evaluation
+from layerprobe.model import (
+    Ablation,
+    LayerStack,
+    Remover,
+    base_of,
+    capture_block_states,
+    module_device,
+    removed_blocks,
+    zeroed_sublayers,
+)
+from layerprobe.results import BASELINE, Evaluation
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from layerprobe.evaluate.tasks import TaskSet
-    from layerprobe.model.load import LoadedModel
+    from layerprobe.model import LoadedModel
 
 Key = tuple[tuple[int, ...], tuple[int, ...]]
 _DEFAULT_STATE_BYTES = DEFAULT_STATE_BYTES  # recorded block inputs held at once (--max-state-memory)

@@ -27,12 +27,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from layerprobe.core.errors import TaskError
-from layerprobe.data.squad import SquadExample, load_squad
+from layerprobe.core import TaskError
+from layerprobe.data import SquadExample, load_squad
 from layerprobe.evaluate.samples import MEAN
-from layerprobe.model.ablation import Remover
-from layerprobe.model.load import context_length
-from layerprobe.results.evaluation import Evaluation, MetricSamples, MetricScore
+from layerprobe.model import Remover, context_length
+from layerprobe.results import Evaluation, MetricSamples, MetricScore
 
 METRICS = ("f1", "exact_match")
 SQUAD_SAMPLES_TASK = "squad"  # the task name per-question values are kept under
@@ -46,10 +45,8 @@ _PUNCTUATION = frozenset(string.punctuation)
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from layerprobe.core.specs import PruneSpec
-    from layerprobe.model.load import LoadedModel
-    from layerprobe.model.progress import Progress
-    from layerprobe.model.stack import LayerStack
+    from layerprobe.core import PruneSpec
+    from layerprobe.model import LayerStack, LoadedModel, Progress
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerprobe.core.errors import OFFLINE_HINT, TaskError
+from layerprobe.core import OFFLINE_HINT, TaskError
 
 LOCAL_FILES_HINT = "check data_files in the task YAML (relative paths are looked up in the YAML's folder)"
 GENERATION = "generate_until"

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from layerprobe.core.errors import UnsupportedModel
+from layerprobe.core import UnsupportedModel
 
 # Attributes that say where a block sits, not what it is: renumbered by design.
 _POSITION_ATTRIBUTES = re.compile(r"^(layer_idx|layer_id|layer_index|layer_number|block_idx)$")

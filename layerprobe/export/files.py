@@ -16,11 +16,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from layerprobe.core.specs import ExportSpec
-from layerprobe.model.load import quiet_transformers
-from layerprobe.model.progress import Progress
-from layerprobe.results.kinds import atomic_write
-from layerprobe.results.provenance import library_versions
+from layerprobe.core import ExportSpec
+from layerprobe.model import Progress, quiet_transformers
+from layerprobe.results import atomic_write, library_versions
 
 RECORD_NAME = "layerprobe.json"
 RECORD_SCHEMA = "layerprobe/export@1"

@@ -19,22 +19,24 @@ from pathlib import Path
 from typing import Any
 
 import layerprobe.export.files as files
-from layerprobe.core.errors import LayerprobeError, UnsupportedModel
-from layerprobe.core.specs import ExportSpec, parse_layer_ranges
+from layerprobe.core import ExportSpec, LayerprobeError, UnsupportedModel, parse_layer_ranges
 from layerprobe.export.config import block_signature, first_difference, kept_config, pattern_fields, stack_config
-from layerprobe.model.load import (
+from layerprobe.model import (
     CAUSAL_LM,
     EXTRACTIVE_QA,
+    Progress,
+    base_of,
+    check_loading_info,
     check_skeleton_weights,
+    find_layers,
     load_config,
     model_kind,
     quiet_transformers,
+    removed_blocks,
     translate_load_error,
+    translate_weights_error,
 )
-from layerprobe.model.progress import Progress
-from layerprobe.model.stack import base_of, find_layers, removed_blocks
-from layerprobe.model.weights import check_loading_info, translate_weights_error
-from layerprobe.results.kinds import write_json
+from layerprobe.results import write_json
 
 
 @dataclass

@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from layerprobe.gate.rules import EPS, RuleResult
-from layerprobe.results.kinds import DepthResult
+from layerprobe.results import DepthResult
 
 
 def rms_growth(result: DepthResult) -> float | None:

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layerprobe.core.errors import ResultError
-from layerprobe.plots.figures import (
+from layerprobe.core import ResultError
+from layerprobe.plots import (
     DIFF_CMAP,
     DISTANCE_LABEL,
     _bars,
@@ -27,7 +27,7 @@ from layerprobe.plots.figures import (
     plt,
     span_matrix,
 )
-from layerprobe.results.kinds import AngularResult, MetricDrop, PruneDropResult
+from layerprobe.results import AngularResult, MetricDrop, PruneDropResult
 
 if TYPE_CHECKING:
     from layerprobe.gate.verdict import Verdict

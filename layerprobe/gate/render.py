@@ -17,7 +17,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from layerprobe.core.errors import LayerprobeError
+from layerprobe.core import LayerprobeError
 
 if TYPE_CHECKING:
     from layerprobe.gate.rules import RuleResult

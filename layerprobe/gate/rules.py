@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from layerprobe.core.errors import LayerprobeError, ResultError
-from layerprobe.results.kinds import LAZY_THRESHOLD, AngularResult, MetricDrop, PruneDropResult, angular_summary
+from layerprobe.core import LayerprobeError, ResultError
+from layerprobe.results import LAZY_THRESHOLD, AngularResult, MetricDrop, PruneDropResult, angular_summary
 
 # A change exactly equal to its tolerance passes; this slack keeps float rounding from failing it.
 EPS = 1e-9

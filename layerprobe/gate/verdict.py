@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from layerprobe.core.errors import ResultError
+from layerprobe.core import ResultError
 from layerprobe.gate.depth_rules import depth_notes, depth_rules
 from layerprobe.gate.rules import GateRules, RuleResult, angular_rules, angular_stderr_notes, prune_drop_rules
-from layerprobe.results.kinds import (
+from layerprobe.results import (
     ANGULAR_JSON,
     DEPTH_JSON,
     PRUNE_DROP_JSON,

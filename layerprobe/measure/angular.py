@@ -13,17 +13,23 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from layerprobe.core.errors import UnsupportedModel
-from layerprobe.core.specs import DEFAULT_CHUNK_BYTES, AngularSpec
-from layerprobe.data.windows import Window, batches, build_windows, iter_documents, windows_before_loading
-from layerprobe.model.info import model_info
-from layerprobe.model.load import LoadedModel, check_loadable, load_model, skeleton_stack, takes_argument
-from layerprobe.model.progress import Progress
-from layerprobe.model.ranks import World
-from layerprobe.model.ranks import world as distributed_world
-from layerprobe.model.stack import LayerStack, capture_block_states, find_layers
-from layerprobe.results.kinds import AngularResult
-from layerprobe.results.provenance import RunTimer
+from layerprobe.core import DEFAULT_CHUNK_BYTES, AngularSpec, UnsupportedModel
+from layerprobe.data import Window, batches, build_windows, iter_documents, windows_before_loading
+from layerprobe.model import (
+    LayerStack,
+    LoadedModel,
+    Progress,
+    World,
+    capture_block_states,
+    check_loadable,
+    find_layers,
+    load_model,
+    model_info,
+    skeleton_stack,
+    takes_argument,
+)
+from layerprobe.model import world as distributed_world
+from layerprobe.results import AngularResult, RunTimer
 
 _CHUNK_BYTES = DEFAULT_CHUNK_BYTES  # fp32 states upcast at once: (positions × (L+1) × hidden × 4) bytes, ~256 MiB
 

@@ -12,30 +12,32 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from layerprobe.core.errors import UnsupportedModel
-from layerprobe.core.specs import DepthSpec
-from layerprobe.data.windows import Window, batches, build_windows, iter_documents, windows_before_loading
+from layerprobe.core import DepthSpec, UnsupportedModel
+from layerprobe.data import Window, batches, build_windows, iter_documents, windows_before_loading
 from layerprobe.measure.gradients import grad_norms
 from layerprobe.measure.spread import DepthAccumulator, relative_size
-from layerprobe.model.info import model_info
-from layerprobe.model.load import (
+from layerprobe.model import (
     CAUSAL_LM,
     ENCODER,
     MASKED_LM,
+    BlockSublayers,
+    LayerStack,
     LoadedModel,
+    Progress,
+    capture_block_states,
     check_loadable,
+    detect_placement,
+    find_layers,
+    hidden_from_input,
+    hidden_from_output,
     load_config,
     load_model,
+    model_info,
     model_kind,
     skeleton_stack,
 )
-from layerprobe.model.load import takes_argument as _takes
-from layerprobe.model.placement import detect_placement
-from layerprobe.model.progress import Progress
-from layerprobe.model.stack import LayerStack, capture_block_states, find_layers, hidden_from_input, hidden_from_output
-from layerprobe.model.sublayers import BlockSublayers
-from layerprobe.results.kinds import SUBLAYER_KINDS, DepthResult
-from layerprobe.results.provenance import RunTimer
+from layerprobe.model import takes_argument as _takes
+from layerprobe.results import SUBLAYER_KINDS, DepthResult, RunTimer
 
 TRACE_WINDOWS, TRACE_TOKENS = 2, 64  # tracing needs a few real positions, not the corpus
 

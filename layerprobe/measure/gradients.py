@@ -17,10 +17,10 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from layerprobe.core.errors import UnsupportedModel
-from layerprobe.data.windows import Window, batches
-from layerprobe.model.load import CAUSAL_LM, MASKED_LM, LoadedModel, takes_argument
-from layerprobe.results.kinds import GradNorms
+from layerprobe.core import UnsupportedModel
+from layerprobe.data import Window, batches
+from layerprobe.model import CAUSAL_LM, MASKED_LM, LoadedModel, takes_argument
+from layerprobe.results import GradNorms
 
 MASK_FRACTION = 0.15
 DEFAULT_MASK_SEED = 1234

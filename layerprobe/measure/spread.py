@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from layerprobe.results.kinds import Spread
+from layerprobe.results import Spread
 
 
 class SpreadAccumulator:

@@ -20,8 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from layerprobe.core.errors import LayerprobeError, UnsupportedModel
-from layerprobe.core.specs import UNITS, check_ablation
+from layerprobe.core import UNITS, LayerprobeError, UnsupportedModel, check_ablation
 from layerprobe.model.stack import LayerStack, removed_blocks
 from layerprobe.model.sublayers import find_model_sublayers
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from layerprobe.core.errors import LayerprobeError
+from layerprobe.core import LayerprobeError
 
 DEMO_NAME = "all-MiniLM-L6-v2"  # what titles, tables and result JSON call it; the path stays in model.path
 

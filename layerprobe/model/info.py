@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from layerprobe.model.load import LoadedModel
 from layerprobe.model.stack import LayerStack
-from layerprobe.results.kinds import ModelInfo
-from layerprobe.results.provenance import jsonable
+from layerprobe.results import ModelInfo, jsonable
 
 
 def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:

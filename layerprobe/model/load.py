@@ -15,8 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from layerprobe.core.errors import LayerprobeError, ModelNotFound, UnsupportedModel, hub_offline, offline_model_hint
-from layerprobe.core.specs import ModelSpec
+from layerprobe.core import LayerprobeError, ModelNotFound, ModelSpec, UnsupportedModel, hub_offline, offline_model_hint
 from layerprobe.model.stack import base_of, find_layers
 from layerprobe.model.weights import check_files, check_loading_info, translate_weights_error
 

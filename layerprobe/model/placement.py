@@ -23,10 +23,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from layerprobe.core.errors import UnsupportedModel
+from layerprobe.core import UnsupportedModel
 from layerprobe.model.sublayers import BlockSublayers, Contribution, match_contributions, sublayers_from_trace
 from layerprobe.model.trace import BlockTrace, capture_block_calls, trace_block
-from layerprobe.results.kinds import (
+from layerprobe.results import (
     LNS,
     MIX_LN,
     PARALLEL,

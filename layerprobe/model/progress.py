@@ -17,7 +17,7 @@ from layerprobe.model.stack import hidden_from_input
 
 if TYPE_CHECKING:
     from layerprobe.model.stack import LayerStack
-    from layerprobe.results.evaluation import Evaluation
+    from layerprobe.results import Evaluation
 
 StageCallback = Callable[[str, "int | None", str], None]
 

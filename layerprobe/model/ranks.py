@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from layerprobe.core.shares import Share
+from layerprobe.core import Share
 
 # Ranks that finish their share early wait for the slowest at the final gather; a prune-drop share can
 # take many hours, far beyond torch's 30-minute default.

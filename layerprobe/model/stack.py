@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from layerprobe.core.errors import UnsupportedModel
+from layerprobe.core import UnsupportedModel
 
 # Stack locations of common families, relative to the base model (the model without its head).
 KNOWN_PATHS = (

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from layerprobe.core.errors import UnsupportedModel
+from layerprobe.core import UnsupportedModel
 from layerprobe.model.trace import BlockTrace, Recorded, StreamRef, capture_block_calls, trace_block
 
 ATTENTION, MLP = "attention", "mlp"

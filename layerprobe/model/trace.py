@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from layerprobe.core.errors import UnsupportedModel
+from layerprobe.core import UnsupportedModel
 from layerprobe.model.load import takes_argument
 from layerprobe.model.stack import LayerStack, hidden_from_input, hidden_from_output
 

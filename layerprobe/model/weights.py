@@ -22,8 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from layerprobe.core.errors import LayerprobeError
-from layerprobe.core.specs import ModelSpec
+from layerprobe.core import LayerprobeError, ModelSpec
 
 # Where transformers looks for weights, in its order of preference.
 _INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from layerprobe.results.kinds import PruneCurveResult
+from layerprobe.results import PruneCurveResult
 
 
 def plot_prune_curve(result: PruneCurveResult, out_dir: Path) -> list[Path]:

@@ -20,9 +20,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from layerprobe.core.specs import check_output_dir
+from layerprobe.core import check_output_dir
 from layerprobe.plots.figures import _save, _short, plot_result  # noqa: E402
-from layerprobe.results.kinds import DepthResult, Spread, load_result  # noqa: E402
+from layerprobe.results import DepthResult, Spread, load_result  # noqa: E402
 
 LABEL_COLOURS = {
     "Pre-LN": "#2e86c1",

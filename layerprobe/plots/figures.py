@@ -23,9 +23,9 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from layerprobe.core.specs import check_output_dir  # noqa: E402
+from layerprobe.core import check_output_dir  # noqa: E402
 from layerprobe.plots.curve import plot_prune_curve
-from layerprobe.results.kinds import (  # noqa: E402
+from layerprobe.results import (  # noqa: E402
     AngularResult,
     MetricDrop,
     ModelInfo,

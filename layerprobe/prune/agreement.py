@@ -15,9 +15,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from layerprobe.core.errors import ResultError
-from layerprobe.results.kinds import ANGULAR_JSON, AngularResult, MetricDrop, load_result
-from layerprobe.stats.paired import DEFAULT_DRAWS, DEFAULT_SEED, spearman_bootstrap, top_k_overlap
+from layerprobe.core import ResultError
+from layerprobe.results import ANGULAR_JSON, AngularResult, MetricDrop, load_result
+from layerprobe.stats import DEFAULT_DRAWS, DEFAULT_SEED, spearman_bootstrap, top_k_overlap
 
 
 def find_angular(explicit: str | Path | None, out_dir: Path) -> Path | None:

@@ -18,30 +18,33 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from layerprobe.core.errors import LayerprobeError, ResultError
-from layerprobe.core.specs import CORPUS_TASK, AngularSpec, PruneSpec
-from layerprobe.evaluate.corpus_metric import CorpusScorer
-from layerprobe.evaluate.samples import paired_delta
-from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers
-from layerprobe.measure.angular import run_angular
-from layerprobe.model.info import model_info
-from layerprobe.model.load import LoadedModel, load_config, load_model, model_kind
-from layerprobe.model.progress import Progress
-from layerprobe.model.stack import find_layers, removed_blocks
+from layerprobe.core import CORPUS_TASK, AngularSpec, LayerprobeError, PruneSpec, ResultError
+from layerprobe.evaluate import CorpusScorer, check_tasks_fit_model, make_scorers, paired_delta
+from layerprobe.measure import run_angular
+from layerprobe.model import (
+    LoadedModel,
+    Progress,
+    find_layers,
+    load_config,
+    load_model,
+    model_info,
+    model_kind,
+    removed_blocks,
+)
 from layerprobe.prune.agreement import check_angular_fits, load_angular_for
 from layerprobe.prune.state import corpus_settings
-from layerprobe.results.kinds import (
+from layerprobe.results import (
     PRUNE_CURVE_JSON,
     AngularResult,
     CurveMethod,
     CurveMetric,
     PruneCurveResult,
+    RunTimer,
     write_json,
 )
-from layerprobe.results.provenance import RunTimer
 
 if TYPE_CHECKING:
-    from layerprobe.results.evaluation import Evaluation
+    from layerprobe.results import Evaluation
 
 Span = tuple[int, ...]
 GROMOV, LAST = "angular", "last"

@@ -11,42 +11,41 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from layerprobe.core.errors import LayerprobeError
-from layerprobe.core.shares import Share
-from layerprobe.core.specs import CORPUS_TASK, PruneSpec, parse_layer_ranges
-from layerprobe.evaluate.samples import paired_columns
-from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers, prepare_tasks
-from layerprobe.model.ablation import Remover
-from layerprobe.model.info import model_info
-from layerprobe.model.load import (
+from layerprobe.core import CORPUS_TASK, LayerprobeError, PruneSpec, Share, parse_layer_ranges
+from layerprobe.evaluate import check_tasks_fit_model, make_scorers, paired_columns, prepare_tasks
+from layerprobe.model import (
+    EvaluationEvent,
     LoadedModel,
+    Progress,
+    Remover,
+    World,
     check_loadable,
+    find_layers,
     load_config,
     load_model,
     load_tokenizer,
+    model_info,
     model_kind,
     skeleton_stack,
 )
-from layerprobe.model.progress import EvaluationEvent, Progress
-from layerprobe.model.ranks import World
-from layerprobe.model.ranks import world as distributed_world
-from layerprobe.model.stack import find_layers
+from layerprobe.model import world as distributed_world
 from layerprobe.prune.agreement import check_angular_fits, find_angular, load_angular_for, task_agreement
 from layerprobe.prune.samples import SampleLog
 from layerprobe.prune.shards import join_shards, write_shard
 from layerprobe.prune.state import PruneState, corpus_settings, fingerprint, variant_key
-from layerprobe.results.evaluation import from_rows, to_rows
-from layerprobe.results.kinds import (
+from layerprobe.results import (
     PRUNE_DROP_JSON,
     AngularResult,
     MetricDrop,
     ModelInfo,
     PruneDropResult,
     RunInfo,
+    RunTimer,
     TaskDrop,
+    from_rows,
+    to_rows,
     write_json,
 )
-from layerprobe.results.provenance import RunTimer
 
 __all__ = ["check_tasks_fit_model", "run_prune_drop"]
 

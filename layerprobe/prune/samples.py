@@ -20,8 +20,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from layerprobe.results.kinds import PRUNE_DROP_PARTIAL_SAMPLES as PARTIAL_DIR
-from layerprobe.results.kinds import SAMPLES_DIR
+from layerprobe.results import PRUNE_DROP_PARTIAL_SAMPLES as PARTIAL_DIR
+from layerprobe.results import SAMPLES_DIR
 
 
 def file_name(task: str) -> str:

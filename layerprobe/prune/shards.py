@@ -13,12 +13,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from layerprobe.core.errors import ResultError
+from layerprobe.core import ResultError
 from layerprobe.prune.state import variant_key
-from layerprobe.results.kinds import ModelInfo, RunInfo, read_json, write_json
+from layerprobe.results import ModelInfo, RunInfo, read_json, write_json
 
 if TYPE_CHECKING:
-    from layerprobe.core.shares import Share
+    from layerprobe.core import Share
 
 SHARD_JSON = "prune_drop.shard.json"
 SHARD_SCHEMA = "layerprobe/prune-drop-shard@1"

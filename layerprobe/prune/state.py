@@ -14,17 +14,20 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from layerprobe.core.errors import ResultError
-from layerprobe.core.specs import CORPUS_TASK
-from layerprobe.results.evaluation import evaluation_from_dict, evaluation_to_dict
-from layerprobe.results.kinds import PRUNE_DROP_PARTIAL_JSON, read_json, write_json
-from layerprobe.results.provenance import library_versions
-from layerprobe.results.validate import Node
+from layerprobe.core import CORPUS_TASK, ResultError
+from layerprobe.results import (
+    PRUNE_DROP_PARTIAL_JSON,
+    Node,
+    evaluation_from_dict,
+    evaluation_to_dict,
+    library_versions,
+    read_json,
+    write_json,
+)
 
 if TYPE_CHECKING:
-    from layerprobe.core.specs import CorpusSpec, PruneSpec
-    from layerprobe.results.evaluation import Evaluation
-    from layerprobe.results.kinds import ModelInfo
+    from layerprobe.core import CorpusSpec, PruneSpec
+    from layerprobe.results import Evaluation, ModelInfo
 
 PARTIAL_NAME = PRUNE_DROP_PARTIAL_JSON
 PARTIAL_SCHEMA = "layerprobe/prune-drop-partial@1"

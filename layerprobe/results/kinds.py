@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import layerprobe.results.validate as v
-from layerprobe.core.errors import ResultError
+from layerprobe.core import ResultError
 from layerprobe.results.validate import Node
 
 if TYPE_CHECKING:

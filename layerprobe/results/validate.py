@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from layerprobe.core.errors import ResultError
+from layerprobe.core import ResultError
 
 _MISSING: Any = object()
 Kind = Callable[["Node"], Any]
