@@ -1,4 +1,4 @@
-"""Pure statistics (numpy/scipy only): paired differences, bootstraps, rank correlations."""
+"""Pure statistics (numpy/scipy only): paired differences, sequential intervals, multiplicity, McNemar, rankings."""
 
 from layerprobe.stats.paired import (
     DEFAULT_DRAWS,
@@ -10,14 +10,19 @@ from layerprobe.stats.paired import (
     stratified_mean_stats,
     top_k_overlap,
 )
+from layerprobe.stats.sequential import ConfidenceSequence, StopReason, scoring_order, stop_reason
 
 __all__ = [
+    "ConfidenceSequence",
     "DEFAULT_DRAWS",
     "DEFAULT_SEED",
     "paired_bootstrap",
     "paired_mean_stats",
     "PairedDelta",
+    "scoring_order",
     "spearman_bootstrap",
+    "stop_reason",
+    "StopReason",
     "stratified_mean_stats",
     "top_k_overlap",
 ]
