@@ -1,5 +1,6 @@
 """Pure statistics (numpy/scipy only): paired differences, sequential intervals, multiplicity, McNemar, rankings."""
 
+from layerprobe.stats.multiplicity import Adjusted, adjust_pvalues, bootstrap_pvalue, normal_pvalue
 from layerprobe.stats.paired import (
     DEFAULT_DRAWS,
     DEFAULT_SEED,
@@ -13,9 +14,13 @@ from layerprobe.stats.paired import (
 from layerprobe.stats.sequential import ConfidenceSequence, StopReason, scoring_order, stop_reason
 
 __all__ = [
+    "adjust_pvalues",
+    "Adjusted",
+    "bootstrap_pvalue",
     "ConfidenceSequence",
     "DEFAULT_DRAWS",
     "DEFAULT_SEED",
+    "normal_pvalue",
     "paired_bootstrap",
     "paired_mean_stats",
     "PairedDelta",
