@@ -1,5 +1,6 @@
 """Pure statistics (numpy/scipy only): paired differences, sequential intervals, multiplicity, McNemar, rankings."""
 
+from layerprobe.stats.mcnemar import McNemar, discordant_counts, mcnemar
 from layerprobe.stats.multiplicity import Adjusted, adjust_pvalues, bootstrap_pvalue, normal_pvalue
 from layerprobe.stats.paired import (
     DEFAULT_DRAWS,
@@ -20,6 +21,9 @@ __all__ = [
     "ConfidenceSequence",
     "DEFAULT_DRAWS",
     "DEFAULT_SEED",
+    "discordant_counts",
+    "mcnemar",
+    "McNemar",
     "normal_pvalue",
     "paired_bootstrap",
     "paired_mean_stats",
