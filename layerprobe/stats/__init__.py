@@ -12,24 +12,38 @@ from layerprobe.stats.paired import (
     stratified_mean_stats,
     top_k_overlap,
 )
+from layerprobe.stats.ranking import (
+    BlockScores,
+    RankingStability,
+    kendall_tau_b,
+    lowest_k_jaccard,
+    ranking_stability,
+    spearman_rho,
+)
 from layerprobe.stats.sequential import ConfidenceSequence, StopReason, scoring_order, stop_reason
 
 __all__ = [
     "adjust_pvalues",
     "Adjusted",
+    "BlockScores",
     "bootstrap_pvalue",
     "ConfidenceSequence",
     "DEFAULT_DRAWS",
     "DEFAULT_SEED",
     "discordant_counts",
+    "kendall_tau_b",
+    "lowest_k_jaccard",
     "mcnemar",
     "McNemar",
     "normal_pvalue",
     "paired_bootstrap",
     "paired_mean_stats",
     "PairedDelta",
+    "ranking_stability",
+    "RankingStability",
     "scoring_order",
     "spearman_bootstrap",
+    "spearman_rho",
     "stop_reason",
     "StopReason",
     "stratified_mean_stats",
