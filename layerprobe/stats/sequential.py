@@ -42,7 +42,8 @@ import numpy as np
 
 DEFAULT_ALPHA = 0.05
 TRUNCATION = 0.5  # c: the bets never risk more than half the capital (Waudby-Smith & Ramdas recommend 1/2)
-TOLERANCE = 1e-7  # bisection accuracy on the [0, 1] scale; the reported ends are rounded outward
+STEPS = 24  # bisection steps: the ends to 2⁻²⁴ ≈ 6e-8 of the range, rounded outward; fixed, so a run's
+# interval does not depend on which other runs are computed alongside it
 STATE_KIND = "hedged_capital_wor"
 StopReason = Literal["precision", "settled", "exhausted"]
 
@@ -130,8 +131,7 @@ def _crossing(
     outer, inner = (lo.copy(), hi.copy()) if side > 0 else (hi.copy(), lo.copy())
     inside = log_capital(x, bets, outer, population, side) < threshold
     inner_out = log_capital(x, bets, inner, population, side) >= threshold
-    steps = max(1, math.ceil(math.log2(max(float(np.max(np.abs(inner - outer), initial=0.0)), TOLERANCE) / TOLERANCE)))
-    for _ in range(steps):
+    for _ in range(STEPS):
         middle = (outer + inner) / 2
         excluded = log_capital(x, bets, middle, population, side) >= threshold
         outer = np.where(excluded, middle, outer)
