@@ -1,5 +1,7 @@
-"""Pure statistics (numpy/scipy only): paired differences, bootstraps, rank correlations."""
+"""Pure statistics (numpy/scipy only): paired differences, sequential intervals, multiplicity, McNemar, rankings."""
 
+from layerprobe.stats.mcnemar import McNemar, discordant_counts, mcnemar
+from layerprobe.stats.multiplicity import Adjusted, adjust_pvalues, bootstrap_pvalue, normal_pvalue
 from layerprobe.stats.paired import (
     DEFAULT_DRAWS,
     DEFAULT_SEED,
@@ -10,14 +12,40 @@ from layerprobe.stats.paired import (
     stratified_mean_stats,
     top_k_overlap,
 )
+from layerprobe.stats.ranking import (
+    BlockScores,
+    RankingStability,
+    kendall_tau_b,
+    lowest_k_jaccard,
+    ranking_stability,
+    spearman_rho,
+)
+from layerprobe.stats.sequential import ConfidenceSequence, StopReason, scoring_order, stop_reason
 
 __all__ = [
+    "adjust_pvalues",
+    "Adjusted",
+    "BlockScores",
+    "bootstrap_pvalue",
+    "ConfidenceSequence",
     "DEFAULT_DRAWS",
     "DEFAULT_SEED",
+    "discordant_counts",
+    "kendall_tau_b",
+    "lowest_k_jaccard",
+    "mcnemar",
+    "McNemar",
+    "normal_pvalue",
     "paired_bootstrap",
     "paired_mean_stats",
     "PairedDelta",
+    "ranking_stability",
+    "RankingStability",
+    "scoring_order",
     "spearman_bootstrap",
+    "spearman_rho",
+    "stop_reason",
+    "StopReason",
     "stratified_mean_stats",
     "top_k_overlap",
 ]

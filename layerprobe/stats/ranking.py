@@ -1,0 +1,259 @@
+"""How stable a per-block ranking is across calibration data (issue #20 §2).
+
+Two runs of `angular` (or `prune-drop`) on different calibration corpora each give a score per block;
+the question is whether they would prune the same blocks. Three measures, each with a bootstrap interval
+that says how much of the disagreement is sampling noise of the calibration data itself:
+
+- Kendall's τ-b and Spearman's ρ between the two score vectors: agreement of the whole ordering.
+- The Jaccard overlap |A_k ∩ B_k| / |A_k ∪ B_k| of the k lowest-scoring blocks of each side (the ones a
+  pruner removes first) for k = 1 … ⌊L/2⌋: agreement where it matters.
+
+Intervals come from redrawing each side's per-block scores and recomputing the statistic:
+
+- "bootstrap": where the per-window (or per-document) values behind each side's scores exist, the windows
+  of each side are resampled with replacement, independently of the other side (the two runs saw
+  different data), and each block's score is recomputed as the mean over the drawn windows. A window's
+  values for all blocks are drawn together, keeping their correlation.
+- "parametric_bootstrap": where only each block's mean and standard error exist, each block's score is
+  drawn from N(mean, se²), blocks independently (their correlation is unknown, so the interval is only
+  approximate).
+- "mixed_bootstrap": one side of each kind.
+
+Percentile 95 % intervals; seeded (numpy PCG64), so a result is reproducible. Unlike
+`spearman_bootstrap` in stats/paired.py, which resamples the (block, block) pairs of one result, these
+resample the data each result was measured on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from layerprobe.stats.paired import DEFAULT_DRAWS, DEFAULT_SEED
+
+CHUNK = 128  # draws handled at once: bounds the (draws, pairs) and (draws, windows) arrays
+Interval = tuple[float, float]
+
+
+@dataclass(frozen=True, eq=False)
+class BlockScores:
+    """One side's per-block scores, and what is known about their sampling noise.
+
+    Build with `from_windows` (per-window values) or `from_normal` (means and standard errors).
+
+    Attributes:
+        point: The per-block score, shape (L,): the mean over windows, or the given mean.
+        windows: Per-window values, shape (n, L), or None.
+        stderr: Per-block standard errors, shape (L,), or None.
+    """
+
+    point: np.ndarray
+    windows: np.ndarray | None = None
+    stderr: np.ndarray | None = None
+
+    @classmethod
+    def from_windows(cls, values: Sequence[Sequence[float]] | np.ndarray) -> BlockScores:
+        """Scores that are means over windows: `values[w][l]` is block l's value on window w, shape (n, L)."""
+        array = np.asarray(values, dtype=np.float64)
+        if array.ndim != 2 or array.shape[0] < 2 or array.shape[1] < 2:
+            raise ValueError(f"per-window values need shape (windows ≥ 2, blocks ≥ 2), not {array.shape}")
+        if not np.isfinite(array).all():
+            raise ValueError("per-window values must be finite")
+        return cls(array.mean(axis=0), windows=array)
+
+    @classmethod
+    def from_normal(cls, mean: Sequence[float] | np.ndarray, stderr: Sequence[float] | np.ndarray) -> BlockScores:
+        """Scores known only by their means and standard errors, both shape (L,)."""
+        m, s = np.asarray(mean, dtype=np.float64), np.asarray(stderr, dtype=np.float64)
+        if m.ndim != 1 or m.shape != s.shape or len(m) < 2:
+            raise ValueError(f"means and standard errors need the same shape (blocks ≥ 2,), not {m.shape}, {s.shape}")
+        if not (np.isfinite(m).all() and np.isfinite(s).all() and (s >= 0).all()):
+            raise ValueError("means must be finite and standard errors finite and nonnegative")
+        return cls(m, stderr=s)
+
+    @property
+    def blocks(self) -> int:
+        return len(self.point)
+
+    def redraw(self, rng: np.random.Generator, draws: int) -> np.ndarray:
+        """`draws` bootstrap replicates of the per-block scores, shape (draws, L)."""
+        if self.windows is None:
+            assert self.stderr is not None
+            return rng.normal(self.point, self.stderr, size=(draws, self.blocks))
+        n = len(self.windows)
+        out = np.empty((draws, self.blocks))
+        for start in range(0, draws, CHUNK):
+            stop = min(draws, start + CHUNK)
+            counts = rng.multinomial(n, np.full(n, 1 / n), size=stop - start)  # resampling with replacement
+            out[start:stop] = counts @ self.windows / n
+        return out
+
+
+@dataclass(frozen=True)
+class RankingStability:
+    """Agreement of two per-block rankings, with percentile 95 % intervals.
+
+    Attributes:
+        tau: Kendall's τ-b of the two score vectors (None if a side is constant).
+        rho: Spearman's ρ (None if a side is constant).
+        jaccard: Overlap of the k lowest-scoring blocks, for k = 1 … ⌊L/2⌋.
+        tau_ci: Interval of τ-b (None without enough defined draws).
+        rho_ci: Interval of ρ.
+        jaccard_ci: Interval per k.
+        method: "bootstrap", "parametric_bootstrap" or "mixed_bootstrap" (module docstring).
+        draws: Bootstrap draws.
+        seed: Seed of the draws.
+    """
+
+    tau: float | None
+    rho: float | None
+    jaccard: tuple[float, ...]
+    tau_ci: Interval | None
+    rho_ci: Interval | None
+    jaccard_ci: tuple[Interval, ...]
+    method: str
+    draws: int
+    seed: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields; intervals as [low, high] lists, k implied by position (k = index + 1)."""
+        return {
+            "kendall_tau_b": self.tau,
+            "spearman_rho": self.rho,
+            "jaccard_lowest_k": list(self.jaccard),
+            "kendall_tau_b_ci95": None if self.tau_ci is None else list(self.tau_ci),
+            "spearman_rho_ci95": None if self.rho_ci is None else list(self.rho_ci),
+            "jaccard_lowest_k_ci95": [list(ci) for ci in self.jaccard_ci],
+            "method": self.method,
+            "draws": self.draws,
+            "seed": self.seed,
+        }
+
+
+def _rows(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    a, b = np.atleast_2d(np.asarray(x, dtype=np.float64)), np.atleast_2d(np.asarray(y, dtype=np.float64))
+    if a.shape != b.shape or a.shape[1] < 2:
+        raise ValueError(f"two rankings of the same blocks (at least 2) are needed, not shapes {a.shape}, {b.shape}")
+    return a, b
+
+
+def kendall_tau_b_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Kendall's τ-b of each row pair: Σ sign(Δx) sign(Δy) / sqrt(#untied-x pairs · #untied-y pairs).
+
+    τ-b (not τ-a) because scores can tie; it equals scipy.stats.kendalltau's default.
+    Shapes: (draws, L) and (draws, L) → (draws,); NaN where a row is constant.
+    """
+    a, b = _rows(x, y)
+    first, second = np.triu_indices(a.shape[1], k=1)
+    out = np.empty(len(a))
+    for start in range(0, len(a), CHUNK):
+        sx = np.sign(a[start : start + CHUNK, second] - a[start : start + CHUNK, first])
+        sy = np.sign(b[start : start + CHUNK, second] - b[start : start + CHUNK, first])
+        norm = np.sqrt(np.abs(sx).sum(axis=1) * np.abs(sy).sum(axis=1))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[start : start + CHUNK] = np.where(norm > 0, (sx * sy).sum(axis=1) / norm, np.nan)
+    return out
+
+
+def spearman_rho_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's ρ of each row pair: Pearson's r of the average-tie ranks. (draws, L) × 2 → (draws,)."""
+    a, b = _rows(x, y)
+    ra, rb = stats.rankdata(a, axis=1), stats.rankdata(b, axis=1)
+    ra, rb = ra - ra.mean(axis=1, keepdims=True), rb - rb.mean(axis=1, keepdims=True)
+    norm = np.sqrt((ra**2).sum(axis=1) * (rb**2).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(norm > 0, (ra * rb).sum(axis=1) / norm, np.nan)
+
+
+def lowest_k_jaccard_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Jaccard overlap of the k lowest-scoring blocks of each side, k = 1 … ⌊L/2⌋, per row pair.
+
+    Ties are broken by block index (the earlier block counts as lower), so the k-sets are always of size
+    k and the result is deterministic. Shapes: (draws, L) × 2 → (draws, ⌊L/2⌋).
+    """
+    a, b = _rows(x, y)
+    blocks = a.shape[1]
+    ks = np.arange(1, blocks // 2 + 1)
+    positions = []
+    for side in (a, b):
+        order = np.argsort(side, axis=1, kind="stable")
+        position = np.empty_like(order)
+        np.put_along_axis(position, order, np.arange(blocks)[None, :].repeat(len(side), axis=0), axis=1)
+        positions.append(position)
+    out = np.empty((len(a), len(ks)))
+    for start in range(0, len(a), CHUNK):
+        first = positions[0][start : start + CHUNK, None, :] < ks[None, :, None]
+        second = positions[1][start : start + CHUNK, None, :] < ks[None, :, None]
+        both = (first & second).sum(axis=2)
+        out[start : start + CHUNK] = both / (2 * ks[None, :] - both)
+    return out
+
+
+def _single(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
+
+
+def kendall_tau_b(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float | None:
+    """Kendall's τ-b of two score vectors over the same blocks, shape (L,); None if one is constant."""
+    return _single(kendall_tau_b_rows(np.asarray(x)[None], np.asarray(y)[None])[0])
+
+
+def spearman_rho(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float | None:
+    """Spearman's ρ of two score vectors over the same blocks, shape (L,); None if one is constant."""
+    return _single(spearman_rho_rows(np.asarray(x)[None], np.asarray(y)[None])[0])
+
+
+def lowest_k_jaccard(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> tuple[float, ...]:
+    """Jaccard overlap of the k lowest-scoring blocks for k = 1 … ⌊L/2⌋ (see `lowest_k_jaccard_rows`)."""
+    return tuple(float(v) for v in lowest_k_jaccard_rows(np.asarray(x)[None], np.asarray(y)[None])[0])
+
+
+def _percentile_interval(values: np.ndarray) -> Interval | None:
+    finite = values[np.isfinite(values)]
+    if len(finite) < 2:
+        return None
+    low, high = np.percentile(finite, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def ranking_stability(
+    first: BlockScores, second: BlockScores, *, draws: int = DEFAULT_DRAWS, seed: int = DEFAULT_SEED
+) -> RankingStability:
+    """τ-b, ρ and the lowest-k Jaccard curve of two rankings, with bootstrap 95 % intervals.
+
+    Each side is redrawn independently (`BlockScores.redraw`: windows resampled, or normal draws), the
+    statistics recomputed per draw, and the 2.5/97.5 percentiles of the defined draws reported. The
+    point values come from the full data. Draws of the first side come first from the one seeded
+    generator, then the second's, so the result depends only on the inputs, `draws` and `seed`.
+
+    Args:
+        first: One side's block scores, L blocks.
+        second: The other side's, the same L blocks in the same order.
+        draws: Bootstrap draws (≥ 2).
+        seed: Seed of the draws.
+    """
+    if first.blocks != second.blocks:
+        raise ValueError(f"the two rankings cover different numbers of blocks: {first.blocks} vs {second.blocks}")
+    if draws < 2:
+        raise ValueError("a bootstrap needs at least two draws")
+    kinds = {first.windows is None, second.windows is None}
+    method = "mixed_bootstrap" if len(kinds) == 2 else "parametric_bootstrap" if True in kinds else "bootstrap"
+    rng = np.random.default_rng(seed)
+    x, y = first.redraw(rng, draws), second.redraw(rng, draws)
+    curve = lowest_k_jaccard_rows(x, y)
+    return RankingStability(
+        tau=kendall_tau_b(first.point, second.point),
+        rho=spearman_rho(first.point, second.point),
+        jaccard=lowest_k_jaccard(first.point, second.point),
+        tau_ci=_percentile_interval(kendall_tau_b_rows(x, y)),
+        rho_ci=_percentile_interval(spearman_rho_rows(x, y)),
+        jaccard_ci=tuple(_percentile_interval(curve[:, k]) or (math.nan, math.nan) for k in range(curve.shape[1])),
+        method=method,
+        draws=draws,
+        seed=seed,
+    )
