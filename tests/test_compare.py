@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from layerprobe.cli.app import compare_command, friendly_errors
 from layerprobe.core.errors import LayerprobeError, ResultError
+from layerprobe.gate import GateRules, load_rules
 from layerprobe.gate.figures import plot_verdict
 from layerprobe.gate.render import (
     render,
@@ -28,7 +29,6 @@ from layerprobe.gate.render import (
     render_table,
     verdict_to_dict,
 )
-from layerprobe.gate.rules import GateRules, load_rules
 from layerprobe.gate.verdict import compare_paths, compare_results
 from layerprobe.results.kinds import (
     AngularResult,

@@ -377,8 +377,8 @@ def test_real_minilm_end_to_end(minilm, tmp_path):
 def test_compare_rules_on_depth_results(checkpoints):
     from dataclasses import replace
 
-    from layerprobe.gate.depth_rules import depth_rules
-    from layerprobe.gate.rules import GateRules
+    from layerprobe.gate import GateRules
+    from layerprobe.gate.rules.depth import depth_rules
     from layerprobe.gate.verdict import compare_results
     from layerprobe.model.placement import summarise
 

@@ -33,7 +33,8 @@ from layerprobe.measure import angular as angular_module
 from layerprobe.measure.angular import measure
 from layerprobe.model.load import load_model, module_device
 from layerprobe.model.stack import find_layers
-from layerprobe.plots.figures import _angular_figure, _prune_drop_figure
+from layerprobe.plots.delta import prune_drop_figure
+from layerprobe.plots.heatmap import angular_figure
 from layerprobe.prune.state import PruneState, fingerprint
 from layerprobe.results.evaluation import Evaluation
 from layerprobe.results.kinds import AngularResult, ModelInfo, PruneDropResult, load_result
@@ -270,9 +271,9 @@ def test_quantized_results_are_labelled(tiny_checkpoints, tmp_path):
     quantized = AngularResult.from_dict(data)
     assert quantized.to_dict()["model"]["quantization"] == "bitsandbytes-4bit-nf4"
     assert "(bitsandbytes-4bit-nf4)" in quantized.model.label
-    assert "bitsandbytes-4bit-nf4" in _angular_figure(quantized).axes[0].get_title()
+    assert "bitsandbytes-4bit-nf4" in angular_figure(quantized).axes[0].get_title()
     plain = load_result(tmp_path / "angular.json")
-    assert "bitsandbytes" not in _angular_figure(plain).axes[0].get_title()
+    assert "bitsandbytes" not in angular_figure(plain).axes[0].get_title()
 
     from layerprobe.cli.console import out, print_angular_summary
 
@@ -479,5 +480,5 @@ def test_prune_drop_figure_title_marks_quantization():
     task = {"lp_arc_like": TaskDrop({"acc": drop}, 0, None, 10)}
     plain = PruneDropResult(_model_info(), "shared", {}, task, run)
     labelled = PruneDropResult(_model_info(quantization="bitsandbytes-8bit"), "shared", {}, task, run)
-    assert "bitsandbytes-8bit" in _prune_drop_figure(labelled, "lp_arc_like").axes[0].get_title()
-    assert "bitsandbytes" not in _prune_drop_figure(plain, "lp_arc_like").axes[0].get_title()
+    assert "bitsandbytes-8bit" in prune_drop_figure(labelled, "lp_arc_like").axes[0].get_title()
+    assert "bitsandbytes" not in prune_drop_figure(plain, "lp_arc_like").axes[0].get_title()

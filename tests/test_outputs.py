@@ -14,8 +14,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
+from layerprobe.gate import GateRules
 from layerprobe.gate.render import render_markdown, render_table, verdict_to_dict
-from layerprobe.gate.rules import GateRules
 from layerprobe.gate.verdict import Verdict, compare_results
 from layerprobe.results.kinds import (
     AngularResult,

@@ -16,7 +16,10 @@ from matplotlib.figure import Figure
 
 from layerprobe.core.errors import ResultError
 from layerprobe.gate import figures
-from layerprobe.plots import figures as report
+from layerprobe.plots.common import HARMFUL, HELPFUL, safe_name
+from layerprobe.plots.delta import plot_prune_drop, prune_drop_figure
+from layerprobe.plots.heatmap import angular_figure, plot_angular, span_candidates, span_matrix, span_minima
+from layerprobe.plots.redraw import redraw
 from layerprobe.results.kinds import (
     AngularResult,
     MetricDrop,
@@ -188,9 +191,9 @@ def no_leaked_figures():
 @pytest.mark.parametrize("num_layers", [6, 80])
 def test_span_matrix_puts_each_distance_in_its_cell(num_layers):
     result = angular_result(num_layers, nan_cells=[(1, 2), (0, num_layers)])
-    matrix = report.span_matrix(result.distance)
+    matrix = span_matrix(result.distance)
     assert_drawn_matrix(matrix, expected_cells(result.distance, num_layers), num_layers)
-    assert report.span_minima(matrix) == expected_minima(result.distance, num_layers)
+    assert span_minima(matrix) == expected_minima(result.distance, num_layers)
 
 
 def test_span_matrix_breaks_ties_to_the_lowest_start_layer():
@@ -199,14 +202,14 @@ def test_span_matrix_breaks_ties_to_the_lowest_start_layer():
         for j in range(5):
             distance[i][j] = 0.5 if i != j else 0.0
     distance[1][2] = distance[3][4] = 0.1
-    assert report.span_minima(report.span_matrix(distance))[1] == 1
+    assert span_minima(span_matrix(distance))[1] == 1
 
 
 @pytest.mark.parametrize("num_layers", [6, 80])
 def test_heatmap_draws_the_distances_and_marks_row_minima(num_layers):
     nan_cells = [(2, 4), (1, 2)] if num_layers == 6 else [(10, 11), (0, 80), (40, 45)]
     result = angular_result(num_layers, seed=num_layers, nan_cells=nan_cells)
-    fig = report._angular_figure(result)
+    fig = angular_figure(result)
     try:
         ax = fig.axes[0]
         image = ax.images[0]
@@ -255,7 +258,7 @@ def test_heatmap_marks_cells_not_significantly_above_the_row_minimum(num_layers)
             (n, l) for l, d in row.items() if l != best and d - row[best] <= 1.96 * math.hypot(se[l], se[best])
         }
     assert expected, "the fixture should leave some rows unclear"
-    fig = report._angular_figure(result)
+    fig = angular_figure(result)
     try:
         ax = fig.axes[0]
         assert marked_candidates(ax) == expected
@@ -268,7 +271,7 @@ def test_heatmap_marks_cells_not_significantly_above_the_row_minimum(num_layers)
     finally:
         plt.close(fig)
     # A file written before stderrs existed: the minima only, no candidate marks.
-    fig = report._angular_figure(angular_result(num_layers, seed=3))
+    fig = angular_figure(angular_result(num_layers, seed=3))
     try:
         assert marked_candidates(fig.axes[0]) == set() and marked_minima(fig.axes[0])
     finally:
@@ -288,7 +291,7 @@ def test_a_paired_difference_stderr_decides_the_candidates_when_present():
         expected = sorted(l for l, d in row.items() if d - row[choice["layer"]] <= 1.96e-4)
         assert choice["candidates"] == expected
     assert all(c["clear"] for c in summary["most_redundant"].values())
-    fig = report._angular_figure(tight)
+    fig = angular_figure(tight)
     try:
         assert marked_candidates(fig.axes[0]) == set()
     finally:
@@ -297,7 +300,7 @@ def test_a_paired_difference_stderr_decides_the_candidates_when_present():
 
 @pytest.mark.parametrize("num_layers", [6, 80])
 def test_plot_angular_writes_whole_png_and_pdf(tmp_path, num_layers):
-    paths = report.plot_angular(angular_result(num_layers, nan_cells=[(0, 1)]), tmp_path / "out")
+    paths = plot_angular(angular_result(num_layers, nan_cells=[(0, 1)]), tmp_path / "out")
     assert [p.name for p in paths] == ["angular.png", "angular.pdf"]
     assert file_magic(paths[0], PNG_MAGIC) and file_magic(paths[1], PDF_MAGIC)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["angular.pdf", "angular.png"]
@@ -312,7 +315,7 @@ def test_a_failed_save_leaves_no_file_behind(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Figure, "savefig", broken_savefig)
     with pytest.raises(OSError, match="disk full"):
-        report.plot_angular(angular_result(6), tmp_path)
+        plot_angular(angular_result(6), tmp_path)
     assert (tmp_path / "angular.png").read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["angular.png"]
 
@@ -325,7 +328,7 @@ def delta_bars(ax) -> BarContainer:
 def test_prune_drop_bars_are_the_deltas_coloured_by_harm(higher_is_better):
     result = prune_result(12, higher_is_better=higher_is_better)
     metric = result.tasks["arc_easy"].metrics["acc"]  # the primary metric is the first one reported
-    fig = report._prune_drop_figure(result, "arc_easy")
+    fig = prune_drop_figure(result, "arc_easy")
     try:
         ax = fig.axes[0]
         bars = delta_bars(ax)
@@ -338,7 +341,7 @@ def test_prune_drop_bars_are_the_deltas_coloured_by_harm(higher_is_better):
             if not math.isfinite(delta) or abs(delta) < metric.baseline_stderr:
                 continue
             hurts = delta < 0 if higher_is_better else delta > 0
-            expected = report.HARMFUL if hurts else report.HELPFUL
+            expected = HARMFUL if hurts else HELPFUL
             assert color == pytest.approx(to_rgba(expected))
             harmful, helpful = harmful + hurts, helpful + (not hurts)
         assert harmful and helpful
@@ -358,30 +361,30 @@ def test_prune_drop_bars_are_the_deltas_coloured_by_harm(higher_is_better):
 
 def test_prune_drop_file_names_are_safe_and_distinct(tmp_path):
     tasks = ("mmlu", "hendrycks/math algebra", "a/b", "a_b", "../../etc")
-    paths = report.plot_prune_drop(prune_result(80, tasks=tasks), tmp_path)
+    paths = plot_prune_drop(prune_result(80, tasks=tasks), tmp_path)
     assert len(paths) == len(tasks) == len({p.name for p in paths})
     for path in paths:
         assert path.parent == tmp_path
         assert all(ch.isalnum() or ch in "._-" for ch in path.name), path.name
         assert file_magic(path, PNG_MAGIC)
     assert tmp_path / "prune_drop_hendrycks_math_algebra.png" in paths
-    assert report.safe_name("mmlu/abstract algebra") == "mmlu_abstract_algebra"
+    assert safe_name("mmlu/abstract algebra") == "mmlu_abstract_algebra"
 
 
 @pytest.mark.parametrize("kind", ["angular", "prune_drop"])
 def test_plot_result_round_trips_through_json(tmp_path, kind):
     result = angular_result(7, nan_cells=[(3, 4)]) if kind == "angular" else prune_result(7, ("mmlu/x",))
     json_path = write_json(tmp_path / f"{kind}.json", result.to_dict())
-    paths = report.plot_result(json_path)
+    paths = redraw(json_path)
     assert paths and all(p.parent == tmp_path for p in paths)
     expected = ["angular.png", "angular.pdf"] if kind == "angular" else ["prune_drop_mmlu_x.png"]
     assert [p.name for p in paths] == expected
     assert all(file_magic(p, PDF_MAGIC if p.suffix == ".pdf" else PNG_MAGIC) for p in paths)
-    elsewhere = report.plot_result(json_path, tmp_path / "plots")
+    elsewhere = redraw(json_path, tmp_path / "plots")
     assert [p.parent for p in elsewhere] == [tmp_path / "plots"] * len(paths)
     if kind == "angular":  # NaN survives the JSON and lands in the same cell.
         reloaded = load_result(json_path)
-        fig = report._angular_figure(reloaded)
+        fig = angular_figure(reloaded)
         try:
             assert_drawn_matrix(fig.axes[0].images[0].get_array(), expected_cells(result.distance, 7), 7)
         finally:
@@ -391,14 +394,14 @@ def test_plot_result_round_trips_through_json(tmp_path, kind):
 def test_plot_result_rejects_a_file_that_is_not_a_result(tmp_path):
     (tmp_path / "x.json").write_text('{"hello": 1}')
     with pytest.raises(ResultError):
-        report.plot_result(tmp_path / "x.json")
+        redraw(tmp_path / "x.json")
 
 
 @pytest.mark.parametrize(("base_layers", "cand_layers"), [(8, 5), (80, 60), (6, 6)])
 def test_compare_angular_differences_over_the_common_layers(tmp_path, base_layers, cand_layers):
     baseline = angular_result(base_layers, seed=1, model_id="org/base")
     candidate = angular_result(cand_layers, seed=2, nan_cells=[(0, 1)], model_id="org/pruned")
-    fig = figures._compare_angular_figure(baseline, candidate)
+    fig = figures.compare_angular_figure(baseline, candidate)
     try:
         heatmaps = [ax for ax in fig.axes if ax.images]
         assert len(heatmaps) == 3
@@ -430,7 +433,7 @@ def test_compare_angular_differences_over_the_common_layers(tmp_path, base_layer
 def test_compare_prune_drop_with_a_pruned_candidate(tmp_path):
     baseline = prune_result(12, tasks=("arc_easy", "mmlu"), seed=0)
     candidate = prune_result(9, tasks=("mmlu", "piqa"), seed=5)
-    fig = figures._compare_prune_drop_figure(baseline, candidate)
+    fig = figures.compare_prune_drop_figure(baseline, candidate)
     try:
         assert len(fig.axes) == 2  # one row: mmlu is the only common task
         bars_ax, diff_ax = fig.axes
@@ -533,7 +536,7 @@ def test_angular_json_round_trips_the_new_fields_and_reads_old_files(tmp_path):
     assert legacy.row_difference_stderr is None and legacy.summary["candidates_test"] is None
     choice = legacy.summary["most_redundant"]["1"]
     assert choice["clear"] is None and choice["candidates"] is None and choice["stderr"] is None
-    assert report.span_candidates(legacy) == {}
+    assert span_candidates(legacy) == {}
 
     bad = dict(data, distance_stderr=[[0.1] * 6] * 5)
     write_json(tmp_path / "bad.json", bad)

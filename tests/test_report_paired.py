@@ -7,7 +7,8 @@ import pytest
 from matplotlib.colors import to_rgba
 from matplotlib.container import BarContainer, ErrorbarContainer
 
-from layerprobe.plots import figures as report
+from layerprobe.plots.common import HARMFUL, HELPFUL, WITHIN_NOISE
+from layerprobe.plots.delta import prune_drop_figure
 from layerprobe.prune.agreement import metric_agreement
 from layerprobe.results.kinds import MetricDrop, ModelInfo, PruneDropResult, RunInfo, TaskDrop
 
@@ -38,12 +39,12 @@ def paired_result(higher_is_better=True, agreement=False):
 @pytest.mark.parametrize("higher_is_better", [True, False])
 def test_bars_are_coloured_only_when_the_paired_interval_excludes_zero(higher_is_better):
     result, metric = paired_result(higher_is_better)
-    fig = report._prune_drop_figure(result, "arc")
+    fig = prune_drop_figure(result, "arc")
     try:
         ax = fig.axes[0]
         bars = next(c for c in ax.containers if isinstance(c, BarContainer) and len(c) > 1)
-        worse, better = (report.HARMFUL, report.HELPFUL) if higher_is_better else (report.HELPFUL, report.HARMFUL)
-        expected = [worse, report.WITHIN_NOISE, report.WITHIN_NOISE, better]
+        worse, better = (HARMFUL, HELPFUL) if higher_is_better else (HELPFUL, HARMFUL)
+        expected = [worse, WITHIN_NOISE, WITHIN_NOISE, better]
         assert [bar.get_facecolor() for bar in bars] == [pytest.approx(to_rgba(c)) for c in expected]
         # Error bars span exactly the paired intervals (asymmetric), not ± the pruned scores' stderr.
         errorbar = next(c for c in ax.containers if isinstance(c, ErrorbarContainer) and c.lines[2])
@@ -59,7 +60,7 @@ def test_bars_are_coloured_only_when_the_paired_interval_excludes_zero(higher_is
 
 def test_adjacent_distance_is_overlaid_on_a_second_axis():
     result, _ = paired_result(agreement=True)
-    fig = report._prune_drop_figure(result, "arc")
+    fig = prune_drop_figure(result, "arc")
     try:
         assert len(fig.axes) == 2
         line = fig.axes[1].get_lines()[0]

@@ -1,7 +1,7 @@
 """The gate's figures: baseline vs candidate heatmaps and ΔP bars, one file per compared kind.
 
-Built from result objects with report.py's drawing helpers, so a compare plot looks like the plots of
-the runs it compares; `plot_verdict` saves one per kind next to the candidate (or in `out_dir`).
+Built from result objects with the plots room's drawing helpers, so a compare plot looks like the plots
+of the runs it compares; `plot_verdict` saves one per kind next to the candidate (or in `out_dir`).
 """
 
 from __future__ import annotations
@@ -13,24 +13,25 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from layerprobe.core import ResultError
+from layerprobe.gate.verdict import Verdict
 from layerprobe.plots import (
     DIFF_CMAP,
     DISTANCE_LABEL,
-    _bars,
-    _draw_heatmap,
-    _effect_color,
-    _layer_axis,
-    _save,
-    _short,
-    _value_text,
-    _zero_line,
-    plt,
+    draw_bars,
+    draw_heatmap,
+    effect_color,
+    layer_axis,
+    pyplot,
+    save_figure,
+    short_name,
     span_matrix,
+    value_text,
+    zero_line,
 )
 from layerprobe.results import AngularResult, MetricDrop, PruneDropResult
 
 if TYPE_CHECKING:
-    from layerprobe.gate.verdict import Verdict
+    from matplotlib.figure import Figure
 
 
 def plot_compare_angular(baseline: AngularResult, candidate: AngularResult, out_path: Path) -> Path:
@@ -39,7 +40,7 @@ def plot_compare_angular(baseline: AngularResult, candidate: AngularResult, out_
     A pruned candidate has fewer blocks than its baseline, so the difference is taken by block index over
     the first min(L) blocks; the panel title says so, because index k no longer names the same weights.
     """
-    return _save(_compare_angular_figure(baseline, candidate), Path(out_path))[0]
+    return save_figure(compare_angular_figure(baseline, candidate), Path(out_path))[0]
 
 
 def plot_compare_prune_drop(baseline: PruneDropResult, candidate: PruneDropResult, out_path: Path) -> Path:
@@ -48,7 +49,7 @@ def plot_compare_prune_drop(baseline: PruneDropResult, candidate: PruneDropResul
     Raises:
         ResultError: the two results share no task scored with the same primary metric.
     """
-    return _save(_compare_prune_drop_figure(baseline, candidate), Path(out_path))[0]
+    return save_figure(compare_prune_drop_figure(baseline, candidate), Path(out_path))[0]
 
 
 def plot_verdict(verdict: Verdict, out_dir: str | Path | None = None) -> list[Path]:
@@ -59,24 +60,28 @@ def plot_verdict(verdict: Verdict, out_dir: str | Path | None = None) -> list[Pa
             continue
         directory = Path(out_dir) if out_dir is not None else comp.candidate.path.parent
         name = f"compare_{comp.kind}.png" if len(verdict.comparisons) > 1 else "compare.png"
-        draw = plot_compare_angular if comp.kind == "angular" else plot_compare_prune_drop
-        paths.append(draw(comp.baseline_result, comp.candidate_result, directory / name))
+        baseline, candidate = comp.baseline_result, comp.candidate_result
+        if isinstance(baseline, AngularResult) and isinstance(candidate, AngularResult):
+            paths.append(plot_compare_angular(baseline, candidate, directory / name))
+        elif isinstance(baseline, PruneDropResult) and isinstance(candidate, PruneDropResult):
+            paths.append(plot_compare_prune_drop(baseline, candidate, directory / name))
     return paths
 
 
-def _compare_angular_figure(baseline: AngularResult, candidate: AngularResult):
+def compare_angular_figure(baseline: AngularResult, candidate: AngularResult) -> Figure:
+    """Build the three-heatmap figure of `plot_compare_angular` (returned open, so tests can inspect it)."""
     common = min(baseline.num_layers, candidate.num_layers)
     largest = max(baseline.num_layers, candidate.num_layers)
     side = float(np.clip(2.5 + 0.07 * largest, 4.6, 6.0))
-    fig, axes = plt.subplots(1, 3, figsize=(3 * side + 2.5, side + 0.6), layout="constrained")
+    fig, axes = pyplot().subplots(1, 3, figsize=(3 * side + 2.5, side + 0.6), layout="constrained")
     for ax, res, role in ((axes[0], baseline, "baseline"), (axes[1], candidate, "candidate")):
-        image, _ = _draw_heatmap(ax, span_matrix(res.distance), annotate=largest <= 8)
-        ax.set_title(f"{role}: {_short(res.model.id)}\nL = {res.num_layers}", fontsize=10)
+        image, _ = draw_heatmap(ax, span_matrix(res.distance), annotate=largest <= 8)
+        ax.set_title(f"{role}: {short_name(res.model.id)}\nL = {res.num_layers}", fontsize=10)
     fig.colorbar(image, ax=axes[:2], label=DISTANCE_LABEL, shrink=0.8, aspect=30)
     diff = span_matrix(candidate.distance, common) - span_matrix(baseline.distance, common)
     finite = np.abs(diff.compressed())
     limit = max(float(finite.max()) if finite.size else 0.0, 1e-3)
-    diff_image, _ = _draw_heatmap(
+    diff_image, _ = draw_heatmap(
         axes[2], diff, cmap=DIFF_CMAP, limits=(-limit, limit), annotate=largest <= 8, mark_minima=False
     )
     axes[2].set_title(f"candidate − baseline\nblocks 0–{common - 1} matched by index (min L = {common})", fontsize=10)
@@ -85,7 +90,8 @@ def _compare_angular_figure(baseline: AngularResult, candidate: AngularResult):
     return fig
 
 
-def _compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropResult):
+def compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropResult) -> Figure:
+    """Build the bars figure of `plot_compare_prune_drop` (returned open, so tests can inspect it)."""
     rows = []
     for task, drop in baseline.tasks.items():
         metric_name = drop.primary_metric
@@ -98,7 +104,7 @@ def _compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropRe
             hint="Run prune-drop on both models with the same --tasks.",
         )
     layers = max(len(set(b.layers) | set(c.layers)) for _, _, b, c in rows)
-    fig, axes = plt.subplots(
+    fig, axes = pyplot().subplots(
         len(rows),
         2,
         figsize=(float(np.clip(5.0 + 0.2 * layers, 11.0, 18.0)), 4.0 * len(rows)),
@@ -109,36 +115,41 @@ def _compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropRe
     for (task, metric_name, base, cand), (ax_bars, ax_diff) in zip(rows, axes, strict=True):
         for metric, offset, label, color in ((base, -0.2, "baseline", "#7f8c8d"), (cand, 0.2, "candidate", "#e67e22")):
             errors = metric.delta_stderr if metric.paired else metric.stderr  # paired ΔP stderr where recorded
-            _bars(ax_bars, np.asarray(metric.layers) + offset, metric.delta, errors, color, 0.4, label)
-        _zero_line(ax_bars, base.baseline_stderr)
+            draw_bars(ax_bars, np.asarray(metric.layers) + offset, metric.delta, errors, color, 0.4, label)
+        zero_line(ax_bars, base.baseline_stderr)
         ax_bars.legend(fontsize=8, loc="best")
         ax_bars.set_title(
-            f"{task} · {metric_name}: ΔP per removed layer\nbaseline model {_value_text(base)}"
-            f" · candidate model {_value_text(cand)}",
+            f"{task} · {metric_name}: ΔP per removed layer\nbaseline model {value_text(base)}"
+            f" · candidate model {value_text(cand)}",
             fontsize=9,
         )
-        _layer_axis(ax_bars, sorted(set(base.layers) | set(cand.layers)))
+        layer_axis(ax_bars, sorted(set(base.layers) | set(cand.layers)))
         ax_bars.set_ylabel(f"ΔP ({metric_name})")
         shared = sorted(set(base.layers) & set(cand.layers))
         before = dict(zip(base.layers, base.delta, strict=True))
         after = dict(zip(cand.layers, cand.delta, strict=True))
         diff = [after[layer] - before[layer] for layer in shared]
-        colors = [_effect_color(d if base.higher_is_better else -d) for d in diff]
-        _bars(ax_diff, shared, diff, _combined_stderr(base, cand, shared), colors, 0.8, None)
-        _zero_line(ax_diff, None)
-        _layer_axis(ax_diff, shared)
+        colors = [effect_color(d if base.higher_is_better else -d) for d in diff]
+        draw_bars(ax_diff, shared, diff, _combined_stderr(base, cand, shared), colors, 0.8, None)
+        zero_line(ax_diff, None)
+        layer_axis(ax_diff, shared)
         ax_diff.set_ylabel("ΔP(candidate) − ΔP(baseline)")
         ax_diff.set_title("difference, matched by layer index\n(blue = candidate better, red = worse)", fontsize=9)
     fig.suptitle(
-        f"prune-drop: {_short(baseline.model.id)} (baseline) vs {_short(candidate.model.id)} (candidate)", fontsize=11
+        f"prune-drop: {short_name(baseline.model.id)} (baseline) vs {short_name(candidate.model.id)} (candidate)",
+        fontsize=11,
     )
     return fig
 
 
 def _combined_stderr(base: MetricDrop, cand: MetricDrop, layers: list[int]) -> list[float | None]:
     """sqrt(se_base² + se_cand²) of the paired ΔP stderrs per shared layer (None where either lacks one)."""
-    if not (base.paired and cand.paired):
+    if base.delta_stderr is None or cand.delta_stderr is None:  # not both paired
         return [None] * len(layers)
     se_b = dict(zip(base.layers, base.delta_stderr, strict=True))
     se_c = dict(zip(cand.layers, cand.delta_stderr, strict=True))
-    return [None if se_b[l] is None or se_c[l] is None else math.hypot(se_b[l], se_c[l]) for l in layers]
+    return [_hypot(se_b[l], se_c[l]) for l in layers]
+
+
+def _hypot(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else math.hypot(a, b)

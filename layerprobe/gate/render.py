@@ -10,7 +10,7 @@ import io
 import json
 import math
 import xml.etree.ElementTree as ET
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich import box
 from rich.console import Console, Group
@@ -18,10 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from layerprobe.core import LayerprobeError
-
-if TYPE_CHECKING:
-    from layerprobe.gate.rules import RuleResult
-    from layerprobe.gate.verdict import Verdict
+from layerprobe.gate.rules.record import RuleResult
+from layerprobe.gate.verdict import Verdict
 
 COMPARE_SCHEMA = "layerprobe/compare@1"
 # The numeric columns of the table and the markdown: the change is candidate − baseline, and "worse if"
@@ -44,48 +42,47 @@ def check_format(fmt: str) -> None:
 
 def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
     """The machine-readable verdict (schema layerprobe/compare@1); non-finite numbers become null."""
-    return _finite(
-        {
-            "schema": COMPARE_SCHEMA,
-            "verdict": "pass" if verdict.passed else "regression",
-            "passed": verdict.passed,
-            "inputs": {"baseline": str(verdict.baseline), "candidate": str(verdict.candidate)},
-            "rules": verdict.rules.to_dict(),
-            "counts": {"rules": len(verdict.results), "failed": len(verdict.failed), "skipped": len(verdict.skipped)},
-            "comparisons": [
-                {
-                    "kind": c.kind,
-                    "passed": c.passed,
-                    "baseline": c.baseline.to_dict(),
-                    "candidate": c.candidate.to_dict(),
-                    "layer_difference": c.candidate.num_layers - c.baseline.num_layers,
-                    "results": [
-                        {
-                            "name": r.name,
-                            "rule": r.rule,
-                            "subject": r.subject,
-                            "criterion": r.criterion,
-                            "thresholds": r.thresholds,
-                            "baseline": r.baseline,
-                            "candidate": r.candidate,
-                            "change": r.change,
-                            "limit": r.limit,
-                            "difference": r.difference,
-                            "worse_if": r.worse_if,
-                            "scale": r.scale,
-                            "passed": r.passed,
-                            "message": r.message,
-                            "details": r.details,
-                        }
-                        for r in c.results
-                    ],
-                    "notes": c.notes,
-                }
-                for c in verdict.comparisons
-            ],
-            "skipped": verdict.skipped,
-        }
-    )
+    document = {
+        "schema": COMPARE_SCHEMA,
+        "verdict": "pass" if verdict.passed else "regression",
+        "passed": verdict.passed,
+        "inputs": {"baseline": str(verdict.baseline), "candidate": str(verdict.candidate)},
+        "rules": verdict.rules.to_dict(),
+        "counts": {"rules": len(verdict.results), "failed": len(verdict.failed), "skipped": len(verdict.skipped)},
+        "comparisons": [
+            {
+                "kind": c.kind,
+                "passed": c.passed,
+                "baseline": c.baseline.to_dict(),
+                "candidate": c.candidate.to_dict(),
+                "layer_difference": c.candidate.num_layers - c.baseline.num_layers,
+                "results": [
+                    {
+                        "name": r.name,
+                        "rule": r.rule,
+                        "subject": r.subject,
+                        "criterion": r.criterion,
+                        "thresholds": r.thresholds,
+                        "baseline": r.baseline,
+                        "candidate": r.candidate,
+                        "change": r.change,
+                        "limit": r.limit,
+                        "difference": r.difference,
+                        "worse_if": r.worse_if,
+                        "scale": r.scale,
+                        "passed": r.passed,
+                        "message": r.message,
+                        "details": r.details,
+                    }
+                    for r in c.results
+                ],
+                "notes": c.notes,
+            }
+            for c in verdict.comparisons
+        ],
+        "skipped": verdict.skipped,
+    }
+    return {key: _finite(value) for key, value in document.items()}
 
 
 def render_json(verdict: Verdict) -> str:
@@ -259,7 +256,8 @@ def _md(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: object) -> object:
+    """The value with every non-finite float, however deeply nested, as None (JSON has no NaN)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):

@@ -1,29 +1,35 @@
 """The gate's verdict: pair a baseline's results with a candidate's, apply the rules, say pass or fail.
 
-`compare_paths` pairs the inputs (two files, or two run directories), applies `gate.rules`, and returns a
-`Verdict`; `gate.render` turns it into a terminal table, GitHub markdown, JSON or JUnit XML, and
-`gate.figures` draws it. The `compare` command in cli.py maps it to exit 0 pass, 1 regression, 2 bad input.
+`compare_paths` pairs the inputs (two files, or two run directories), applies the rules of their kind
+(`gate.rules`), and returns a `Verdict`; `gate.render` turns it into a terminal table, GitHub markdown,
+JSON or JUnit XML, and `gate.figures` draws it. The `compare` command maps it to exit 0 pass,
+1 regression, 2 bad input.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from layerprobe.core import ResultError
-from layerprobe.gate.depth_rules import depth_notes, depth_rules
-from layerprobe.gate.rules import GateRules, RuleResult, angular_rules, angular_stderr_notes, prune_drop_rules
+from layerprobe.gate.rules.angular import angular_notes, angular_rules
+from layerprobe.gate.rules.depth import depth_notes, depth_rules
+from layerprobe.gate.rules.prune_drop import prune_drop_notes, prune_drop_rules
+from layerprobe.gate.rules.record import RuleResult
+from layerprobe.gate.rules.thresholds import GateRules
 from layerprobe.results import (
     ANGULAR_JSON,
     DEPTH_JSON,
     PRUNE_DROP_JSON,
     AngularResult,
+    DepthResult,
     PruneDropResult,
     load_result,
 )
 
 KIND_FILES = {"angular": ANGULAR_JSON, "prune_drop": PRUNE_DROP_JSON, "depth": DEPTH_JSON}
+# The result kinds the gate compares.
+ComparedResult = AngularResult | PruneDropResult | DepthResult
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,8 @@ class Side:
     commit: str | None
     num_layers: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, str | int | None]:
+        """The side as the JSON verdict reports it."""
         return {
             "path": str(self.path),
             "model": self.model,
@@ -48,18 +55,19 @@ class Side:
 
 @dataclass(frozen=True)
 class KindComparison:
-    """All rules of one result kind (angular or prune_drop) and the notes a reader needs to trust them."""
+    """All rules of one result kind and the notes a reader needs to trust them (and the results, to draw them)."""
 
     kind: str
     baseline: Side
     candidate: Side
     results: list[RuleResult]
     notes: list[str]
-    baseline_result: Any = field(repr=False, compare=False, default=None)
-    candidate_result: Any = field(repr=False, compare=False, default=None)
+    baseline_result: ComparedResult | None = field(repr=False, compare=False, default=None)
+    candidate_result: ComparedResult | None = field(repr=False, compare=False, default=None)
 
     @property
     def passed(self) -> bool:
+        """Whether every rule of this kind passed."""
         return all(r.passed for r in self.results)
 
 
@@ -75,14 +83,17 @@ class Verdict:
 
     @property
     def results(self) -> list[RuleResult]:
+        """Every rule of every compared kind, in order."""
         return [r for c in self.comparisons for r in c.results]
 
     @property
     def failed(self) -> list[RuleResult]:
+        """The rules that failed: the regressions."""
         return [r for r in self.results if not r.passed]
 
     @property
     def passed(self) -> bool:
+        """Pass ⇔ no rule failed."""
         return not self.failed
 
 
@@ -100,8 +111,8 @@ def compare_paths(baseline: str | Path, candidate: str | Path, rules: GateRules 
 
 
 def compare_results(
-    baseline: AngularResult | PruneDropResult,
-    candidate: AngularResult | PruneDropResult,
+    baseline: ComparedResult,
+    candidate: ComparedResult,
     rules: GateRules,
     baseline_path: Path = Path("baseline"),
     candidate_path: Path = Path("candidate"),
@@ -113,17 +124,18 @@ def compare_results(
             f"Cannot compare a {kind} result ({baseline_path}) with a {_kind(candidate)} result ({candidate_path}).",
             hint="Pass two results of the same kind.",
         )
-    if kind == "angular":
+    if isinstance(baseline, AngularResult) and isinstance(candidate, AngularResult):
         for path, result in ((baseline_path, baseline), (candidate_path, candidate)):
             if not result.distance or any(len(row) != len(result.distance) for row in result.distance):
                 raise ResultError(f"Malformed angular result {path}: the distance matrix is not square.")
-        results = angular_rules(baseline, candidate, rules)
-        notes = angular_stderr_notes(baseline, candidate) + _angular_notes(baseline, candidate)
-    elif kind == "depth":
+        results, notes = angular_rules(baseline, candidate, rules), angular_notes(baseline, candidate)
+    elif isinstance(baseline, DepthResult) and isinstance(candidate, DepthResult):
         results, notes = depth_rules(baseline, candidate, rules.max_rms_growth), depth_notes(baseline, candidate)
-    else:
+    elif isinstance(baseline, PruneDropResult) and isinstance(candidate, PruneDropResult):
         results, notes = prune_drop_rules(baseline, candidate, rules)
-        notes += _prune_drop_notes(baseline, candidate)
+        notes += prune_drop_notes(baseline, candidate)
+    else:  # e.g. two prune_curve.json: load_result reads them, but the gate has no rules for them
+        raise TypeError(f"compare has no rules for {type(baseline).__name__}")
     sides = [_side(path, result) for path, result in ((baseline_path, baseline), (candidate_path, candidate))]
     if sides[0].num_layers != sides[1].num_layers:
         common = min(s.num_layers for s in sides)
@@ -137,38 +149,6 @@ def compare_results(
 
 
 # --- helpers -------------------------------------------------------------------------------------------
-
-# Measurement settings that, when they differ, make the two runs measure different things: the verdict
-# still stands, but a reader must know (tokens and positions change the noise; limit, few-shot and task
-# version change the questions).
-ANGULAR_WATCHED = ("dataset", "config", "split", "tokens", "positions", "seq_len")
-SETTINGS_WATCHED = ("seed",)  # --limit and --num-fewshot are compared per task, as run
-TASK_WATCHED = ("num_fewshot", "limit", "version")
-
-
-def _angular_notes(baseline: AngularResult, candidate: AngularResult) -> list[str]:
-    return [
-        f"data.{k} differs: baseline {baseline.data.get(k)!r}, candidate {candidate.data.get(k)!r}"
-        for k in ANGULAR_WATCHED
-        if baseline.data.get(k) != candidate.data.get(k)
-    ]
-
-
-def _prune_drop_notes(baseline: PruneDropResult, candidate: PruneDropResult) -> list[str]:
-    notes = [
-        f"settings.{k} differs: baseline {baseline.settings.get(k)!r}, candidate {candidate.settings.get(k)!r}"
-        for k in SETTINGS_WATCHED
-        if k in baseline.settings and k in candidate.settings and baseline.settings[k] != candidate.settings[k]
-    ]
-    for task, drop in baseline.tasks.items():
-        other = candidate.tasks.get(task)
-        if other is None:
-            continue
-        for k in TASK_WATCHED:
-            before, after = getattr(drop, k, None), getattr(other, k, None)
-            if before != after and not (k == "version" and None in (before, after)):
-                notes.append(f"{task}: {k} differs: baseline {before!r}, candidate {after!r}")
-    return notes
 
 
 def _pair_inputs(baseline: Path, candidate: Path) -> tuple[list[tuple[Path, Path]], list[str]]:
@@ -198,12 +178,12 @@ def _pair_inputs(baseline: Path, candidate: Path) -> tuple[list[tuple[Path, Path
     return pairs, skipped
 
 
-def _kind(result: Any) -> str:
-    if type(result).__name__ == "DepthResult":
+def _kind(result: ComparedResult) -> str:
+    if isinstance(result, DepthResult):
         return "depth"
     return "angular" if isinstance(result, AngularResult) else "prune_drop"
 
 
-def _side(path: Path, result: AngularResult | PruneDropResult) -> Side:
-    layers = result.num_layers if hasattr(result, "num_layers") else result.model.num_layers
+def _side(path: Path, result: ComparedResult) -> Side:
+    layers = result.model.num_layers if isinstance(result, PruneDropResult) else result.num_layers
     return Side(path, result.model.id, result.model.revision, result.model.commit, int(layers))

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from layerprobe.plots.common import pyplot
 from layerprobe.results import PruneCurveResult
 
 
 def plot_prune_curve(result: PruneCurveResult, out_dir: Path) -> list[Path]:
     """One figure per task (its first metric): score vs fraction removed, a line per method, ±1 paired stderr."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     paths = []
     for task, metrics in result.tasks.items():
         name, metric = next(iter(metrics.items()))

@@ -10,19 +10,18 @@ are ± one standard deviation over positions, clipped at the smallest positive v
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
+from layerprobe.plots.common import pyplot, save_figure, short_name
+from layerprobe.results import DepthResult, Spread
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-
-from layerprobe.core import check_output_dir
-from layerprobe.plots.figures import _save, _short, plot_result  # noqa: E402
-from layerprobe.results import DepthResult, Spread, load_result  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 LABEL_COLOURS = {
     "Pre-LN": "#2e86c1",
@@ -36,21 +35,12 @@ ATTENTION_COLOUR, MLP_COLOUR, BLOCK_COLOUR = "#c0392b", "#2e86c1", "#333333"
 
 def plot_depth(result: DepthResult, out_dir: Path) -> list[Path]:
     """Draw `depth.png` and `depth.pdf` in `out_dir`."""
-    return _save(depth_figure(result), Path(out_dir) / "depth.png", Path(out_dir) / "depth.pdf")
+    return save_figure(depth_figure(result), Path(out_dir) / "depth.png", Path(out_dir) / "depth.pdf")
 
 
-def redraw(json_path: Path, out_dir: Path | None = None) -> list[Path]:
-    """Redraw the plots of any result JSON (backs `layerprobe plot`): depth here, other kinds in report.py."""
-    json_path = Path(json_path)
-    result = load_result(json_path)  # validated once, whatever the kind
-    if not isinstance(result, DepthResult):
-        return plot_result(json_path, out_dir)
-    return plot_depth(result, json_path.parent if out_dir is None else check_output_dir(out_dir))
-
-
-def depth_figure(result: DepthResult):
+def depth_figure(result: DepthResult) -> Figure:
     """Build the figure (returned open, so tests can inspect it before it is saved)."""
-    fig = plt.figure(figsize=(11, 8.2), layout="constrained")
+    fig = pyplot().figure(figsize=(11, 8.2), layout="constrained")
     grid = fig.add_gridspec(3, 2, height_ratios=[0.22, 1, 1])
     strip = fig.add_subplot(grid[0, :])
     axes = [fig.add_subplot(grid[1 + i // 2, i % 2]) for i in range(4)]
@@ -66,14 +56,16 @@ def depth_figure(result: DepthResult):
         _integer_ticks(ax, result.num_layers)
     tokens = result.data.get("tokens")
     tokens = f"{tokens:,}" if isinstance(tokens, int) else tokens
-    fig.suptitle(f"{_short(result.model.id)} · {tokens} tokens · {result.placement.summary}", fontsize=11)
+    fig.suptitle(f"{short_name(result.model.id)} · {tokens} tokens · {result.placement.summary}", fontsize=11)
     return fig
 
 
-def _draw_strip(ax, result: DepthResult) -> None:
+def _draw_strip(ax: Axes, result: DepthResult) -> None:
+    from matplotlib.patches import Patch, Rectangle
+
     labels = result.placement.labels
     for l, label in enumerate(labels):
-        ax.add_patch(plt.Rectangle((l - 0.5, 0), 1, 1, color=LABEL_COLOURS.get(label, "#555555"), ec="white"))
+        ax.add_patch(Rectangle((l - 0.5, 0), 1, 1, color=LABEL_COLOURS.get(label, "#555555"), ec="white"))
         scale = result.placement.blocks[l].norm_scale
         if scale is not None and len(labels) <= 24:
             ax.text(l, 0.5, f"×{scale:.2g}", ha="center", va="center", fontsize=7, color="white")
@@ -92,7 +84,7 @@ def _draw_strip(ax, result: DepthResult) -> None:
     )
 
 
-def _draw_residual(ax, result: DepthResult) -> None:
+def _draw_residual(ax: Axes, result: DepthResult) -> None:
     _draw_spread(ax, result.rms, BLOCK_COLOUR, r"RMS $\|x^l\|/\sqrt{d}$")
     ax.set_ylabel(r"RMS $\|x^l\|/\sqrt{d}$")
     ax.set_xlabel("residual state l (input of block l; l = L: last output)")
@@ -101,12 +93,12 @@ def _draw_residual(ax, result: DepthResult) -> None:
     twin.set_ylabel("variance across units", color="#16a085", fontsize=8)
     twin.tick_params(axis="y", labelsize=7, colors="#16a085")
     lines = ax.get_lines() + twin.get_lines()
-    ax.legend(lines, [line.get_label() for line in lines], fontsize=8, loc="upper left")
+    ax.legend(lines, [str(line.get_label()) for line in lines], fontsize=8, loc="upper left")
     ax.set_title("(a) residual stream growth", fontsize=10, loc="left")
     _integer_ticks(ax, result.num_layers + 1)
 
 
-def _draw_sublayers(ax, result: DepthResult) -> None:
+def _draw_sublayers(ax: Axes, result: DepthResult) -> None:
     ax.set_title(r"(c) sublayer contribution $\|f\|\,/\,\|r\|$", fontsize=10, loc="left")
     if not result.sublayers:
         ax.text(0.5, 0.5, "sublayers not found (see placement)", ha="center", va="center", transform=ax.transAxes)
@@ -117,7 +109,7 @@ def _draw_sublayers(ax, result: DepthResult) -> None:
     ax.legend(fontsize=8)
 
 
-def _draw_grad(ax, result: DepthResult) -> None:
+def _draw_grad(ax: Axes, result: DepthResult) -> None:
     ax.set_title(r"(d) gradient norm $\|\nabla_{\theta_l} \bar{\mathcal{L}}\|$", fontsize=10, loc="left")
     grad = result.grad
     if grad is None:
@@ -135,7 +127,7 @@ def _draw_grad(ax, result: DepthResult) -> None:
     ax.legend(fontsize=8)
 
 
-def _draw_spread(ax, spread: Spread, colour: str, label: str, dashed: bool = False, band: bool = True) -> None:
+def _draw_spread(ax: Axes, spread: Spread, colour: str, label: str, dashed: bool = False, band: bool = True) -> None:
     mean = _positive(spread.mean)
     std = np.asarray([s if s is not None else math.nan for s in spread.std], dtype=float)
     x = np.arange(len(mean))
@@ -147,13 +139,13 @@ def _draw_spread(ax, spread: Spread, colour: str, label: str, dashed: bool = Fal
     ax.set_yscale("log")
 
 
-def _positive(values) -> np.ndarray:
+def _positive(values: Sequence[float | None]) -> np.ndarray:
     """Values as floats, with None and non-positive entries (undrawable on a log axis) as NaN."""
     array = np.asarray([v if v is not None else math.nan for v in values], dtype=float)
     array[~(array > 0)] = math.nan
     return array
 
 
-def _integer_ticks(ax, count: int) -> None:
+def _integer_ticks(ax: Axes, count: int) -> None:
     step = max(1, math.ceil(count / 16))
     ax.set_xticks(range(0, count, step))

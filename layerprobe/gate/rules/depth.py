@@ -11,9 +11,8 @@ Both recompute from the stored per-block values, never from the summary block.
 from __future__ import annotations
 
 import math
-from typing import Any
 
-from layerprobe.gate.rules import EPS, RuleResult
+from layerprobe.gate.rules.record import EPS, RuleResult, data_notes
 from layerprobe.results import DepthResult
 
 
@@ -32,12 +31,7 @@ def depth_rules(baseline: DepthResult, candidate: DepthResult, max_rms_growth: f
 
 def depth_notes(baseline: DepthResult, candidate: DepthResult) -> list[str]:
     """What a reader must know before trusting the comparison: the two runs measured different data."""
-    watched = ("dataset", "config", "split", "tokens", "positions", "seq_len")
-    return [
-        f"data.{k} differs: baseline {baseline.data.get(k)!r}, candidate {candidate.data.get(k)!r}"
-        for k in watched
-        if baseline.data.get(k) != candidate.data.get(k)
-    ]
+    return data_notes(baseline.data, candidate.data)
 
 
 def _growth_rule(baseline: DepthResult, candidate: DepthResult, factor: float) -> RuleResult:
@@ -72,7 +66,7 @@ def _placement_rule(baseline: DepthResult, candidate: DepthResult) -> RuleResult
     before, after = baseline.placement.labels, candidate.placement.labels
     changed = [l for l in range(min(len(before), len(after))) if before[l] != after[l]]
     passed = not changed and len(before) == len(after)
-    details: dict[str, Any] = {
+    details: dict[str, object] = {
         "baseline": baseline.placement.summary,
         "candidate": candidate.placement.summary,
         "changed_blocks": changed,
