@@ -17,7 +17,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from layerprobe.cli.app import compare_command, friendly_errors
+from layerprobe.cli.app import friendly_errors
+from layerprobe.cli.compare import compare as compare_command
 from layerprobe.core.errors import LayerprobeError, ResultError
 from layerprobe.gate import GateRules, load_rules
 from layerprobe.gate.figures import plot_verdict

@@ -315,7 +315,7 @@ def test_comma_task_lists_and_tasks_alias(tiny_checkpoints, tmp_path, weight_spy
 
 
 def test_spec_parsing_of_lm_eval_spellings():
-    from layerprobe.cli.app import split_task_names
+    from layerprobe.cli.options import split_task_names
     from layerprobe.core.specs import parse_eval_batch_size
 
     assert split_task_names(["a,b", " c ", "d,,"]) == ("a", "b", "c", "d")

@@ -275,7 +275,8 @@ def test_quantized_results_are_labelled(tiny_checkpoints, tmp_path):
     plain = load_result(tmp_path / "angular.json")
     assert "bitsandbytes" not in angular_figure(plain).axes[0].get_title()
 
-    from layerprobe.cli.console import out, print_angular_summary
+    from layerprobe.cli.console import out
+    from layerprobe.cli.summaries import print_angular_summary
 
     with out.capture() as captured:
         print_angular_summary(quantized)

@@ -120,7 +120,7 @@ def test_bracketed_text_in_errors_survives(tmp_path):
 
 
 def test_console_summaries_escape_names(capsys):
-    from layerprobe.cli.console import print_prune_summary
+    from layerprobe.cli.summaries import print_prune_summary
 
     result = prune(0.7)
     result = PruneDropResult(model(), "simple", {}, {"[bold]arc[/]": result.tasks["arc"]}, RUN)

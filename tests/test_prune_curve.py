@@ -119,3 +119,31 @@ def test_prune_drop_corpus_cli(tiny_checkpoints, tmp_path):
     assert metrics["kl"]["baseline"] == pytest.approx(0, abs=1e-6) and metrics["top1_agreement"]["baseline"] == 1
     assert all(s is not None for s in metrics["nll"]["delta_stderr"])
     assert data["settings"]["corpus"]["tokens"] == 48
+
+
+def test_prune_curve_loads_with_the_model_loading_options(tiny_checkpoints, tmp_path):
+    args = [str(tiny_checkpoints["llama"]), "--tasks", "corpus", "--dataset", BUILTIN_CORPUS, "--tokens", "48"]
+    args += ["--seq-len", "16", "--device", "cpu", "--dtype", "float32", "--batch_size", "2", "-q"]
+    args += ["--model-args", "low_cpu_mem_usage=true", "--attn-implementation", "eager", "--output_path", str(tmp_path)]
+    result = runner.invoke(app, ["prune-curve", *args])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "prune_curve.json").read_text())
+    assert data["model"]["model_args"] == {"low_cpu_mem_usage": True}
+    assert data["model"]["attn_implementation"] == "eager" and data["settings"]["batch_size"] == 2
+    refused = runner.invoke(app, ["prune-curve", *args[:-1], str(tmp_path / "x"), "--model-args", "dtype=float16"])
+    assert refused.exit_code == 2 and "has its own option" in refused.output, refused.output
+
+
+def test_prune_curve_scores_squad_from_a_local_file(tiny_checkpoints, tmp_path):
+    from tests.test_squad import _official_json
+
+    squad = tmp_path / "dev-v1.1.json"
+    squad.write_text(json.dumps(_official_json()), encoding="utf-8")
+    args = [str(tiny_checkpoints["bert_qa"]), "--task", "squad", "--squad-data", str(squad), "--limit", "4"]
+    args += ["--dataset", BUILTIN_CORPUS, "--tokens", "48", "--seq-len", "16", "--device", "cpu", "-q"]
+    result = runner.invoke(app, ["prune-curve", *args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "out" / "prune_curve.json").read_text())
+    assert set(data["tasks"]["squad"]) >= {"exact_match", "f1"}
+    missing = runner.invoke(app, ["prune-curve", *args[:4], str(tmp_path / "none.json"), *args[5:]])
+    assert missing.exit_code == 2 and "none.json" in missing.output, missing.output

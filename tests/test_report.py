@@ -480,13 +480,13 @@ def test_console_summary_never_calls_an_unmeasured_pair_most_similar(monkeypatch
 
     from rich.console import Console
 
-    from layerprobe.cli import console
+    from layerprobe.cli import summaries
 
     result = angular_result(4, seed=5, nan_cells=[(0, 1), (1, 2), (2, 3), (3, 4)], stderr=0.01)
     printed = {"out": io.StringIO(), "err": io.StringIO()}
     for name, stream in printed.items():
-        monkeypatch.setattr(console, name, Console(file=stream, width=200))
-    console.print_angular_summary(result)
+        monkeypatch.setattr(summaries, name, Console(file=stream, width=200))
+    summaries.print_angular_summary(result)
     out, err = printed["out"].getvalue(), printed["err"].getvalue()
     assert "no adjacent pair could be measured" in out and "d = nan" not in out.lower()
     assert out.count("unmeasured") == 4
@@ -495,8 +495,8 @@ def test_console_summary_never_calls_an_unmeasured_pair_most_similar(monkeypatch
     result = angular_result(6, seed=3, stderr=0.01)
     printed = {"out": io.StringIO(), "err": io.StringIO()}
     for name, stream in printed.items():
-        monkeypatch.setattr(console, name, Console(file=stream, width=200))
-    console.print_angular_summary(result)
+        monkeypatch.setattr(summaries, name, Console(file=stream, width=200))
+    summaries.print_angular_summary(result)
     choice = angular_summary(result.distance, stderr=result.distance_stderr)["most_redundant"]["1"]
     line = next(line for line in printed["out"].getvalue().splitlines() if "most similar" in line)
     assert f"x^{choice['layer']} → x^{choice['layer'] + 1}" in line

@@ -1,15 +1,13 @@
 """Rich output of the command line: results on stdout (`out`), progress, warnings and errors on stderr (`err`).
 
-`RichProgress` turns the library's progress callbacks into one bar per stage; the `print_*_summary`
-functions print a result object as a heading, a table and one closing line. Nothing here imports torch.
+`RichProgress` turns the library's progress callbacks into one bar per stage, `StageSpinner` into one
+transient spinner line for short steps; `print_error` prints a user mistake. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -18,11 +16,14 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     SpinnerColumn,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
+from rich.status import Status
+
+from layerprobe.model import Progress as LibraryProgress
 
 # Wide enough that nothing is cut when output goes to a pipe or a CI log (rich would assume 80 columns).
 PIPE_WIDTH = 1000
@@ -62,7 +63,7 @@ class RichProgress:
             disable=quiet,
             transient=False,
         )
-        self.task: Any = None
+        self.task: TaskID | None = None
         self.unit = ""
 
     def stage(self, name: str, total: int | None, unit: str = "") -> None:
@@ -78,7 +79,7 @@ class RichProgress:
         self.bar.update(self.task, total=total, completed=total)
         self.bar.stop_task(self.task)
 
-    def advance(self, amount: int) -> None:
+    def advance(self, amount: float) -> None:
         if self.task is None:
             return
         self.bar.advance(self.task, amount)
@@ -88,9 +89,7 @@ class RichProgress:
                 self.task, rate=f"{speed:,.0f} {self.unit}/s" if speed >= 10 else f"{speed:.2g} {self.unit}/s"
             )
 
-    def callbacks(self):
-        from layerprobe.model import Progress as LibraryProgress
-
+    def callbacks(self) -> LibraryProgress:
         return LibraryProgress(on_stage=self.stage, on_advance=self.advance)
 
     @contextlib.contextmanager
@@ -107,123 +106,31 @@ class RichProgress:
             self._finish_current()
 
 
-def print_angular_summary(result: Any) -> None:
-    """An AngularResult on stdout: d(x^l, x^l+1) per block with bars and lazy marks, then one summary line.
+class StageSpinner:
+    """The library's stages as one transient spinner line on stderr: for short steps that count nothing."""
 
-    Unmeasured entries (every position non-finite) are shown as such and never chosen as "most similar";
-    with standard errors, the line says whether the most similar block is a clear choice.
-    """
-    summary = result.to_dict()["summary"]
-    adjacent = summary["adjacent"]
-    adjacent_se = summary.get("adjacent_stderr")
-    seen = result.data["positions_averaged"] + result.nonfinite_tokens
-    out.print(
-        f"[bold]{escape(result.model.label)}[/]: d(x^l, x^(l+1)) over {seen:,} positions", highlight=False
-    )  # a heading line, not a table title: titles wrap to the table's width
-    table = Table()
-    table.add_column("block l", justify="right")
-    table.add_column("d(x^l, x^l+1)" + (" ± stderr" if adjacent_se else ""), justify="right")
-    table.add_column("", justify="left")
-    width = 30
-    for layer, value in enumerate(adjacent):
-        if not math.isfinite(value):
-            table.add_row(str(layer), "unmeasured", "[yellow]non-finite states[/]")
-            continue
-        bar = "█" * max(0, round(value * width * 2))
-        lazy = " [yellow]lazy[/]" if layer in summary["lazy_layers"] else ""
-        text = f"{value:.4f}" + (f" ± {adjacent_se[layer]:.4f}" if adjacent_se else "")
-        table.add_row(str(layer), text, f"[cyan]{bar[:width]}[/]{lazy}")
-    out.print(table)
-    out.print(
-        f"{_most_similar_text(summary)}; {summary['lazy_count']} of {len(adjacent)} blocks below "
-        f"{summary['lazy_threshold']}; {result.tokens_per_second:,.0f} tokens/s",
-        highlight=False,
-        markup=False,
-    )
-    if result.nonfinite_tokens:
-        err.print(
-            f"[yellow]warning:[/] {result.nonfinite_tokens} positions had NaN/inf states; each entry leaves out "
-            "only the positions where one of its two states is non-finite (try --dtype float32)"
-        )
-    if summary.get("unmeasured"):
-        cells = ", ".join(f"d(x^{i}, x^{j})" for i, j in summary["unmeasured"][:6])
-        more = f" and {len(summary['unmeasured']) - 6} more" if len(summary["unmeasured"]) > 6 else ""
-        err.print(
-            f"[yellow]warning:[/] {len(summary['unmeasured'])} entries could not be measured (no finite "
-            f"position): {escape(cells)}{more}; the summary skips them"
-        )
+    def __init__(self) -> None:
+        self.status: Status | None = None
 
+    def stage(self, name: str, _total: int | None = None, _unit: str = "") -> None:
+        if self.status is None:
+            self.status = err.status(escape(name))
+            self.status.start()
+        else:
+            self.status.update(escape(name))
 
-def _most_similar_text(summary: dict[str, Any]) -> str:
-    """The most similar adjacent pair with its stderr, and whether other blocks are as good within noise."""
-    choice = summary["most_redundant"].get("1")
-    if choice is None:
-        return "no adjacent pair could be measured"
-    layer = choice["layer"]
-    se = choice.get("stderr")
-    text = f"most similar adjacent pair: x^{layer} → x^{layer + 1} (d = {choice['distance']:.4f}"
-    text += f" ± {se:.4f})" if se is not None and math.isfinite(se) else ")"
-    if choice.get("clear") is True:
-        text += ", a clear choice"
-    elif choice.get("clear") is False:
-        others = [l for l in choice["candidates"] if l != layer]
-        text += f", not clear: block(s) {others} within {summary['significance_z']:g} stderr of it"
-    return text
+    def callbacks(self) -> LibraryProgress:
+        return LibraryProgress(on_stage=self.stage)
 
-
-def print_prune_summary(result: Any) -> None:
-    """A PruneDropResult on stdout: per task, the baseline and a table of removed blocks by ΔP, worst first.
-
-    With paired uncertainty, each ΔP shows its paired 95 % interval and is coloured (red: hurts, green:
-    helps) only when that interval excludes 0; older results colour against the baseline's stderr.
-    """
-    from layerprobe.results import variant_label
-
-    for name, task in result.tasks.items():
-        metric_name = task.primary_metric
-        metric = task.metrics[metric_name]
-        se = f" ± {metric.baseline_stderr:.4f}" if metric.baseline_stderr is not None else ""
-        out.print(
-            f"[bold]{escape(f'{result.model.label} · {name} · {metric_name}')}[/]: baseline {metric.baseline:.4f}{se}",
-            highlight=False,
-        )
-        table = Table()
-        table.add_column(variant_label(result.settings), justify="right")
-        table.add_column(escape(metric_name), justify="right")
-        table.add_column("ΔP", justify="right")
-        if metric.paired:
-            table.add_column("paired 95 % CI", justify="right")
-        sign = 1 if metric.higher_is_better else -1
-        order = sorted(range(len(metric.layers)), key=lambda i: sign * metric.delta[i])
-        for i in order:
-            delta = metric.delta[i]
-            cells = [str(metric.layers[i]), f"{metric.pruned[i]:.4f}"]
-            if metric.paired:
-                significant = (metric.significant or [None] * len(metric.layers))[i]
-                colour = "dim" if not significant else "red" if sign * delta < 0 else "green"
-                ci = (metric.delta_ci95 or [None] * len(metric.layers))[i]
-                cells += [f"[{colour}]{delta:+.4f}[/]", "—" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"]
-            else:
-                colour = "red" if sign * delta < -(metric.baseline_stderr or 0) else "green"
-                cells.append(f"[{colour}]{delta:+.4f}[/]")
-            table.add_row(*cells)
-        out.print(table)
-        if metric.paired:
-            method = "paired bootstrap over documents" if metric.delta_method == "paired_bootstrap" else "paired"
-            count = sum(bool(s) for s in metric.significant or [])
-            out.print(
-                f"{count} of {len(metric.layers)} removals change {metric_name} beyond noise ({method} 95 % CI)",
-                highlight=False,
-            )
-        agreement = (task.agreement or {}).get(metric_name)
-        if agreement:
-            print_agreement(metric_name, agreement)
-        if task.nonfinite:
-            err.print(
-                f"[yellow]warning:[/] {escape(name)}: {task.nonfinite} inputs gave NaN/inf outputs over all "
-                "evaluations (scored as unanswerable; try --dtype float32)"
-            )
-    out.print(f"engine: {escape(result.engine)}; {result.run.seconds or 0:,.1f} s", highlight=False)
+    @contextlib.contextmanager
+    def running(self) -> Iterator[StageSpinner]:
+        """Spin while inside; the line is gone afterwards, also on an error."""
+        try:
+            yield self
+        finally:
+            if self.status is not None:
+                self.status.stop()
+                self.status = None
 
 
 def print_error(message: str, hint: str | None = None) -> None:
@@ -235,64 +142,3 @@ def print_error(message: str, hint: str | None = None) -> None:
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     if hint:
         err.print(f"[dim]hint: {escape(hint)}[/]", highlight=False, soft_wrap=True)
-
-
-def print_agreement(metric_name: str, agreement: dict[str, Any]) -> None:
-    """One line: Spearman ρ between d(x^l, x^(l+1)) and ΔP with its interval, and the top-k overlap."""
-    rho, ci = agreement.get("spearman"), agreement.get("spearman_ci95")
-    rho_text = "undefined (a constant side)" if rho is None else f"{rho:+.2f}"
-    if ci is not None:
-        rho_text += f" [{ci[0]:+.2f}, {ci[1]:+.2f}]"
-    overlap = agreement.get("top_k_overlap")
-    overlap_text = "" if overlap is None else f"; top-{agreement['top_k']} overlap {overlap:.0%}"
-    out.print(
-        f"agreement with angular: Spearman ρ(d(x^l, x^l+1), ΔP {metric_name}) = {rho_text} "
-        f"(the measures agree when ρ is {agreement.get('agree_when', 'negative')}){overlap_text}",
-        highlight=False,
-    )
-
-
-def print_depth_summary(result: Any) -> None:
-    """A DepthResult: the placement line, then per block its label, RMS, relative updates and gradient norm."""
-    summary = result.to_dict()["summary"]
-    out.print(
-        f"[bold]{escape(result.model.id)}[/]: {escape(result.placement.summary)} "
-        f"(over {result.data['positions_averaged']:,} positions)",
-        highlight=False,
-    )
-    table = Table()
-    for name in ("block l", "placement", "RMS x^l", "‖Δx‖/‖x‖"):
-        table.add_column(name, justify="right" if name != "placement" else "left")
-    subs = result.sublayers
-    if subs:
-        table.add_column("attention", justify="right")
-        table.add_column("MLP", justify="right")
-    if result.grad is not None:
-        table.add_column("‖∇θ_l‖", justify="right")
-    for l in range(result.num_layers):
-        row = [
-            str(l),
-            escape(result.placement.blocks[l].label),
-            f"{result.rms.mean[l]:.4g}",
-            f"{result.update.mean[l]:.4f}",
-        ]
-        if subs:
-            row += [f"{subs[k]['relative'].mean[l]:.4f}" for k in ("attention", "mlp")]
-        if result.grad is not None:
-            grad = result.grad.block[l]
-            row.append(f"{grad:.3g}" if grad is not None else "—")
-        table.add_row(*row)
-    out.print(table)
-    growth = summary["rms_growth"]
-    growth_text = f"{growth:.3g}×" if growth is not None else "n/a"
-    line = f"residual RMS x^{result.num_layers} / x^0 = {growth_text}"
-    if result.grad is not None:
-        line += (
-            f"; {escape(result.grad.loss)} loss {result.grad.mean_loss:.4f} over {result.grad.positions:,} positions"
-        )
-    out.print(line, highlight=False)
-    if result.nonfinite_tokens:
-        err.print(
-            f"[yellow]warning:[/] {result.nonfinite_tokens} positions had NaN/inf states and were "
-            "left out (try --dtype float32)"
-        )

@@ -2,6 +2,7 @@
 
 from layerprobe.model.ablation import Ablation, Remover, zeroed_sublayers
 from layerprobe.model.demo import DEMO_NAME, demo_model_dir
+from layerprobe.model.describe import StackDescription, describe_stack
 from layerprobe.model.info import model_info
 from layerprobe.model.load import (
     CAUSAL_LM,
@@ -52,6 +53,7 @@ __all__ = [
     "check_skeleton_weights",
     "context_length",
     "demo_model_dir",
+    "describe_stack",
     "DEMO_NAME",
     "detect_placement",
     "ENCODER",
@@ -77,6 +79,7 @@ __all__ = [
     "removed_blocks",
     "Remover",
     "skeleton_stack",
+    "StackDescription",
     "takes_argument",
     "translate_load_error",
     "translate_weights_error",

@@ -1,0 +1,53 @@
+"""`layerprobe angular`: the angular distance between the inputs of every pair of blocks, in one pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from layerprobe.cli.console import RichProgress, out
+from layerprobe.cli.groups import takes_groups
+from layerprobe.cli.options import MaxStateMemory, ModelArg, ModelLoading, Output, StreamedCorpus
+from layerprobe.cli.summaries import print_angular_summary
+from layerprobe.core import DEFAULT_CHUNK_BYTES, AngularSpec, check_output_dir, parse_memory_size
+from layerprobe.measure import run_angular
+from layerprobe.model import world
+from layerprobe.plots import plot_angular
+from layerprobe.results import ANGULAR_JSON, write_json
+
+
+@takes_groups
+def angular(
+    model: ModelArg,
+    *,
+    corpus: StreamedCorpus,
+    loading: ModelLoading,
+    max_state_memory: MaxStateMemory = None,
+    output: Output,
+) -> None:
+    """Angular distance d(x^l, x^(l+n)) between the inputs of every pair of blocks, in one pass.
+
+    Writes angular.json (the full (L+1)×(L+1) matrix) and the heatmap angular.png / angular.pdf.
+    """
+    spec = AngularSpec(
+        model=loading.spec(model),
+        corpus=corpus.spec(),
+        positions=corpus.positions,
+        batch_size=corpus.batch_size,
+        max_state_bytes=parse_memory_size(max_state_memory) or DEFAULT_CHUNK_BYTES,
+    )
+    measure_and_report(spec, output.directory(model), output.quiet)
+
+
+def measure_and_report(spec: AngularSpec, directory: Path, quiet: bool) -> None:
+    """Run `angular` (on every rank of a launch), then write and print the result on the main rank."""
+    check_output_dir(directory)
+    ranks = world()
+    progress = RichProgress(quiet or not ranks.is_main)
+    with progress.running():
+        result = run_angular(spec, progress.callbacks(), world=ranks)
+    if not ranks.is_main:
+        return
+    json_path = write_json(directory / ANGULAR_JSON, result.to_dict())
+    plots = plot_angular(result, directory)
+    print_angular_summary(result)
+    out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, markup=False)

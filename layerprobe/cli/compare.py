@@ -1,0 +1,97 @@
+"""`layerprobe compare`: gate a candidate's results against a baseline's (exit 0 pass, 1 regression, 2 bad input)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import typer
+
+from layerprobe.cli.console import err, out
+from layerprobe.core import LayerprobeError
+from layerprobe.gate import (
+    FORMATS,
+    build_table,
+    check_format,
+    compare_paths,
+    load_rules,
+    plot_verdict,
+    render,
+    render_junit,
+)
+from layerprobe.results import LAZY_THRESHOLD
+
+if TYPE_CHECKING:  # mypy reads the choice as the str it is; Typer lists and checks the Literal's values
+    Format = str
+else:
+    Format = Literal[FORMATS]
+
+REGRESSION = 1  # the exit status of a failed gate; a bad input exits with 2 like every command's mistakes
+
+
+def compare(
+    baseline: Annotated[Path, typer.Argument(help="Baseline result JSON, or a run directory.")],
+    candidate: Annotated[Path, typer.Argument(help="Candidate result JSON of the same kind, or a run directory.")],
+    rules_file: Annotated[
+        Path | None,
+        typer.Option("--rules", help="Rules TOML (sections angular, prune_drop, depth); flags override it."),
+    ] = None,
+    lazy_threshold: Annotated[
+        float | None, typer.Option(help=f"A block is lazy when d(x^l, x^l+1) is below this (default {LAZY_THRESHOLD}).")
+    ] = None,
+    max_lazy_increase: Annotated[int | None, typer.Option(help="Extra lazy blocks allowed (default 0).")] = None,
+    adjacent_tolerance: Annotated[
+        float | None, typer.Option(help="Allowed fall of the mean adjacent distance (default 0.02).")
+    ] = None,
+    max_drop: Annotated[
+        float | None, typer.Option(help="Allowed worsening of a task's full-model score (absolute, default 0.01).")
+    ] = None,
+    se_factor: Annotated[
+        float | None, typer.Option(help="A layer's ΔP may worsen by this × combined stderr (default 2.0).")
+    ] = None,
+    max_rms_growth: Annotated[
+        float | None, typer.Option(help="depth: RMS(x^L)/RMS(x^0) may grow by this factor over the baseline's (1.25).")
+    ] = None,
+    output_format: Annotated[Format, typer.Option("--format", help="How the verdict is written on stdout.")] = "table",
+    junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here.")] = None,
+    plot: Annotated[
+        bool, typer.Option("--plot/--no-plot", help="Draw compare.png (compare_<kind>.png for several kinds).")
+    ] = True,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Plot directory (default: next to the candidate result).")
+    ] = None,
+) -> None:
+    """Gate a candidate's results against a baseline's: exit 0 pass, 1 regression, 2 bad input."""
+    check_format(output_format)
+    rules = load_rules(
+        rules_file,
+        lazy_threshold=lazy_threshold,
+        max_lazy_increase=max_lazy_increase,
+        adjacent_tolerance=adjacent_tolerance,
+        max_drop=max_drop,
+        se_factor=se_factor,
+        max_rms_growth=max_rms_growth,
+    )
+    verdict = compare_paths(baseline, candidate, rules)
+    if output_format == "table":
+        out.print(build_table(verdict))
+    else:
+        text = render(verdict, output_format)
+        typer.echo(text if text.endswith("\n") else text + "\n", nl=False)
+    if junit is not None:
+        try:
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            junit.write_text(render_junit(verdict), encoding="utf-8")
+        except OSError as exc:
+            raise LayerprobeError(f"Cannot write --junit {junit}: {exc.strerror or exc}") from exc
+        err.print(f"wrote {junit}", highlight=False, markup=False, soft_wrap=True)
+    if plot:
+        try:
+            for path in plot_verdict(verdict, out_dir):
+                err.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
+        except (LayerprobeError, OSError) as exc:  # a plot is a courtesy: it must not change the exit status
+            err.print(
+                f"warning: no plot: {getattr(exc, 'message', exc)}", style="yellow", highlight=False, markup=False
+            )
+    if not verdict.passed:
+        raise typer.Exit(REGRESSION)

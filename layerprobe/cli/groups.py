@@ -1,0 +1,80 @@
+"""Option groups: options several commands share, declared once as the fields of a frozen dataclass.
+
+A group is a frozen dataclass (subclass of `OptionGroup`) whose fields are annotated
+`Annotated[type, typer.Option(...)]` with a default, exactly as a Typer parameter would be. A command
+names the group as one keyword-only parameter; `takes_groups` replaces that parameter in the signature
+Typer reads (`__signature__`, which `inspect.signature` honours) by the group's fields, and when the
+command runs it gathers their values back into one group object. So each option's spelling, aliases,
+help, type and default live in one place, and a command lists only the groups it takes plus its own
+options (the mergekit habit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+
+Command = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class OptionGroup:
+    """Base of every option group: a frozen dataclass whose fields are `Annotated[..., typer.Option]`."""
+
+
+def group_parameters(group: type[OptionGroup]) -> list[inspect.Parameter]:
+    """The group's fields as keyword-only parameters, in field order, with their Annotated types and defaults."""
+    hints = typing.get_type_hints(group, include_extras=True)
+    parameters = []
+    for field in dataclasses.fields(group):
+        if field.default is dataclasses.MISSING:
+            raise TypeError(f"{group.__name__}.{field.name} needs a default: a group's options are optional.")
+        parameters.append(
+            inspect.Parameter(
+                field.name, inspect.Parameter.KEYWORD_ONLY, default=field.default, annotation=hints[field.name]
+            )
+        )
+    return parameters
+
+
+def command_groups(command: Command) -> dict[str, type[OptionGroup]]:
+    """Parameter name → group, for a command built by `takes_groups` (empty for any other function)."""
+    return dict(getattr(command, "option_groups", {}))
+
+
+def takes_groups(command: Command) -> Command:
+    """Expand the `OptionGroup` parameters of `command` into their options for Typer; pass one object per group.
+
+    The command's other parameters are kept as they are, in order. Every parameter of the result is
+    keyword-only (Typer calls commands by keyword), so a group may follow an option with a default.
+    Two options of the same name (from two groups, or a group and the command) are refused at once.
+    """
+    hints = typing.get_type_hints(command, include_extras=True)
+    groups: dict[str, type[OptionGroup]] = {}
+    parameters: list[inspect.Parameter] = []
+    for name, parameter in inspect.signature(command).parameters.items():
+        annotation = hints.get(name, parameter.annotation)
+        if isinstance(annotation, type) and issubclass(annotation, OptionGroup):
+            groups[name] = annotation
+            parameters += group_parameters(annotation)
+        else:
+            parameters.append(parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
+    names = [p.name for p in parameters]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise TypeError(f"{command.__name__} takes the option(s) {', '.join(twice)} twice.")
+
+    @functools.wraps(command)
+    def gathered(**values: object) -> None:
+        for name, group in groups.items():
+            values[name] = group(**{f.name: values.pop(f.name) for f in dataclasses.fields(group)})
+        command(**values)
+
+    gathered.__signature__ = inspect.Signature(parameters, return_annotation=None)  # type: ignore[attr-defined]
+    gathered.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
+    gathered.option_groups = groups  # type: ignore[attr-defined]
+    return gathered

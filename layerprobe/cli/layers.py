@@ -1,0 +1,69 @@
+"""`layerprobe layers`: the block stack layerprobe finds in a checkpoint, read without its weights."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from layerprobe.cli.console import StageSpinner, err, out
+from layerprobe.cli.options import LayersPath, ModelArg, Revision, TrustRemoteCode
+from layerprobe.core import ModelSpec
+from layerprobe.model import StackDescription, describe_stack
+
+
+def layers(
+    model: ModelArg,
+    revision: Revision = None,
+    trust_remote_code: TrustRemoteCode = False,
+    layers_path: LayersPath = None,
+    placement: Annotated[
+        bool,
+        typer.Option(
+            "--placement/--no-placement",
+            help="Trace each block's norm placement (random weights, one block in memory at a time).",
+        ),
+    ] = True,
+) -> None:
+    """Show the block stack layerprobe finds: its path, L, block class, parameters, norm placement, sublayers.
+
+    Only the config is downloaded: the model is built without weights. Norm placement is traced with
+    random weights, one block in memory at a time (--no-placement skips it).
+    """
+    spec = ModelSpec(model, revision, trust_remote_code=trust_remote_code, layers_path=layers_path)
+    spinner = StageSpinner()
+    with spinner.running():
+        stack = describe_stack(spec, placement, spinner.callbacks())
+    if stack.placement_error is not None:
+        err.print(f"[yellow]warning:[/] norm placement not traced: {escape(stack.placement_error)}", highlight=False)
+    print_stack(model, stack)
+
+
+def print_stack(model: str, stack: StackDescription) -> None:
+    """The heading, one table row per block (with the traced sublayers prune-drop --unit zeroes), the totals."""
+    traced = stack.placement
+    out.print(f"[bold]{escape(model)}[/]: {escape(f'{stack.architecture} ({stack.kind})')}", highlight=False)
+    table = Table()
+    table.add_column("block", justify="right")
+    table.add_column("class")
+    table.add_column("parameters", justify="right")
+    if traced is not None:
+        table.add_column("placement")
+        table.add_column("attention")  # the modules prune-drop --unit attention / mlp zero, found by tracing
+        table.add_column("mlp")
+    for index, (block_class, size) in enumerate(zip(stack.block_classes, stack.parameters, strict=True)):
+        row = [str(index), block_class, f"{size:,}"]
+        if traced is not None:
+            placed = traced.blocks[index]
+            row += [traced.labels[index], *(s.module if s else "?" for s in (placed.attention, placed.mlp))]
+        table.add_row(*row)
+    out.print(table)
+    if traced is not None:
+        out.print(f"placement: {escape(traced.summary)}", highlight=False)
+    out.print(
+        f"stack path: {escape(stack.path)}   L = {stack.num_layers}   block class: {stack.block_class}   "
+        f"parameters in blocks: {sum(stack.parameters):,}",
+        highlight=False,
+    )

@@ -1,0 +1,306 @@
+"""Every option more than one command takes, declared once, and the groups the commands take them in.
+
+Options shared one by one (the MODEL argument, `--revision`, `--trust-remote-code`, `--layers-path`,
+`--quiet`, `--task`, `--max-state-memory`) are `Annotated` aliases; options that travel together are
+`OptionGroup`s (groups.py), whose methods turn them into core's specs. Defaults come from those specs
+where they have one. lm-eval's underscore spellings (`--num_fewshot`, `--batch_size`, `--include_path`,
+`--output_path`, `--tasks`) are aliases wherever the option exists.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal, TypedDict
+
+import typer
+
+from layerprobe.cli.groups import OptionGroup
+from layerprobe.core import (
+    DTYPES,
+    MAX_TOKENS,
+    POSITIONS,
+    AngularSpec,
+    CorpusSpec,
+    LayerprobeError,
+    ModelSpec,
+    PruneSpec,
+    check_output_dir,
+    parse_eval_batch_size,
+    parse_model_args,
+    quantization_from_flags,
+)
+
+if TYPE_CHECKING:  # mypy reads a choice as the str it is; Typer lists and checks the Literal's values
+    Dtype = str
+    Positions = str
+else:
+    Dtype = Literal[DTYPES]
+    Positions = Literal[POSITIONS]
+
+# --- options shared one by one ------------------------------------------------------------------------
+
+ModelArg = Annotated[str, typer.Argument(help="Hub id (org/name) or local checkpoint directory.")]
+Revision = Annotated[str | None, typer.Option("--revision", help="Branch, tag or commit of a hub model.")]
+TrustRemoteCode = Annotated[
+    bool, typer.Option("--trust-remote-code", help="Allow the repository's own modelling code.")
+]
+LayersPath = Annotated[
+    str | None,
+    typer.Option("--layers-path", help="Dotted path of the blocks' ModuleList (e.g. model.layers), if not found."),
+]
+MaxStateMemory = Annotated[
+    str | None,
+    typer.Option(
+        "--max-state-memory",
+        help="Bound on hidden states held at once, e.g. 512MiB or 4GiB. prune-drop: block inputs the shared "
+        "engine records per chunk (default 2GiB); angular: fp32 states gathered on one device (default 256MiB).",
+    ),
+]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).")]
+Tasks = Annotated[
+    list[str],
+    typer.Option(
+        "--task",
+        "--tasks",
+        help="lm-eval task or group (mmlu, arc_easy, a task under --include-path, a task YAML path), "
+        "squad for extractive-QA models, or corpus (task-free NLL/KL/top-1 agreement on the --dataset "
+        "windows). Repeat, or separate with commas (--tasks a,b), for several.",
+    ),
+]
+
+
+def split_task_names(values: list[str]) -> tuple[str, ...]:
+    """--task a,b --task c (lm-eval's comma lists, repeated or not) → ("a", "b", "c")."""
+    return tuple(name.strip() for value in values for name in value.split(",") if name.strip())
+
+
+# --- loading a model ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelLoading(OptionGroup):
+    """How every command that runs a model loads it (`angular`, `depth`, `prune-drop`, `prune-curve`)."""
+
+    revision: Revision = None
+    dtype: Annotated[
+        Dtype, typer.Option("--dtype", help="auto: the checkpoint's half precision on GPU, float32 on CPU.")
+    ] = ModelSpec.dtype
+    device: Annotated[str, typer.Option("--device", help="auto|cpu|cuda|cuda:N|mps. auto: GPU if present.")] = (
+        ModelSpec.device
+    )
+    device_map: Annotated[
+        str | None,
+        typer.Option(
+            "--device-map",
+            help="'auto' spreads a model too large for one GPU over all GPUs (and CPU) via accelerate.",
+        ),
+    ] = None
+    trust_remote_code: TrustRemoteCode = False
+    layers_path: LayersPath = None
+    model_args: Annotated[
+        str | None,
+        typer.Option(
+            "--model-args",
+            help="Extra from_pretrained keywords as k=v,k=v (lm-eval's syntax): true/false/none, numbers, strings, "
+            "and {k:v,...} mappings, e.g. low_cpu_mem_usage=true,max_memory={0:70GiB,1:70GiB,cpu:200GiB}.",
+        ),
+    ] = None
+    load_in_4bit: Annotated[
+        bool,
+        typer.Option("--load-in-4bit", help="Quantize the weights to 4-bit NF4 with bitsandbytes (extra \\[quant])."),
+    ] = False
+    load_in_8bit: Annotated[
+        bool, typer.Option("--load-in-8bit", help="Quantize the weights to 8-bit with bitsandbytes (extra \\[quant]).")
+    ] = False
+    attn_implementation: Annotated[
+        str | None,
+        typer.Option("--attn-implementation", help="eager|sdpa|flash_attention_2|... (default: transformers' choice)."),
+    ] = None
+
+    def spec(self, model: str) -> ModelSpec:
+        """The ModelSpec of `model` loaded with these options (checked there: one home for the rules)."""
+        return ModelSpec(
+            model,
+            self.revision,
+            self.dtype,
+            self.device,
+            self.device_map,
+            self.trust_remote_code,
+            self.layers_path,
+            model_args=parse_model_args(self.model_args),
+            quantization=quantization_from_flags(self.load_in_4bit, self.load_in_8bit),
+            attn_implementation=self.attn_implementation,
+        )
+
+
+# --- the corpus ---------------------------------------------------------------------------------------
+
+
+def parse_tokens(value: str) -> int:
+    """--tokens: a whole number, also written as 1e6 or 262_144 (capped in CorpusSpec, which says so)."""
+    text = value.strip().replace("_", "").replace(",", "")
+    try:
+        number = float(text) if any(c in text.lower() for c in ".e") else int(text)
+    except ValueError:
+        number = None
+    if number is None or number != number or number in (float("inf"), float("-inf")) or number != int(number):
+        raise LayerprobeError(
+            f"--tokens {value!r} is not a whole number of tokens.", hint="e.g. --tokens 262144 or 1e6."
+        )
+    return int(number)
+
+
+Tokens = Annotated[
+    str,
+    typer.Option(
+        "--tokens",
+        metavar="INTEGER",
+        help=f"Positions to stream through the model (exact; 1e6 spelling accepted; at most {MAX_TOKENS:,}).",
+    ),
+]
+Dataset = Annotated[
+    str,
+    typer.Option(
+        "--dataset",
+        help="Hub dataset id, a local .txt/.jsonl/.parquet file, or builtin:pydoc (offline English text).",
+    ),
+]
+DatasetConfig = Annotated[
+    str | None,
+    typer.Option("--dataset-config", help="Hub dataset config (default: en for allenai/c4, none otherwise)."),
+]
+Split = Annotated[str, typer.Option("--split", help="Hub dataset split.")]
+TextField = Annotated[str, typer.Option("--text-field", help="Column/field that holds the text.")]
+SeqLen = Annotated[int, typer.Option("--seq-len", help="Window length in tokens (capped by the model's context).")]
+
+
+@dataclass(frozen=True)
+class Corpus(OptionGroup):
+    """The neutral text of `--task corpus` and of the angular measurement (`prune-drop`, `prune-curve`)."""
+
+    tokens: Tokens = str(CorpusSpec.tokens)
+    dataset: Dataset = CorpusSpec.dataset
+    dataset_config: DatasetConfig = None
+    split: Split = CorpusSpec.split
+    text_field: TextField = CorpusSpec.text_field
+    seq_len: SeqLen = CorpusSpec.seq_len
+
+    def spec(self) -> CorpusSpec:
+        return CorpusSpec(
+            self.dataset, self.dataset_config, self.split, self.text_field, parse_tokens(self.tokens), self.seq_len
+        )
+
+
+@dataclass(frozen=True)
+class StreamedCorpus(OptionGroup):
+    """The corpus streamed through the model in windows, and which positions count (`angular`, `depth`)."""
+
+    tokens: Tokens = str(CorpusSpec.tokens)
+    positions: Annotated[
+        Positions,
+        typer.Option(
+            "--positions",
+            help="all: mean over every measured position; last: the last text token of each window (Gromov et al.).",
+        ),
+    ] = AngularSpec.positions
+    dataset: Dataset = CorpusSpec.dataset
+    dataset_config: DatasetConfig = None
+    split: Split = CorpusSpec.split
+    text_field: TextField = CorpusSpec.text_field
+    seq_len: SeqLen = CorpusSpec.seq_len
+    batch_size: Annotated[int, typer.Option("--batch-size", "--batch_size", help="Windows per forward pass.")] = (
+        AngularSpec.batch_size
+    )
+
+    def spec(self) -> CorpusSpec:
+        corpus = Corpus(
+            tokens=self.tokens,
+            dataset=self.dataset,
+            dataset_config=self.dataset_config,
+            split=self.split,
+            text_field=self.text_field,
+            seq_len=self.seq_len,
+        )
+        return corpus.spec()
+
+
+# --- tasks and their evaluation -----------------------------------------------------------------------
+
+
+class EvaluationFields(TypedDict):
+    """The PruneSpec fields the Evaluation group sets."""
+
+    limit: float | None
+    num_fewshot: int | None
+    batch_size: int | str
+    seed: int
+    include_path: str | None
+    squad_data: str | None
+
+
+@dataclass(frozen=True)
+class Evaluation(OptionGroup):
+    """How the tasks are scored (`prune-drop`, `prune-curve`), with lm-eval's spellings as aliases."""
+
+    limit: Annotated[
+        float | None, typer.Option("--limit", help="Documents per task (a value < 1 is a fraction), for quick runs.")
+    ] = None
+    num_fewshot: Annotated[
+        int | None,
+        typer.Option("--num-fewshot", "--num_fewshot", help="Few-shot examples (default: the task's own)."),
+    ] = None
+    batch_size: Annotated[
+        str,
+        typer.Option(
+            "--batch-size",
+            "--batch_size",
+            help="Requests per forward pass, or 'auto' (lm-eval's detection of the largest that fits; 'auto:N' as "
+            "in lm-eval).",
+        ),
+    ] = str(PruneSpec.batch_size)
+    seed: Annotated[int, typer.Option("--seed", help="Seed for few-shot sampling and every RNG.")] = PruneSpec.seed
+    include_path: Annotated[
+        Path | None, typer.Option("--include-path", "--include_path", help="Folder of extra lm-eval task YAMLs.")
+    ] = None
+    squad_data: Annotated[
+        Path | None,
+        typer.Option("--squad-data", help="Local SQuAD v1.1 JSON (or .jsonl) instead of the hub's rajpurkar/squad."),
+    ] = None
+
+    def spec_fields(self) -> EvaluationFields:
+        """These options as PruneSpec keywords (`PruneSpec(model=…, tasks=…, **evaluation.spec_fields())`)."""
+        return EvaluationFields(
+            limit=self.limit,
+            num_fewshot=self.num_fewshot,
+            batch_size=parse_eval_batch_size(self.batch_size),
+            seed=self.seed,
+            include_path=str(self.include_path) if self.include_path else None,
+            squad_data=str(self.squad_data) if self.squad_data else None,
+        )
+
+
+# --- where results go ---------------------------------------------------------------------------------
+
+
+def model_slug(model: str) -> str:
+    """A directory name for a model id or path: `meta-llama/Llama-2-7b-hf` → `meta-llama__Llama-2-7b-hf`."""
+    path = Path(model)
+    name = path.name if path.exists() else model.replace("/", "__")
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "model"
+
+
+@dataclass(frozen=True)
+class Output(OptionGroup):
+    """Where a run writes and whether it shows progress (`angular`, `depth`, `prune-drop`, `prune-curve`)."""
+
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "--output_path", help="Output directory (default: ./layerprobe-out/<model>/)."),
+    ] = None
+    quiet: Quiet = False
+
+    def directory(self, model: str) -> Path:
+        """`--out` if given, else ./layerprobe-out/<model-slug>/; an existing file there is refused at once."""
+        return check_output_dir(self.out if self.out is not None else Path("layerprobe-out") / model_slug(model))
