@@ -30,7 +30,7 @@ from layerprobe.gate.render import (
 )
 from layerprobe.gate.rules import GateRules, load_rules
 from layerprobe.gate.verdict import compare_paths, compare_results
-from layerprobe.results.kinds import (
+from layerprobe.results import (
     AngularResult,
     MetricDrop,
     ModelInfo,
