@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from layerprobe.core.errors import ResultError
 from layerprobe.gate import figures
 from layerprobe.plots import figures as report
-from layerprobe.results.kinds import (
+from layerprobe.results import (
     AngularResult,
     MetricDrop,
     ModelInfo,
@@ -28,6 +28,7 @@ from layerprobe.results.kinds import (
     load_result,
     write_json,
 )
+from layerprobe.results.rundir import figure_name
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PDF_MAGIC = b"%PDF-"
@@ -365,7 +366,7 @@ def test_prune_drop_file_names_are_safe_and_distinct(tmp_path):
         assert all(ch.isalnum() or ch in "._-" for ch in path.name), path.name
         assert file_magic(path, PNG_MAGIC)
     assert tmp_path / "prune_drop_hendrycks_math_algebra.png" in paths
-    assert report.safe_name("mmlu/abstract algebra") == "mmlu_abstract_algebra"
+    assert figure_name("mmlu/abstract algebra") == "mmlu_abstract_algebra"
 
 
 @pytest.mark.parametrize("kind", ["angular", "prune_drop"])
@@ -553,7 +554,7 @@ def test_an_evaluation_round_trips_through_its_json_form():
 
 
 def test_atomic_write_leaves_nothing_behind_when_writing_fails(tmp_path):
-    from layerprobe.results.kinds import atomic_write
+    from layerprobe.results import atomic_write
 
     target = tmp_path / "kept.json"
     target.write_text("old")

@@ -28,7 +28,7 @@ from layerprobe.cli.console import (
 )
 from layerprobe.core import DTYPES, ENGINES, MAX_TOKENS, POSITIONS, LayerprobeError, check_output_dir
 from layerprobe.gate import FORMATS
-from layerprobe.results import ANGULAR_JSON, LAZY_THRESHOLD, PRUNE_DROP_JSON, SAMPLES_DIR
+from layerprobe.results import LAZY_THRESHOLD, RunDir, write_json, write_text
 
 app = typer.Typer(
     name="layerprobe",
@@ -278,7 +278,6 @@ def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
     from layerprobe.measure import run_angular
     from layerprobe.model import world
     from layerprobe.plots import plot_angular
-    from layerprobe.results import write_json
 
     check_output_dir(directory)
     ranks = world()
@@ -287,7 +286,7 @@ def _run_and_report_angular(spec: Any, directory: Path, quiet: bool) -> None:
         result = run_angular(spec, progress.callbacks(), world=ranks)
     if not ranks.is_main:
         return
-    json_path = write_json(directory / ANGULAR_JSON, result.to_dict())
+    json_path = write_json(RunDir(directory).angular_json, result.to_dict())
     plots = plot_angular(result, directory)
     print_angular_summary(result)
     out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, markup=False)
@@ -338,7 +337,6 @@ def depth(
     from layerprobe.core import DEFAULT_DATASET, CorpusSpec, DepthSpec
     from layerprobe.measure import run_depth
     from layerprobe.plots import plot_depth
-    from layerprobe.results import write_json
 
     if dataset == DEFAULT_DATASET and dataset_config is None:
         dataset_config = "en"
@@ -367,7 +365,7 @@ def depth(
     progress = RichProgress(quiet)
     with progress.running():
         result = run_depth(spec, progress.callbacks())
-    json_path = write_json(directory / "depth.json", result.to_dict())
+    json_path = write_json(RunDir(directory).depth_json, result.to_dict())
     plots = plot_depth(result, directory)
     print_depth_summary(result)
     out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, markup=False)
@@ -438,7 +436,7 @@ def prune_curve(
     with progress.running():
         result = run_prune_curve(spec, directory, str(angular) if angular else None, progress.callbacks())
     plots = plot_prune_curve(result, directory)
-    out.print(f"wrote {directory / 'prune_curve.json'}" + "".join(f", {p}" for p in plots), markup=False)
+    out.print(f"wrote {RunDir(directory).prune_curve_json}" + "".join(f", {p}" for p in plots), markup=False)
 
 
 @app.command("prune-drop")
@@ -583,7 +581,7 @@ def prune_drop(
         parse_memory_size,
     )
     from layerprobe.model import world
-    from layerprobe.prune import SHARD_JSON, run_prune_drop
+    from layerprobe.prune import run_prune_drop
 
     share = Share.parse(shard) if shard is not None else None
     spec = PruneSpec(
@@ -627,7 +625,7 @@ def prune_drop(
         return
     if result is None:
         out.print(
-            f"wrote shard {share} to {directory / SHARD_JSON}; join all shards with `layerprobe merge`",
+            f"wrote shard {share} to {RunDir(directory).shard_json}; join all shards with `layerprobe merge`",
             highlight=False,
             soft_wrap=True,
         )
@@ -653,10 +651,9 @@ def _report_prune_drop(result: Any, directory: Path, log_samples: bool = False) 
 
     plots = plot_prune_drop(result, directory)
     print_prune_summary(result)
-    written = [*plots, *([directory / SAMPLES_DIR] if log_samples else [])]
-    out.print(
-        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in written), highlight=False, markup=False
-    )
+    run = RunDir(directory)
+    written = [*plots, *([run.samples_dir] if log_samples else [])]
+    out.print(f"wrote {run.prune_drop_json}" + "".join(f", {p}" for p in written), highlight=False, markup=False)
 
 
 @app.command("prune")
@@ -894,8 +891,7 @@ def compare_command(
         typer.echo(text if text.endswith("\n") else text + "\n", nl=False)
     if junit is not None:
         try:
-            junit.parent.mkdir(parents=True, exist_ok=True)
-            junit.write_text(render_junit(verdict), encoding="utf-8")
+            write_text(junit, render_junit(verdict))
         except OSError as exc:
             raise LayerprobeError(f"Cannot write --junit {junit}: {exc.strerror or exc}") from exc
         err.print(f"wrote {junit}", highlight=False, markup=False, soft_wrap=True)

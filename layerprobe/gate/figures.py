@@ -27,7 +27,7 @@ from layerprobe.plots import (
     plt,
     span_matrix,
 )
-from layerprobe.results import AngularResult, MetricDrop, PruneDropResult
+from layerprobe.results import AngularResult, MetricDrop, PruneDropResult, RunDir
 
 if TYPE_CHECKING:
     from layerprobe.gate.verdict import Verdict
@@ -57,10 +57,10 @@ def plot_verdict(verdict: Verdict, out_dir: str | Path | None = None) -> list[Pa
     for comp in verdict.comparisons:
         if comp.kind == "depth":  # its own figure (depth.png) already shows both curves' shape
             continue
-        directory = Path(out_dir) if out_dir is not None else comp.candidate.path.parent
-        name = f"compare_{comp.kind}.png" if len(verdict.comparisons) > 1 else "compare.png"
+        directory = RunDir(Path(out_dir) if out_dir is not None else comp.candidate.path.parent)
+        figure = directory.plot("compare", comp.kind if len(verdict.comparisons) > 1 else None)
         draw = plot_compare_angular if comp.kind == "angular" else plot_compare_prune_drop
-        paths.append(draw(comp.baseline_result, comp.candidate_result, directory / name))
+        paths.append(draw(comp.baseline_result, comp.candidate_result, figure))
     return paths
 
 

@@ -14,16 +14,7 @@ from typing import Any
 from layerprobe.core import ResultError
 from layerprobe.gate.depth_rules import depth_notes, depth_rules
 from layerprobe.gate.rules import GateRules, RuleResult, angular_rules, angular_stderr_notes, prune_drop_rules
-from layerprobe.results import (
-    ANGULAR_JSON,
-    DEPTH_JSON,
-    PRUNE_DROP_JSON,
-    AngularResult,
-    PruneDropResult,
-    load_result,
-)
-
-KIND_FILES = {"angular": ANGULAR_JSON, "prune_drop": PRUNE_DROP_JSON, "depth": DEPTH_JSON}
+from layerprobe.results import RESULT_FILES, AngularResult, PruneDropResult, RunDir, load_gated_result
 
 
 @dataclass(frozen=True)
@@ -95,7 +86,7 @@ def compare_paths(baseline: str | Path, candidate: str | Path, rules: GateRules 
     """
     baseline, candidate, rules = Path(baseline), Path(candidate), rules or GateRules()
     pairs, skipped = _pair_inputs(baseline, candidate)
-    comparisons = [compare_results(load_result(b), load_result(c), rules, b, c) for b, c in pairs]
+    comparisons = [compare_results(load_gated_result(b), load_gated_result(c), rules, b, c) for b, c in pairs]
     return Verdict(baseline, candidate, rules, comparisons, skipped)
 
 
@@ -183,16 +174,17 @@ def _pair_inputs(baseline: Path, candidate: Path) -> tuple[list[tuple[Path, Path
     if not baseline.is_dir():
         return [(baseline, candidate)], []
     pairs, skipped = [], []
-    for kind, name in KIND_FILES.items():
-        here = [(baseline / name).is_file(), (candidate / name).is_file()]
+    for kind in RESULT_FILES:
+        files = (RunDir(baseline).result_json(kind), RunDir(candidate).result_json(kind))
+        here = [files[0].is_file(), files[1].is_file()]
         if all(here):
-            pairs.append((baseline / name, candidate / name))
+            pairs.append(files)
         elif any(here):
-            role, path = ("baseline", baseline) if here[0] else ("candidate", candidate)
-            skipped.append(f"{kind}: only in the {role} ({path / name}); skipped")
+            role, path = ("baseline", files[0]) if here[0] else ("candidate", files[1])
+            skipped.append(f"{kind}: only in the {role} ({path}); skipped")
     if not pairs:
         raise ResultError(
-            f"{baseline} and {candidate} share no result ({' or '.join(KIND_FILES.values())}).",
+            f"{baseline} and {candidate} share no result ({' or '.join(RESULT_FILES.values())}).",
             hint="Run the same layerprobe commands for both checkpoints.",
         )
     return pairs, skipped

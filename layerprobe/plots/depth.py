@@ -22,7 +22,7 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from layerprobe.core import check_output_dir
 from layerprobe.plots.figures import _save, _short, plot_result  # noqa: E402
-from layerprobe.results import DepthResult, Spread, load_result  # noqa: E402
+from layerprobe.results import DepthResult, RunDir, Spread, load_result  # noqa: E402
 
 LABEL_COLOURS = {
     "Pre-LN": "#2e86c1",
@@ -36,7 +36,8 @@ ATTENTION_COLOUR, MLP_COLOUR, BLOCK_COLOUR = "#c0392b", "#2e86c1", "#333333"
 
 def plot_depth(result: DepthResult, out_dir: Path) -> list[Path]:
     """Draw `depth.png` and `depth.pdf` in `out_dir`."""
-    return _save(depth_figure(result), Path(out_dir) / "depth.png", Path(out_dir) / "depth.pdf")
+    run = RunDir(out_dir)
+    return _save(depth_figure(result), run.plot("depth"), run.plot("depth", suffix="pdf"))
 
 
 def redraw(json_path: Path, out_dir: Path | None = None) -> list[Path]:

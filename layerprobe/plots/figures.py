@@ -10,8 +10,6 @@ half-written images behind nor accumulate figures in pyplot's registry.
 from __future__ import annotations
 
 import math
-import os
-import re
 from pathlib import Path
 
 import matplotlib
@@ -31,6 +29,7 @@ from layerprobe.results import (  # noqa: E402
     ModelInfo,
     PruneCurveResult,
     PruneDropResult,
+    RunDir,
     atomic_write,
     load_result,
     variant_label,  # noqa: E402
@@ -89,20 +88,20 @@ def span_candidates(result: AngularResult) -> dict[int, list[int]]:
     if result.distance_stderr is None:
         return {}
     choices = result.summarize()["most_redundant"]
-    return {int(n): list(choice["candidates"]) for n, choice in choices.items()}
+    return {int(n): list(choice["candidates"] or []) for n, choice in choices.items()}
 
 
 def plot_angular(result: AngularResult, out_dir: Path) -> list[Path]:
     """Draw `angular.png` and `angular.pdf` (the PDF for papers, the PNG for reports and CI logs)."""
-    return _save(_angular_figure(result), Path(out_dir) / "angular.png", Path(out_dir) / "angular.pdf")
+    run = RunDir(out_dir)
+    return _save(_angular_figure(result), run.plot("angular"), run.plot("angular", suffix="pdf"))
 
 
 def plot_prune_drop(result: PruneDropResult, out_dir: Path) -> list[Path]:
     """Draw one `prune_drop_<task>.png` per task from its primary (first-reported) metric."""
-    paths, used = [], set()
-    for task in result.tasks:
-        name = _unique(f"prune_drop_{safe_name(task)}.png", used)
-        paths += _save(_prune_drop_figure(result, task), Path(out_dir) / name)
+    paths = []
+    for task, path in zip(result.tasks, RunDir(out_dir).task_plots("prune_drop", result.tasks), strict=True):
+        paths += _save(_prune_drop_figure(result, task), path)
     return paths
 
 
@@ -117,11 +116,6 @@ def plot_result(json_path: Path, out_dir: Path | None = None) -> list[Path]:
     if isinstance(result, PruneCurveResult):
         return plot_prune_curve(result, out_dir)
     return plot_prune_drop(result, out_dir)
-
-
-def safe_name(name: str) -> str:
-    """Make a task name safe for a file name: `mmlu/abstract algebra` → `mmlu_abstract_algebra`."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name).strip(".") or "task"
 
 
 # --- figures (built here, saved by the public functions; tests inspect them before saving) ----------
@@ -400,17 +394,6 @@ def _tick_step(count: int) -> int:
 def _value_text(metric: MetricDrop) -> str:
     noise = "" if metric.baseline_stderr is None else f" ± {metric.baseline_stderr:.2g}"
     return f"{metric.baseline:.4g}{noise}"
-
-
-def _unique(name: str, used: set[str]) -> str:
-    """Give a repeated file name a number: two tasks may sanitise to one ('a/b', 'a_b')."""
-    stem, suffix = os.path.splitext(name)
-    candidate, k = name, 1
-    while candidate in used:
-        k += 1
-        candidate = f"{stem}-{k}{suffix}"
-    used.add(candidate)
-    return candidate
 
 
 def _save(fig, *paths: Path) -> list[Path]:
