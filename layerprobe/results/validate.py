@@ -234,7 +234,7 @@ def describe(value: JSONValue | Absent) -> str:
 def read_fields(node: Node, table: dict[str, Kind]) -> dict[str, Any]:
     """Read every field of a flat record by its kind in `table` (field name → `Node` reader).
 
-    The values are as mixed as the table's readers (str, int, None…), ready for `Record(**fields)`: `Any`
+    The values are as mixed as the table's readers (str, int, None…), ready for `cls(**fields)`: `Any`
     because their types are the table's, which a type checker cannot follow into a dict.
     """
     node.obj()
