@@ -291,7 +291,7 @@ def test_deep_model_span_covers_every_start(tmp_path):
 
 
 def test_variant_label_names_what_was_removed():
-    from layerprobe.results.kinds import variant_label
+    from layerprobe.results import variant_label
 
     assert variant_label({}) == "removed block"  # results written before --unit/--span
     assert variant_label({"unit": "attention", "span": 1}) == "attention removed (block)"

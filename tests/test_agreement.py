@@ -9,7 +9,7 @@ import pytest
 
 from layerprobe.core.errors import ResultError
 from layerprobe.prune.agreement import default_k, find_angular, load_angular_for, metric_agreement, task_agreement
-from layerprobe.results.kinds import AngularResult, MetricDrop, ModelInfo, RunInfo, write_json
+from layerprobe.results import AngularResult, MetricDrop, ModelInfo, RunInfo, write_json
 
 RUN = RunInfo(started_at="2025-01-01T00:00:00+00:00", seconds=1.0, versions={}, device="cpu")
 

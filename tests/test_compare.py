@@ -31,7 +31,7 @@ from layerprobe.gate.render import (
     verdict_to_dict,
 )
 from layerprobe.gate.verdict import compare_paths, compare_results
-from layerprobe.results.kinds import (
+from layerprobe.results import (
     AngularResult,
     MetricDrop,
     ModelInfo,

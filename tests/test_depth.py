@@ -18,7 +18,8 @@ from layerprobe.core.specs import BUILTIN_CORPUS, CorpusSpec, DepthSpec, ModelSp
 from layerprobe.data.windows import build_windows, iter_documents
 from layerprobe.measure.depth import run_depth
 from layerprobe.measure.gradients import MASK_FRACTION, mask_window
-from layerprobe.results.kinds import DEPTH_SCHEMA, DepthResult, write_json
+from layerprobe.results import DepthResult, write_json
+from layerprobe.results.io import DEPTH_SCHEMA
 
 torch.set_num_threads(1)  # tiny tensors: threads only contend on a shared machine
 runner = CliRunner()

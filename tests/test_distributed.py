@@ -20,8 +20,8 @@ from layerprobe.core.errors import LayerprobeError, ResultError
 from layerprobe.core.shares import Share
 from layerprobe.model.progress import Progress
 from layerprobe.prune.drop import merge_shards, run_prune_drop
-from layerprobe.prune.shards import SHARD_JSON
-from layerprobe.results.kinds import PruneDropResult
+from layerprobe.results import PruneDropResult
+from layerprobe.results.rundir import SHARD_JSON
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ("lp_arc_like", "lp_pydoc_ppl")

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from layerprobe.gate import GateRules, compare_results
-from layerprobe.results.kinds import MetricDrop, ModelInfo, PruneDropResult, RunInfo, TaskDrop, load_result, write_json
+from layerprobe.results import MetricDrop, ModelInfo, PruneDropResult, RunInfo, TaskDrop, load_result, write_json
 
 RUN = RunInfo(started_at="2025-01-01T00:00:00+00:00", seconds=1.0, versions={"layerprobe": "0"}, device="cpu")
 INFO = ModelInfo("org/m", "main", None, "LlamaForCausalLM", "llama", "causal-lm", "float32", 4, "model.layers", "B")

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
 from layerprobe.core.errors import ResultError
-from layerprobe.results.kinds import (
+from layerprobe.results import (
     AngularResult,
     MetricDrop,
     ModelInfo,
@@ -126,6 +126,9 @@ PRUNE_CASES = [
     ("tasks.arc.metrics.acc.delta_stderr", [0.1], "tasks.arc.metrics.acc.delta_stderr must be an array of 3 items"),
     ("tasks.arc.metrics.acc.delta_ci95", [[0, 1], [0], None], "delta_ci95[1] must be null or an array [low, high]"),
     ("tasks.arc.agreement", "high", 'tasks.arc.agreement must be an object, got "high"'),
+    ("tasks.arc.agreement", {"acc": 3}, "tasks.arc.agreement.acc must be an object, got 3"),
+    ("settings.span", "2", 'settings.span must be an integer ≥ 1, got "2"'),
+    ("settings.unit", None, "settings.unit must be a string, got null"),
 ]
 
 
@@ -203,7 +206,7 @@ def test_paths_with_brackets_survive_in_messages(tmp_path):
 
 def depth_dict() -> dict:
     from layerprobe.model.placement import BlockPlacement, Placement
-    from layerprobe.results.kinds import DepthResult, GradNorms, Spread
+    from layerprobe.results import DepthResult, GradNorms, Spread
 
     def spread(n: int) -> Spread:
         return Spread([1.0] * n, [0.1] * n, [0.5] * n, [2.0] * n, [8] * n)
@@ -226,6 +229,16 @@ DEPTH_CASES = [
     ("grad.block", [0.1], "grad.block must be an array of L = 2 items, got 1 items"),
     ("sublayers.attention.modules", ["a0"], "sublayers.attention.modules must be an array of L = 2 items"),
     ("update.relative.count", [8, -1], "update.relative.count[1] must be an integer ≥ 0, got -1"),
+    ("placement.blocks.0.label", 5, "placement.blocks[0].label must be a string, got 5"),
+    ("placement.blocks.0.norms", {"ln": 1}, "placement.blocks[0].norms.ln must be a string, got 1"),
+    (
+        "placement.blocks.1.attention",
+        {"module": "a"},
+        "placement.blocks[1].attention.residual must be present, missing",
+    ),
+    ("placement.transition", -1, "placement.transition must be an integer ≥ 0, got -1"),
+    ("grad.block", [0.1, None], "grad.block[1] must be a number, got null"),
+    ("grad.loss", None, "grad.loss must be a string, got null"),
 ]
 
 
@@ -246,3 +259,82 @@ def test_angular_out_that_is_an_existing_file_is_refused_before_any_work(tmp_pat
     result = cli("angular", "org/not-loaded", "--dataset", "builtin:pydoc", "--out", blocker / "sub", "--quiet")
     assert result.exit_code == 2, result.output
     assert f"{blocker} is an existing file" in " ".join(result.stderr.split())
+
+
+# --- prune_curve.json --------------------------------------------------------------------------------
+
+
+def curve_dict() -> dict:
+    from layerprobe.results import CurveMethod, CurveMetric, PruneCurveResult
+
+    model = ModelInfo("org/m", None, None, "LlamaForCausalLM", "llama", "causal-lm", "float32", 4, "layers", "Block")
+    angular = CurveMethod([1, 2], [2, 1], [3.1, 3.5], [0.1, 0.1], [0.1, 0.5], [0.05, None])
+    last = CurveMethod([1, 2], [2, 1], [3.2, 3.6], [0.1, None], [0.2, 0.6], [0.05, 0.06])
+    nll = CurveMetric(3.0, 0.1, False, {"angular": angular, "last": last})
+    selection = {"n": [1, 2], "start": [2, 1], "distance": [0.1, 0.2]}
+    settings = {"tasks": ["corpus"], "max_fraction": 0.5}
+    return PruneCurveResult(model, settings, selection, {"corpus": {"nll": nll}}, RUN).to_dict()
+
+
+ANGULAR_METHOD = "tasks.corpus.nll.methods.angular"
+CURVE_CASES = [
+    ("tasks", [], "tasks must be an object, got an array of 0 items"),
+    ("tasks", {}, "tasks must be a non-empty object, got an object of 0 members"),
+    ("tasks.corpus", {}, "tasks.corpus must be a non-empty object, got an object of 0 members"),
+    ("tasks.corpus.nll.baseline", "3", 'tasks.corpus.nll.baseline must be a number, got "3"'),
+    ("tasks.corpus.nll.higher_is_better", None, "tasks.corpus.nll.higher_is_better must be true or false, got null"),
+    ("tasks.corpus.nll.methods", {}, "tasks.corpus.nll.methods must be a non-empty object, got an object of 0 members"),
+    (
+        f"{ANGULAR_METHOD}.score",
+        [3.1],
+        f"{ANGULAR_METHOD}.score must be an array of 2 items (one per entry of n), got 1",
+    ),
+    (f"{ANGULAR_METHOD}.delta_stderr", [0.1, "x"], f'{ANGULAR_METHOD}.delta_stderr[1] must be a number, got "x"'),
+    (f"{ANGULAR_METHOD}.n", [1, 9], f"{ANGULAR_METHOD}.n[1] must be a number of blocks in 1 … L = 4, got 9"),
+    (f"{ANGULAR_METHOD}.n", [0, 2], f"{ANGULAR_METHOD}.n[0] must be an integer ≥ 1, got 0"),
+    (f"{ANGULAR_METHOD}.start", [2, 3], f"{ANGULAR_METHOD}.start[1] must be a start in 0 … L − n = 2"),
+    (ANGULAR_METHOD, {"n": [1]}, f"{ANGULAR_METHOD}.start must be present, missing"),
+    ("selection.n", 3, "selection.n must be an array, got 3"),
+    ("settings", "x", 'settings must be an object, got "x"'),
+    ("model.num_layers", 0, "model.num_layers must be an integer ≥ 1, got 0"),
+    ("run", None, "run must be an object, got null"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), CURVE_CASES, ids=[c[0] + "=" + repr(c[1]) for c in CURVE_CASES])
+def test_hostile_prune_curve_json_names_file_and_field(tmp_path, path, value, message):
+    bad = write_json(tmp_path / "bad" / "prune_curve.json", edit(curve_dict(), path, value))
+    with pytest.raises(ResultError) as caught:
+        load_result(bad)
+    assert str(caught.value.message).startswith(f"{bad}: {message}")
+    good = write_json(tmp_path / "good" / "prune_curve.json", curve_dict())
+    for args in (("plot", bad), ("compare", bad, good, "--no-plot")):
+        result = cli(*args)
+        assert result.exit_code == 2, result.output
+        assert f"{bad}: {message}" in " ".join(result.stderr.split()), result.stderr
+        assert "Traceback" not in result.output
+
+
+def test_prune_curve_round_trips_and_plots(tmp_path):
+    path = write_json(tmp_path / "prune_curve.json", curve_dict())
+    assert load_result(path).to_dict() == json.loads(path.read_text())
+    result = cli("plot", path)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "prune_curve_corpus.png").read_bytes()[:4] == b"\x89PNG"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # written atomically
+
+
+def test_compare_refuses_pruning_curves_in_one_line(tmp_path):
+    """Curves have no gate rules: read as another kind they used to crash with exit 1, read by CI as a regression."""
+    path = write_json(tmp_path / "prune_curve.json", curve_dict())
+    result = cli("compare", path, path, "--no-plot")
+    assert result.exit_code == 2, result.output
+    assert "compare gates angular, prune-drop and depth results, not a pruning curve" in " ".join(result.stderr.split())
+    assert "Traceback" not in result.output
+
+
+def test_a_shard_passed_to_plot_says_what_it_is(tmp_path):
+    bad = tmp_path / "prune_drop.shard.json"
+    bad.write_text(json.dumps({"schema": "layerprobe/prune-drop-shard@1"}))
+    result = cli("plot", bad)
+    assert result.exit_code == 2 and "layerprobe merge" in result.stderr

@@ -36,8 +36,8 @@ from layerprobe.model.stack import find_layers
 from layerprobe.plots.delta import prune_drop_figure
 from layerprobe.plots.heatmap import angular_figure
 from layerprobe.prune.state import PruneState, fingerprint
+from layerprobe.results import AngularResult, ModelInfo, PruneDropResult, load_result
 from layerprobe.results.evaluation import Evaluation
-from layerprobe.results.kinds import AngularResult, ModelInfo, PruneDropResult, load_result
 
 TASKS_DIR = Path(__file__).parent / "data" / "tasks"
 runner = CliRunner()
@@ -474,7 +474,7 @@ def test_angular_gathers_at_most_the_bound(tiny_checkpoints, monkeypatch):
 
 
 def test_prune_drop_figure_title_marks_quantization():
-    from layerprobe.results.kinds import MetricDrop, RunInfo, TaskDrop
+    from layerprobe.results import MetricDrop, RunInfo, TaskDrop
 
     drop = MetricDrop(0.5, 0.1, True, [0, 1], [0.4, 0.45], [0.1, 0.1])
     run = RunInfo("2026-01-01T00:00:00+00:00", 1.0, {}, "cpu")

@@ -17,16 +17,16 @@ from layerprobe.cli.app import app
 from layerprobe.gate import GateRules
 from layerprobe.gate.render import render_markdown, render_table, verdict_to_dict
 from layerprobe.gate.verdict import Verdict, compare_results
-from layerprobe.results.kinds import (
+from layerprobe.results import (
     AngularResult,
     MetricDrop,
     ModelInfo,
     PruneDropResult,
     RunInfo,
     TaskDrop,
-    remove_stale_temp_files,
     write_json,
 )
+from layerprobe.results.io import remove_stale_temp_files
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = RunInfo(started_at="2025-01-01T00:00:00+00:00", seconds=1.0, versions={"layerprobe": "0"}, device="cpu")
@@ -162,7 +162,7 @@ def test_temp_files_of_a_killed_writer_are_removed_by_the_next_write(tmp_path):
         f"""
         import time
         from pathlib import Path
-        from layerprobe.results.kinds import atomic_write
+        from layerprobe.results import atomic_write
 
         def slow(tmp):
             tmp.write_text("half")
@@ -186,7 +186,7 @@ def test_temp_files_of_a_killed_writer_are_removed_by_the_next_write(tmp_path):
     os.utime(old_style, (time.time() - 3600, time.time() - 3600))
     unrelated = tmp_path / ".notes.tmp"
     unrelated.write_text("mine")
-    import layerprobe.results.kinds as results
+    import layerprobe.results.io as results
 
     results._CLEANED.discard(tmp_path.resolve())
     write_json(tmp_path / "angular.json", {"schema": "x"})

@@ -14,7 +14,7 @@ from layerprobe.core.errors import LayerprobeError
 from layerprobe.core.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec, PruneSpec
 from layerprobe.measure.angular import run_angular
 from layerprobe.prune.curve import PruneCurveSpec, choose_spans, gromov_start, run_prune_curve
-from layerprobe.results.kinds import PruneCurveResult, load_result, write_json
+from layerprobe.results import PruneCurveResult, load_result, write_json
 from tests.test_corpus_metric import _deleted_span, _reference
 
 CORPUS = CorpusSpec(BUILTIN_CORPUS, tokens=48, seq_len=16)

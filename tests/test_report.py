@@ -16,11 +16,11 @@ from matplotlib.figure import Figure
 
 from layerprobe.core.errors import ResultError
 from layerprobe.gate import figures
-from layerprobe.plots.common import HARMFUL, HELPFUL, safe_name
+from layerprobe.plots.common import HARMFUL, HELPFUL
 from layerprobe.plots.delta import plot_prune_drop, prune_drop_figure
 from layerprobe.plots.heatmap import angular_figure, plot_angular, span_candidates, span_matrix, span_minima
 from layerprobe.plots.redraw import redraw
-from layerprobe.results.kinds import (
+from layerprobe.results import (
     AngularResult,
     MetricDrop,
     ModelInfo,
@@ -31,6 +31,7 @@ from layerprobe.results.kinds import (
     load_result,
     write_json,
 )
+from layerprobe.results.rundir import figure_name
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PDF_MAGIC = b"%PDF-"
@@ -368,7 +369,7 @@ def test_prune_drop_file_names_are_safe_and_distinct(tmp_path):
         assert all(ch.isalnum() or ch in "._-" for ch in path.name), path.name
         assert file_magic(path, PNG_MAGIC)
     assert tmp_path / "prune_drop_hendrycks_math_algebra.png" in paths
-    assert safe_name("mmlu/abstract algebra") == "mmlu_abstract_algebra"
+    assert figure_name("mmlu/abstract algebra") == "mmlu_abstract_algebra"
 
 
 @pytest.mark.parametrize("kind", ["angular", "prune_drop"])
@@ -556,7 +557,7 @@ def test_an_evaluation_round_trips_through_its_json_form():
 
 
 def test_atomic_write_leaves_nothing_behind_when_writing_fails(tmp_path):
-    from layerprobe.results.kinds import atomic_write
+    from layerprobe.results import atomic_write
 
     target = tmp_path / "kept.json"
     target.write_text("old")

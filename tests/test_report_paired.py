@@ -10,7 +10,7 @@ from matplotlib.container import BarContainer, ErrorbarContainer
 from layerprobe.plots.common import HARMFUL, HELPFUL, WITHIN_NOISE
 from layerprobe.plots.delta import prune_drop_figure
 from layerprobe.prune.agreement import metric_agreement
-from layerprobe.results.kinds import MetricDrop, ModelInfo, PruneDropResult, RunInfo, TaskDrop
+from layerprobe.results import MetricDrop, ModelInfo, PruneDropResult, RunInfo, TaskDrop
 
 RUN = RunInfo(started_at="2025-01-01T00:00:00+00:00", seconds=1.0, versions={}, device="cpu")
 INFO = ModelInfo("org/m", None, None, "LlamaForCausalLM", "llama", "causal-lm", "float32", 4, "l", "B")

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from layerprobe.prune.samples import PARTIAL_DIR, SAMPLES_DIR, SampleLog, file_name
+from layerprobe.prune.samples import SampleLog
+from layerprobe.results.rundir import PRUNE_DROP_PARTIAL_SAMPLES as PARTIAL_DIR
+from layerprobe.results.rundir import SAMPLES_DIR
+from layerprobe.results.rundir import sample_name as file_name
 
 TASKS_DIR = Path(__file__).parent / "data" / "tasks"
 

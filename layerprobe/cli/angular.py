@@ -12,7 +12,7 @@ from layerprobe.core import DEFAULT_CHUNK_BYTES, AngularSpec, check_output_dir, 
 from layerprobe.measure import run_angular
 from layerprobe.model import world
 from layerprobe.plots import plot_angular
-from layerprobe.results import ANGULAR_JSON, write_json
+from layerprobe.results import RunDir, write_json
 
 
 @takes_groups
@@ -47,7 +47,7 @@ def measure_and_report(spec: AngularSpec, directory: Path, quiet: bool) -> None:
         result = run_angular(spec, progress.callbacks(), world=ranks)
     if not ranks.is_main:
         return
-    json_path = write_json(directory / ANGULAR_JSON, result.to_dict())
+    json_path = write_json(RunDir(directory).angular_json, result.to_dict())
     plots = plot_angular(result, directory)
     print_angular_summary(result)
     out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, markup=False)

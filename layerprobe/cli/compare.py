@@ -19,7 +19,7 @@ from layerprobe.gate import (
     render,
     render_junit,
 )
-from layerprobe.results import LAZY_THRESHOLD
+from layerprobe.results import LAZY_THRESHOLD, write_text
 
 if TYPE_CHECKING:  # mypy reads the choice as the str it is; Typer lists and checks the Literal's values
     Format = str
@@ -80,8 +80,7 @@ def compare(
         typer.echo(text if text.endswith("\n") else text + "\n", nl=False)
     if junit is not None:
         try:
-            junit.parent.mkdir(parents=True, exist_ok=True)
-            junit.write_text(render_junit(verdict), encoding="utf-8")
+            write_text(junit, render_junit(verdict))
         except OSError as exc:
             raise LayerprobeError(f"Cannot write --junit {junit}: {exc.strerror or exc}") from exc
         err.print(f"wrote {junit}", highlight=False, markup=False, soft_wrap=True)

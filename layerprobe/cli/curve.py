@@ -12,7 +12,7 @@ from layerprobe.cli.groups import takes_groups
 from layerprobe.cli.options import Corpus, Evaluation, ModelArg, ModelLoading, Output, Tasks, split_task_names
 from layerprobe.core import PruneSpec
 from layerprobe.plots import plot_prune_curve
-from layerprobe.results import PRUNE_CURVE_JSON
+from layerprobe.results import RunDir
 
 
 @takes_groups
@@ -56,4 +56,4 @@ def prune_curve(
     with progress.running():
         result = run_prune_curve(spec, directory, str(angular) if angular else None, progress.callbacks())
     plots = plot_prune_curve(result, directory)
-    out.print(f"wrote {directory / PRUNE_CURVE_JSON}" + "".join(f", {p}" for p in plots), markup=False)
+    out.print(f"wrote {RunDir(directory).prune_curve_json}" + "".join(f", {p}" for p in plots), markup=False)

@@ -13,7 +13,7 @@ from layerprobe.cli.summaries import print_depth_summary
 from layerprobe.core import DepthSpec
 from layerprobe.measure import run_depth
 from layerprobe.plots import plot_depth
-from layerprobe.results import write_json
+from layerprobe.results import RunDir, write_json
 
 
 @takes_groups
@@ -53,7 +53,7 @@ def depth(
     progress = RichProgress(output.quiet)
     with progress.running():
         result = run_depth(spec, progress.callbacks())
-    json_path = write_json(directory / "depth.json", result.to_dict())
+    json_path = write_json(RunDir(directory).depth_json, result.to_dict())
     plots = plot_depth(result, directory)
     print_depth_summary(result)
     out.print(f"wrote {json_path}" + "".join(f", {p}" for p in plots), highlight=False, markup=False)

@@ -23,7 +23,7 @@ from layerprobe.cli.summaries import print_prune_summary
 from layerprobe.core import DEFAULT_STATE_BYTES, ENGINES, PruneSpec, Share, parse_memory_size
 from layerprobe.model import world
 from layerprobe.plots import plot_prune_drop
-from layerprobe.results import PRUNE_DROP_JSON, SAMPLES_DIR, PruneDropResult
+from layerprobe.results import PruneDropResult, RunDir
 
 if TYPE_CHECKING:  # mypy reads the choice as the str it is; Typer lists and checks the Literal's values
     Engine = str
@@ -117,7 +117,7 @@ def prune_drop(
     Writes prune_drop.json and one plot per task (prune_drop_<task>.png). Progress is saved after every
     evaluation; rerun with --resume after an interruption.
     """
-    from layerprobe.prune import SHARD_JSON, run_prune_drop  # lm-eval: only once a run starts
+    from layerprobe.prune import run_prune_drop  # lm-eval: only once a run starts
 
     share = Share.parse(shard) if shard is not None else None
     spec = PruneSpec(
@@ -143,7 +143,7 @@ def prune_drop(
         return
     if result is None:
         out.print(
-            f"wrote shard {share} to {directory / SHARD_JSON}; join all shards with `layerprobe merge`",
+            f"wrote shard {share} to {RunDir(directory).shard_json}; join all shards with `layerprobe merge`",
             highlight=False,
             soft_wrap=True,
         )
@@ -155,7 +155,7 @@ def report_prune_drop(result: PruneDropResult, directory: Path, log_samples: boo
     """Draw the ΔP plots, print the summary and the `wrote …` line (also after `layerprobe merge`)."""
     plots = plot_prune_drop(result, directory)
     print_prune_summary(result)
-    written = [*plots, *([directory / SAMPLES_DIR] if log_samples else [])]
+    written = [*plots, *([RunDir(directory).samples_dir] if log_samples else [])]
     out.print(
-        f"wrote {directory / PRUNE_DROP_JSON}" + "".join(f", {p}" for p in written), highlight=False, markup=False
+        f"wrote {RunDir(directory).prune_drop_json}" + "".join(f", {p}" for p in written), highlight=False, markup=False
     )

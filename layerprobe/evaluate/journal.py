@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.core import ResultError
+from layerprobe.results import ANSWERS_SCHEMA as JOURNAL_SCHEMA
 
-JOURNAL_SCHEMA = "layerprobe/shared-answers@1"
 Key = tuple[tuple[int, ...], tuple[int, ...]]
 Store = dict[Key, dict["int | None", tuple[float, bool]]]
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from layerprobe.core import ExportSpec
 from layerprobe.model import Progress, quiet_transformers
-from layerprobe.results import atomic_write, library_versions
+from layerprobe.results import EXPORT_RECORD as RECORD_NAME
+from layerprobe.results import EXPORT_SCHEMA as RECORD_SCHEMA
+from layerprobe.results import library_versions
 
-RECORD_NAME = "layerprobe.json"
-RECORD_SCHEMA = "layerprobe/export@1"
 # Not copied from the source: weights in any format (the export writes its own), the model card (it
 # describes the unpruned model), VCS and cache folders.
 NOT_COPIED = (
@@ -170,11 +170,6 @@ def mergekit_yaml(spec: ExportSpec, kept: list[int], dtype: str) -> str:
 
 def _yaml_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def write_text(path: Path, text: str) -> Path:
-    """Write a small text file atomically (see `results.atomic_write`)."""
-    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def move_into_place(tmp: Path, destination: Path) -> None:

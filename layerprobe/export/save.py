@@ -36,7 +36,7 @@ from layerprobe.model import (
     translate_load_error,
     translate_weights_error,
 )
-from layerprobe.results import write_json
+from layerprobe.results import RunDir, write_json, write_text
 
 
 @dataclass
@@ -91,14 +91,14 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
         record["parameters"] = {"before": parameters_before, "after": parameters_after}
         record["copied_files"] = copied
 
-        write_json(tmp / files.RECORD_NAME, record)
+        write_json(RunDir(tmp).export_record, record)
         files.move_into_place(tmp, destination)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     yaml_path = None
     if spec.mergekit_yaml:
         text = files.mergekit_yaml(spec, kept, dtype)
-        yaml_path = files.write_text(Path(spec.mergekit_yaml).expanduser(), text)
+        yaml_path = write_text(Path(spec.mergekit_yaml).expanduser(), text)
     return ExportResult(
         destination, removed, kept, changes, parameters_before, parameters_after, record, yaml_path, notes + more_notes
     )

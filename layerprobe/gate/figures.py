@@ -28,7 +28,7 @@ from layerprobe.plots import (
     value_text,
     zero_line,
 )
-from layerprobe.results import AngularResult, MetricDrop, PruneDropResult
+from layerprobe.results import AngularResult, MetricDrop, PruneDropResult, RunDir
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -58,13 +58,13 @@ def plot_verdict(verdict: Verdict, out_dir: str | Path | None = None) -> list[Pa
     for comp in verdict.comparisons:
         if comp.kind == "depth":  # its own figure (depth.png) already shows both curves' shape
             continue
-        directory = Path(out_dir) if out_dir is not None else comp.candidate.path.parent
-        name = f"compare_{comp.kind}.png" if len(verdict.comparisons) > 1 else "compare.png"
+        directory = RunDir(Path(out_dir) if out_dir is not None else comp.candidate.path.parent)
+        figure = directory.plot("compare", comp.kind if len(verdict.comparisons) > 1 else None)
         baseline, candidate = comp.baseline_result, comp.candidate_result
         if isinstance(baseline, AngularResult) and isinstance(candidate, AngularResult):
-            paths.append(plot_compare_angular(baseline, candidate, directory / name))
+            paths.append(plot_compare_angular(baseline, candidate, figure))
         elif isinstance(baseline, PruneDropResult) and isinstance(candidate, PruneDropResult):
-            paths.append(plot_compare_prune_drop(baseline, candidate, directory / name))
+            paths.append(plot_compare_prune_drop(baseline, candidate, figure))
     return paths
 
 

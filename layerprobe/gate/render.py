@@ -20,8 +20,8 @@ from rich.text import Text
 from layerprobe.core import LayerprobeError
 from layerprobe.gate.rules.record import RuleResult
 from layerprobe.gate.verdict import Verdict
+from layerprobe.results import COMPARE_SCHEMA
 
-COMPARE_SCHEMA = "layerprobe/compare@1"
 # The numeric columns of the table and the markdown: the change is candidate − baseline, and "worse if"
 # says which sign of it counts against the candidate (higher lazy count, lower accuracy, ...).
 COLUMNS = ("baseline", "candidate", "change (cand − base)", "worse if", "allowed change")

@@ -17,17 +17,8 @@ from layerprobe.gate.rules.depth import depth_notes, depth_rules
 from layerprobe.gate.rules.prune_drop import prune_drop_notes, prune_drop_rules
 from layerprobe.gate.rules.record import RuleResult
 from layerprobe.gate.rules.thresholds import GateRules
-from layerprobe.results import (
-    ANGULAR_JSON,
-    DEPTH_JSON,
-    PRUNE_DROP_JSON,
-    AngularResult,
-    DepthResult,
-    PruneDropResult,
-    load_result,
-)
+from layerprobe.results import RESULT_FILES, AngularResult, DepthResult, PruneDropResult, RunDir, load_gated_result
 
-KIND_FILES = {"angular": ANGULAR_JSON, "prune_drop": PRUNE_DROP_JSON, "depth": DEPTH_JSON}
 # The result kinds the gate compares.
 ComparedResult = AngularResult | PruneDropResult | DepthResult
 
@@ -106,7 +97,7 @@ def compare_paths(baseline: str | Path, candidate: str | Path, rules: GateRules 
     """
     baseline, candidate, rules = Path(baseline), Path(candidate), rules or GateRules()
     pairs, skipped = _pair_inputs(baseline, candidate)
-    comparisons = [compare_results(load_result(b), load_result(c), rules, b, c) for b, c in pairs]
+    comparisons = [compare_results(load_gated_result(b), load_gated_result(c), rules, b, c) for b, c in pairs]
     return Verdict(baseline, candidate, rules, comparisons, skipped)
 
 
@@ -163,16 +154,17 @@ def _pair_inputs(baseline: Path, candidate: Path) -> tuple[list[tuple[Path, Path
     if not baseline.is_dir():
         return [(baseline, candidate)], []
     pairs, skipped = [], []
-    for kind, name in KIND_FILES.items():
-        here = [(baseline / name).is_file(), (candidate / name).is_file()]
+    for kind in RESULT_FILES:
+        files = (RunDir(baseline).result_json(kind), RunDir(candidate).result_json(kind))
+        here = [files[0].is_file(), files[1].is_file()]
         if all(here):
-            pairs.append((baseline / name, candidate / name))
+            pairs.append(files)
         elif any(here):
-            role, path = ("baseline", baseline) if here[0] else ("candidate", candidate)
-            skipped.append(f"{kind}: only in the {role} ({path / name}); skipped")
+            role, path = ("baseline", files[0]) if here[0] else ("candidate", files[1])
+            skipped.append(f"{kind}: only in the {role} ({path}); skipped")
     if not pairs:
         raise ResultError(
-            f"{baseline} and {candidate} share no result ({' or '.join(KIND_FILES.values())}).",
+            f"{baseline} and {candidate} share no result ({' or '.join(RESULT_FILES.values())}).",
             hint="Run the same layerprobe commands for both checkpoints.",
         )
     return pairs, skipped

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
@@ -94,19 +92,3 @@ def short_name(model_id: str) -> str:
 def title_name(model: ModelInfo) -> str:
     """The model's short name, marked when its weights were quantized (a quantized ΔP is not the model's)."""
     return short_name(model.id) + (f" ({model.quantization})" if model.quantization else "")
-
-
-def safe_name(name: str) -> str:
-    """Make a task name safe for a file name: `mmlu/abstract algebra` → `mmlu_abstract_algebra`."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name).strip(".") or "task"
-
-
-def unique_name(name: str, used: set[str]) -> str:
-    """Give a repeated file name a number: two tasks may sanitise to one ('a/b', 'a_b')."""
-    stem, suffix = os.path.splitext(name)
-    candidate, k = name, 1
-    while candidate in used:
-        k += 1
-        candidate = f"{stem}-{k}{suffix}"
-    used.add(candidate)
-    return candidate

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from layerprobe.plots.common import pyplot
-from layerprobe.results import PruneCurveResult
+from layerprobe.results import PruneCurveResult, RunDir, atomic_write
 
 
 def plot_prune_curve(result: PruneCurveResult, out_dir: Path) -> list[Path]:
@@ -28,8 +29,10 @@ def plot_prune_curve(result: PruneCurveResult, out_dir: Path) -> list[Path]:
         ax.set_ylabel(f"{task} {name}")
         ax.set_title(f"{result.model.id}: pruning curve (band: ±1 paired stderr vs full model)", fontsize=9)
         ax.legend(fontsize=8)
-        path = Path(out_dir) / f"prune_curve_{task.replace('/', '_')}.png"
-        fig.savefig(path, dpi=130)
-        plt.close(fig)
+        path = RunDir(out_dir).plot("prune_curve", task)
+        try:
+            atomic_write(path, partial(fig.savefig, format="png", dpi=130))
+        finally:
+            plt.close(fig)
         paths.append(path)
     return paths

@@ -23,12 +23,10 @@ from layerprobe.plots.common import (
     effect_color,
     layer_axis,
     pyplot,
-    safe_name,
     save_figure,
     title_name,
-    unique_name,
 )
-from layerprobe.results import MetricDrop, PruneDropResult, variant_label
+from layerprobe.results import MetricDrop, PruneDropResult, RunDir, variant_label
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -38,10 +36,8 @@ if TYPE_CHECKING:
 def plot_prune_drop(result: PruneDropResult, out_dir: Path) -> list[Path]:
     """Draw one `prune_drop_<task>.png` per task from its primary (first-reported) metric."""
     paths: list[Path] = []
-    used: set[str] = set()
-    for task in result.tasks:
-        name = unique_name(f"prune_drop_{safe_name(task)}.png", used)
-        paths += save_figure(prune_drop_figure(result, task), Path(out_dir) / name)
+    for task, path in zip(result.tasks, RunDir(out_dir).task_plots("prune_drop", result.tasks), strict=True):
+        paths += save_figure(prune_drop_figure(result, task), path)
     return paths
 
 

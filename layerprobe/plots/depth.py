@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from layerprobe.plots.common import pyplot, save_figure, short_name
-from layerprobe.results import DepthResult, Spread
+from layerprobe.results import DepthResult, RunDir, Spread
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -35,7 +35,8 @@ ATTENTION_COLOUR, MLP_COLOUR, BLOCK_COLOUR = "#c0392b", "#2e86c1", "#333333"
 
 def plot_depth(result: DepthResult, out_dir: Path) -> list[Path]:
     """Draw `depth.png` and `depth.pdf` in `out_dir`."""
-    return save_figure(depth_figure(result), Path(out_dir) / "depth.png", Path(out_dir) / "depth.pdf")
+    run = RunDir(out_dir)
+    return save_figure(depth_figure(result), run.plot("depth"), run.plot("depth", suffix="pdf"))
 
 
 def depth_figure(result: DepthResult) -> Figure:

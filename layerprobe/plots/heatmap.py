@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from layerprobe.plots.common import pyplot, save_figure, tick_step, title_name
-from layerprobe.results import AngularResult
+from layerprobe.results import AngularResult, RunDir
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -78,7 +78,8 @@ def span_candidates(result: AngularResult) -> dict[int, list[int]]:
 
 def plot_angular(result: AngularResult, out_dir: Path) -> list[Path]:
     """Draw `angular.png` and `angular.pdf` (the PDF for papers, the PNG for reports and CI logs)."""
-    return save_figure(angular_figure(result), Path(out_dir) / "angular.png", Path(out_dir) / "angular.pdf")
+    run = RunDir(out_dir)
+    return save_figure(angular_figure(result), run.plot("angular"), run.plot("angular", suffix="pdf"))
 
 
 def angular_figure(result: AngularResult) -> Figure:

@@ -2,12 +2,10 @@
 
 from layerprobe.prune.curve import PruneCurveSpec, run_prune_curve
 from layerprobe.prune.drop import merge_shards, run_prune_drop
-from layerprobe.prune.shards import SHARD_JSON
 
 __all__ = [
     "merge_shards",
     "PruneCurveSpec",
     "run_prune_curve",
     "run_prune_drop",
-    "SHARD_JSON",
 ]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.core import ResultError
-from layerprobe.results import ANGULAR_JSON, AngularResult, MetricDrop, load_result
+from layerprobe.results import AngularResult, MetricDrop, RunDir, load_result
 from layerprobe.stats import DEFAULT_DRAWS, DEFAULT_SEED, spearman_bootstrap, top_k_overlap
 
 
@@ -24,7 +24,7 @@ def find_angular(explicit: str | Path | None, out_dir: Path) -> Path | None:
     """The angular result to compare with: the one given, else an angular.json in the same --out, else None."""
     if explicit is not None:
         return Path(explicit)
-    found = Path(out_dir) / ANGULAR_JSON
+    found = RunDir(out_dir).angular_json
     return found if found.is_file() else None
 
 

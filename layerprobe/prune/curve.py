@@ -34,11 +34,11 @@ from layerprobe.model import (
 from layerprobe.prune.agreement import check_angular_fits, load_angular_for
 from layerprobe.prune.state import corpus_settings
 from layerprobe.results import (
-    PRUNE_CURVE_JSON,
     AngularResult,
     CurveMethod,
     CurveMetric,
     PruneCurveResult,
+    RunDir,
     RunTimer,
     write_json,
 )
@@ -131,7 +131,7 @@ def run_prune_curve(
         tasks={task: _task_curve(scores[task], chosen) for task in prune.tasks},
         run=timer.finish(loaded.device_label),
     )
-    write_json(Path(out_dir) / PRUNE_CURVE_JSON, result.to_dict())
+    write_json(RunDir(out_dir).prune_curve_json, result.to_dict())
     return result
 
 

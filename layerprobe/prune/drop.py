@@ -34,15 +34,16 @@ from layerprobe.prune.samples import SampleLog
 from layerprobe.prune.shards import join_shards, write_shard
 from layerprobe.prune.state import PruneState, corpus_settings, fingerprint, variant_key
 from layerprobe.results import (
-    PRUNE_DROP_JSON,
     AngularResult,
     MetricDrop,
     ModelInfo,
     PruneDropResult,
+    RunDir,
     RunInfo,
     RunTimer,
     TaskDrop,
     from_rows,
+    rank_suffix,
     to_rows,
     write_json,
 )
@@ -104,8 +105,8 @@ def run_prune_drop(
         check_angular_fits(angular_result, angular, stack.num_layers)
     print_ = fingerprint(spec, info)
     out_dir.mkdir(parents=True, exist_ok=True)
-    suffix = "" if world.size == 1 else f".rank{world.rank}"  # each rank its own progress files
-    state = PruneState.open(out_dir, print_, resume, f"prune_drop.partial{suffix}.json")
+    run_dir, suffix = RunDir(out_dir), rank_suffix(world.rank, world.size)  # each rank its own progress files
+    state = PruneState.open(out_dir, print_, resume, run_dir.partial_json(suffix).name)
     samples = SampleLog.open(out_dir, resume, suffix)
     samples.reconcile(state)
     world.barrier()  # every rank has read the progress files before any rank writes its own
@@ -114,7 +115,7 @@ def run_prune_drop(
     mine_layers = [v for v in variants if v is not None]  # this rank's (and shard's) share only
     scorers = make_scorers(loaded, stack, spec, mine_layers, progress, remover, prepared) if remaining else []
     journals = [
-        scorer.keep_answers(out_dir / f"prune_drop.answers{suffix}.jsonl", print_, resume)
+        scorer.keep_answers(run_dir.journal(suffix), print_, resume)
         for scorer, _ in scorers
         if hasattr(scorer, "keep_answers")
     ]
@@ -149,7 +150,7 @@ def run_prune_drop(
         run = timer.finish(loaded.device_label)
         if shard.whole:
             result = assemble_result(info, settings, state, run, samples, angular_result, angular)
-            write_json(out_dir / PRUNE_DROP_JSON, result.to_dict())
+            write_json(run_dir.prune_drop_json, result.to_dict())
         else:
             rows = {t: _rows_of(samples, t, shard.of([None, *layers])) for t in spec.tasks}
             write_shard(out_dir, shard, print_, info, settings, state.done, rows, run, angular)
@@ -211,7 +212,7 @@ def merge_shards(paths: list[Path], out_dir: Path) -> PruneDropResult:
         angular_result = load_angular_for(angular, info.num_layers)
     state = PruneState(Path(out_dir) / "unused", print_, done)
     result = assemble_result(info, settings, state, run, _Rows(rows), angular_result, angular)
-    write_json(Path(out_dir) / PRUNE_DROP_JSON, result.to_dict())
+    write_json(RunDir(out_dir).prune_drop_json, result.to_dict())
     return result
 
 

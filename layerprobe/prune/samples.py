@@ -15,18 +15,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-from layerprobe.results import PRUNE_DROP_PARTIAL_SAMPLES as PARTIAL_DIR
-from layerprobe.results import SAMPLES_DIR
-
-
-def file_name(task: str) -> str:
-    """`<task>.jsonl`, with anything but letters, digits, '.', '_' and '-' made '_' (a task may be a path)."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", task) + ".jsonl"
+from layerprobe.results import RunDir, write_json_lines
 
 
 class SampleLog:
@@ -34,7 +27,8 @@ class SampleLog:
 
     def __init__(self, out_dir: Path, suffix: str = "") -> None:
         self.out_dir = Path(out_dir)
-        self.partial = self.out_dir / f"{PARTIAL_DIR}{suffix}"  # suffix: one folder per rank of a launch
+        self.run, self.suffix = RunDir(self.out_dir), suffix  # suffix: one folder per rank of a launch
+        self.partial = self.run.partial_samples(suffix)
 
     @classmethod
     def open(cls, out_dir: Path, resume: bool, suffix: str = "") -> SampleLog:
@@ -47,7 +41,7 @@ class SampleLog:
     def append(self, task: str, rows: list[dict[str, Any]]) -> None:
         """Add rows and make sure they are on disk before returning (the progress file is written next)."""
         self.partial.mkdir(parents=True, exist_ok=True)
-        with open(self.partial / file_name(task), "a", encoding="utf-8") as handle:
+        with open(self.run.partial_sample_file(task, self.suffix), "a", encoding="utf-8") as handle:
             for row in rows:
                 handle.write(json.dumps(row, allow_nan=True) + "\n")
             handle.flush()
@@ -55,7 +49,7 @@ class SampleLog:
 
     def read(self, task: str) -> dict[int | None, list[dict[str, Any]]]:
         """Rows by variant; if a variant was written twice, its last evaluation wins."""
-        path = self.partial / file_name(task)
+        path = self.run.partial_sample_file(task, self.suffix)
         by_variant: dict[int | None, list[dict[str, Any]]] = {}
         if not path.exists():
             return by_variant
@@ -92,28 +86,24 @@ class SampleLog:
         by_variant = self.read(task)
         kept = {v: rows for v, rows in by_variant.items() if v in variants}
         if kept != by_variant:
-            self._rewrite(self.partial / file_name(task), kept)
+            self._rewrite(self.run.partial_sample_file(task, self.suffix), kept)
         return set(kept)
 
     def finish(self, tasks: list[str], keep: bool) -> Path | None:
         """End of run: write `<out>/samples/<task>.jsonl` (baseline first, then blocks) if `keep`; clean up."""
         final = None
         if keep:
-            final = self.out_dir / SAMPLES_DIR
+            final = self.run.samples_dir
             final.mkdir(parents=True, exist_ok=True)
             for stale in final.glob("*.jsonl"):  # an earlier run's tasks: never mixed with this run's
                 stale.unlink()
             for task in tasks:
-                self._rewrite(final / file_name(task), self.read(task))
+                self._rewrite(self.run.sample_file(task), self.read(task))
         if self.partial.exists():
             shutil.rmtree(self.partial)
         return final
 
     @staticmethod
     def _rewrite(path: Path, by_variant: dict[int | None, list[dict[str, Any]]]) -> None:
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            for variant in sorted(by_variant, key=lambda v: -1 if v is None else v):
-                for row in by_variant[variant]:
-                    handle.write(json.dumps(row, allow_nan=True) + "\n")
-        os.replace(tmp, path)
+        order = sorted(by_variant, key=lambda v: -1 if v is None else v)
+        write_json_lines(path, [row for variant in order for row in by_variant[variant]])

@@ -9,19 +9,15 @@ unsharded run writes (identical apart from the `run` block: timing and host).
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from layerprobe.core import ResultError
 from layerprobe.prune.state import variant_key
-from layerprobe.results import ModelInfo, RunInfo, read_json, write_json
+from layerprobe.results import ModelInfo, PruneShard, RunDir, RunInfo, read_json, write_json
 
 if TYPE_CHECKING:
     from layerprobe.core import Share
-
-SHARD_JSON = "prune_drop.shard.json"
-SHARD_SCHEMA = "layerprobe/prune-drop-shard@1"
 
 
 def write_shard(
@@ -37,21 +33,20 @@ def write_shard(
 ) -> Path:
     """Write this shard's evaluations (only its own variants) and what merge needs to check and assemble."""
     keys = [variant_key(v) for v in shard.of([None, *settings["layers"]])]
-    return write_json(
-        Path(out_dir) / SHARD_JSON,
-        {
-            "schema": SHARD_SCHEMA,
-            "shard": str(shard),
-            "fingerprint": fingerprint,
-            "model": asdict(info),
-            "settings": settings,
-            "variants": keys,
-            "done": {task: {k: done[task][k] for k in keys} for task in settings["tasks"]},
-            "samples": rows,  # the per-document rows of this shard's variants, for the paired stderrs
-            "angular": None if angular is None else str(Path(angular).resolve()),
-            "run": asdict(run),
-        },
+    record = PruneShard(
+        shard=str(shard),
+        fingerprint=fingerprint,
+        model=info,
+        settings=settings,
+        tasks=list(settings["tasks"]),
+        layers=list(settings["layers"]),
+        variants=keys,
+        done={task: {k: done[task][k] for k in keys} for task in settings["tasks"]},
+        samples=rows,  # the per-document rows of this shard's variants, for the paired stderrs
+        angular=None if angular is None else str(Path(angular).resolve()),
+        run=run,
     )
+    return write_json(RunDir(out_dir).shard_json, record.to_dict())
 
 
 def join_shards(paths: list[Path]) -> tuple[dict, ModelInfo, dict, dict, dict, RunInfo, str | None]:
@@ -64,53 +59,47 @@ def join_shards(paths: list[Path]) -> tuple[dict, ModelInfo, dict, dict, dict, R
     shards = [(path, _read_shard(path)) for path in paths]
     first_path, first = shards[0]
     for path, data in shards[1:]:
-        for part in ("fingerprint", "settings", "model"):
-            if data[part] != first[part]:
-                differing = sorted(
-                    k for k in set(data[part]) | set(first[part]) if data[part].get(k) != first[part].get(k)
-                )
+        for part, theirs in data.identity().items():
+            ours = first.identity()[part]
+            if theirs != ours:
+                differing = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
                 raise ResultError(
                     f"{path} and {first_path} are shards of different runs ({part}: {', '.join(differing)} differ).",
                     hint="Merge only the shards of one prune-drop command (same model, tasks, layers and options).",
                 )
-    settings = first["settings"]
     owner: dict[str, Path] = {}
     for path, data in shards:
-        for key in data["variants"]:
+        for key in data.variants:
             if key in owner:
                 raise ResultError(
                     f"variant {key} is in both {owner[key]} and {path}.",
                     hint="Pass each shard once (shards i/N of one N are disjoint).",
                 )
             owner[key] = path
-    missing = [key for key in (variant_key(v) for v in [None, *settings["layers"]]) if key not in owner]
+    missing = [key for key in (variant_key(v) for v in [None, *first.layers]) if key not in owner]
     if missing:
         raise ResultError(
             f"the shards lack variant(s) {', '.join(missing)}.",
             hint="Pass every shard of the run (--shard 0/N … N-1/N) once each.",
         )
-    done: dict[str, dict[str, Any]] = {task: {} for task in settings["tasks"]}
-    rows: dict[str, list[dict[str, Any]]] = {task: [] for task in settings["tasks"]}
+    done: dict[str, dict[str, Any]] = {task: {} for task in first.tasks}
+    rows: dict[str, list[dict[str, Any]]] = {task: [] for task in first.tasks}
     for _, data in shards:
-        for task, evaluations in data["done"].items():
+        for task, evaluations in data.done.items():
             done[task].update(evaluations)
-            rows[task].extend(data.get("samples", {}).get(task, []))
-    runs = [RunInfo.from_dict(data["run"]) for _, data in shards]
+            rows[task].extend(data.samples.get(task, []))
+    runs = [data.run for _, data in shards]
     run = RunInfo(
         started_at=min(r.started_at for r in runs),
         seconds=sum(r.seconds for r in runs),
         versions=runs[0].versions,
         device=runs[0].device,
     )
-    angular = first.get("angular")
-    return first["fingerprint"], ModelInfo.from_dict(first["model"]), settings, done, rows, run, angular
+    return dict(first.fingerprint), first.model, dict(first.settings), done, rows, run, first.angular
 
 
-def _read_shard(path: Path) -> dict[str, Any]:
-    file = Path(path) / SHARD_JSON if Path(path).is_dir() else Path(path)
+def _read_shard(path: Path) -> PruneShard:
+    file = RunDir(path).shard_json if Path(path).is_dir() else Path(path)
     if not file.exists():
         raise ResultError(f"{file} does not exist.", hint="Pass the --out folders of `prune-drop --shard` runs.")
-    data = read_json(file)
-    if data.get("schema") != SHARD_SCHEMA:
-        raise ResultError(f"{file} is not a prune-drop shard.", hint="Pass the --out folders of `--shard i/N` runs.")
-    return data
+    return PruneShard.from_dict(read_json(file), str(file))

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from layerprobe.core import CORPUS_TASK, ResultError
 from layerprobe.results import (
     PRUNE_DROP_PARTIAL_JSON,
-    Node,
+    PruneProgress,
+    RunDir,
     evaluation_from_dict,
     evaluation_to_dict,
     library_versions,
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from layerprobe.results import Evaluation, ModelInfo
 
 PARTIAL_NAME = PRUNE_DROP_PARTIAL_JSON
-PARTIAL_SCHEMA = "layerprobe/prune-drop-partial@1"
 BASELINE_KEY = "baseline"  # how the baseline variant (layer None everywhere in code) is spelled on disk
 
 
@@ -124,7 +124,7 @@ class PruneState:
         """
         path = out_dir / name
         state = cls._read(path, fingerprint, resume) if path.exists() else cls(path, fingerprint)
-        for sibling in sorted(out_dir.glob("prune_drop.partial*.json")):
+        for sibling in RunDir(out_dir).partial_jsons():
             if sibling != path:
                 state.adopt(cls._read(sibling, fingerprint, resume))
         return state
@@ -136,11 +136,8 @@ class PruneState:
                 f"{path} holds an unfinished prune-drop run.",
                 hint="Add --resume to continue it, or delete that file (or use another --out) to start over.",
             )
-        data = read_json(path)
-        if data.get("schema") != PARTIAL_SCHEMA:
-            raise ResultError(f"{path} is not a prune-drop progress file.")
-        fingerprint_node = Node(data, str(path)).key("fingerprint")
-        stored = fingerprint_node.obj() if fingerprint_node.present else {}
+        progress = PruneProgress.from_dict(read_json(path), str(path))  # every entry validated, once
+        stored = progress.fingerprint
         differing = sorted(k for k in set(stored) | set(fingerprint) if stored.get(k) != fingerprint.get(k))
         if differing:
             details = "; ".join(f"{k}: was {stored.get(k)!r}, now {fingerprint.get(k)!r}" for k in differing)
@@ -148,13 +145,7 @@ class PruneState:
                 f"--resume refuses to mix results of a different run ({details}).",
                 hint=f"Use another --out directory, or delete {path} to start over.",
             )
-        done = Node(data, str(path)).key("done")
-        if not done.present:
-            return cls(path, fingerprint)
-        for _, variants in done.entries():  # validated now, once: a bad entry is named before hours of work
-            for _, entry in variants.entries():
-                evaluation_from_dict(entry)
-        return cls(path, fingerprint, done.value)
+        return cls(path, fingerprint, progress.done)
 
     def adopt(self, other: PruneState) -> None:
         """Take the evaluations `other` holds that this state lacks (kept in memory, written with the next record)."""
@@ -171,7 +162,7 @@ class PruneState:
     def record(self, task: str, layer: int | None, evaluation: Evaluation) -> None:
         """Keep one finished evaluation and write the whole state to disk before returning."""
         self.done.setdefault(task, {})[variant_key(layer)] = evaluation_to_dict(evaluation)
-        write_json(self.path, {"schema": PARTIAL_SCHEMA, "fingerprint": self.fingerprint, "done": self.done})
+        write_json(self.path, PruneProgress(self.fingerprint, self.done).to_dict())
 
     def variants(self, task: str) -> list[int | None]:
         """The variants recorded for `task` (None: the baseline)."""

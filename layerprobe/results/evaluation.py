@@ -10,9 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
+from layerprobe.results.json_types import JSONObject
 from layerprobe.results.validate import Node
+
+# Document id (an int or a str, as the evaluator keys them) → its value (a float, or a list such as
+# [log-likelihood, words]); the evaluators build these with their own key and value types.
+DocValues = dict[Any, Any]
+# One JSON-lines row of the sample log: {"variant", "task", "doc_id", <metric>: value, …}.
+Row = dict[str, object]
+
+
+class SampleSpec(TypedDict):
+    """How a metric's per-document values make up its score (kept with each evaluation)."""
+
+    aggregation: str
+    weight_by_size: bool | None
 
 
 @dataclass(frozen=True)
@@ -27,17 +41,17 @@ class MetricSamples:
     """
 
     aggregation: str
-    values: dict[str, dict[Any, Any]]
+    values: dict[str, DocValues]
     weight_by_size: bool | None = None
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> SampleSpec:
         """The small part kept with each evaluation (the values themselves go to JSON lines)."""
         return {"aggregation": self.aggregation, "weight_by_size": self.weight_by_size}
 
 
-def to_rows(variant: int | None, samples: dict[str, MetricSamples]) -> list[dict[str, Any]]:
+def to_rows(variant: int | None, samples: dict[str, MetricSamples]) -> list[Row]:
     """One JSON-ready row per (leaf task, document): `{"variant", "task", "doc_id", <metric>: value, …}`."""
-    rows: dict[tuple[str, Any], dict[str, Any]] = {}
+    rows: dict[tuple[str, object], Row] = {}
     for metric, found in samples.items():
         for task, docs in found.values.items():
             for doc_id, value in docs.items():
@@ -46,13 +60,13 @@ def to_rows(variant: int | None, samples: dict[str, MetricSamples]) -> list[dict
     return list(rows.values())
 
 
-def from_rows(rows: Iterable[dict[str, Any]], specs: dict[str, dict[str, Any]]) -> dict[str, MetricSamples]:
+def from_rows(rows: Iterable[Row], specs: dict[str, SampleSpec]) -> dict[str, MetricSamples]:
     """The inverse of `to_rows` for one variant, given each metric's `MetricSamples.spec()`."""
-    values: dict[str, dict[str, dict[Any, Any]]] = {metric: {} for metric in specs}
+    values: dict[str, dict[str, DocValues]] = {metric: {} for metric in specs}
     for row in rows:
         for metric in specs:
             if metric in row:
-                values[metric].setdefault(row["task"], {})[row["doc_id"]] = row[metric]
+                values[metric].setdefault(str(row["task"]), {})[row["doc_id"]] = row[metric]
     return {
         metric: MetricSamples(spec["aggregation"], values[metric], spec.get("weight_by_size"))
         for metric, spec in specs.items()
@@ -107,7 +121,7 @@ class Evaluation:
 BASELINE = None  # the variant with no block removed; any other variant is the removed block's index
 
 
-def evaluation_to_dict(evaluation: Evaluation) -> dict[str, Any]:
+def evaluation_to_dict(evaluation: Evaluation) -> dict[str, object]:
     """The JSON form of one evaluation, as kept in the prune-drop progress file (with its engine)."""
     return {
         "metrics": {
@@ -125,13 +139,13 @@ def evaluation_to_dict(evaluation: Evaluation) -> dict[str, Any]:
     }
 
 
-def evaluation_from_dict(data: dict[str, Any] | Node, source: str = "evaluation") -> Evaluation:
+def evaluation_from_dict(data: JSONObject | Node, source: str = "evaluation") -> Evaluation:
     """Read back `evaluation_to_dict`'s form, checked field by field.
 
     Older progress files may lack engine, nonfinite, per_sample and version. `per_sample` comes back with
     each metric's aggregation rule and no values (those are in the sample log).
     """
-    node = _node(data, source)
+    node = Node.of(data, source)
     samples = node.key("samples").integer(optional=True, minimum=0)
     metrics = {
         name: MetricScore(
@@ -159,7 +173,3 @@ def evaluation_from_dict(data: dict[str, Any] | Node, source: str = "evaluation"
         prefix_reuse=node.key("prefix_reuse").text(optional=True),
         version=node.key("version").text(optional=True),
     )
-
-
-def _node(data: dict[str, Any] | Node, source: str) -> Node:
-    return data if isinstance(data, Node) else Node(data, source)

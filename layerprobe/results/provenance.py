@@ -1,24 +1,103 @@
-"""The `run` block every result carries (when, how long, with which library versions), and JSON-equal values."""
+"""The `model` and `run` blocks every result carries: which checkpoint, and when, how long, with what.
+
+`ModelInfo` is enough to reproduce a run and to refuse mixing runs of different checkpoints; `RunInfo`
+records when and with which library versions a result was produced (`RunTimer` fills it in).
+"""
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from importlib.metadata import PackageNotFoundError, version
 
-from layerprobe.results.kinds import RunInfo
+import layerprobe.results.validate as v
+from layerprobe.results.json_types import JSONObject, Record
+from layerprobe.results.validate import Node
+
+# What each block must hold, field by field (validate.py's readers). A field a newer layerprobe adds is
+# one line here; optional fields keep older files readable.
+MODEL_FIELDS: dict[str, v.Kind] = {
+    "id": v.text(),
+    "revision": v.text(optional=True),
+    "commit": v.text(optional=True),
+    "architecture": v.text(optional=True),
+    "model_type": v.text(optional=True),
+    "kind": v.text(optional=True),
+    "dtype": v.text(optional=True),
+    "num_layers": v.integer(minimum=1),
+    "layer_path": v.text(optional=True),
+    "block_class": v.text(optional=True),
+    "quantization": v.text(optional=True),
+    "attn_implementation": v.text(optional=True),
+    "model_args": v.any_object(optional=True),
+    "path": v.text(optional=True),
+}
+RUN_FIELDS: dict[str, v.Kind] = {
+    "started_at": v.text(optional=True),
+    "seconds": v.number(optional=True),
+    "versions": v.string_map(optional=True),
+    "device": v.text(optional=True),
+    "prefix_reuse": v.text(optional=True),
+}
 
 
-def jsonable(value: Any) -> Any:
-    """The value as it reads back from JSON (mapping keys become strings), so a fingerprint compares equal."""
-    return json.loads(json.dumps(value, default=str))
+@dataclass(frozen=True)
+class ModelInfo:
+    """Which checkpoint was measured, exactly: enough to reproduce the run and to refuse mixing runs."""
+
+    id: str
+    revision: str | None
+    commit: str | None
+    architecture: str
+    model_type: str
+    kind: str
+    dtype: str
+    num_layers: int
+    layer_path: str
+    block_class: str
+    path: str | None = None  # where the checkpoint was read from, when `id` is a display name (the demo)
+    # How the weights were loaded (absent in results written before these options existed: read as defaults).
+    quantization: str | None = None  # e.g. "bitsandbytes-4bit-nf4"; None = the checkpoint's own weights
+    attn_implementation: str | None = None
+    model_args: JSONObject = field(default_factory=dict)  # extra from_pretrained keywords (--model-args)
+
+    @property
+    def label(self) -> str:
+        """The model's name for titles and summaries, marked when its weights were quantized."""
+        return f"{self.id} ({self.quantization})" if self.quantization else self.id
+
+    @classmethod
+    def from_dict(cls, data: JSONObject | Node, source: str = "model") -> ModelInfo:
+        values = v.read_fields(Node.of(data, source), MODEL_FIELDS)
+        values["model_args"] = values.get("model_args") or {}
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """When and with what the result was produced."""
+
+    started_at: str
+    seconds: float
+    versions: dict[str, str]
+    device: str
+    prefix_reuse: str | None = None  # prune-drop's shared engine: "on", "off" or "unavailable: <why>"
+
+    @classmethod
+    def from_dict(cls, data: JSONObject | Node, source: str = "run") -> RunInfo:
+        return cls(**v.read_fields(Node.of(data, source), RUN_FIELDS))
+
+
+def jsonable(value: Record) -> JSONObject:
+    """The mapping as it reads back from JSON (keys become strings), so a fingerprint compares equal."""
+    loaded: JSONObject = json.loads(json.dumps(value, default=str))
+    return loaded
 
 
 def library_versions() -> dict[str, str]:
     """Versions of everything that can change a number."""
-    from importlib.metadata import PackageNotFoundError, version
-
     out = {}
     for name in ("layerprobe", "torch", "transformers", "datasets", "lm_eval"):
         try:

@@ -1,24 +1,35 @@
 """Typed reads of untrusted JSON: every bad value becomes one `ResultError` naming the file and the JSON path.
 
-Result files are read once, into typed objects (results.py), so no later code (the gate, the plots, the
-console) ever meets a string where a number belongs and crashes with a traceback, or exit 1 that CI would
-read as "regression". A `Node` is one value of the parsed JSON with its path (`tasks.mmlu.metrics.acc`);
-its typed accessors return the value or raise `ResultError('runs/a/angular.json: data.tokens must be an
-integer, got "12"')`. Flat records are described by field tables (`read_fields`), so a new field of a
-result file is one line in that table.
+Result files are read once, into typed objects (one module per kind), so no later code (the gate, the
+plots, the console) ever meets a string where a number belongs and crashes with a traceback, or exit 1
+that CI would read as "regression". A `Node` is one value of the parsed JSON with its path
+(`tasks.mmlu.metrics.acc`); its typed accessors return the value or raise `ResultError('runs/a/angular.json:
+data.tokens must be an integer, got "12"')`. Flat records are described by field tables (`read_fields`),
+so a new field of a result file is one line in that table.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn, TypeVar, overload
 
 from layerprobe.core import ResultError
+from layerprobe.results.json_types import JSONObject, JSONValue
 
-_MISSING: Any = object()
-Kind = Callable[["Node"], Any]
+T = TypeVar("T")
+
+
+class Absent(enum.Enum):
+    """The marker of a member the JSON object does not have (distinct from a JSON null)."""
+
+    ABSENT = "absent"
+
+
+ABSENT = Absent.ABSENT
+Kind = Callable[["Node"], object]  # a field reader of a table: one per JSON type (see the factories below)
 
 
 class Node:
@@ -26,25 +37,33 @@ class Node:
 
     __slots__ = ("path", "source", "value")
 
-    def __init__(self, value: Any, source: str, path: str = "") -> None:
+    def __init__(self, value: JSONValue | Absent, source: str, path: str = "") -> None:
         self.value, self.source, self.path = value, source, path
+
+    @classmethod
+    def of(cls, data: JSONObject | Node, source: str) -> Node:
+        """`data` itself when it is a Node already (read inside a larger document), else its root node."""
+        return data if isinstance(data, Node) else cls(data, source)
 
     # --- navigation ------------------------------------------------------------------------------
 
     def key(self, name: str) -> Node:
-        """The child `name` of this object (its value is a marker when absent: see `present`)."""
+        """The child `name` of this object (its value is `ABSENT` when missing: see `present`)."""
         mapping = self.obj()
-        return Node(mapping.get(name, _MISSING), self.source, f"{self.path}.{name}" if self.path else name)
+        return Node(mapping.get(name, ABSENT), self.source, f"{self.path}.{name}" if self.path else name)
 
     @property
     def present(self) -> bool:
-        return self.value is not _MISSING
+        return self.value is not ABSENT
+
+    @property
+    def given(self) -> bool:
+        """Present and not null: an optional block that is there to be read."""
+        return self.value is not ABSENT and self.value is not None
 
     def items(self, *, min_length: int = 0) -> list[Node]:
         """The elements of an array, each with its path (`distance[3]`)."""
-        value = self._required()
-        if not isinstance(value, list):
-            self.fail("an array")
+        value = self.array()
         if len(value) < min_length:
             self.fail(f"an array of at least {min_length} item{'s' if min_length != 1 else ''}")
         return [Node(v, self.source, f"{self.path}[{i}]") for i, v in enumerate(value)]
@@ -58,35 +77,78 @@ class Node:
 
     # --- typed values ----------------------------------------------------------------------------
 
-    def obj(self) -> dict[str, Any]:
+    def array(self) -> list[JSONValue]:
+        """An array as parsed: its elements' types are for the caller to check (or `items` to walk)."""
+        value = self._required()
+        if not isinstance(value, list):
+            self.fail("an array")
+        return value
+
+    def obj(self) -> JSONObject:
         value = self._required()
         if not isinstance(value, dict):
             self.fail("an object")
         return value
 
-    def text(self, *, optional: bool = False, default: Any = _MISSING, nonempty: bool = False) -> str | None:
-        value, done = self._scalar(optional, default)
-        if done:
-            return value
+    @overload
+    def text(
+        self, *, optional: Literal[False] = False, default: str | Absent = ABSENT, nonempty: bool = False
+    ) -> str: ...
+    @overload
+    def text(self, *, optional: bool, default: str | Absent = ABSENT, nonempty: bool = False) -> str | None: ...
+    def text(self, *, optional: bool = False, default: str | Absent = ABSENT, nonempty: bool = False) -> str | None:
+        settled, fallback = self._fallback(optional, default)
+        if settled:
+            return fallback
+        value = self.value
         if not isinstance(value, str) or (nonempty and not value):
             self.fail("a non-empty string" if nonempty else "a string")
         return value
 
-    def integer(self, *, optional: bool = False, default: Any = _MISSING, minimum: int | None = None) -> int | None:
-        value, done = self._scalar(optional, default)
-        if done:
-            return value
+    @overload
+    def integer(
+        self, *, optional: Literal[False] = False, default: int | Absent = ABSENT, minimum: int | None = None
+    ) -> int: ...
+    @overload
+    def integer(self, *, optional: bool, default: int | Absent = ABSENT, minimum: int | None = None) -> int | None: ...
+    def integer(
+        self, *, optional: bool = False, default: int | Absent = ABSENT, minimum: int | None = None
+    ) -> int | None:
+        settled, fallback = self._fallback(optional, default)
+        if settled:
+            return fallback
+        value = self.value
         if not isinstance(value, int) or isinstance(value, bool):
             self.fail("an integer" if minimum is None else f"an integer ≥ {minimum}")
         if minimum is not None and value < minimum:
             self.fail(f"an integer ≥ {minimum}")
         return value
 
+    @overload
+    def number(
+        self,
+        *,
+        optional: Literal[False] = False,
+        default: float | Absent = ABSENT,
+        finite: bool = False,
+        low: float | None = None,
+        high: float | None = None,
+    ) -> float: ...
+    @overload
+    def number(
+        self,
+        *,
+        optional: bool,
+        default: float | Absent = ABSENT,
+        finite: bool = False,
+        low: float | None = None,
+        high: float | None = None,
+    ) -> float | None: ...
     def number(
         self,
         *,
         optional: bool = False,
-        default: Any = _MISSING,
+        default: float | Absent = ABSENT,
         finite: bool = False,
         low: float | None = None,
         high: float | None = None,
@@ -95,29 +157,35 @@ class Node:
 
         `low`/`high` bound the finite values only, so a recorded NaN stays readable.
         """
-        value, done = self._scalar(optional, default)
-        if done:
-            return value
+        settled, fallback = self._fallback(optional, default)
+        if settled:
+            return fallback
+        value = self.value
         if not isinstance(value, int | float) or isinstance(value, bool):
             self.fail("a number")
-        value = float(value)
-        if finite and not math.isfinite(value):
+        number = float(value)
+        if finite and not math.isfinite(number):
             self.fail("a finite number")
-        if math.isfinite(value) and ((low is not None and value < low) or (high is not None and value > high)):
+        if math.isfinite(number) and ((low is not None and number < low) or (high is not None and number > high)):
             self.fail(f"a number in [{low:g}, {high:g}]" if low is not None and high is not None else "in range")
-        return value
+        return number
 
-    def flag(self, *, optional: bool = False, default: Any = _MISSING) -> bool | None:
-        value, done = self._scalar(optional, default)
-        if done:
-            return value
+    @overload
+    def flag(self, *, optional: Literal[False] = False, default: bool | Absent = ABSENT) -> bool: ...
+    @overload
+    def flag(self, *, optional: bool, default: bool | Absent = ABSENT) -> bool | None: ...
+    def flag(self, *, optional: bool = False, default: bool | Absent = ABSENT) -> bool | None:
+        settled, fallback = self._fallback(optional, default)
+        if settled:
+            return fallback
+        value = self.value
         if not isinstance(value, bool):
             self.fail("true or false")
         return value
 
     def text_map(self) -> dict[str, str]:
         """An object whose values are all strings (e.g. `run.versions`)."""
-        return {k: str(v.text()) for k, v in self.entries()}
+        return {k: v.text() for k, v in self.entries()}
 
     # --- failure ---------------------------------------------------------------------------------
 
@@ -130,25 +198,30 @@ class Node:
             hint="The file is not one layerprobe wrote, or was edited or truncated: re-run the command that made it.",
         )
 
-    def _required(self) -> Any:
-        if not self.present:
+    def _required(self) -> JSONValue:
+        value = self.value
+        if isinstance(value, Absent):
             self.fail("present")
-        return self.value
+        return value
 
-    def _scalar(self, optional: bool, default: Any) -> tuple[Any, bool]:
-        """The value, and whether it is final already (absent with a default, or an allowed null)."""
+    def _fallback(self, optional: bool, default: T | Absent) -> tuple[bool, T | None]:
+        """(True, what to return) when the value is settled without a type check, else (False, None).
+
+        Settled: absent with a default (the default), absent or null when `optional` (None). Absent
+        otherwise is an error.
+        """
         if not self.present:
-            if default is not _MISSING:
-                return default, True
+            if not isinstance(default, Absent):
+                return True, default
             if optional:
-                return None, True
+                return True, None
             self.fail("present")
         if self.value is None and optional:
-            return None, True
-        return self.value, False
+            return True, None
+        return False, None
 
 
-def describe(value: Any) -> str:
+def describe(value: JSONValue | Absent) -> str:
     """A short, safe picture of a bad value for an error message (never the whole of a huge one)."""
     if isinstance(value, dict):
         return f"an object of {len(value)} member{'s' if len(value) != 1 else ''}"
@@ -159,12 +232,16 @@ def describe(value: Any) -> str:
 
 
 def read_fields(node: Node, table: dict[str, Kind]) -> dict[str, Any]:
-    """Read every field of a flat record by its kind in `table` (field name → `Node` reader)."""
+    """Read every field of a flat record by its kind in `table` (field name → `Node` reader).
+
+    The values are as mixed as the table's readers (str, int, None…), ready for `cls(**fields)`: `Any`
+    because their types are the table's, which a type checker cannot follow into a dict.
+    """
     node.obj()
     return {name: kind(node.key(name)) for name, kind in table.items()}
 
 
-def checked_record(node: Node, table: dict[str, Kind]) -> dict[str, Any]:
+def checked_record(node: Node, table: dict[str, Kind]) -> JSONObject:
     """An open record (`data`, `settings`): every member kept in file order, the known ones checked."""
     record = dict(node.obj())
     checked = read_fields(node, table)
@@ -172,23 +249,23 @@ def checked_record(node: Node, table: dict[str, Kind]) -> dict[str, Any]:
     return record
 
 
-# Field kinds for the tables in results.py: one reader per JSON type, with its optionality.
-def text(optional: bool = False, default: Any = _MISSING) -> Kind:
+# Field kinds for the tables of the result modules: one reader per JSON type, with its optionality.
+def text(optional: bool = False, default: str | Absent = ABSENT) -> Kind:
     """A string field (None when optional and null or absent)."""
     return lambda node: node.text(optional=optional, default=default)
 
 
-def integer(optional: bool = False, default: Any = _MISSING, minimum: int | None = None) -> Kind:
+def integer(optional: bool = False, default: int | Absent = ABSENT, minimum: int | None = None) -> Kind:
     """An integer field (never a bool or a float)."""
     return lambda node: node.integer(optional=optional, default=default, minimum=minimum)
 
 
-def number(optional: bool = False, default: Any = _MISSING, finite: bool = False) -> Kind:
+def number(optional: bool = False, default: float | Absent = ABSENT, finite: bool = False) -> Kind:
     """A number field: NaN/inf allowed unless `finite`."""
     return lambda node: node.number(optional=optional, default=default, finite=finite)
 
 
-def flag(optional: bool = False, default: Any = _MISSING) -> Kind:
+def flag(optional: bool = False, default: bool | Absent = ABSENT) -> Kind:
     """A boolean field."""
     return lambda node: node.flag(optional=optional, default=default)
 
@@ -196,7 +273,7 @@ def flag(optional: bool = False, default: Any = _MISSING) -> Kind:
 def text_or_integer(optional: bool = False) -> Kind:
     """`batch_size`: an integer, or a word such as "auto"."""
 
-    def read(node: Node) -> Any:
+    def read(node: Node) -> str | int | None:
         if isinstance(node.value, str):
             return node.value
         return node.integer(optional=optional)
@@ -207,8 +284,8 @@ def text_or_integer(optional: bool = False) -> Kind:
 def string_map(optional: bool = False) -> Kind:
     """An object of strings (empty when optional and absent)."""
 
-    def read(node: Node) -> Any:
-        if optional and (not node.present or node.value is None):
+    def read(node: Node) -> dict[str, str]:
+        if optional and not node.given:
             return {}
         return node.text_map()
 
@@ -218,8 +295,8 @@ def string_map(optional: bool = False) -> Kind:
 def any_object(optional: bool = False) -> Kind:
     """An object whose members are read by their own code (e.g. prune-drop's `agreement`): only its type here."""
 
-    def read(node: Node) -> Any:
-        if optional and (not node.present or node.value is None):
+    def read(node: Node) -> JSONObject | None:
+        if optional and not node.given:
             return None
         return node.obj()
 

@@ -1,0 +1,176 @@
+"""Every file layerprobe writes goes through here (atomically), and every schema it writes is named here.
+
+JSON is the source of truth: plots, `compare` and humans all read the same file. A file is written
+to a temporary name beside its target and renamed over it, so a crash never leaves half a result
+behind, and a reader sees the old file or the new one. The `schema` member of every JSON file
+layerprobe writes (`layerprobe/<kind>@<version>`) is registered in `SCHEMAS` and checked by
+`check_schema`: a new version of a file format is one line here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from layerprobe.core import ResultError
+from layerprobe.results.json_types import JSONObject, Record
+from layerprobe.results.validate import Node
+
+# The schemas of every JSON file layerprobe writes, by what the file is.
+ANGULAR_SCHEMA = "layerprobe/angular@1"
+PRUNE_DROP_SCHEMA = "layerprobe/prune-drop@1"
+DEPTH_SCHEMA = "layerprobe/depth@1"
+PRUNE_CURVE_SCHEMA = "layerprobe/prune-curve@1"
+PARTIAL_SCHEMA = "layerprobe/prune-drop-partial@1"  # prune_drop.partial.json: a run's progress (--resume)
+SHARD_SCHEMA = "layerprobe/prune-drop-shard@1"  # prune_drop.shard.json: one job of `--shard i/N`
+ANSWERS_SCHEMA = "layerprobe/shared-answers@1"  # the shared engine's answer journal (its first line)
+EXPORT_SCHEMA = "layerprobe/export@1"  # layerprobe.json in an exported checkpoint
+COMPARE_SCHEMA = "layerprobe/compare@1"  # compare --format json
+SCHEMAS = (
+    ANGULAR_SCHEMA,
+    PRUNE_DROP_SCHEMA,
+    DEPTH_SCHEMA,
+    PRUNE_CURVE_SCHEMA,
+    PARTIAL_SCHEMA,
+    SHARD_SCHEMA,
+    ANSWERS_SCHEMA,
+    EXPORT_SCHEMA,
+    COMPARE_SCHEMA,
+)
+
+
+def schema_family(schema: str) -> str:
+    """A schema without its version: `layerprobe/angular@1` → `layerprobe/angular`."""
+    return schema.split("@")[0]
+
+
+def check_schema(root: Node, expected: str, refusal: str | None = None, hint: str | None = None) -> None:
+    """Refuse a document whose `schema` is not `expected` (a registered schema), naming both.
+
+    Args:
+        root: The document's top-level node (its `source` names the file in the message).
+        expected: One of `SCHEMAS`.
+        refusal: The message instead of "<file>: expected a <schema> result, got schema <found>."
+        hint: What to do about it.
+    """
+    schema = root.obj().get("schema")
+    if schema != expected:
+        raise ResultError(refusal or f"{root.source}: expected a {expected} result, got schema {schema!r}.", hint=hint)
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], object]) -> Path:
+    """Have `write(tmp)` fill a temporary file beside `path`, then rename it over `path`.
+
+    A reader sees the old file or the new one, never half of one; on any failure the temporary file is
+    removed. The temporary file is created by `write` itself (not `mkstemp`, which would make it private
+    to its owner), so results and plots get the permissions of any file the user writes and CI artifact
+    uploaders or web servers running as another user can read them. Every result file and plot
+    layerprobe writes goes through here. The temporary name carries the writer's pid
+    (`.angular.json.<pid>-<hex>.tmp`), so the leftovers of a writer killed with SIGKILL, which no
+    `finally` can remove, are recognised and removed by the next write into that directory
+    (`remove_stale_temp_files`).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temp_files(path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+# `.angular.json.<pid>-<8 hex>.tmp` (and the pid-less `.angular.json.<8 hex>.tmp` of earlier versions).
+_TEMP_NAME = re.compile(r"^\..+\.(?:(\d+)-)?[0-9a-f]{8}\.tmp$")
+_PROCESS_STARTED = time.time()
+_CLEANED: set[Path] = set()
+
+
+def remove_stale_temp_files(directory: Path) -> list[Path]:
+    """Remove temporary files of `atomic_write` that no live writer holds; once per directory and process.
+
+    A file counts as stale when its pid is not a running process, or, for the pid-less names of earlier
+    versions, when it is older than this process. Only names of `atomic_write`'s own pattern are touched.
+    """
+    directory = Path(directory)
+    key = directory.resolve()
+    if key in _CLEANED:
+        return []
+    _CLEANED.add(key)
+    removed = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return []
+    for entry in entries:
+        match = _TEMP_NAME.match(entry.name)
+        if not match or not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            stale = not _pid_alive(int(match[1])) if match[1] else entry.stat().st_mtime < _PROCESS_STARTED
+            if stale:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except OSError:  # another process removed it first, or it is not ours to remove
+            continue
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # exists but belongs to someone else, or cannot be asked: leave its file alone
+    return True
+
+
+def write_json(path: str | os.PathLike[str], data: Record) -> Path:
+    """Write JSON atomically (see `atomic_write`)."""
+    text = json.dumps(data, indent=2, allow_nan=True) + "\n"
+    return write_text(path, text)
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write a text file atomically (see `atomic_write`): a JUnit report, a YAML recipe."""
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_json_lines(path: str | os.PathLike[str], rows: Iterable[Record]) -> Path:
+    """Write one JSON object per line, atomically (a finished `samples/<task>.jsonl`)."""
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, allow_nan=True) + "\n")
+
+    return atomic_write(path, write)
+
+
+def read_json(path: str | os.PathLike[str]) -> JSONObject:
+    """Read a layerprobe JSON file, turning every way it can be unreadable into a `ResultError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ResultError(
+            f"No result file at {path}",
+            hint="Pass the path of an angular.json or prune_drop.json that layerprobe wrote.",
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultError(f"{path} is not readable JSON: {exc}") from exc
+    except RecursionError:  # json recurses once per nesting level: "[[[[…" 100,000 deep
+        raise ResultError(f"{path} is not a layerprobe result: its JSON is nested too deeply to read.") from None
+    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("layerprobe/"):
+        raise ResultError(f"{path} is not a layerprobe result (no 'schema': 'layerprobe/...').")
+    return data

@@ -1,0 +1,160 @@
+"""The names of every file a run writes, in one place: `RunDir(path).angular_json`, `.sample_file(task)`, ….
+
+A run directory (`--out`) collects what the commands write: the result files that `compare` pairs by
+name across two directories, the resume state of an unfinished prune-drop, the plots. Every command,
+the gate and the plots form those paths here, so a file is never named two ways.
+
+Task names become parts of file names (`prune_drop_<task>.png`, `samples/<task>.jsonl`); a task may be
+a path or hold spaces (`mmlu/abstract algebra`), so it is sanitised. Three rules exist today, each kept
+byte-for-byte so that existing run directories keep their names (another issue unifies them):
+
+- `figure_name`: prune-drop plots; anything but letters, digits, '.', '_', '-' becomes '_', leading and
+  trailing dots are stripped, an empty result becomes "task"; repeats get "-2", "-3"… (`task_plots`).
+- `sample_name`: per-document sample logs; the same replacement, nothing stripped.
+- `curve_name`: prune-curve plots; only '/' becomes '_'.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+ANGULAR_JSON = "angular.json"
+PRUNE_DROP_JSON = "prune_drop.json"
+DEPTH_JSON = "depth.json"
+PRUNE_CURVE_JSON = "prune_curve.json"
+PRUNE_DROP_PARTIAL_JSON = "prune_drop.partial.json"  # the resume state of a prune-drop (one per rank)
+PRUNE_DROP_PARTIAL_SAMPLES = "prune_drop.partial.samples"  # per-document rows while a run is in progress
+SAMPLES_DIR = "samples"  # --log-samples: <out>/samples/<task>.jsonl
+SHARD_JSON = "prune_drop.shard.json"  # prune-drop --shard i/N
+EXPORT_RECORD = "layerprobe.json"  # in an exported checkpoint: what was removed, from which source
+# The result files `compare` pairs by name across two run directories, by kind.
+RESULT_FILES = {"angular": ANGULAR_JSON, "prune_drop": PRUNE_DROP_JSON, "depth": DEPTH_JSON}
+# Figures: kind → file stem (`angular.png`, `prune_drop_<task>.png`, `compare_<kind>.png`…).
+FIGURES = ("angular", "depth", "prune_drop", "prune_curve", "compare")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def figure_name(task: str) -> str:
+    """A task as part of a prune-drop figure's name: `mmlu/abstract algebra` → `mmlu_abstract_algebra`."""
+    return _UNSAFE.sub("_", task).strip(".") or "task"
+
+
+def sample_name(task: str) -> str:
+    """`<task>.jsonl`, with anything but letters, digits, '.', '_' and '-' made '_' (a task may be a path)."""
+    return _UNSAFE.sub("_", task) + ".jsonl"
+
+
+def curve_name(task: str) -> str:
+    """A task as part of a prune-curve figure's name: only '/' is replaced."""
+    return task.replace("/", "_")
+
+
+def rank_suffix(rank: int, size: int) -> str:
+    """What a process of a multi-process launch adds to its own progress files' names ("" when alone)."""
+    return "" if size == 1 else f".rank{rank}"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run directory and the name of every file layerprobe writes there."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    # --- results ----------------------------------------------------------------------------------
+
+    @property
+    def angular_json(self) -> Path:
+        return self.path / ANGULAR_JSON
+
+    @property
+    def prune_drop_json(self) -> Path:
+        return self.path / PRUNE_DROP_JSON
+
+    @property
+    def depth_json(self) -> Path:
+        return self.path / DEPTH_JSON
+
+    @property
+    def prune_curve_json(self) -> Path:
+        return self.path / PRUNE_CURVE_JSON
+
+    def result_json(self, kind: str) -> Path:
+        """The result file of `kind` ("angular", "prune_drop" or "depth"), as `compare` pairs them."""
+        return self.path / RESULT_FILES[kind]
+
+    @property
+    def export_record(self) -> Path:
+        """`layerprobe.json` of an exported checkpoint (the directory is the checkpoint)."""
+        return self.path / EXPORT_RECORD
+
+    # --- an unfinished prune-drop -------------------------------------------------------------------
+
+    def partial_json(self, suffix: str = "") -> Path:
+        """The progress file (`suffix`: a process's `rank_suffix` in a multi-process launch)."""
+        stem, ext = os.path.splitext(PRUNE_DROP_PARTIAL_JSON)
+        return self.path / f"{stem}{suffix}{ext}"
+
+    def partial_jsons(self) -> list[Path]:
+        """Every process's progress file in the directory, sorted."""
+        stem, ext = os.path.splitext(PRUNE_DROP_PARTIAL_JSON)
+        return sorted(self.path.glob(f"{stem}*{ext}"))
+
+    def partial_samples(self, suffix: str = "") -> Path:
+        """The folder of per-document rows while the run is in progress (one per process)."""
+        return self.path / f"{PRUNE_DROP_PARTIAL_SAMPLES}{suffix}"
+
+    def partial_sample_file(self, task: str, suffix: str = "") -> Path:
+        return self.partial_samples(suffix) / sample_name(task)
+
+    def journal(self, suffix: str = "") -> Path:
+        """The shared engine's answer journal (`evaluate/journal.py`), one per process."""
+        return self.path / f"prune_drop.answers{suffix}.jsonl"
+
+    @property
+    def shard_json(self) -> Path:
+        return self.path / SHARD_JSON
+
+    # --- per-document values ------------------------------------------------------------------------
+
+    @property
+    def samples_dir(self) -> Path:
+        return self.path / SAMPLES_DIR
+
+    def sample_file(self, task: str) -> Path:
+        """`samples/<task>.jsonl` (`--log-samples`)."""
+        return self.samples_dir / sample_name(task)
+
+    # --- figures ------------------------------------------------------------------------------------
+
+    def plot(self, kind: str, task: str | None = None, suffix: str = "png") -> Path:
+        """A figure: `<kind>.<suffix>`, or `<kind>_<task>.<suffix>` with the task sanitised by its kind's rule.
+
+        Kinds are `FIGURES`; `compare` takes the compared kind as its `task` (`compare_angular.png`).
+        """
+        if kind not in FIGURES:
+            raise ValueError(f"no figure of kind {kind!r}")
+        if task is None:
+            return self.path / f"{kind}.{suffix}"
+        part = {"prune_drop": figure_name, "prune_curve": curve_name}.get(kind, str)(task)
+        return self.path / f"{kind}_{part}.{suffix}"
+
+    def task_plots(self, kind: str, tasks: Iterable[str]) -> list[Path]:
+        """One distinct figure per task; two tasks that sanitise alike (`a/b`, `a_b`) get `-2`, `-3`…."""
+        used: set[str] = set()
+        paths = []
+        for task in tasks:
+            path = self.plot(kind, task)
+            candidate, k = path.name, 1
+            while candidate in used:
+                k += 1
+                candidate = f"{path.stem}-{k}{path.suffix}"
+            used.add(candidate)
+            paths.append(path.with_name(candidate))
+        return paths
