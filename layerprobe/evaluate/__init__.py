@@ -1,7 +1,7 @@
 """How a model variant is scored: lm-evaluation-harness tasks, and SQuAD v1.1 for extractive-QA models."""
 
 from layerprobe.evaluate.corpus_metric import CorpusScorer, corpus_windows
-from layerprobe.evaluate.samples import paired_columns, paired_delta
+from layerprobe.evaluate.paired import paired_columns, paired_delta
 from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers, prepare_tasks
 
 __all__ = [
