@@ -221,7 +221,7 @@ def lm_eval_limit(limit: float | None) -> int | float | None:
 class HarnessScorer:
     """lm-eval tasks, built once, scored on whatever state the model is in (the simple engine).
 
-    Each variant takes its block (span, sublayer: `ablation.Remover`) out of the live model and puts it back after.
+    Each variant takes its block (span, sublayer: `model.Remover`) out of the live model and puts it back after.
     """
 
     engine = "simple"

@@ -53,7 +53,7 @@ _PROBE_TEXT = (
     "Which gas do plants take in? A. oxygen B. carbon dioxide C. helium D. neon Answer: B"
 )
 
-Row = tuple[int, ...]
+Row = tuple[int, ...]  # one model input: the token ids of a request's context and continuation, minus the last
 
 
 class PrefixEngine(Protocol):

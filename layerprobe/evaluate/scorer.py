@@ -113,7 +113,7 @@ def make_scorers(
 ) -> list[tuple[Scorer, list[str]]]:
     """Pick the scorer (and engine) for each task: lm-eval tasks share one, SQuAD has its own.
 
-    `remover` says what variant l removes (`ablation.Remover`; default: block l). `prepared` is
+    `remover` says what variant l removes (`model.Remover`; default: block l). `prepared` is
     `prepare_tasks(spec)`, done before the model was loaded (built here when not given).
     """
     prepared = prepared if prepared is not None else prepare_tasks(spec)

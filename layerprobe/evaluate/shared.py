@@ -27,7 +27,7 @@ from layerprobe.core import DEFAULT_STATE_BYTES
 from layerprobe.evaluate.harness import HarnessScorer
 from layerprobe.evaluate.journal import Answer, AnswerJournal, Key, Store
 from layerprobe.evaluate.lm_eval_globals import quiet_lm_eval
-from layerprobe.evaluate.prefix_cache import PrefixReuse
+from layerprobe.evaluate.prefix_cache import PrefixReuse, Row
 from layerprobe.evaluate.replay import Replay, head_logits, output_arity, verify_head
 from layerprobe.evaluate.tasks import is_generation_task
 from layerprobe.model import (
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     from layerprobe.evaluate.tasks import TaskSet
     from layerprobe.model import LoadedModel
 
-Row = tuple[int, ...]  # one model input: the token ids of a request's context and continuation, minus the last
 # lm-eval's loglikelihood request: ((context, continuation) as text, or None; their token ids).
 Request = tuple[tuple[str, str] | None, list[int], list[int]]
 # A forward pre-hook with kwargs: (module, args, kwargs) → the (args, kwargs) the module runs with.
@@ -174,7 +173,7 @@ class SharedPrefixLM(HFLM):
         Blocks before `layer` are unchanged by any ablation, so they are taken out and x^layer stands in
         for their output. A span [l, l+n) (n = 1: one block) makes x^l the input of block l+n: the last
         removed block is replaced by a replay of x^l. A sublayer keeps block l, fed x^l, with that
-        sublayer's output zeroed (`ablation.zeroed_sublayers`).
+        sublayer's output zeroed (`model.zeroed_sublayers`).
         """
         ablation = self.remover.ablation
         last = layer + ablation.span - 1  # the last removed block (block `layer` itself for a sublayer)

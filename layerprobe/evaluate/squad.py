@@ -9,7 +9,7 @@ Metrics follow the official SQuAD v1.1 evaluation script: answers are normalised
 and the articles a/an/the removed, whitespace collapsed); exact match and token-overlap F1 take the best
 gold answer; totals are means on a 0-100 scale. Spans are picked as the Hugging Face QA post-processing
 picks them: top `n_best` start and end logits per window, best valid pair by summed logit, best window.
-Reading the questions (`load_squad`, `SquadExample`) lives in `squad_data.py`.
+Reading the questions (`load_squad`, `SquadExample`) is the data room's (`layerprobe.data`).
 """
 
 from __future__ import annotations

@@ -14,11 +14,14 @@ import os
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from layerprobe.core import ExportSpec
 from layerprobe.model import Progress, quiet_transformers
 from layerprobe.results import atomic_write, library_versions
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 RECORD_NAME = "layerprobe.json"
 RECORD_SCHEMA = "layerprobe/export@1"
@@ -96,14 +99,14 @@ def source_directory(spec: ExportSpec) -> tuple[Path | None, list[str]]:
 
 def record(
     spec: ExportSpec,
-    config: Any,
+    config: PretrainedConfig,
     path: str,
     removed: list[int],
     kept: list[int],
-    changes: dict[str, Any],
+    changes: dict[str, object],
     dtype: str,
     progress: Progress,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The provenance written as layerprobe.json: what was removed, from which source, by which version."""
     source = Path(spec.model.model).expanduser()
     return {

@@ -118,7 +118,7 @@ def run_prune_drop(
                 with scorer.variant(layer):
                     for task in pending:
                         evaluation = scorer.score(task)
-                        samples.append(task, to_rows(layer, evaluation.per_sample))  # rows first: sample_log.py
+                        samples.append(task, to_rows(layer, evaluation.per_sample))  # rows first: see samples.py
                         state.record(task, layer, evaluation)
                         if not scorer.reports_progress:
                             progress.on_advance(1)
