@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, TypedDict
 
 from layerprobe.core import OFFLINE_HINT, TaskError
 from layerprobe.evaluate.lm_eval_globals import quiet_lm_eval, seed_everything
-from layerprobe.evaluate.task_sources import check_task_yaml, is_yaml_file, task_manager, unreadable_yamls
+from layerprobe.evaluate.task_sources import (
+    YAML_SUFFIXES,
+    check_task_yaml,
+    is_yaml_file,
+    task_manager,
+    unreadable_yamls,
+)
 
 if TYPE_CHECKING:
     from lm_eval.api.group import ConfigurableGroup
@@ -108,7 +114,7 @@ def build_tasks(
             hint=f"pass its folder (--include-path {Path(include_path).parent}), or the YAML itself as --task",
         )
     for name in names:
-        if name.endswith((".yaml", ".yml")):
+        if name.endswith(YAML_SUFFIXES):
             check_task_yaml(Path(name).expanduser(), name)
     with quiet_lm_eval():
         manager = task_manager(names, include_path)
