@@ -24,7 +24,7 @@ import transformers as tf
 
 from layerprobe.core import BUILTIN_CORPUS, CorpusSpec, ModelSpec
 from layerprobe.data import batches, build_windows, iter_documents
-from layerprobe.measure import measure
+from layerprobe.measure.angular import measure
 from layerprobe.model import find_layers, load_model
 
 

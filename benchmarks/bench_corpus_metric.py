@@ -33,7 +33,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 from bench_prune_drop import build_model  # noqa: E402
 
 from layerprobe.core import BUILTIN_CORPUS, CorpusSpec, ModelSpec  # noqa: E402
-from layerprobe.evaluate import CorpusScorer, corpus_windows  # noqa: E402
+from layerprobe.evaluate.corpus_metric import CorpusScorer, corpus_windows  # noqa: E402
 from layerprobe.model import find_layers, load_model  # noqa: E402
 
 

@@ -147,7 +147,7 @@ def child(kind: str, args, path: Path) -> dict:
         parse_memory_size,
     )
     from layerprobe.data import batches, build_windows, iter_documents
-    from layerprobe.measure import measure
+    from layerprobe.measure.angular import measure
     from layerprobe.model import find_layers, load_model
 
     cuda = args.device.startswith("cuda") or args.device_map_auto and torch.cuda.is_available()

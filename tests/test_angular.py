@@ -7,7 +7,8 @@ from reference import float64_base_model, reference_distances
 
 from layerprobe.core.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
 from layerprobe.data.windows import build_windows, iter_documents
-from layerprobe.measure.angular import AngularAccumulator, angular_distance, run_angular
+from layerprobe.measure.angular import run_angular
+from layerprobe.measure.distance import AngularAccumulator, angular_distance
 
 ARCHS = ["llama", "qwen3", "deepseek_v3", "gpt2", "bert"]
 
@@ -119,18 +120,15 @@ def test_a_state_nonfinite_everywhere_leaves_the_other_entries_measured():
 
 
 @pytest.mark.parametrize("chunk_positions", [None, 3])
-def test_stderr_matches_a_per_window_float64_computation(monkeypatch, chunk_positions):
-    import layerprobe.measure.angular as angular
-
+def test_stderr_matches_a_per_window_float64_computation(chunk_positions):
     torch.manual_seed(3)
     sizes = [5, 9, 3, 7, 1, 6, 8]
     states = [torch.randn(sum(sizes), 16) for _ in range(4)]
     for s in states[1:]:  # correlate the depths so that distances vary between windows
         s.mul_(0.3).add_(states[0])
     states[2][[4, 10, 11]] = float("nan")  # some pairs lose positions, window 0 and 1 unevenly
-    if chunk_positions:  # chunks that cut through windows must not change anything
-        monkeypatch.setattr(angular, "_CHUNK_BYTES", chunk_positions * 4 * 16 * 4)
-    acc = AngularAccumulator(4)
+    # chunks that cut through windows must not change anything
+    acc = AngularAccumulator(4, chunk_bytes=chunk_positions * 4 * 16 * 4) if chunk_positions else AngularAccumulator(4)
     acc.update([s[:14] for s in states], sizes[:2])  # two updates: windows never span updates
     acc.update([s[14:] for s in states], sizes[2:])
     mean, se = ratio_estimate(pairwise_float64(states), sizes)
@@ -157,15 +155,12 @@ def test_stderr_of_single_positions_is_the_sample_stderr():
     assert math.isnan(one.stderr()[0][1]) and not math.isnan(one.result()[0][1])
 
 
-def test_accumulator_chunks_like_one_pass(monkeypatch):
-    import layerprobe.measure.angular as angular
-
+def test_accumulator_chunks_like_one_pass():
     torch.manual_seed(1)
     states = [torch.randn(50, 16) for _ in range(4)]
     whole = AngularAccumulator(4)
     whole.update(states)
-    monkeypatch.setattr(angular, "_CHUNK_BYTES", 7 * 4 * 16 * 4)  # 7 positions of 4 states × 16 floats
-    chunked = AngularAccumulator(4)
+    chunked = AngularAccumulator(4, chunk_bytes=7 * 4 * 16 * 4)  # 7 positions of 4 states × 16 floats
     chunked.update(states)
     assert torch.allclose(torch.tensor(whole.result()), torch.tensor(chunked.result()), atol=1e-12)
 

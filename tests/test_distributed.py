@@ -19,7 +19,8 @@ from test_prune import BATCH, TASKS_DIR, comparable, load, make_spec
 from layerprobe.core.errors import LayerprobeError, ResultError
 from layerprobe.core.shares import Share
 from layerprobe.model.progress import Progress
-from layerprobe.prune.drop import merge_shards, run_prune_drop
+from layerprobe.prune.drop import run_prune_drop
+from layerprobe.prune.shards import merge_shards
 from layerprobe.results import PruneDropResult
 from layerprobe.results.rundir import SHARD_JSON
 

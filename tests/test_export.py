@@ -471,8 +471,7 @@ def test_periodic_rule_solves_or_refuses(pattern, solution):
 
 
 def test_block_signature_tells_sliding_from_full_attention():
-    from layerprobe.export.config import block_signature, first_difference
-    from layerprobe.export.save import build_skeleton
+    from layerprobe.export.config import block_signature, build_skeleton, first_difference
 
     blocks = find_layers(build_skeleton(tf.Qwen3ForCausalLM, _config("qwen3"))).blocks  # full, full, sliding, …
     assert first_difference(block_signature(blocks[0]), block_signature(blocks[1])) is None

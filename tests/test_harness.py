@@ -17,16 +17,11 @@ import pytest
 import torch
 import transformers as tf
 
-from layerprobe.core.errors import TaskError
+from layerprobe.core.errors import OFFLINE_HINT, TaskError
 from layerprobe.evaluate import tasks as tasks_module
-from layerprobe.evaluate.harness import (
-    OFFLINE_HINT,
-    build_tasks,
-    evaluate,
-    is_generation_task,
-    make_lm,
-    quiet_lm_eval,
-)
+from layerprobe.evaluate.harness import evaluate, make_lm
+from layerprobe.evaluate.lm_eval_globals import quiet_lm_eval
+from layerprobe.evaluate.tasks import build_tasks, is_generation_task
 
 TASKS_DIR = Path(__file__).parent / "data" / "tasks"
 NAMES = ["lp_mmlu", "lp_arc_like", "lp_pydoc_ppl"]

@@ -205,7 +205,7 @@ def _llama4_text(num_layers=4):
 
 def test_llama4_text_stack_is_found_in_its_decoder_not_through_the_missing_prefix():
     """Llama4ForCausalLM names base_model_prefix "language_model", an attribute it lacks: base_model is itself."""
-    from layerprobe.evaluate.shared import verify_head
+    from layerprobe.evaluate.replay import verify_head
 
     torch.manual_seed(0)
     model = tf.Llama4ForCausalLM(_llama4_text()).eval()

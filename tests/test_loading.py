@@ -29,7 +29,7 @@ from layerprobe.core.specs import (
     parse_model_args,
 )
 from layerprobe.data.windows import build_windows, iter_documents
-from layerprobe.measure import angular as angular_module
+from layerprobe.measure import distance as distance_module
 from layerprobe.measure.angular import measure
 from layerprobe.model.load import load_model, module_device
 from layerprobe.model.stack import find_layers
@@ -459,13 +459,13 @@ def test_angular_gathers_at_most_the_bound(tiny_checkpoints, monkeypatch):
     bound = 10 * (stack.num_layers + 1) * hidden * 4  # ten positions at every depth, in fp32
     free = measure(loaded, stack, windows, "all", 4)
     slices: list[int] = []
-    distances = angular_module._distances
+    distances = distance_module._distances
 
     def watched(unit):
         slices.append(unit.shape[0])
         return distances(unit)
 
-    monkeypatch.setattr(angular_module, "_distances", watched)
+    monkeypatch.setattr(distance_module, "_distances", watched)
     bounded = measure(loaded, stack, windows, "all", 4, max_state_bytes=bound)
     assert max(slices) == 10 and sum(slices) == bounded.count == 512
     torch.testing.assert_close(torch.tensor(bounded.result()), torch.tensor(free.result()), atol=1e-6, rtol=0)

@@ -92,11 +92,11 @@ def test_notes_say_when_the_runs_measured_different_things():
 
 
 def test_task_version_is_read_from_lm_eval_results():
-    from layerprobe.evaluate.harness import _scores
+    from layerprobe.evaluate.harness import task_scores
 
     results = {"results": {"t": {"acc,none": 0.5, "sample_len": 3}}, "versions": {"t": 1.0}}
-    assert _scores(results, {}, "t").version == "1.0"
-    assert _scores({**results, "versions": {"t": "N/A"}}, {}, "t").version is None
+    assert task_scores(results, {}, "t").version == "1.0"
+    assert task_scores({**results, "versions": {"t": "N/A"}}, {}, "t").version is None
 
 
 def test_format_json_and_markdown_end_with_a_newline(tmp_path):

@@ -21,8 +21,8 @@ from test_prune import RESULT, TASKS_DIR, assert_same_answers, load, make_spec
 
 from layerprobe.evaluate.prefix_cache import MIN_PREFIX, PrefixReuse, find_groups
 from layerprobe.model.stack import find_layers, hidden_from_input
-from layerprobe.prune import drop as prune
 from layerprobe.prune.drop import run_prune_drop
+from layerprobe.prune.state import fingerprint
 
 FEWSHOT_TASKS = ("lp_mmlu", "lp_arc_like")  # MMLU-shaped group (5 dev questions per subject), ARC-shaped
 
@@ -205,8 +205,8 @@ def test_no_prefix_reuse_is_a_cli_flag_recorded_in_the_result_and_the_fingerprin
     data = json.loads((tmp_path / "off" / RESULT).read_text())
     assert data["settings"]["prefix_reuse"] is False and data["run"]["prefix_reuse"] == "off"
     # Part of the resume fingerprint: a run with prefix reuse is not continued without it (and back).
-    assert prune.fingerprint(make_spec(path, prefix_reuse=False), _info(path))["prefix_reuse"] is False
-    assert prune.fingerprint(make_spec(path), _info(path))["prefix_reuse"] is True
+    assert fingerprint(make_spec(path, prefix_reuse=False), _info(path))["prefix_reuse"] is False
+    assert fingerprint(make_spec(path), _info(path))["prefix_reuse"] is True
 
 
 def _info(path):

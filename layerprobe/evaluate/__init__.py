@@ -1,12 +1,20 @@
-"""How a model variant is scored: lm-evaluation-harness tasks, and SQuAD v1.1 for extractive-QA models."""
+"""How a model variant is scored: lm-evaluation-harness tasks, SQuAD v1.1 for extractive-QA models, the corpus.
 
-from layerprobe.evaluate.corpus_metric import CorpusScorer, corpus_windows
-from layerprobe.evaluate.samples import paired_columns, paired_delta
+This room owns scoring one in-memory model again and again as blocks are taken out of it: building
+lm-eval tasks once (`tasks.py`, `task_sources.py`) and scoring them with lm-eval's own `evaluate`
+(`harness.py`) or the shared-prefix engine (`shared.py`, `prefix_cache.py`, `replay.py`, `journal.py`),
+SQuAD for QA encoders (`squad.py`), `--task corpus` (`corpus_metric.py`), the choice between them
+(`scorer.py`) and the paired uncertainty of a score difference (`paired.py`). It may import data, model,
+results, stats and core, and torch, transformers and lm-eval; it never imports measure, export, prune or
+anything above them.
+"""
+
+from layerprobe.evaluate.corpus_metric import CorpusScorer
+from layerprobe.evaluate.paired import paired_columns, paired_delta
 from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers, prepare_tasks
 
 __all__ = [
     "check_tasks_fit_model",
-    "corpus_windows",
     "CorpusScorer",
     "make_scorers",
     "paired_columns",

@@ -26,19 +26,21 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from layerprobe.core import CORPUS_TASK
 from layerprobe.data import batches, build_windows, iter_documents
+from layerprobe.evaluate.paired import MEAN
 from layerprobe.evaluate.replay import Replay, head_logits, output_arity
-from layerprobe.evaluate.samples import MEAN
 from layerprobe.model import LayerStack, capture_block_states, removed_blocks
 from layerprobe.results import Evaluation, MetricSamples, MetricScore
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
     from layerprobe.core import CorpusSpec
     from layerprobe.data import Window
     from layerprobe.model import LoadedModel
@@ -80,7 +82,7 @@ class CorpusScorer:
         stack: LayerStack,
         corpus: CorpusSpec,
         variants: list[int | Span],
-        batch_size: int = 8,
+        batch_size: int | str = 8,  # "auto" (lm-eval's word for prune-drop's other tasks): 8
         engine: str = "shared",
         windows: list[Window] | None = None,
     ) -> None:
@@ -151,7 +153,9 @@ class CorpusScorer:
         return self.loaded.model.base_model(input_ids=ids, use_cache=False).last_hidden_state
 
 
-def _compare(model: Any, base_final: torch.Tensor, final: torch.Tensor, ids: torch.Tensor) -> dict[str, list[float]]:
+def _compare(
+    model: PreTrainedModel, base_final: torch.Tensor, final: torch.Tensor, ids: torch.Tensor
+) -> dict[str, list[float]]:
     """Per-window mean NLL, KL(base ‖ variant) and top-1 agreement, from final hidden states.
 
     Positions are sliced so that base and variant logits of at most `_LOGIT_BYTES` exist at once.

@@ -20,41 +20,24 @@ import numbers
 from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from layerprobe.evaluate.tasks import (
-    OFFLINE_HINT,
-    TaskSet,
-    build_tasks,
-    is_generation_task,
-    quiet_lm_eval,
-    seed_everything,
-)
+from layerprobe.evaluate.lm_eval_globals import quiet_lm_eval, seed_everything
 from layerprobe.model import Remover
 from layerprobe.results import Evaluation, MetricSamples, MetricScore
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from lm_eval.api.model import LM
     from lm_eval.models.huggingface import HFLM
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from layerprobe.core import PruneSpec
+    from layerprobe.evaluate.tasks import TaskSet
     from layerprobe.model import LayerStack, LoadedModel
 
-__all__ = [
-    "DEFAULT_BOOTSTRAP_ITERS",
-    "HarnessScorer",
-    "OFFLINE_HINT",
-    "MetricScore",
-    "TaskScores",
-    "TaskSet",
-    "build_tasks",
-    "evaluate",
-    "is_generation_task",
-    "make_lm",
-    "quiet_lm_eval",
-]
+T = TypeVar("T")
 
 # Bootstrap draws for the stderr of metrics without a closed form (perplexity, f1, bleu…; acc has one).
 # lm-eval's default is 100000, run L+1 times here; 1000 draws pin a stderr to a few percent.
@@ -105,7 +88,7 @@ def make_lm(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_si
 
 
 def evaluate(
-    lm: Any,
+    lm: LM,
     task_set: TaskSet,
     *,
     limit: int | float | None = None,
@@ -148,7 +131,7 @@ def evaluate(
         )
     out = {}
     for name in task_set.names:
-        scores = _scores(results, task_set.loaded["group_map"], task_set.result_names[name])
+        scores = task_scores(results, task_set.loaded["group_map"], task_set.result_names[name])
         per_sample = per_sample_values(results.get("samples", {}), task_set, name, scores.metrics)
         out[name] = dataclasses.replace(scores, per_sample=per_sample)
     return out
@@ -160,7 +143,7 @@ def per_sample_values(
     """Per-document values of every metric in `metrics`, read from lm-eval's `log_samples` output.
 
     Each logged sample of a leaf task carries its `doc_id`, the `filter` its responses went through and
-    one value per metric (what `process_results` returned, before aggregation). Labels follow `_scores`:
+    one value per metric (what `process_results` returned, before aggregation). Labels follow `task_scores`:
     the bare metric name for the "none" filter, `metric,filter` otherwise.
     """
     leaves = task_set.members[name]
@@ -168,7 +151,7 @@ def per_sample_values(
     weight_by_size = {
         config.metric: bool(config.weight_by_size) for config in getattr(group, "aggregate_metric_list", None) or []
     }
-    values: dict[str, dict[str, dict[Any, Any]]] = {}
+    values: dict[str, dict[str, dict[object, object]]] = {}  # label → leaf task → doc id → value
     aggregations: dict[str, str] = {}
     for leaf in leaves:
         functions = task_set.tasks[leaf].aggregation()
@@ -188,9 +171,9 @@ def per_sample_values(
     }
 
 
-def _scores(results: dict[str, Any], group_map: dict[str, list[str]], name: str) -> TaskScores:
-    """TaskScores for `name` from lm-eval's results dict (recursing into a group's children)."""
-    subtasks = {child: _scores(results, group_map, child) for child in group_map.get(name, [])}
+def task_scores(results: dict[str, Any], group_map: dict[str, list[str]], name: str) -> TaskScores:
+    """TaskScores for `name` from the results dict lm-eval's `evaluate` returns (recursing into a group's children)."""
+    subtasks = {child: task_scores(results, group_map, child) for child in group_map.get(name, [])}
     reported = results["results"].get(name, {})
     samples = reported.get("sample_len")
     if samples is None:  # a subgroup without aggregate metrics reports no size of its own
@@ -222,7 +205,7 @@ def _scores(results: dict[str, Any], group_map: dict[str, list[str]], name: str)
     return TaskScores(metrics, num_fewshot, int(samples), subtasks, version=version)
 
 
-def _agreed(values: Iterable[Any]) -> Any:
+def _agreed(values: Iterable[T]) -> T | None:
     """The one value all of `values` share, else None."""
     distinct = set(values)
     return distinct.pop() if len(distinct) == 1 else None
@@ -238,7 +221,7 @@ def lm_eval_limit(limit: float | None) -> int | float | None:
 class HarnessScorer:
     """lm-eval tasks, built once, scored on whatever state the model is in (the simple engine).
 
-    Each variant takes its block (span, sublayer: `ablation.Remover`) out of the live model and puts it back after.
+    Each variant takes its block (span, sublayer: `model.Remover`) out of the live model and puts it back after.
     """
 
     engine = "simple"

@@ -14,16 +14,18 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 from layerprobe.core import ResultError
 from layerprobe.results import ANSWERS_SCHEMA as JOURNAL_SCHEMA
 
-Key = tuple[tuple[int, ...], tuple[int, ...]]
-Store = dict[Key, dict["int | None", tuple[float, bool]]]
+Key = tuple[tuple[int, ...], tuple[int, ...]]  # a loglikelihood request: context and continuation token ids
+Answer = tuple[float, bool]  # its log-likelihood, and whether greedy decoding gives the continuation
+Store = dict[Key, dict["int | None", Answer]]  # request → variant (None: the baseline) → answer
 
 
 def _variant(text: str) -> int | None:
+    """A variant as the journal spells it ("baseline" or a block index) → None or the index."""
     return None if text == "baseline" else int(text)
 
 
@@ -35,10 +37,10 @@ class AnswerJournal:
 
     @classmethod
     def open(
-        cls, path: Path, fingerprint: dict[str, Any], layers: list[int], resume: bool
+        cls, path: Path, fingerprint: dict[str, object], layers: list[int], resume: bool
     ) -> tuple[AnswerJournal, Store]:
         """The journal at `path` and the answers it already holds (none unless resuming the same run)."""
-        header = {"schema": JOURNAL_SCHEMA, "fingerprint": fingerprint, "layers": sorted(layers)}
+        header: dict[str, object] = {"schema": JOURNAL_SCHEMA, "fingerprint": fingerprint, "layers": sorted(layers)}
         store: Store = {}
         if path.exists():
             if not resume:
@@ -53,7 +55,7 @@ class AnswerJournal:
                 _sync(handle)
         return cls(path), store
 
-    def append(self, answers: dict[int | None, dict[Key, tuple[float, bool]]]) -> None:
+    def append(self, answers: dict[int | None, dict[Key, Answer]]) -> None:
         """Write one scored batch (answers by variant, then request) and make it durable before returning."""
         keys = list(next(iter(answers.values())))
         line = {
@@ -68,10 +70,11 @@ class AnswerJournal:
             _sync(handle)
 
     def remove(self) -> None:
+        """Delete the journal: the run it served has written its result."""
         self.path.unlink(missing_ok=True)
 
 
-def _read(path: Path, header: dict[str, Any]) -> Store:
+def _read(path: Path, header: dict[str, object]) -> Store:
     """The stored answers, if the journal belongs to this experiment and split of variants."""
     lines = path.read_text(encoding="utf-8").splitlines()
     try:
@@ -100,6 +103,7 @@ def _read(path: Path, header: dict[str, Any]) -> Store:
     return store
 
 
-def _sync(handle: Any) -> None:
+def _sync(handle: IO[str]) -> None:
+    """Flush `handle` through to the disk: a line is durable once written."""
     handle.flush()
     os.fsync(handle.fileno())

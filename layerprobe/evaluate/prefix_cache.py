@@ -33,13 +33,18 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import nn
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from layerprobe.model import capture_block_states, removed_blocks
+from layerprobe.evaluate.journal import Answer, AnswerJournal, Key, Store
+from layerprobe.evaluate.replay import BlockOutput
+from layerprobe.model import LayerStack, capture_block_states, removed_blocks
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 MIN_PREFIX = 16  # shared tokens below which a group is not worth its own prefix passes
 _PROBE_LENGTH, _PROBE_PREFIX = 24, 16
@@ -48,7 +53,52 @@ _PROBE_TEXT = (
     "Which gas do plants take in? A. oxygen B. carbon dioxide C. helium D. neon Answer: B"
 )
 
-Row = tuple[int, ...]
+Row = tuple[int, ...]  # one model input: the token ids of a request's context and continuation, minus the last
+
+
+class PrefixEngine(Protocol):
+    """What `PrefixReuse` needs of the engine it serves (`shared.SharedPrefixLM`): its model, plain path and store.
+
+    The prefix passes reuse the engine's own pieces, so that a suffix is scored exactly as the plain
+    path scores a whole input: its batch size and memory chunks, its replay of x^l (`block_arity`), and
+    its head (`answers_of`, `logprobs`). Answers go into its `store` and `journal` as its own do.
+    """
+
+    stack: LayerStack
+    layers: list[int]  # the selected blocks, sorted: variant l removes block l
+    store: Store
+    journal: AnswerJournal | None
+    block_arity: int | None
+
+    @property
+    def model(self) -> PreTrainedModel: ...
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def rows_per_batch(self, longest: Row) -> int: ...
+
+    def memory_chunks(self, batch: list[Row]) -> Iterator[list[Row]]: ...
+
+    def baseline_pass(self, ids: torch.Tensor) -> tuple[dict[int, torch.Tensor], torch.Tensor]: ...
+
+    def final_without(self, layer: int, ids: torch.Tensor, x_layer: torch.Tensor) -> torch.Tensor: ...
+
+    def answers_of(
+        self, final: torch.Tensor, chunk: list[Row], requests: dict[Row, list[Key]]
+    ) -> dict[Key, Answer]: ...
+
+    def logprobs(self, final: torch.Tensor) -> torch.Tensor: ...
+
+
+class CachedPass(Protocol):
+    """What the model without its head returns with `use_cache=True`: the final states and the filled cache."""
+
+    last_hidden_state: torch.Tensor
+    past_key_values: Cache
 
 
 @dataclass(frozen=True)
@@ -60,6 +110,7 @@ class PrefixGroup:
 
     @property
     def prefix(self) -> Row:
+        """The tokens every row of the group starts with."""
         return self.rows[0][: self.length]
 
 
@@ -83,7 +134,9 @@ def find_groups(rooms: dict[Row, int], min_prefix: int = MIN_PREFIX) -> tuple[li
     return groups, [row for row in rows if row not in grouped]
 
 
-def _best_runs(links: list[int], lo: int, hi: int, min_prefix: int, depth: int) -> tuple[int, list]:
+def _best_runs(
+    links: list[int], lo: int, hi: int, min_prefix: int, depth: int
+) -> tuple[int, list[tuple[int, int, int]]]:
     """(tokens saved, [(lo, hi, prefix length)]) of the best grouping of rows lo … hi-1."""
     if hi - lo < 2:
         return 0, []
@@ -91,7 +144,8 @@ def _best_runs(links: list[int], lo: int, hi: int, min_prefix: int, depth: int) 
     whole = (hi - lo - 1) * shared if shared >= min_prefix else 0
     if depth > 200:  # a pathological chain of ever longer prefixes: stop refining
         return whole, [(lo, hi, shared)] if whole else []
-    saved, runs, start = 0, [], lo
+    saved, start = 0, lo
+    runs: list[tuple[int, int, int]] = []
     for i in range(lo, hi):
         if i == hi - 1 or links[i] == shared:  # the run splits after row i
             piece = _best_runs(links, start, i + 1, min_prefix, depth + 1)
@@ -102,6 +156,7 @@ def _best_runs(links: list[int], lo: int, hi: int, min_prefix: int, depth: int) 
 
 
 def _common_length(a: Row, b: Row) -> int:
+    """How many leading tokens two rows share."""
     n = min(len(a), len(b))
     for i in range(n):
         if a[i] != b[i]:
@@ -120,7 +175,8 @@ class _CachedReplay(nn.Module):
         super().__init__()
         self.states, self.output_arity = states, output_arity
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, *args: object, **kwargs: object) -> BlockOutput:  # whatever the replaced block was given
+        """The recorded states, in the block's output shape, after a placeholder entry in the cache's slot."""
         cache = next((a for a in (*args, *kwargs.values()) if isinstance(a, Cache)), None)
         if cache is not None:
             rows, length = self.states.shape[:2]
@@ -136,13 +192,19 @@ class _ReadOnlyLayer(DynamicLayer):
 
     def __init__(self, layer: DynamicLayer) -> None:
         super().__init__()
+        assert layer.keys is not None and layer.values is not None  # the prefix pass filled every layer
+        self.prefix = (layer.keys, layer.values)  # (1, heads, prefix, head_dim) each
         self.keys, self.values = layer.keys, layer.values
         self.dtype, self.device, self.is_initialized = layer.keys.dtype, layer.keys.device, True
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prefix's keys and values broadcast over the batch, then the batch's own; nothing is stored."""
         rows = key_states.shape[0]
-        keys = torch.cat([self.keys.expand(rows, -1, -1, -1), key_states], dim=-2)
-        values = torch.cat([self.values.expand(rows, -1, -1, -1), value_states], dim=-2)
+        prefix_keys, prefix_values = self.prefix
+        keys = torch.cat([prefix_keys.expand(rows, -1, -1, -1), key_states], dim=-2)
+        values = torch.cat([prefix_values.expand(rows, -1, -1, -1), value_states], dim=-2)
         return keys, values
 
 
@@ -153,12 +215,12 @@ class PrefixReuse:
     "unavailable: <why>" when the probe found the model's cache not reusable (plain path used).
     """
 
-    def __init__(self, lm: Any, enabled: bool = True) -> None:
+    def __init__(self, lm: PrefixEngine, enabled: bool = True) -> None:
         self.lm = lm
         self.status = "on" if enabled else "off"
         self._probed = False
 
-    def score(self, rows: dict[Row, list]) -> dict[Row, list]:
+    def score(self, rows: dict[Row, list[Key]]) -> dict[Row, list[Key]]:
         """Compute every group's answers into the LM's store; return the rows left for the plain path."""
         if self.status != "on" or not rows:
             return rows
@@ -175,12 +237,13 @@ class PrefixReuse:
         return {row: rows[row] for row in rest}
 
     # one group ------------------------------------------------------------------------------------
-    def _score_group(self, group: PrefixGroup, rows: dict[Row, list]) -> None:
+    def _score_group(self, group: PrefixGroup, rows: dict[Row, list[Key]]) -> None:
+        """Answer every request of the group's rows, for every variant, into the engine's store and journal."""
         lm = self.lm
         requests = {row[group.length :]: rows[row] for row in group.rows}
-        scored: dict[int | None, dict] = {}
+        scored: dict[int | None, dict[Key, Answer]] = {}
         for variant, suffixes, final in self._finals(group, lm.layers):
-            for key, answer in lm._answers_of(final, suffixes, requests).items():
+            for key, answer in lm.answers_of(final, suffixes, requests).items():
                 lm.store.setdefault(key, {})[variant] = answer
                 scored.setdefault(variant, {})[key] = answer
         if lm.journal is not None and scored:  # durable once every variant of the group is scored
@@ -204,8 +267,8 @@ class PrefixReuse:
         del states
         suffixes = sorted((row[group.length :] for row in group.rows), key=lambda s: (-len(s), s))
         longest = max(group.rows, key=len)
-        per_batch = lm._batch_rows(longest) * max(1, len(longest) // len(suffixes[0]))
-        for wave in lm._memory_chunks(suffixes):
+        per_batch = lm.rows_per_batch(longest) * max(1, len(longest) // len(suffixes[0]))
+        for wave in lm.memory_chunks(suffixes):
             batches = [wave[i : i + per_batch] for i in range(0, len(wave), per_batch)]
             recorded = []
             for batch in batches:
@@ -219,19 +282,22 @@ class PrefixReuse:
                 with removed_blocks(lm.stack, list(range(layer))) as shrunk:
                     cache = self._replayed(shrunk, prefix_ids, prefix_states[layer], None).past_key_values
                     for batch, (ids, kept) in zip(batches, recorded, strict=True):
-                        final = self._replayed(shrunk, ids, kept[layer], _for_batch(cache, len(batch)))
-                        yield layer, batch, final.last_hidden_state
+                        output = self._replayed(shrunk, ids, kept[layer], _for_batch(cache, len(batch)))
+                        yield layer, batch, output.last_hidden_state
 
-    def _replayed(self, shrunk: Any, ids: torch.Tensor, x_layer: torch.Tensor, cache: Any) -> Any:
+    def _replayed(
+        self, shrunk: LayerStack, ids: torch.Tensor, x_layer: torch.Tensor, cache: Cache | None
+    ) -> CachedPass:
         """A cached pass with the shrunk stack's first block (block l) replaying the recorded x^l."""
         block = shrunk.blocks[0]
-        shrunk.blocks[0] = _CachedReplay(x_layer, self.lm._output_arity)
+        shrunk.blocks[0] = _CachedReplay(x_layer, self.lm.block_arity)
         try:
             return self._forward(ids, cache)
         finally:
             shrunk.blocks[0] = block
 
-    def _forward(self, ids: torch.Tensor, cache: Any) -> Any:
+    def _forward(self, ids: torch.Tensor, cache: Cache | None) -> CachedPass:
+        """The model without its head, on `ids` after the tokens `cache` holds (None: from the start)."""
         return self.lm.stack.root(input_ids=ids, past_key_values=cache, use_cache=True)  # the model without its head
 
     # the probe ------------------------------------------------------------------------------------
@@ -249,8 +315,11 @@ class PrefixReuse:
             rows = (ids, ids[:_PROBE_PREFIX] + ids[: _PROBE_LENGTH - _PROBE_PREFIX])
             full = torch.tensor(list(rows), device=lm.device)
             with torch.inference_mode():
-                recorded, final = lm._baseline(full)
-                plain = {None: final, **{layer: lm._without(layer, full, recorded[layer]) for layer in layers}}
+                recorded, final = lm.baseline_pass(full)
+                plain: dict[int | None, torch.Tensor] = {
+                    None: final,
+                    **{layer: lm.final_without(layer, full, recorded[layer]) for layer in layers},
+                }
             reused: dict[int | None, list[torch.Tensor]] = {}
             for variant, _batch, got in self._finals(PrefixGroup(tuple(sorted(rows)), _PROBE_PREFIX), layers):
                 reused.setdefault(variant, []).append(got)
@@ -272,25 +341,28 @@ class PrefixReuse:
         return None
 
 
-def _logprobs(lm: Any, final: torch.Tensor) -> torch.Tensor:
+def _logprobs(lm: PrefixEngine, final: torch.Tensor) -> torch.Tensor:
+    """The engine's fp32 log-probabilities of `final`, outside autograd."""
     with torch.inference_mode():
-        return lm._logprobs(final)
+        return lm.logprobs(final)
 
 
-def _probe_ids(tokenizer: Any) -> tuple[int, ...]:
+def _probe_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:
+    """The probe's token ids: `_PROBE_TEXT` tokenized, repeated as needed, cut to `_PROBE_LENGTH`."""
     ids: list[int] = []
     while len(ids) < _PROBE_LENGTH:
         ids += tokenizer(_PROBE_TEXT)["input_ids"]
     return tuple(ids[:_PROBE_LENGTH])
 
 
-def _padded(batch: list[Row], lm: Any) -> torch.Tensor:
+def _padded(batch: list[Row], lm: PrefixEngine) -> torch.Tensor:
+    """The rows right-padded to the longest (rows are sorted longest first), on the engine's device."""
     width = len(batch[0])
     pad = lm.tokenizer.pad_token_id or 0
     return torch.tensor([list(row) + [pad] * (width - len(row)) for row in batch], device=lm.device)
 
 
-def _for_batch(cache: Any, rows: int) -> Any:
+def _for_batch(cache: Cache, rows: int) -> Cache:
     """The one-row prefix cache, for a batch of `rows` suffixes; the prefix's own cache stays as it is.
 
     A cache of plain full-attention layers is shared read-only: each layer hands its attention the

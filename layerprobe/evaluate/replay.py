@@ -3,20 +3,25 @@
 Removing block l from a recorded pass means: run blocks l+1 … L-1 from x^l. Both the shared-prefix
 engine (evaluate/shared.py) and the corpus metric (evaluate/corpus_metric.py) do that by putting a
 `Replay` in block l's slot of a shrunk stack, shaped like the block's real output (`output_arity`),
-and by applying `head_logits` to the final hidden states of only the positions they score.
+and by applying `head_logits` to the final hidden states of only the positions they score;
+`verify_head` checks, once per model, that the head on its own gives the model's own logits.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from layerprobe.model import LayerStack, hidden_from_output
+from layerprobe.model import LayerStack, base_of, hidden_from_output
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+# What a block returns: its hidden states bare, or first in a tuple (attention weights, cache… after them).
+BlockOutput = torch.Tensor | tuple[torch.Tensor | None, ...]
 
 
 class Replay(nn.Module):
@@ -26,15 +31,19 @@ class Replay(nn.Module):
         super().__init__()
         self.states, self.output_arity = states, output_arity
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, *args: object, **kwargs: object) -> BlockOutput:  # whatever the replaced block was given
+        """The recorded states, in the real block's output shape; the block's inputs are ignored."""
         if self.output_arity is None:
             return self.states
         return (self.states,) + (None,) * (self.output_arity - 1)
 
 
-def output_arity(stack: LayerStack, ids: torch.Tensor, forward: Any) -> int | None:
-    """How a block returns its hidden states: None for a bare tensor, else the tuple length."""
-    seen: list[Any] = []
+def output_arity(stack: LayerStack, ids: torch.Tensor, forward: Callable[[torch.Tensor], object]) -> int | None:
+    """How a block returns its hidden states: None for a bare tensor, else the tuple length.
+
+    `forward` runs the model on input ids; it is called once on a two-token slice of `ids`.
+    """
+    seen: list[BlockOutput] = []
     handle = stack.blocks[0].register_forward_hook(lambda _m, _a, output: seen.append(output))
     try:
         forward(ids[:1, :2])
@@ -63,3 +72,25 @@ def head_logits(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
     if isinstance(cap, (int, float)) and cap:
         logits = torch.tanh(logits / cap) * cap
     return logits
+
+
+def verify_head(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, atol: float = 1e-4) -> str | None:
+    """Compare the engine's head path with the model's own forward on a short text; None if they agree."""
+    device = model.get_input_embeddings().weight.device
+    ids = tokenizer("The quick brown fox jumps over the lazy dog.", return_tensors="pt")["input_ids"]
+    ids = ids[:, : max(2, min(ids.shape[1], 16))].to(device)
+    try:
+        with torch.inference_mode():
+            expected = model(input_ids=ids, use_cache=False).logits[0].float().log_softmax(-1)
+            final = base_of(model)(input_ids=ids, use_cache=False).last_hidden_state[0]
+            got = head_logits(model, final).float().log_softmax(-1)
+    except Exception as exc:  # remote-code models may not split into base model + head at all
+        return f"its base model and head cannot be run separately ({type(exc).__name__}: {exc})"
+    if got.shape != expected.shape:
+        return f"its head gives {tuple(got.shape)} logits where the model gives {tuple(expected.shape)}"
+    if not torch.allclose(got, expected, atol=atol, rtol=1e-4):
+        return (
+            f"its head does something after the output embedding that layerprobe does not reproduce "
+            f"(max difference {float((got - expected).abs().max()):.2e})"
+        )
+    return None

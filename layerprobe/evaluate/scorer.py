@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from layerprobe.core import CORPUS_TASK, SQUAD_TASK, TaskError
 from layerprobe.evaluate.corpus_metric import CorpusScorer
-from layerprobe.evaluate.harness import HarnessScorer, build_tasks
+from layerprobe.evaluate.harness import HarnessScorer
 from layerprobe.evaluate.shared import SharedPrefixScorer, unsupported_reason
 from layerprobe.evaluate.squad import SquadTaskScorer, squad_examples
+from layerprobe.evaluate.tasks import TaskSet, build_tasks
 from layerprobe.model import CAUSAL_LM, EXTRACTIVE_QA
 
 if TYPE_CHECKING:
     from layerprobe.core import PruneSpec
+    from layerprobe.data import SquadExample
     from layerprobe.model import LayerStack, LoadedModel, Progress, Remover
     from layerprobe.results import Evaluation
 
@@ -83,8 +85,8 @@ class PreparedTasks:
     mistake costs seconds, not a model load.
     """
 
-    task_sets: dict[str, Any] = field(default_factory=dict)  # lm-eval task name → TaskSet
-    squad: list[Any] | None = None  # SQuAD examples, when squad is asked for
+    task_sets: dict[str, TaskSet] = field(default_factory=dict)  # lm-eval task name → TaskSet
+    squad: list[SquadExample] | None = None  # SQuAD examples, when squad is asked for
 
 
 def prepare_tasks(spec: PruneSpec) -> PreparedTasks:
@@ -111,7 +113,7 @@ def make_scorers(
 ) -> list[tuple[Scorer, list[str]]]:
     """Pick the scorer (and engine) for each task: lm-eval tasks share one, SQuAD has its own.
 
-    `remover` says what variant l removes (`ablation.Remover`; default: block l). `prepared` is
+    `remover` says what variant l removes (`model.Remover`; default: block l). `prepared` is
     `prepare_tasks(spec)`, done before the model was loaded (built here when not given).
     """
     prepared = prepared if prepared is not None else prepare_tasks(spec)
@@ -132,7 +134,7 @@ def _harness_scorer(
     loaded: LoadedModel,
     stack: LayerStack,
     spec: PruneSpec,
-    task_sets: dict[str, Any],
+    task_sets: dict[str, TaskSet],
     layers: list[int],
     remover: Remover | None = None,
 ) -> Scorer:

@@ -14,25 +14,26 @@ and log-softmax run only at the positions a request scores, never over sequence 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from lm_eval.models.huggingface import HFLM
 from torch import nn
 
 from layerprobe.core import DEFAULT_STATE_BYTES
-from layerprobe.evaluate.harness import HarnessScorer, is_generation_task, quiet_lm_eval
-from layerprobe.evaluate.journal import AnswerJournal
-from layerprobe.evaluate.prefix_cache import PrefixReuse
-from layerprobe.evaluate.replay import Replay, head_logits, output_arity
+from layerprobe.evaluate.harness import HarnessScorer
+from layerprobe.evaluate.journal import Answer, AnswerJournal, Key, Store
+from layerprobe.evaluate.lm_eval_globals import quiet_lm_eval
+from layerprobe.evaluate.prefix_cache import PrefixReuse, Row
+from layerprobe.evaluate.replay import Replay, head_logits, output_arity, verify_head
+from layerprobe.evaluate.tasks import is_generation_task
 from layerprobe.model import (
     Ablation,
     LayerStack,
     Remover,
-    base_of,
     capture_block_states,
     module_device,
     removed_blocks,
@@ -46,8 +47,11 @@ if TYPE_CHECKING:
     from layerprobe.evaluate.tasks import TaskSet
     from layerprobe.model import LoadedModel
 
-Key = tuple[tuple[int, ...], tuple[int, ...]]
-_DEFAULT_STATE_BYTES = DEFAULT_STATE_BYTES  # recorded block inputs held at once (--max-state-memory)
+# lm-eval's loglikelihood request: ((context, continuation) as text, or None; their token ids).
+Request = tuple[tuple[str, str] | None, list[int], list[int]]
+# A forward pre-hook with kwargs: (module, args, kwargs) → the (args, kwargs) the module runs with.
+Arguments = tuple[tuple[object, ...], dict[str, object]]
+PreHook = Callable[[nn.Module, tuple[object, ...], dict[str, object]], Arguments]
 
 
 class SharedPrefixLM(HFLM):
@@ -64,7 +68,7 @@ class SharedPrefixLM(HFLM):
         stack: LayerStack,
         layers: list[int],
         batch_size: int | str = 8,
-        state_bytes: int = _DEFAULT_STATE_BYTES,
+        state_bytes: int = DEFAULT_STATE_BYTES,  # recorded block inputs held at once (--max-state-memory)
         remover: Remover | None = None,
         prefix_reuse: bool = True,
     ) -> None:
@@ -73,21 +77,21 @@ class SharedPrefixLM(HFLM):
         self.stack, self.layers, self.state_bytes = stack, sorted(layers), state_bytes
         self.remover = remover or Remover(stack)
         self.active: int | None = BASELINE
-        self.store: dict[Key, dict[int | None, tuple[float, bool]]] = {}
+        self.store: Store = {}
         self._rows_per_batch: int | None = None
         self._detected_at = 0  # input length the auto batch size was detected for
-        self._output_arity: int | None = None
+        self.block_arity: int | None = None  # how a block returns its states (`replay.output_arity`)
         self._arity_known = False  # None is a valid arity (a bare tensor), so it cannot mean "not probed"
         # Few-shot contexts computed once (prefix_cache.py). Its replay knows "one block removed" only, so
         # sublayer (--unit) and span (--span) variants take the plain path, which handles them.
         plain_blocks = self.remover.ablation == Ablation()
         self.prefixes = PrefixReuse(self, prefix_reuse and plain_blocks)
-        self.journal: Any = None  # an evaluate.journal.AnswerJournal: every scored batch is also saved there
+        self.journal: AnswerJournal | None = None  # every scored batch is also saved there (`keep_answers`)
 
     # lm-eval entry point ---------------------------------------------------------------------------
     def _loglikelihood_tokens(
-        self, requests: list, disable_tqdm: bool = False, override_bs: int | None = None
-    ) -> list[tuple[float, bool]]:
+        self, requests: list[Request], disable_tqdm: bool = False, override_bs: int | None = None
+    ) -> list[Answer]:
         missing = list(dict.fromkeys(_key(r) for r in requests if _key(r) not in self.store))
         if missing:
             self._compute(missing)
@@ -96,7 +100,7 @@ class SharedPrefixLM(HFLM):
     # the work --------------------------------------------------------------------------------------
     def _compute(self, keys: list[Key]) -> None:
         """Score `keys` for every variant. Requests sharing an input (one-token answers) share a row."""
-        rows: dict[tuple[int, ...], list[Key]] = {}
+        rows: dict[Row, list[Key]] = {}
         for context, continuation in keys:
             inp = (context + continuation)[-(self.max_length + 1) :][:-1]
             rows.setdefault(inp, []).append((context, continuation))
@@ -104,13 +108,13 @@ class SharedPrefixLM(HFLM):
         if not rows:
             return
         ordered = sorted(rows, key=lambda inp: (-len(inp), inp))  # longest first: least padding
-        per_batch = self._batch_rows(ordered[0])
+        per_batch = self.rows_per_batch(ordered[0])
         for start in range(0, len(ordered), per_batch):
             batch = ordered[start : start + per_batch]
-            for chunk in self._memory_chunks(batch):
+            for chunk in self.memory_chunks(batch):
                 self._score_chunk(chunk, {inp: rows[inp] for inp in chunk})
 
-    def _batch_rows(self, longest: tuple[int, ...]) -> int:
+    def rows_per_batch(self, longest: Row) -> int:
         """Rows per batch; with "auto", lm-eval's detection at the longest input seen so far.
 
         Detecting without requests would probe at the model's whole context (40K tokens for Qwen3) and
@@ -124,7 +128,7 @@ class SharedPrefixLM(HFLM):
             self._detected_at = len(longest)
         return self._rows_per_batch
 
-    def _memory_chunks(self, batch: list[tuple[int, ...]]) -> Iterator[list[tuple[int, ...]]]:
+    def memory_chunks(self, batch: list[Row]) -> Iterator[list[Row]]:
         """Split a batch so the recorded inputs of all selected blocks fit the memory budget."""
         hidden = getattr(self.model.config, "hidden_size", None) or self.model.get_input_embeddings().embedding_dim
         # States have the embedding's dtype (quantized linear weights are packed bytes: not the states' size).
@@ -136,39 +140,40 @@ class SharedPrefixLM(HFLM):
             yield batch[start : start + rows]
 
     @torch.inference_mode()
-    def _score_chunk(self, chunk: list[tuple[int, ...]], requests: dict[tuple[int, ...], list[Key]]) -> None:
+    def _score_chunk(self, chunk: list[Row], requests: dict[Row, list[Key]]) -> None:
+        """Score a chunk's requests for the baseline and every variant: one baseline pass, one replay each."""
         width = len(chunk[0])
         pad = self.tokenizer.pad_token_id or 0
         ids = torch.tensor([list(inp) + [pad] * (width - len(inp)) for inp in chunk], device=self.device)
         wanted = _positions(chunk, requests)
         plan = _Gather.of(chunk, requests, wanted, self.device)  # the same for every variant: built once
-        recorded, final = self._baseline(ids)
-        answers = {BASELINE: self._head_answers(final, wanted, plan)}
+        recorded, final = self.baseline_pass(ids)
+        answers: dict[int | None, dict[Key, Answer]] = {BASELINE: self._head_answers(final, wanted, plan)}
         for layer in self.layers:
-            answers[layer] = self._head_answers(self._without(layer, ids, recorded[layer]), wanted, plan)
+            answers[layer] = self._head_answers(self.final_without(layer, ids, recorded[layer]), wanted, plan)
         for variant, scored in answers.items():
             for key, answer in scored.items():
                 self.store.setdefault(key, {})[variant] = answer
         if self.journal is not None:
             self.journal.append(answers)
 
-    def _baseline(self, ids: torch.Tensor) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
+    def baseline_pass(self, ids: torch.Tensor) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
         """Run all blocks once, keeping the input of each selected block and the normed final states."""
         with capture_block_states(self.stack) as states:
             final = self._base_forward(ids)
         # x^l is the input of block l; nothing beyond the selected blocks is kept.
         if not self._arity_known:
-            self._output_arity = output_arity(self.stack, ids, self._base_forward)
+            self.block_arity = output_arity(self.stack, ids, self._base_forward)
             self._arity_known = True
         return {layer: states[layer] for layer in self.layers}, final
 
-    def _without(self, layer: int, ids: torch.Tensor, x_layer: torch.Tensor) -> torch.Tensor:
+    def final_without(self, layer: int, ids: torch.Tensor, x_layer: torch.Tensor) -> torch.Tensor:
         """Final hidden states with unit `layer` removed, starting from the recorded x^layer.
 
         Blocks before `layer` are unchanged by any ablation, so they are taken out and x^layer stands in
         for their output. A span [l, l+n) (n = 1: one block) makes x^l the input of block l+n: the last
         removed block is replaced by a replay of x^l. A sublayer keeps block l, fed x^l, with that
-        sublayer's output zeroed (`ablation.zeroed_sublayers`).
+        sublayer's output zeroed (`model.zeroed_sublayers`).
         """
         ablation = self.remover.ablation
         last = layer + ablation.span - 1  # the last removed block (block `layer` itself for a sublayer)
@@ -180,6 +185,7 @@ class SharedPrefixLM(HFLM):
         if target is not None and x_layer.device != target:
             x_layer = x_layer.to(target)
         if ablation.is_sublayer:
+            assert self.remover.sublayers is not None  # traced by `Remover.for_model` for every sublayer unit
             with removed_blocks(self.stack, list(range(layer))) as shrunk:
                 handle = shrunk.blocks[0].register_forward_pre_hook(_feed(x_layer), with_kwargs=True)
                 try:
@@ -189,27 +195,26 @@ class SharedPrefixLM(HFLM):
                     handle.remove()
         with removed_blocks(self.stack, list(range(last))) as shrunk:
             block = shrunk.blocks[0]  # block `last`, now first (for last = 0 the list is the model's own)
-            shrunk.blocks[0] = Replay(x_layer, self._output_arity)
+            shrunk.blocks[0] = Replay(x_layer, self.block_arity)
             try:
                 return self._base_forward(ids)
             finally:
                 shrunk.blocks[0] = block
 
-    def _answers_of(
-        self, final: torch.Tensor, chunk: list[tuple[int, ...]], requests: dict[tuple[int, ...], list[Key]]
-    ) -> dict[Key, tuple[float, bool]]:
+    def answers_of(self, final: torch.Tensor, chunk: list[Row], requests: dict[Row, list[Key]]) -> dict[Key, Answer]:
         """The answers of a chunk's requests from its final hidden states (prefix_cache.py scores suffixes so)."""
         wanted = _positions(chunk, requests)
         return self._head_answers(final, wanted, _Gather.of(chunk, requests, wanted, self.device))
 
-    def _logprobs(self, final: torch.Tensor) -> torch.Tensor:
+    def logprobs(self, final: torch.Tensor) -> torch.Tensor:
         """fp32 log-probabilities of the head at every position of `final` (the prefix probe compares them)."""
         return nn.functional.log_softmax(head_logits(self.model, final).float(), dim=-1)
 
     def _base_forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """The final hidden states of the model as it stands (blocks removed or replayed included)."""
         return self.stack.root(input_ids=ids, use_cache=False).last_hidden_state  # the model without its head
 
-    def _head_answers(self, final: torch.Tensor, wanted: torch.Tensor, plan: _Gather) -> dict[Key, tuple[float, bool]]:
+    def _head_answers(self, final: torch.Tensor, wanted: torch.Tensor, plan: _Gather) -> dict[Key, Answer]:
         """Log-likelihood and greedy match of every request, from the head at the wanted positions only.
 
         One gather for all requests of the chunk (no per-request tensors, two host transfers in all).
@@ -243,10 +248,13 @@ class _Gather:
 
     @classmethod
     def of(
-        cls, chunk: list[tuple[int, ...]], requests: dict[tuple[int, ...], list[Key]], wanted: torch.Tensor, device: Any
+        cls, chunk: list[Row], requests: dict[Row, list[Key]], wanted: torch.Tensor, device: torch.device
     ) -> _Gather:
+        """The plan for a chunk, given its wanted positions (`_positions`), on `device`."""
         where = {(r, c): i for i, (r, c) in enumerate(wanted.tolist())}
-        keys, index, target = [], [], []
+        keys: list[Key] = []
+        index: list[list[int]] = []
+        target: list[list[int]] = []
         for row, inp in enumerate(chunk):
             for key in requests[inp]:
                 continuation = key[1]
@@ -261,19 +269,19 @@ class _Gather:
         return cls(keys, index_t.to(device), target_t.to(device), real.to(device))
 
 
-def _positions(chunk: list[tuple[int, ...]], requests: dict[tuple[int, ...], list[Key]]) -> torch.Tensor:
+def _positions(chunk: list[Row], requests: dict[Row, list[Key]]) -> torch.Tensor:
     """(row, column) of every position any request of the chunk scores, each once: (N, 2)."""
-    wanted = set()
+    wanted: set[tuple[int, int]] = set()
     for row, inp in enumerate(chunk):
         longest = max(len(key[1]) for key in requests[inp])
         wanted.update((row, len(inp) - longest + k) for k in range(longest))
     return torch.tensor(sorted(wanted), dtype=torch.long)
 
 
-def _feed(states: torch.Tensor) -> Any:
+def _feed(states: torch.Tensor) -> PreHook:
     """A forward pre-hook that makes a block read `states` as its hidden-state input."""
 
-    def hook(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    def hook(_module: nn.Module, args: tuple[object, ...], kwargs: dict[str, object]) -> Arguments:
         if args:
             return (states, *args[1:]), kwargs
         return args, {**kwargs, "hidden_states": states}
@@ -281,30 +289,9 @@ def _feed(states: torch.Tensor) -> Any:
     return hook
 
 
-def _key(request: tuple) -> Key:
+def _key(request: Request) -> Key:
+    """A loglikelihood request's store key: its context and continuation token ids (lm-eval's 2nd and 3rd)."""
     return tuple(request[1]), tuple(request[2])
-
-
-def verify_head(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, atol: float = 1e-4) -> str | None:
-    """Compare the engine's head path with the model's own forward on a short text; None if they agree."""
-    device = model.get_input_embeddings().weight.device
-    ids = tokenizer("The quick brown fox jumps over the lazy dog.", return_tensors="pt")["input_ids"]
-    ids = ids[:, : max(2, min(ids.shape[1], 16))].to(device)
-    try:
-        with torch.inference_mode():
-            expected = model(input_ids=ids, use_cache=False).logits[0].float().log_softmax(-1)
-            final = base_of(model)(input_ids=ids, use_cache=False).last_hidden_state[0]
-            got = head_logits(model, final).float().log_softmax(-1)
-    except Exception as exc:  # remote-code models may not split into base model + head at all
-        return f"its base model and head cannot be run separately ({type(exc).__name__}: {exc})"
-    if got.shape != expected.shape:
-        return f"its head gives {tuple(got.shape)} logits where the model gives {tuple(expected.shape)}"
-    if not torch.allclose(got, expected, atol=atol, rtol=1e-4):
-        return (
-            f"its head does something after the output embedding that layerprobe does not reproduce "
-            f"(max difference {float((got - expected).abs().max()):.2e})"
-        )
-    return None
 
 
 class SharedPrefixScorer(HarnessScorer):
@@ -327,7 +314,7 @@ class SharedPrefixScorer(HarnessScorer):
     def score(self, task: str) -> Evaluation:
         return replace(super().score(task), prefix_reuse=self.lm.prefixes.status)
 
-    def keep_answers(self, path: Path, fingerprint: dict[str, Any], resume: bool) -> AnswerJournal:
+    def keep_answers(self, path: Path, fingerprint: dict[str, object], resume: bool) -> AnswerJournal:
         """Save every scored batch to `path` (and, resuming, start from the answers already there)."""
         journal, store = AnswerJournal.open(path, fingerprint, self.layers, resume)
         self.lm.store.update(store)

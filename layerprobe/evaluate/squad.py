@@ -9,7 +9,7 @@ Metrics follow the official SQuAD v1.1 evaluation script: answers are normalised
 and the articles a/an/the removed, whitespace collapsed); exact match and token-overlap F1 take the best
 gold answer; totals are means on a 0-100 scale. Spans are picked as the Hugging Face QA post-processing
 picks them: top `n_best` start and end logits per window, best valid pair by summed logit, best window.
-Reading the questions (`load_squad`, `SquadExample`) lives in `squad_data.py`.
+Reading the questions (`load_squad`, `SquadExample`) is the data room's (`layerprobe.data`).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from layerprobe.core import TaskError
 from layerprobe.data import SquadExample, load_squad
-from layerprobe.evaluate.samples import MEAN
+from layerprobe.evaluate.paired import MEAN
 from layerprobe.model import Remover, context_length
 from layerprobe.results import Evaluation, MetricSamples, MetricScore
 
@@ -221,7 +221,9 @@ class SquadScorer:
         """How many windows each call runs through the model: the total for `progress`."""
         return sum(len(batch.example) for batch in self._batches)
 
-    def _tokenize(self, tokenizer: Any, max_length: int, stride: int, batch_size: int) -> list[_Batch]:
+    def _tokenize(
+        self, tokenizer: PreTrainedTokenizerBase, max_length: int, stride: int, batch_size: int
+    ) -> list[_Batch]:
         try:
             enc = tokenizer(
                 [e.question.lstrip() for e in self.examples],
@@ -253,18 +255,19 @@ class SquadScorer:
             for rows in (order[i : i + batch_size] for i in range(0, len(order), batch_size))
         ]
 
-    def _qa_logits(self, inputs: dict[str, torch.Tensor], device: torch.device) -> tuple[torch.Tensor, ...]:
+    def _qa_logits(self, inputs: dict[str, torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model's span-start and span-end logits for one batch; TaskError if it has no QA head."""
         with torch.no_grad():
             output = self.model(**{k: v.to(device) for k, v in inputs.items()})
-        logits = tuple(getattr(output, name, None) for name in ("start_logits", "end_logits"))
-        if not all(isinstance(t, torch.Tensor) for t in logits):
+        start, end = (getattr(output, name, None) for name in ("start_logits", "end_logits"))
+        if not (isinstance(start, torch.Tensor) and isinstance(end, torch.Tensor)):
             name = getattr(getattr(self.model, "config", None), "_name_or_path", "") or "the model"
             raise TaskError(
                 f"{name} ({type(self.model).__name__}) is not an extractive-QA model: its "
                 "forward returns no start_logits/end_logits",
                 hint=NOT_QA_HINT,
             )
-        return logits
+        return start, end
 
     def __call__(self, progress: Callable[[int], object] | None = None) -> SquadScores:
         """Run the model over every window (eval mode, no grad) and score its best span per question.
@@ -316,7 +319,8 @@ def _padded(rows: list[list], fill: int = 0) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
-def _device(model: Any) -> torch.device:
+def _device(model: PreTrainedModel) -> torch.device:
+    """Where the model's inputs go: its `device`, else the device of its first parameter."""
     device = getattr(model, "device", None)
     return device if isinstance(device, torch.device) else next(model.parameters()).device
 

@@ -5,32 +5,44 @@ lm-eval's ~15k task YAML files takes seconds, `mmlu` instantiates 57 subjects an
 each. `prune-drop` scores L+1 variants of one model on the same tasks, so `build_tasks` does all of that
 once and returns a `TaskSet`; `harness.evaluate` re-seeds and reuses it for every variant.
 
-Two things lm-eval leaves to the caller are settled here:
-- Relative `data_files` / `data_dir` in a local task YAML are resolved against the folder of that YAML
-  (lm-eval hands them to `datasets.load_dataset` untouched, which resolves them against the current
-  working directory, so a task folder would only work when run from one place).
-- A name that lm-eval does not know, or whose data cannot be reached offline, is a user mistake: it
-  raises `TaskError` with suggestions or a hint instead of lm-eval's traceback.
+A name that lm-eval does not know, whose data cannot be reached offline, or that has no single score (a
+tag, a group without aggregate metrics) is a user mistake: it raises `TaskError` with suggestions or a
+hint instead of lm-eval's traceback. Where the tasks come from (YAML checks, the include path, the
+task index) is `task_sources.py`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import functools
-import glob
-import io
-import logging
-import random
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from layerprobe.core import OFFLINE_HINT, TaskError
+from layerprobe.evaluate.lm_eval_globals import quiet_lm_eval, seed_everything
+from layerprobe.evaluate.task_sources import (
+    YAML_SUFFIXES,
+    check_task_yaml,
+    is_yaml_file,
+    task_manager,
+    unreadable_yamls,
+)
+
+if TYPE_CHECKING:
+    from lm_eval.api.group import ConfigurableGroup
+    from lm_eval.api.task import Task
+    from lm_eval.tasks import TaskManager
 
 LOCAL_FILES_HINT = "check data_files in the task YAML (relative paths are looked up in the YAML's folder)"
 GENERATION = "generate_until"
+
+
+class LoadedTasks(TypedDict):
+    """What `TaskManager.load` returns (and lm-eval's `evaluate` takes as its `task_dict`)."""
+
+    tasks: dict[str, Task]  # leaf task name → Task
+    groups: dict[str, ConfigurableGroup]  # group name → Group
+    group_map: dict[str, list[str]]  # group name → the names of its direct children
 
 
 @dataclass
@@ -50,7 +62,7 @@ class TaskSet:
     """
 
     names: tuple[str, ...]
-    loaded: dict[str, Any]
+    loaded: LoadedTasks
     result_names: dict[str, str]
     members: dict[str, tuple[str, ...]]
     output_types: dict[str, str]
@@ -58,7 +70,7 @@ class TaskSet:
     seed: int
 
     @property
-    def tasks(self) -> dict[str, Any]:
+    def tasks(self) -> dict[str, Task]:
         """Every leaf task, by name (the objects lm-eval fills with requests on each evaluation)."""
         return self.loaded["tasks"]
 
@@ -70,49 +82,6 @@ def is_generation_task(task_set: TaskSet, name: str) -> bool:
     scored by layerprobe's faster engine; a group with one generating subtask cannot.
     """
     return any(task_set.output_types[leaf] == GENERATION for leaf in task_set.members[name])
-
-
-@contextlib.contextmanager
-def quiet_lm_eval() -> Iterator[None]:
-    """Silence lm-eval's INFO/WARNING logging, every tqdm bar and its stray prints, then restore them.
-
-    layerprobe draws one rich progress bar per evaluation; lm-eval would interleave a tqdm bar per request
-    type, "Building contexts" lines and `print`s (bootstrap, batch-size detection) on stdout, where
-    layerprobe writes results. lm-eval creates its bars with no way to turn them off, so tqdm's
-    constructor is made to disable every bar while the context lasts (not thread-safe: bars of other
-    threads are silenced too). Errors are still logged.
-    """
-    import tqdm.std
-
-    logger = logging.getLogger("lm_eval")
-    level, init = logger.level, tqdm.std.tqdm.__init__
-
-    def silent_init(self, *args: Any, **kwargs: Any) -> None:
-        kwargs["disable"] = True
-        init(self, *args, **kwargs)
-
-    logger.setLevel(logging.ERROR)
-    tqdm.std.tqdm.__init__ = silent_init
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            yield
-    finally:
-        tqdm.std.tqdm.__init__ = init
-        logger.setLevel(level)
-
-
-def seed_everything(seed: int) -> None:
-    """Seed python's `random`, numpy and torch with one seed, as `lm_eval --seed N` does.
-
-    (`simple_evaluate`'s own defaults differ: random 0, numpy and torch 1234; tasks that shuffle with the
-    global `random` then see other prompts than a default lm-eval run. Every variant sees the same ones.)
-    """
-    import numpy as np
-    from lm_eval.utils import set_torch_seed
-
-    random.seed(seed)
-    np.random.seed(seed)
-    set_torch_seed(seed)
 
 
 def build_tasks(
@@ -145,13 +114,13 @@ def build_tasks(
             hint=f"pass its folder (--include-path {Path(include_path).parent}), or the YAML itself as --task",
         )
     for name in names:
-        if name.endswith((".yaml", ".yml")):
-            _check_yaml(Path(name).expanduser(), name)
+        if name.endswith(YAML_SUFFIXES):
+            check_task_yaml(Path(name).expanduser(), name)
     with quiet_lm_eval():
-        manager = _task_manager(names, include_path)
-        unknown = [name for name in names if name not in manager.task_index and not _is_yaml_file(name)]
+        manager = task_manager(names, include_path)
+        unknown = [name for name in names if name not in manager.task_index and not is_yaml_file(name)]
         if unknown:
-            broken = _broken_yamls(include_path)
+            broken = unreadable_yamls(include_path)
             raise TaskError(
                 _unknown_message(unknown, manager.all_tasks)
                 + (f"; {len(broken)} YAML file(s) in --include-path cannot be read: {broken[0]}" if broken else ""),
@@ -160,8 +129,10 @@ def build_tasks(
                 else "list them with `lm-eval ls tasks`; local task YAMLs need --include-path",
             )
         seed_everything(seed)
-        loaded: dict[str, Any] = {"tasks": {}, "groups": {}, "group_map": {}}
-        result_names, members, claimed = {}, {}, {}
+        loaded: LoadedTasks = {"tasks": {}, "groups": {}, "group_map": {}}
+        result_names: dict[str, str] = {}
+        members: dict[str, tuple[str, ...]] = {}
+        claimed: dict[str, str] = {}  # leaf task → the name that asked for it
         for name in names:
             part = _load(manager, name)
             result_names[name] = _root_name(name, part)
@@ -173,8 +144,9 @@ def build_tasks(
                         hint="a group already evaluates its subtasks; name each task once",
                     )
                 claimed[leaf] = name
-            for key in loaded:
-                loaded[key].update(part.get(key) or {})
+            loaded["tasks"].update(part.get("tasks") or {})
+            loaded["groups"].update(part.get("groups") or {})
+            loaded["group_map"].update(part.get("group_map") or {})
         for leaf, task in loaded["tasks"].items():
             _set_fewshot(task, num_fewshot)
             _check_fewshot_pool(leaf, task, num_fewshot)
@@ -183,7 +155,7 @@ def build_tasks(
     return TaskSet(tuple(names), loaded, result_names, members, output_types, num_fewshot, seed)
 
 
-def _check_fewshot_pool(leaf: str, task: Any, override: int | None) -> None:
+def _check_fewshot_pool(leaf: str, task: Task, override: int | None) -> None:
     """Refuse more few-shot examples than the task's few-shot pool holds (lm-eval fails deep inside).
 
     When the examples come from the split being evaluated, lm-eval draws one more and drops the document
@@ -208,149 +180,8 @@ def _check_fewshot_pool(leaf: str, task: Any, override: int | None) -> None:
         )
 
 
-def _task_manager(names: list[str], include_path: str | Path | None) -> Any:
-    """A TaskManager that knows every name: the include path alone if it suffices, else lm-eval's too."""
-    from lm_eval.tasks import TaskManager
-
-    if include_path is not None:
-        local = TaskManager(include_path=str(include_path), include_defaults=False)
-        if all(_self_contained(name, local.task_index, frozenset()) for name in names):
-            _resolve_data_files_next_to_yaml(local)
-            return local
-    return _full_task_manager(None if include_path is None else str(Path(include_path).resolve()))
-
-
-@functools.lru_cache(maxsize=4)
-def _full_task_manager(include_path: str | None) -> Any:
-    """lm-eval's whole task index (and `include_path`'s), built once per process: ~15k YAMLs take seconds.
-
-    Task configs are re-read from their YAML at every build, so edits show; only YAMLs added to the include
-    path later in the same process are not seen.
-    """
-    from lm_eval.tasks import TaskManager
-
-    manager = TaskManager(include_path=include_path)
-    _resolve_data_files_next_to_yaml(manager)
-    return manager
-
-
-def _self_contained(name: str, index: dict[str, Any], seen: frozenset[str]) -> bool:
-    """Whether `name` and everything it refers to (group members, tagged tasks) is in `index`."""
-    entry = index.get(name)
-    if entry is None or name in seen:
-        return False
-    if entry.kind.name == "TAG":
-        return all(task in index for task in entry.tags)
-    if entry.kind.name != "GROUP":
-        return True
-    return all(_member_contained(item, index, seen | {name}) for item in (entry.cfg or {}).get("task") or [])
-
-
-def _member_contained(item: Any, index: dict[str, Any], seen: frozenset[str]) -> bool:
-    if isinstance(item, str):
-        return _self_contained(item, index, seen)
-    if isinstance(item, dict) and "group" in item:  # a registered group with overrides, or an inline one
-        if item["group"] in index:
-            return _self_contained(item["group"], index, seen)
-        return all(_member_contained(sub, index, seen) for sub in item.get("task") or [])
-    # A dict naming an unregistered task is inline, or a built-in one the local index lacks: ask lm-eval's.
-    return isinstance(item, dict) and _self_contained(str(item.get("task")), index, seen)
-
-
-def _resolve_data_files_next_to_yaml(manager: Any) -> None:
-    """Make relative `data_files`/`data_dir` in a task YAML relative to that YAML's folder.
-
-    Hooks the config loader of lm-eval's TaskFactory (a private API: on an lm-eval without it, paths stay
-    relative to the working directory, lm-eval's own behaviour). A path that exists relative to the working
-    directory but not next to the YAML is left alone, so YAMLs written for plain lm-eval keep working.
-    """
-    factory = getattr(manager, "_factory", None)
-    load = getattr(factory, "_load_full_config", None)
-    if load is None:
-        return
-
-    def load_with_local_paths(entry: Any, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-        config = load(entry, overrides)
-        if getattr(entry, "yaml_path", None):
-            _rebase_config(config, Path(entry.yaml_path).parent)
-        return config
-
-    factory._load_full_config = load_with_local_paths
-
-
-def _rebase_config(config: dict[str, Any], folder: Path) -> None:
-    kwargs = config.get("dataset_kwargs")
-    if isinstance(kwargs, dict):
-        for key in ("data_files", "data_dir"):
-            if key in kwargs:
-                kwargs[key] = _rebase(kwargs[key], folder)
-    members = config.get("task")
-    for member in members if isinstance(members, list) else []:  # inline tasks of a group YAML
-        if isinstance(member, dict):
-            _rebase_config(member, folder)
-
-
-def _rebase(value: Any, folder: Path) -> Any:
-    if isinstance(value, dict):
-        return {split: _rebase(files, folder) for split, files in value.items()}
-    if isinstance(value, list | tuple):
-        return [_rebase(files, folder) for files in value]
-    if not isinstance(value, str) or "://" in value or Path(value).expanduser().is_absolute():
-        return value
-    beside_yaml = str(folder / value)
-    if not glob.glob(beside_yaml) and glob.glob(value):  # only found relative to the working directory
-        return value
-    return beside_yaml
-
-
-def _yaml_problem(path: Path) -> str | None:
-    """Why a task YAML cannot be used (unparsable, or not a mapping), or None. `!function` tags are allowed."""
-    import yaml
-
-    class _Loader(yaml.SafeLoader):
-        pass
-
-    _Loader.add_multi_constructor("!", lambda loader, suffix, node: None)  # lm-eval's !function and friends
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
-    except (OSError, UnicodeDecodeError) as exc:
-        return f"{path}: {exc}"
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        return f"{path}{where}: {problem}"
-    if not isinstance(data, dict):
-        return f"{path}: holds {type(data).__name__}, not a mapping of task settings"
-    return None
-
-
-def _check_yaml(path: Path, name: str) -> None:
-    """A task given as a YAML path must exist and parse; say what is wrong instead of "unknown task"."""
-    if not path.is_file():
-        raise TaskError(f"task YAML {name} does not exist", hint="check the path")
-    problem = _yaml_problem(path)
-    if problem is not None:
-        raise TaskError(f"task YAML cannot be read: {problem}", hint="fix the YAML syntax (lm-eval task format)")
-
-
-def _broken_yamls(include_path: str | Path | None) -> list[str]:
-    """The unreadable YAMLs under --include-path, which lm-eval's index silently leaves out."""
-    if include_path is None:
-        return []
-    found = []
-    for path in sorted(Path(include_path).rglob("*.y*ml")):
-        problem = _yaml_problem(path)
-        if problem is not None:
-            found.append(problem)
-    return found
-
-
-def _is_yaml_file(name: str) -> bool:
-    return name.endswith((".yaml", ".yml")) and Path(name).expanduser().is_file()
-
-
 def _unknown_message(unknown: list[str], known: list[str]) -> str:
+    """The "unknown lm-eval task(s)" message, with lm-eval's closest names for each (did you mean …?)."""
     parts = []
     for name in unknown:
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
@@ -358,7 +189,7 @@ def _unknown_message(unknown: list[str], known: list[str]) -> str:
     return f"unknown lm-eval task{'s' if len(unknown) > 1 else ''}: {'; '.join(parts)}"
 
 
-def _load(manager: Any, name: str) -> dict[str, Any]:
+def _load(manager: TaskManager, name: str) -> LoadedTasks:
     """`TaskManager.load` for one name, with unreachable data turned into a `TaskError`."""
     from datasets.exceptions import DatasetNotFoundError
 
@@ -377,7 +208,7 @@ def _load(manager: Any, name: str) -> dict[str, Any]:
         ) from error
 
 
-def _root_name(name: str, part: dict[str, Any]) -> str:
+def _root_name(name: str, part: LoadedTasks) -> str:
     """The one task or group `name` stands for in lm-eval's results; TaskError if it has no single score."""
     groups = part.get("groups") or {}
     children = {child for group in groups.values() for child in group.child_names}
@@ -397,7 +228,7 @@ def _root_name(name: str, part: dict[str, Any]) -> str:
     )
 
 
-def _set_fewshot(task: Any, num_fewshot: int | None) -> None:
+def _set_fewshot(task: Task, num_fewshot: int | None) -> None:
     """lm-eval's rule (simple_evaluate): override, unless the YAML fixes 0; no default means 0."""
     default = task.get_config("num_fewshot")
     if num_fewshot is not None and default != 0:

@@ -1,10 +1,10 @@
-"""The config of a model with some blocks removed, and the proof that it builds the kept blocks.
+"""The config of a model with some blocks removed, and the proof (on weightless models) that it builds the kept blocks.
 
 A block's kind is not stored in one place: `layer_types` lists it per layer, but Jamba derives it from
 an offset and a period, DeepSeek from `first_k_dense_replace`, Qwen-MoE from `decoder_sparse_step` and
 `mlp_only_layers`. Rather than trusting a table of families, export works from what the model builds:
 
-1. `block_signatures` describes every block of the full model (built on the meta device, no weights):
+1. `block_signature` describes every block of the full model (`build_skeleton`: meta device, no weights):
    the class of each submodule, every parameter's and buffer's shape, and the plain attributes blocks
    derive from the config at construction (`sliding_window`, `attention_type`, `is_sliding`, …).
 2. `kept_config` writes a config for the kept blocks: `num_hidden_layers`, per-layer lists trimmed,
@@ -20,10 +20,20 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprobe.core import UnsupportedModel
+from layerprobe.model import CAUSAL_LM, EXTRACTIVE_QA, find_layers, quiet_transformers, removed_blocks
+
+if TYPE_CHECKING:
+    from torch import nn
+    from transformers import PretrainedConfig, PreTrainedModel
+
+# A model class found at run time by name: the checkpoint's own transformers class, or an auto class of its kind
+# (they build a model differently: see `build_skeleton`).
+ModelClass = Any
 
 # Attributes that say where a block sits, not what it is: renumbered by design.
 _POSITION_ATTRIBUTES = re.compile(r"^(layer_idx|layer_id|layer_index|layer_number|block_idx)$")
@@ -43,19 +53,35 @@ _NOT_PER_LAYER = {
 }
 
 
+class PatternRule(Protocol):
+    """A per-layer pattern a config derives from a few fields instead of listing it layer by layer."""
+
+    def applies(self, config: PretrainedConfig) -> bool:
+        """Whether `config` has the fields this rule reads."""
+        ...
+
+    def pattern(self, config: PretrainedConfig, num_layers: int) -> list[bool]:
+        """The feature of each of the `num_layers` layers, as `config` derives it."""
+        ...
+
+    def solve(self, config: PretrainedConfig, kept_pattern: list[bool]) -> Mapping[str, int | list[int]] | None:
+        """Field values that derive `kept_pattern` for the kept layers ({}: `config` already does); None: none do."""
+        ...
+
+
 @dataclass(frozen=True)
 class ThresholdRule:
     """Layer i has the feature iff i >= config.<field> (DeepSeek's first_k_dense_replace, Qwen2's max_window_layers)."""
 
     field: str
 
-    def applies(self, config: Any) -> bool:
+    def applies(self, config: PretrainedConfig) -> bool:
         return isinstance(getattr(config, self.field, None), int)
 
-    def pattern(self, config: Any, num_layers: int) -> list[bool]:
+    def pattern(self, config: PretrainedConfig, num_layers: int) -> list[bool]:
         return [i >= getattr(config, self.field) for i in range(num_layers)]
 
-    def solve(self, config: Any, kept_pattern: list[bool]) -> dict[str, int] | None:
+    def solve(self, config: PretrainedConfig, kept_pattern: list[bool]) -> dict[str, int] | None:
         # A threshold pattern stays a threshold pattern under deletion: count the kept layers below it.
         first = kept_pattern.index(True) if True in kept_pattern else len(kept_pattern)
         if any(not flag for flag in kept_pattern[first:]):
@@ -71,14 +97,14 @@ class PeriodicRule:
     period: str
     offset: str
 
-    def applies(self, config: Any) -> bool:
+    def applies(self, config: PretrainedConfig) -> bool:
         return all(isinstance(getattr(config, name, None), int) for name in (self.period, self.offset))
 
-    def pattern(self, config: Any, num_layers: int) -> list[bool]:
+    def pattern(self, config: PretrainedConfig, num_layers: int) -> list[bool]:
         period, offset = getattr(config, self.period), getattr(config, self.offset)
         return [period > 0 and i % period == offset for i in range(num_layers)]
 
-    def solve(self, config: Any, kept_pattern: list[bool]) -> dict[str, int] | None:
+    def solve(self, config: PretrainedConfig, kept_pattern: list[bool]) -> dict[str, int] | None:
         n = len(kept_pattern)
         old = (getattr(config, self.period), getattr(config, self.offset))
         candidates = [old] + [(p, o) for p in range(1, max(n, old[0]) + 1) for o in range(p)]
@@ -95,16 +121,16 @@ class SparseStepRule:
     step: str
     exclude: str
 
-    def applies(self, config: Any) -> bool:
+    def applies(self, config: PretrainedConfig) -> bool:
         return isinstance(getattr(config, self.step, None), int) and isinstance(
             getattr(config, self.exclude, None), (list, tuple)
         )
 
-    def pattern(self, config: Any, num_layers: int) -> list[bool]:
+    def pattern(self, config: PretrainedConfig, num_layers: int) -> list[bool]:
         step, exclude = getattr(config, self.step), set(getattr(config, self.exclude))
         return [i not in exclude and step > 0 and (i + 1) % step == 0 for i in range(num_layers)]
 
-    def solve(self, config: Any, kept_pattern: list[bool]) -> dict[str, Any] | None:
+    def solve(self, config: PretrainedConfig, kept_pattern: list[bool]) -> dict[str, int | list[int]] | None:
         # The renumbered exclude list is already in `config`; keep the step if it still fits, else list
         # every dense layer explicitly with a step of 1.
         step, exclude = getattr(config, self.step), set(getattr(config, self.exclude))
@@ -113,7 +139,7 @@ class SparseStepRule:
         return {self.step: 1, self.exclude: [i for i, sparse in enumerate(kept_pattern) if not sparse]}
 
 
-RULES = (
+RULES: tuple[PatternRule, ...] = (
     ThresholdRule("first_k_dense_replace"),
     ThresholdRule("max_window_layers"),
     PeriodicRule("attn_layer_period", "attn_layer_offset"),
@@ -122,7 +148,7 @@ RULES = (
 )
 
 
-def stack_config(config: Any, num_layers: int) -> Any:
+def stack_config(config: PretrainedConfig, num_layers: int) -> PretrainedConfig:
     """The (sub)config that describes the block stack: the config itself or its text_config."""
     for candidate in (config, getattr(config, "text_config", None)):
         if candidate is not None and getattr(candidate, "num_hidden_layers", None) == num_layers:
@@ -133,7 +159,9 @@ def stack_config(config: Any, num_layers: int) -> Any:
     )
 
 
-def kept_config(config: Any, num_layers: int, kept: list[int]) -> tuple[Any, dict[str, Any]]:
+def kept_config(
+    config: PretrainedConfig, num_layers: int, kept: list[int]
+) -> tuple[PretrainedConfig, dict[str, object]]:
     """A deep copy of `config` describing only the `kept` blocks (0-based indices into the full model).
 
     Returns the new config and the changed fields ({name: new value}) for the record.
@@ -142,7 +170,7 @@ def kept_config(config: Any, num_layers: int, kept: list[int]) -> tuple[Any, dic
     target = stack_config(new, num_layers)
     old = stack_config(config, num_layers)
     renumber = {old_index: new_index for new_index, old_index in enumerate(kept)}
-    changed: dict[str, Any] = {"num_hidden_layers": len(kept)}
+    changed: dict[str, object] = {"num_hidden_layers": len(kept)}
     for key, value in list(vars(old).items()):
         if key.startswith("_") or key in _NOT_PER_LAYER:
             continue
@@ -169,7 +197,7 @@ def kept_config(config: Any, num_layers: int, kept: list[int]) -> tuple[Any, dic
     return new, changed
 
 
-def _kept_values(key: str, value: Any, num_layers: int, kept: list[int], renumber: dict[int, int]) -> Any:
+def _kept_values(key: str, value: object, num_layers: int, kept: list[int], renumber: dict[int, int]) -> object:
     """A per-layer list trimmed, a list of layer indices renumbered, or None for anything else."""
     if isinstance(value, str) and "pattern" in key and len(value) == num_layers:
         return "".join(value[i] for i in kept)  # e.g. Nemotron-H's hybrid_override_pattern: one letter a layer
@@ -187,9 +215,9 @@ def _kept_values(key: str, value: Any, num_layers: int, kept: list[int], renumbe
     return None
 
 
-def block_signature(block: Any) -> dict[str, Any]:
+def block_signature(block: nn.Module) -> dict[str, object]:
     """What a block is, independent of where it sits: submodule classes, tensor shapes, config-derived attributes."""
-    signature: dict[str, Any] = {}
+    signature: dict[str, object] = {}
     for name, module in block.named_modules():
         prefix = f"{name}." if name else ""
         signature[f"{prefix}<class>"] = type(module).__name__
@@ -205,7 +233,7 @@ def block_signature(block: Any) -> dict[str, Any]:
     return signature
 
 
-def first_difference(expected: dict[str, Any], actual: dict[str, Any]) -> str | None:
+def first_difference(expected: dict[str, object], actual: dict[str, object]) -> str | None:
     """The first key where two signatures differ, described for a message; None when they agree."""
     for key in sorted(set(expected) | set(actual)):
         if expected.get(key, "<absent>") != actual.get(key, "<absent>"):
@@ -213,7 +241,7 @@ def first_difference(expected: dict[str, Any], actual: dict[str, Any]) -> str | 
     return None
 
 
-def pattern_fields(config: Any) -> list[str]:
+def pattern_fields(config: PretrainedConfig) -> list[str]:
     """The config fields that look like per-layer patterns (for naming in a refusal)."""
     return sorted(
         key
@@ -223,3 +251,69 @@ def pattern_fields(config: Any) -> list[str]:
         and _PATTERN_FIELD.search(key)
         and isinstance(value, (int, str, list, tuple))
     )
+
+
+def model_class_for(config: PretrainedConfig, kind: str, trust_remote_code: bool) -> ModelClass:
+    """The checkpoint's own class (its `architectures`), else the auto class of its kind."""
+    import transformers as tf
+
+    architectures = getattr(config, "architectures", None) or []
+    if architectures and not trust_remote_code and hasattr(tf, architectures[0]):
+        return getattr(tf, architectures[0])
+    return {CAUSAL_LM: tf.AutoModelForCausalLM, EXTRACTIVE_QA: tf.AutoModelForQuestionAnswering}.get(kind, tf.AutoModel)
+
+
+def build_skeleton(
+    model_class: ModelClass, config: PretrainedConfig, trust_remote_code: bool = False
+) -> PreTrainedModel:
+    """The model built from `config` on the meta device: every module and shape, no weights, no memory."""
+    from accelerate import init_empty_weights
+
+    with quiet_transformers(), init_empty_weights():
+        if model_class.__module__.startswith("transformers.models.auto"):
+            return model_class.from_config(config, trust_remote_code=trust_remote_code)
+        return model_class._from_config(config)
+
+
+def verify_kept_config(
+    skeleton: PreTrainedModel,
+    path: str,
+    removed: list[int],
+    model_class: ModelClass,
+    new_config: PretrainedConfig,
+    trust_remote_code: bool = False,
+) -> None:
+    """Refuse unless the model built from `new_config` has the kept blocks and the same tensors.
+
+    Compares block by block (classes, shapes, config-derived attributes such as sliding windows) and
+    the whole state dict (names and shapes), so a derived per-layer pattern the config got wrong, or
+    a field no rule knows, is caught before any weight is read.
+    """
+    stack = find_layers(skeleton, path)
+    expected_blocks = [block_signature(b) for i, b in enumerate(stack.blocks) if i not in set(removed)]
+    rebuilt = build_skeleton(model_class, new_config, trust_remote_code)
+    rebuilt_stack = find_layers(rebuilt, path)
+    fields = ", ".join(pattern_fields(stack_config(new_config, len(expected_blocks)))) or "none found"
+    if len(rebuilt_stack.blocks) != len(expected_blocks):
+        raise UnsupportedModel(
+            f"The config written for the kept blocks builds {len(rebuilt_stack.blocks)} blocks, not "
+            f"{len(expected_blocks)}.",
+            hint=f"Check the config fields that count layers ({fields}).",
+        )
+    for new_index, (expected, block) in enumerate(zip(expected_blocks, rebuilt_stack.blocks, strict=True)):
+        difference = first_difference(expected, block_signature(block))
+        if difference:
+            raise UnsupportedModel(
+                f"The config written for the kept blocks builds a different block {new_index} ({difference}): "
+                "the config cannot express the kept pattern.",
+                hint=f"Check the per-layer config fields ({fields}) or remove a different set of blocks.",
+            )
+    with removed_blocks(stack, removed):
+        expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    actual = {k: tuple(v.shape) for k, v in rebuilt.state_dict().items()}
+    if expected != actual:
+        keys = sorted(k for k in set(expected) | set(actual) if expected.get(k) != actual.get(k))
+        raise UnsupportedModel(
+            f"The model rebuilt for the kept blocks has different tensors ({', '.join(keys[:3])}…).",
+            hint=f"A part outside the blocks depends on the layer count; check the config fields ({fields}).",
+        )

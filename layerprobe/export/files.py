@@ -14,7 +14,7 @@ import os
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from layerprobe.core import ExportSpec
 from layerprobe.model import Progress, quiet_transformers
@@ -22,6 +22,8 @@ from layerprobe.results import EXPORT_RECORD as RECORD_NAME
 from layerprobe.results import EXPORT_SCHEMA as RECORD_SCHEMA
 from layerprobe.results import library_versions
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 # Not copied from the source: weights in any format (the export writes its own), the model card (it
 # describes the unpruned model), VCS and cache folders.
 NOT_COPIED = (
@@ -96,14 +98,14 @@ def source_directory(spec: ExportSpec) -> tuple[Path | None, list[str]]:
 
 def record(
     spec: ExportSpec,
-    config: Any,
+    config: PretrainedConfig,
     path: str,
     removed: list[int],
     kept: list[int],
-    changes: dict[str, Any],
+    changes: dict[str, object],
     dtype: str,
     progress: Progress,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The provenance written as layerprobe.json: what was removed, from which source, by which version."""
     source = Path(spec.model.model).expanduser()
     return {

@@ -1,12 +1,12 @@
-"""Write a pruned checkpoint: the model without some blocks, loadable with `from_pretrained`.
+"""`layerprobe prune --save`: write a pruned checkpoint, the model without some blocks, loadable with `from_pretrained`.
 
-The weights written are those of the in-memory removal (`layers.removed_blocks`) that prune-drop
+The weights written are those of the in-memory removal (`model.removed_blocks`) that prune-drop
 measures, so the exported model computes what was measured — the same as a mergekit passthrough of
 the kept layers. Everything that can be refused is refused before a weight is read: bad ranges,
 removing every block, an occupied destination, sublayer removal (no config can say "block l has no
-attention"), and a config that cannot describe the kept blocks (see `export_config`). The checkpoint is
-written to a temporary directory next to the destination and renamed into place at the end, so a
-failure leaves nothing half-written.
+attention"), and a config that cannot describe the kept blocks (`config.py`). The checkpoint is
+written to a temporary directory next to the destination and renamed into place at the end (`files.py`),
+so a failure leaves nothing half-written.
 """
 
 from __future__ import annotations
@@ -14,16 +14,15 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import layerprobe.export.files as files
 from layerprobe.core import ExportSpec, LayerprobeError, UnsupportedModel, parse_layer_ranges
-from layerprobe.export.config import block_signature, first_difference, kept_config, pattern_fields, stack_config
+from layerprobe.export.config import ModelClass, build_skeleton, kept_config, model_class_for, verify_kept_config
 from layerprobe.model import (
-    CAUSAL_LM,
-    EXTRACTIVE_QA,
     Progress,
     base_of,
     check_loading_info,
@@ -38,6 +37,10 @@ from layerprobe.model import (
 )
 from layerprobe.results import RunDir, write_json, write_text
 
+if TYPE_CHECKING:
+    import torch
+    from transformers import PretrainedConfig, PreTrainedModel
+
 
 @dataclass
 class ExportResult:
@@ -46,10 +49,10 @@ class ExportResult:
     directory: Path
     removed: list[int]
     kept: list[int]
-    config_changes: dict[str, Any]
+    config_changes: dict[str, object]
     parameters_before: int
     parameters_after: int
-    record: dict[str, Any]
+    record: dict[str, object]
     mergekit_yaml: Path | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -105,7 +108,13 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
 
 
 def _write_weights(
-    spec: ExportSpec, model_class: Any, path: str, removed: list[int], new_config: Any, directory: Path, progress
+    spec: ExportSpec,
+    model_class: ModelClass,
+    path: str,
+    removed: list[int],
+    new_config: PretrainedConfig,
+    directory: Path,
+    progress: Progress,
 ) -> tuple[int, str]:
     """Load the model, take the blocks out in memory and save_pretrained it with the kept blocks' config.
 
@@ -117,12 +126,15 @@ def _write_weights(
     with removed_blocks(find_layers(model, path), removed), _config_swapped(model, new_config), quiet_transformers():
         parameters = sum(p.numel() for p in model.parameters())
         dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-        shard = {"max_shard_size": spec.max_shard_size} if spec.max_shard_size else {}
-        model.save_pretrained(directory, **shard)
+        if spec.max_shard_size:
+            model.save_pretrained(directory, max_shard_size=spec.max_shard_size)
+        else:
+            model.save_pretrained(directory)  # transformers' own shard size
     return parameters, dtype
 
 
 def _check_destination(destination: Path, spec: ExportSpec) -> None:
+    """Refuse a destination that is a file, a non-empty folder (without --overwrite), or inside the source."""
     if destination.exists() and not destination.is_dir():
         raise LayerprobeError(f"--save {destination} is a file.", hint="Pass a directory path.")
     if destination.is_dir() and any(destination.iterdir()) and not spec.overwrite:
@@ -138,7 +150,7 @@ def _check_destination(destination: Path, spec: ExportSpec) -> None:
         )
 
 
-def _refuse_sublayers(spec: ExportSpec, config: Any, num_layers: int) -> None:
+def _refuse_sublayers(spec: ExportSpec, config: PretrainedConfig, num_layers: int) -> None:
     """Sublayer export needs a config that can say "block l has no attention/MLP"; no supported family has one."""
     for option, text, what in (
         ("--remove-attention", spec.remove_attention, "attention"),
@@ -156,70 +168,11 @@ def _refuse_sublayers(spec: ExportSpec, config: Any, num_layers: int) -> None:
         )
 
 
-def model_class_for(config: Any, kind: str, trust_remote_code: bool) -> Any:
-    """The checkpoint's own class (its `architectures`), else the auto class of its kind."""
-    import transformers as tf
-
-    architectures = getattr(config, "architectures", None) or []
-    if architectures and not trust_remote_code and hasattr(tf, architectures[0]):
-        return getattr(tf, architectures[0])
-    return {CAUSAL_LM: tf.AutoModelForCausalLM, EXTRACTIVE_QA: tf.AutoModelForQuestionAnswering}.get(kind, tf.AutoModel)
-
-
-def build_skeleton(model_class: Any, config: Any, trust_remote_code: bool = False) -> Any:
-    """The model built from `config` on the meta device: every module and shape, no weights, no memory."""
-    from accelerate import init_empty_weights
-
-    with quiet_transformers(), init_empty_weights():
-        if model_class.__module__.startswith("transformers.models.auto"):
-            return model_class.from_config(config, trust_remote_code=trust_remote_code)
-        return model_class._from_config(config)
-
-
-def verify_kept_config(
-    skeleton: Any, path: str, removed: list[int], model_class: Any, new_config: Any, trust_remote_code: bool = False
-) -> None:
-    """Refuse unless the model built from `new_config` has the kept blocks and the same tensors.
-
-    Compares block by block (classes, shapes, config-derived attributes such as sliding windows) and
-    the whole state dict (names and shapes), so a derived per-layer pattern the config got wrong, or
-    a field no rule knows, is caught before any weight is read.
-    """
-    stack = find_layers(skeleton, path)
-    expected_blocks = [block_signature(b) for i, b in enumerate(stack.blocks) if i not in set(removed)]
-    rebuilt = build_skeleton(model_class, new_config, trust_remote_code)
-    rebuilt_stack = find_layers(rebuilt, path)
-    fields = ", ".join(pattern_fields(stack_config(new_config, len(expected_blocks)))) or "none found"
-    if len(rebuilt_stack.blocks) != len(expected_blocks):
-        raise UnsupportedModel(
-            f"The config written for the kept blocks builds {len(rebuilt_stack.blocks)} blocks, not "
-            f"{len(expected_blocks)}.",
-            hint=f"Check the config fields that count layers ({fields}).",
-        )
-    for new_index, (expected, block) in enumerate(zip(expected_blocks, rebuilt_stack.blocks, strict=True)):
-        difference = first_difference(expected, block_signature(block))
-        if difference:
-            raise UnsupportedModel(
-                f"The config written for the kept blocks builds a different block {new_index} ({difference}): "
-                "the config cannot express the kept pattern.",
-                hint=f"Check the per-layer config fields ({fields}) or remove a different set of blocks.",
-            )
-    with removed_blocks(stack, removed):
-        expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
-    actual = {k: tuple(v.shape) for k, v in rebuilt.state_dict().items()}
-    if expected != actual:
-        keys = sorted(k for k in set(expected) | set(actual) if expected.get(k) != actual.get(k))
-        raise UnsupportedModel(
-            f"The model rebuilt for the kept blocks has different tensors ({', '.join(keys[:3])}…).",
-            hint=f"A part outside the blocks depends on the layer count; check the config fields ({fields}).",
-        )
-
-
-def _load_weights(model_class: Any, spec: ExportSpec) -> Any:
+def _load_weights(model_class: ModelClass, spec: ExportSpec) -> PreTrainedModel:
     """The full model on CPU in the checkpoint's own dtype (unless --dtype says otherwise)."""
     import torch
 
-    dtype: Any = "auto" if spec.model.dtype == "auto" else getattr(torch, spec.model.dtype)
+    dtype: str | torch.dtype = "auto" if spec.model.dtype == "auto" else getattr(torch, spec.model.dtype)
     with quiet_transformers():
         try:
             model, info = model_class.from_pretrained(
@@ -241,7 +194,7 @@ def _load_weights(model_class: Any, spec: ExportSpec) -> Any:
 
 
 @contextlib.contextmanager
-def _config_swapped(model: Any, config: Any):
+def _config_swapped(model: PreTrainedModel, config: PretrainedConfig) -> Iterator[None]:
     """`save_pretrained` writes `model.config`: point it at the kept blocks' config while saving."""
     original = model.config
     model.config = config

@@ -1,16 +1,16 @@
 """`layerprobe depth`: why blocks are lazy — norm placement, residual growth, sublayer updates, gradient norms.
 
 One run: load the model, trace every block once for its norm placement and its attention/MLP sublayers
-(`placement.py`, `sublayers.py`), stream the corpus through the model once recording x^0 … x^L and each
-sublayer's contribution (`depth_stats.py`), and with `--grad` one more forward+backward pass for the
-gradient norms (`depth_grad.py`). Same model and corpus options as `angular`.
+(`model.detect_placement`), stream the corpus through the model once recording x^0 … x^L and each
+sublayer's contribution (`spread.py`), and with `--grad` one more forward+backward pass for the
+gradient norms (`gradients.py`). Same model and corpus options as `angular`.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprobe.core import DepthSpec, UnsupportedModel
 from layerprobe.data import Window, batches, build_windows, iter_documents, windows_before_loading
@@ -35,11 +35,30 @@ from layerprobe.model import (
     model_info,
     model_kind,
     skeleton_stack,
+    takes_argument,
 )
-from layerprobe.model import takes_argument as _takes
 from layerprobe.results import SUBLAYER_KINDS, DepthResult, RunTimer
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from torch.utils.hooks import RemovableHandle
+
 TRACE_WINDOWS, TRACE_TOKENS = 2, 64  # tracing needs a few real positions, not the corpus
+SublayerKey = tuple[int, str]  # (block, sublayer kind)
+
+
+class ResidualRef(Protocol):
+    """Where the trace found a sublayer's residual r (`Sublayer.residual`): block input, module input or output."""
+
+    @property
+    def kind(self) -> str: ...  # "block input", "input" or "output"
+
+    @property
+    def module(self) -> str | None: ...  # the module's path in the block (None for the block input)
+
+    @property
+    def key(self) -> int | str | None: ...  # which argument of a module input: its position, or its name
 
 
 def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedModel | None = None) -> DepthResult:
@@ -129,7 +148,7 @@ def _grad_purpose(spec: DepthSpec) -> str:
     )
 
 
-def _trace_ids(windows: list[Window], device: Any) -> Any:
+def _trace_ids(windows: list[Window], device: torch.device) -> torch.Tensor:
     """A few real windows of equal length, cut to TRACE_TOKENS, for tracing placement."""
     import torch
 
@@ -157,7 +176,7 @@ def measure_depth(
 
     model = stack.root
     accumulator = DepthAccumulator(stack.num_layers, SUBLAYER_KINDS if any(sublayers) else ())
-    extra = {"use_cache": False} if _takes(model, "use_cache") else {}
+    extra = {"use_cache": False} if takes_argument(model, "use_cache") else {}
     with torch.inference_mode(), capture_block_states(stack) as states, sublayer_ratios(stack, sublayers) as ratios:
         for group in batches(windows, batch_size):
             ids = torch.tensor([w.input_ids for w in group], device=loaded.input_device)
@@ -177,7 +196,7 @@ def measure_depth(
     return accumulator
 
 
-def _picker(group: list[Window], positions: str) -> Callable[[Any], Any]:
+def _picker(group: list[Window], positions: str) -> Callable[[torch.Tensor], torch.Tensor]:
     """(batch, seq, ...) → (positions, ...): every position, or each window's last text token."""
     import torch
 
@@ -189,15 +208,17 @@ def _picker(group: list[Window], positions: str) -> Callable[[Any], Any]:
 
 
 @contextlib.contextmanager
-def sublayer_ratios(stack: LayerStack, sublayers: list[BlockSublayers | None]) -> Iterator[dict]:
+def sublayer_ratios(
+    stack: LayerStack, sublayers: list[BlockSublayers | None]
+) -> Iterator[dict[SublayerKey, torch.Tensor]]:
     """Record ‖f‖/‖r‖ per position for every found sublayer during the passes run inside.
 
     Yields a dict (block, kind) → (batch·seq,) float64 values, filled by hooks placed where the trace
     found each sublayer's residual r (block input, or a module's input or output) and contribution f.
     """
-    ratios: dict[tuple[int, str], Any] = {}
-    residuals: dict[tuple[int, str], Any] = {}
-    handles = []
+    ratios: dict[SublayerKey, torch.Tensor] = {}
+    residuals: dict[SublayerKey, torch.Tensor] = {}
+    handles: list[RemovableHandle] = []
     for layer, (block, subs) in enumerate(zip(stack.blocks, sublayers, strict=True)):
         if subs is None:
             continue
@@ -205,7 +226,9 @@ def sublayer_ratios(stack: LayerStack, sublayers: list[BlockSublayers | None]) -
             key = (layer, sub.kind)
             handles.append(_residual_hook(block, sub.residual, key, residuals))
 
-            def contribution(_module, _args, output, key=key):
+            def contribution(
+                _module: nn.Module, _args: tuple[object, ...], output: object, key: SublayerKey = key
+            ) -> None:
                 residual = residuals.pop(key, None)
                 if residual is None:
                     return
@@ -220,16 +243,24 @@ def sublayer_ratios(stack: LayerStack, sublayers: list[BlockSublayers | None]) -
             handle.remove()
 
 
-def _residual_hook(block: Any, ref: Any, key: tuple[int, str], store: dict) -> Any:
+def _residual_hook(
+    block: nn.Module, ref: ResidualRef, key: SublayerKey, store: dict[SublayerKey, torch.Tensor]
+) -> RemovableHandle:
+    """A hook that stores the residual of sublayer `key` in `store` when the block runs."""
     if ref.kind == "block input":
         return block.register_forward_pre_hook(
             lambda _m, args, kwargs: store.__setitem__(key, hidden_from_input(args, kwargs)), with_kwargs=True
         )
+    assert ref.module is not None  # a module's input or output names its module
     module = block.get_submodule(ref.module)
     if ref.kind == "input":
 
-        def before(_m, args, kwargs):
-            value = args[ref.key] if isinstance(ref.key, int) and ref.key < len(args) else kwargs.get(ref.key)
+        def before(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:  # the module's inputs
+            index = ref.key
+            if isinstance(index, int):
+                value = args[index] if index < len(args) else None
+            else:
+                value = None if index is None else kwargs.get(index)
             if value is not None:
                 store[key] = value
 

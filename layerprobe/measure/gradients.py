@@ -15,19 +15,23 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from layerprobe.core import UnsupportedModel
 from layerprobe.data import Window, batches
-from layerprobe.model import CAUSAL_LM, MASKED_LM, LoadedModel, takes_argument
+from layerprobe.model import CAUSAL_LM, MASKED_LM, LayerStack, LoadedModel, takes_argument
 from layerprobe.results import GradNorms
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
 
 MASK_FRACTION = 0.15
 DEFAULT_MASK_SEED = 1234
 
 
 @contextlib.contextmanager
-def accumulated_block_grads(stack: Any) -> Iterator[list[dict[str, Any]]]:
+def accumulated_block_grads(stack: LayerStack) -> Iterator[list[dict[str, torch.Tensor]]]:
     """Sum every block parameter's gradient into float32 buffers, freeing `.grad` as soon as it lands.
 
     Only block parameters require grad inside (embeddings and head are frozen: their gradients are not
@@ -38,7 +42,7 @@ def accumulated_block_grads(stack: Any) -> Iterator[list[dict[str, Any]]]:
 
     model = stack.root
     flags = [(p, p.requires_grad) for p in model.parameters()]
-    sums: list[dict[str, Any]] = []
+    sums: list[dict[str, torch.Tensor]] = []
     handles = []
     try:
         for p in model.parameters():
@@ -49,7 +53,8 @@ def accumulated_block_grads(stack: Any) -> Iterator[list[dict[str, Any]]]:
                 param.requires_grad_(True)
                 buffers[name] = torch.zeros(param.shape, dtype=torch.float32, device=param.device)
 
-                def add(p, buffer=buffers[name]):
+                def add(p: torch.Tensor, buffer: torch.Tensor = buffers[name]) -> None:
+                    assert p.grad is not None  # the hook runs once the gradient has landed
                     buffer.add_(p.grad.detach().float())
                     p.grad = None
 
@@ -64,7 +69,9 @@ def accumulated_block_grads(stack: Any) -> Iterator[list[dict[str, Any]]]:
             p.grad = None
 
 
-def mask_window(ids: list[int], index: int, seed: int, tokenizer: Any) -> tuple[list[int], list[int]]:
+def mask_window(
+    ids: list[int], index: int, seed: int, tokenizer: PreTrainedTokenizerBase
+) -> tuple[list[int], list[int]]:
     """BERT's masking of one window, reproducible from (seed, window index) alone.
 
     Returns the input ids and the labels (-100 where no prediction is made).
@@ -90,7 +97,7 @@ def mask_window(ids: list[int], index: int, seed: int, tokenizer: Any) -> tuple[
     return inputs, labels
 
 
-def loss_sum(logits: Any, labels: Any) -> tuple[Any, int]:
+def loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Summed cross-entropy over positions whose label is not -100, and how many there are.
 
     Args:
@@ -106,7 +113,7 @@ def loss_sum(logits: Any, labels: Any) -> tuple[Any, int]:
 
 def grad_norms(
     loaded: LoadedModel,
-    stack: Any,
+    stack: LayerStack,
     windows: list[Window],
     batch_size: int,
     param_groups: list[dict[str, tuple[str, ...]] | None],
@@ -176,7 +183,7 @@ def grad_norms(
 
 
 def _norms(
-    sums: list[dict[str, Any]], groups: list[dict[str, tuple[str, ...]] | None], positions: int
+    sums: list[dict[str, torch.Tensor]], groups: list[dict[str, tuple[str, ...]] | None], positions: int
 ) -> tuple[list[float], dict[str, list[float | None]] | None]:
     """‖Σ grad‖ / positions per block and per named parameter group, squared norms summed in float64."""
     if positions == 0:

@@ -12,15 +12,19 @@ batch with Chan's update so that the spread stays exact in float64 whatever the 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from layerprobe.results import Spread
+
+if TYPE_CHECKING:
+    import torch
 
 
 class SpreadAccumulator:
     """Running mean / std / min / max of one value per index (depth), over positions, in float64."""
 
     def __init__(self, size: int) -> None:
+        """Nothing seen yet at any of `size` depths."""
         self.count = [0] * size
         self.mean = [0.0] * size
         self.m2 = [0.0] * size
@@ -28,7 +32,7 @@ class SpreadAccumulator:
         self.high = [-math.inf] * size
         self.nonfinite = [0] * size
 
-    def update(self, index: int, values: Any) -> None:
+    def update(self, index: int, values: torch.Tensor) -> None:
         """Add positions' values at one index.
 
         Args:
@@ -56,6 +60,7 @@ class SpreadAccumulator:
         self.high[index] = max(self.high[index], float(values.max()))
 
     def result(self) -> Spread:
+        """Mean, population std, min and max per depth (NaN where nothing finite was seen), and the counts."""
         nan = math.nan
         return Spread(
             mean=[m if c else nan for m, c in zip(self.mean, self.count, strict=True)],
@@ -66,24 +71,24 @@ class SpreadAccumulator:
         )
 
 
-def rms(states: Any) -> Any:
+def rms(states: torch.Tensor) -> torch.Tensor:
     """‖x‖/√d per position. states: (positions, hidden) → (positions,) float64."""
     x = states.detach().double()
     return x.pow(2).mean(-1).sqrt()
 
 
-def unit_variance(states: Any) -> Any:
+def unit_variance(states: torch.Tensor) -> torch.Tensor:
     """Population variance across hidden units per position. states: (positions, hidden) → (positions,)."""
     return states.detach().double().var(-1, unbiased=False)
 
 
-def relative_change(after: Any, before: Any) -> Any:
+def relative_change(after: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
     """‖after − before‖ / ‖before‖ per position. Both (positions, hidden) → (positions,) float64."""
     a, b = after.detach().double(), before.detach().double()
     return (a - b).norm(dim=-1) / b.norm(dim=-1)
 
 
-def relative_size(contribution: Any, residual: Any) -> Any:
+def relative_size(contribution: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
     """‖f‖ / ‖r‖ per position. Both (..., hidden) → (...) float64."""
     return contribution.detach().double().norm(dim=-1) / residual.detach().double().norm(dim=-1)
 
@@ -92,6 +97,7 @@ class DepthAccumulator:
     """All depth statistics of one run: L+1 residual states, L blocks, L blocks × sublayers."""
 
     def __init__(self, num_layers: int, sublayer_kinds: tuple[str, ...] = ()) -> None:
+        """Empty statistics for a stack of `num_layers` blocks (and these sublayer kinds of each)."""
         self.num_layers = num_layers
         self.rms = SpreadAccumulator(num_layers + 1)
         self.variance = SpreadAccumulator(num_layers + 1)
@@ -99,7 +105,7 @@ class DepthAccumulator:
         self.sublayers = {kind: SpreadAccumulator(num_layers) for kind in sublayer_kinds}
         self.nonfinite_tokens = 0
 
-    def add_states(self, states: list) -> None:
+    def add_states(self, states: list[torch.Tensor]) -> None:
         """Add positions seen at every depth.
 
         Args:
@@ -121,6 +127,6 @@ class DepthAccumulator:
                 nxt = states[l + 1].to(s.device)
                 self.update.update(l, relative_change(nxt, s))
 
-    def add_sublayer(self, kind: str, layer: int, values: Any) -> None:
+    def add_sublayer(self, kind: str, layer: int, values: torch.Tensor) -> None:
         """Add ‖f‖/‖r‖ values (positions,) of one sublayer of one block."""
         self.sublayers[kind].update(layer, values)

@@ -12,12 +12,20 @@ the measures agree when rho is *negative*; for perplexity-like metrics when it i
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from layerprobe.core import ResultError
 from layerprobe.results import AngularResult, MetricDrop, RunDir, load_result
 from layerprobe.stats import DEFAULT_DRAWS, DEFAULT_SEED, spearman_bootstrap, top_k_overlap
+
+
+@dataclass(frozen=True)
+class AngularSource:
+    """An angular result to compare ΔP with, and the file it was read from (each agreement block names it)."""
+
+    path: Path
+    result: AngularResult
 
 
 def find_angular(explicit: str | Path | None, out_dir: Path) -> Path | None:
@@ -58,7 +66,7 @@ def metric_agreement(
     k: int | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = DEFAULT_SEED,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The agreement block of one metric (see the module docstring); blocks with a non-finite value are left out.
 
     Args:
@@ -96,7 +104,7 @@ def metric_agreement(
 
 def task_agreement(
     angular: AngularResult, metrics: dict[str, MetricDrop], source: str, span: int = 1
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, dict[str, object]]:
     """The agreement block of every metric of a task, each naming the angular file it used.
 
     With `span` n (prune-drop --span), variant l removed blocks [l, l+n): its distance is d(x^l, x^(l+n)).

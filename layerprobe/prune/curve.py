@@ -1,4 +1,4 @@
-"""The pruning curve: score vs number of consecutive blocks removed, for several ways of choosing them.
+"""`layerprobe prune-curve`: score vs number of consecutive blocks removed, for several ways of choosing them.
 
 For n = 1 … ⌊max_fraction · L⌋ blocks, Gromov et al.'s rule removes the span [l*, l*+n) with
 l* = argmin_l d(x^l, x^(l+n)) (the angular distance between the span's input and output; from a given
@@ -16,12 +16,13 @@ import random
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from layerprobe.core import CORPUS_TASK, AngularSpec, LayerprobeError, PruneSpec, ResultError
 from layerprobe.evaluate import CorpusScorer, check_tasks_fit_model, make_scorers, paired_delta
 from layerprobe.measure import run_angular
 from layerprobe.model import (
+    LayerStack,
     LoadedModel,
     Progress,
     find_layers,
@@ -99,8 +100,9 @@ def run_prune_curve(
     config = load_config(prune.model) if loaded is None else loaded.model.config
     check_tasks_fit_model(prune.tasks, model_kind(config), prune.model.model, prune.engine)
     known = None if prune.model.layers_path else getattr(config, "num_hidden_layers", None)
-    angular_result = None if angular is None else load_angular_for(Path(angular), known)
-    if angular_result is not None:
+    angular_result = None
+    if angular is not None:
+        angular_result = load_angular_for(Path(angular), known)
         _check_same_model(angular_result, Path(angular), prune.model.model)
     if isinstance(known, int) and math.floor(spec.max_fraction * known) < 1:  # fail before loading weights
         raise LayerprobeError(f"--max-fraction {spec.max_fraction} of {known} blocks removes none.")
@@ -148,7 +150,7 @@ def _check_same_model(angular: AngularResult, path: Path, model: str) -> None:
 
 
 def _score_all(
-    loaded: LoadedModel, stack: Any, prune: PruneSpec, spans: list[Span], progress: Progress
+    loaded: LoadedModel, stack: LayerStack, prune: PruneSpec, spans: list[Span], progress: Progress
 ) -> dict[str, dict[Span, Evaluation]]:
     """Every task's Evaluation for the baseline (()) and every span."""
     scores: dict[str, dict[Span, Evaluation]] = {task: {} for task in prune.tasks}
@@ -163,7 +165,9 @@ def _score_all(
         simple = replace(prune, tasks=others, engine="simple")
         for scorer, tasks in make_scorers(loaded, stack, simple, [], progress):
             for span in [(), *spans]:
-                context: AbstractContextManager[Any] = removed_blocks(stack, list(span)) if span else nullcontext()
+                context: AbstractContextManager[LayerStack | None] = (
+                    removed_blocks(stack, list(span)) if span else nullcontext()
+                )
                 with context, scorer.variant(None):
                     for task in tasks:
                         scores[task][span] = scorer.score(task)
@@ -173,32 +177,34 @@ def _score_all(
 
 
 def _task_curve(evaluations: dict[Span, Evaluation], chosen: dict[str, dict[int, int]]) -> dict[str, CurveMetric]:
-
+    """Each metric's curve: per method, the score and ΔP (with its paired stderr) of every n it chose."""
     base = evaluations[()]
     metrics = {}
     for name, score in base.metrics.items():
         methods = {}
         for method, per_n in chosen.items():
-            points: dict[str, list[Any]] = {k: [] for k in ("n", "start", "score", "stderr", "delta", "delta_stderr")}
+            scores: list[float] = []
+            stderrs: list[float | None] = []
+            deltas: list[float] = []
+            delta_stderrs: list[float | None] = []
             for n, start in sorted(per_n.items()):
                 evaluation = evaluations[tuple(range(start, start + n))]
                 pruned = evaluation.metrics[name]
                 pair = None
                 if name in base.per_sample and name in evaluation.per_sample:
                     pair = paired_delta(base.per_sample[name], evaluation.per_sample[name])
-                points["n"].append(n)
-                points["start"].append(start)
-                points["score"].append(pruned.value)
-                points["stderr"].append(pruned.stderr)
-                points["delta"].append(pruned.value - score.value)
-                points["delta_stderr"].append(None if pair is None else pair.stderr)
-            methods[method] = CurveMethod(**points)
+                scores.append(pruned.value)
+                stderrs.append(pruned.stderr)
+                deltas.append(pruned.value - score.value)
+                delta_stderrs.append(None if pair is None else pair.stderr)
+            ns, starts = sorted(per_n), [per_n[n] for n in sorted(per_n)]
+            methods[method] = CurveMethod(ns, starts, scores, stderrs, deltas, delta_stderrs)
         metrics[name] = CurveMetric(score.value, score.stderr, score.higher_is_better is not False, methods)
     return metrics
 
 
-def _settings(spec: PruneCurveSpec, angular: str | None, seeds: list[int]) -> dict[str, Any]:
-
+def _settings(spec: PruneCurveSpec, angular: str | None, seeds: list[int]) -> dict[str, object]:
+    """The `settings` block of prune_curve.json."""
     prune = spec.prune
     return {
         "tasks": list(prune.tasks),

@@ -19,13 +19,18 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from layerprobe.prune.state import PruneState
 from layerprobe.results import RunDir, write_json_lines
+
+# One document's values: {"variant": None | l, "task": leaf task, "doc_id": id, <metric>: value, …} (JSON).
+SampleRow = dict[str, Any]
 
 
 class SampleLog:
     """The per-document rows of one run, by task file."""
 
     def __init__(self, out_dir: Path, suffix: str = "") -> None:
+        """The log of the run writing into `out_dir` (`suffix`: this rank's, in a multi-process launch)."""
         self.out_dir = Path(out_dir)
         self.run, self.suffix = RunDir(self.out_dir), suffix  # suffix: one folder per rank of a launch
         self.partial = self.run.partial_samples(suffix)
@@ -38,7 +43,7 @@ class SampleLog:
             shutil.rmtree(log.partial)
         return log
 
-    def append(self, task: str, rows: list[dict[str, Any]]) -> None:
+    def append(self, task: str, rows: list[SampleRow]) -> None:
         """Add rows and make sure they are on disk before returning (the progress file is written next)."""
         self.partial.mkdir(parents=True, exist_ok=True)
         with open(self.run.partial_sample_file(task, self.suffix), "a", encoding="utf-8") as handle:
@@ -47,10 +52,10 @@ class SampleLog:
             handle.flush()
             os.fsync(handle.fileno())
 
-    def read(self, task: str) -> dict[int | None, list[dict[str, Any]]]:
+    def read(self, task: str) -> dict[int | None, list[SampleRow]]:
         """Rows by variant; if a variant was written twice, its last evaluation wins."""
         path = self.run.partial_sample_file(task, self.suffix)
-        by_variant: dict[int | None, list[dict[str, Any]]] = {}
+        by_variant: dict[int | None, list[SampleRow]] = {}
         if not path.exists():
             return by_variant
         previous: int | None | str = "none yet"
@@ -69,7 +74,7 @@ class SampleLog:
                 previous = variant
         return by_variant
 
-    def reconcile(self, state: Any) -> None:
+    def reconcile(self, state: PruneState) -> None:
         """After a resume: rows and recorded evaluations must describe the same evaluations.
 
         Rows of a variant the progress file does not list are dropped; a recorded evaluation without
@@ -104,6 +109,7 @@ class SampleLog:
         return final
 
     @staticmethod
-    def _rewrite(path: Path, by_variant: dict[int | None, list[dict[str, Any]]]) -> None:
+    def _rewrite(path: Path, by_variant: dict[int | None, list[SampleRow]]) -> None:
+        """Write rows to `path` (baseline first, then blocks in order), atomically."""
         order = sorted(by_variant, key=lambda v: -1 if v is None else v)
         write_json_lines(path, [row for variant in order for row in by_variant[variant]])

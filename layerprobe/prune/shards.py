@@ -3,31 +3,73 @@
 Each job of a Slurm array (or k8s indexed job) scores its share of the variants into its own --out as
 prune_drop.shard.json: the finished evaluations plus everything needed to rebuild the result (model
 provenance, settings, the experiment's fingerprint). `join_shards` refuses shards of different
-experiments and sets of variants that are not exactly the whole, then assembles the prune_drop.json an
-unsharded run writes (identical apart from the `run` block: timing and host).
+experiments and sets of variants that are not exactly the whole; `merge_shards` then assembles the
+prune_drop.json an unsharded run writes (identical apart from the `run` block: timing and host).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from layerprobe.core import ResultError
-from layerprobe.prune.state import variant_key
-from layerprobe.results import ModelInfo, PruneShard, RunDir, RunInfo, read_json, write_json
+from layerprobe.prune.agreement import AngularSource, load_angular_for
+from layerprobe.prune.assemble import PruneSettings, assemble_result
+from layerprobe.prune.samples import SampleRow
+from layerprobe.prune.state import PruneState, Recorded, variant_key
+from layerprobe.results import ModelInfo, PruneDropResult, PruneShard, RunDir, RunInfo, read_json, write_json
 
 if TYPE_CHECKING:
     from layerprobe.core import Share
 
 
+@dataclass(frozen=True)
+class JoinedShards:
+    """The shards of one run, checked and joined: everything `merge_shards` assembles the result from.
+
+    Attributes:
+        fingerprint: The experiment's fingerprint (`state.fingerprint`), the same in every shard.
+        info: The model's provenance.
+        settings: The run's settings (`assemble.prune_settings`).
+        done: Every (task, variant) evaluation of the run, in progress-file form.
+        rows: Task → the per-document rows of every variant.
+        run: Timing and host: the earliest start, the summed seconds, the first shard's versions and device.
+        angular: The angular.json the shards compared with (resolved), or None.
+    """
+
+    fingerprint: dict[str, object]
+    info: ModelInfo
+    settings: PruneSettings
+    done: Recorded
+    rows: dict[str, list[SampleRow]]
+    run: RunInfo
+    angular: str | None
+
+
+class JoinedRows:
+    """Per-document rows held in memory (joined shards), read like a `SampleLog`."""
+
+    def __init__(self, rows: dict[str, list[SampleRow]]) -> None:
+        """Rows by task, each row naming its variant."""
+        self.rows = rows
+
+    def read(self, task: str) -> dict[int | None, list[SampleRow]]:
+        """The rows of `task`, by variant (None: the baseline)."""
+        by_variant: dict[int | None, list[SampleRow]] = {}
+        for row in self.rows.get(task, []):
+            by_variant.setdefault(row["variant"], []).append(row)
+        return by_variant
+
+
 def write_shard(
     out_dir: Path,
     shard: Share,
-    fingerprint: dict[str, Any],
+    fingerprint: dict[str, object],
     info: ModelInfo,
-    settings: dict[str, Any],
-    done: dict[str, dict[str, Any]],
-    rows: dict[str, list[dict[str, Any]]],
+    settings: PruneSettings,
+    done: Recorded,
+    rows: dict[str, list[SampleRow]],
     run: RunInfo,
     angular: Path | None,
 ) -> Path:
@@ -35,9 +77,9 @@ def write_shard(
     keys = [variant_key(v) for v in shard.of([None, *settings["layers"]])]
     record = PruneShard(
         shard=str(shard),
-        fingerprint=fingerprint,
+        fingerprint=dict(fingerprint),
         model=info,
-        settings=settings,
+        settings=dict(settings),
         tasks=list(settings["tasks"]),
         layers=list(settings["layers"]),
         variants=keys,
@@ -49,11 +91,21 @@ def write_shard(
     return write_json(RunDir(out_dir).shard_json, record.to_dict())
 
 
-def join_shards(paths: list[Path]) -> tuple[dict, ModelInfo, dict, dict, dict, RunInfo, str | None]:
-    """(fingerprint, model, settings, done, per-document rows, run, angular path) of the whole run, checked.
+def merge_shards(paths: list[Path], out_dir: Path) -> PruneDropResult:
+    """Join the shards of one `--shard i/N` run into `out_dir`/prune_drop.json, as one unsharded run writes it."""
+    joined = join_shards(paths)
+    angular = None
+    if joined.angular is not None:
+        path = Path(joined.angular)
+        angular = AngularSource(path, load_angular_for(path, joined.info.num_layers))
+    state = PruneState(Path(out_dir) / "unused", joined.fingerprint, joined.done)
+    result = assemble_result(joined.info, joined.settings, state, joined.run, JoinedRows(joined.rows), angular)
+    write_json(RunDir(out_dir).prune_drop_json, result.to_dict())
+    return result
 
-    Refuses shards of different runs, a variant in two shards, and a variant in none.
-    """
+
+def join_shards(paths: list[Path]) -> JoinedShards:
+    """The whole run from its shards, checked: refuses shards of different runs, a variant in two, a variant in none."""
     if not paths:
         raise ResultError("merge needs at least one shard.", hint="layerprobe merge OUT1 OUT2 … --out DIR")
     shards = [(path, _read_shard(path)) for path in paths]
@@ -82,8 +134,8 @@ def join_shards(paths: list[Path]) -> tuple[dict, ModelInfo, dict, dict, dict, R
             f"the shards lack variant(s) {', '.join(missing)}.",
             hint="Pass every shard of the run (--shard 0/N … N-1/N) once each.",
         )
-    done: dict[str, dict[str, Any]] = {task: {} for task in first.tasks}
-    rows: dict[str, list[dict[str, Any]]] = {task: [] for task in first.tasks}
+    done: Recorded = {task: {} for task in first.tasks}
+    rows: dict[str, list[SampleRow]] = {task: [] for task in first.tasks}
     for _, data in shards:
         for task, evaluations in data.done.items():
             done[task].update(evaluations)
@@ -95,10 +147,12 @@ def join_shards(paths: list[Path]) -> tuple[dict, ModelInfo, dict, dict, dict, R
         versions=runs[0].versions,
         device=runs[0].device,
     )
-    return dict(first.fingerprint), first.model, dict(first.settings), done, rows, run, first.angular
+    settings: PruneSettings = first.settings  # type: ignore[assignment]  # validated on read
+    return JoinedShards(dict(first.fingerprint), first.model, settings, done, rows, run, first.angular)
 
 
 def _read_shard(path: Path) -> PruneShard:
+    """A shard file (given the file or its --out folder), read typed and refused unless it is a shard."""
     file = RunDir(path).shard_json if Path(path).is_dir() else Path(path)
     if not file.exists():
         raise ResultError(f"{file} does not exist.", hint="Pass the --out folders of `prune-drop --shard` runs.")

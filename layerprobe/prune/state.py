@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from layerprobe.core import CORPUS_TASK, ResultError
 from layerprobe.results import (
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 PARTIAL_NAME = PRUNE_DROP_PARTIAL_JSON
 BASELINE_KEY = "baseline"  # how the baseline variant (layer None everywhere in code) is spelled on disk
+# What the progress file keeps: task → variant key → the evaluation's JSON form (`results.evaluation_to_dict`).
+Recorded = dict[str, dict[str, dict[str, object]]]
 
 
 def variant_key(layer: int | None) -> str:
@@ -39,7 +41,7 @@ def variant_key(layer: int | None) -> str:
     return BASELINE_KEY if layer is None else str(layer)
 
 
-def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
+def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, object]:
     """Everything that changes a score; two runs may share a progress file only if these agree.
 
     A hub model is pinned by its commit; a local checkpoint (commit None) by a stat digest of its files,
@@ -73,7 +75,7 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, Any]:
     }
 
 
-def corpus_settings(corpus: CorpusSpec) -> dict[str, Any]:
+def corpus_settings(corpus: CorpusSpec) -> dict[str, object]:
     """The corpus options `--task corpus` was scored on, as recorded in prune_drop.json and fingerprints."""
     return {
         "dataset": corpus.dataset,
@@ -108,15 +110,14 @@ def files_stat_digest(path: str) -> str:
 class PruneState:
     """Scores by task and variant, with the fingerprint of the experiment that produced them."""
 
-    def __init__(
-        self, path: Path, fingerprint: dict[str, Any], done: dict[str, dict[str, dict[str, Any]]] | None = None
-    ) -> None:
+    def __init__(self, path: Path, fingerprint: dict[str, object], done: Recorded | None = None) -> None:
+        """A state kept at `path` for the experiment `fingerprint`, holding `done` (nothing: a fresh run)."""
         self.path = path
         self.fingerprint = fingerprint
-        self.done: dict[str, dict[str, dict[str, Any]]] = done or {}
+        self.done: Recorded = done or {}
 
     @classmethod
-    def open(cls, out_dir: Path, fingerprint: dict[str, Any], resume: bool, name: str = PARTIAL_NAME) -> PruneState:
+    def open(cls, out_dir: Path, fingerprint: dict[str, object], resume: bool, name: str = PARTIAL_NAME) -> PruneState:
         """A fresh state, or (with `resume`) the one on disk after checking it is the same experiment.
 
         Each process of a multi-process run keeps its own file (`name`); resuming, a process also takes
@@ -130,7 +131,8 @@ class PruneState:
         return state
 
     @classmethod
-    def _read(cls, path: Path, fingerprint: dict[str, Any], resume: bool) -> PruneState:
+    def _read(cls, path: Path, fingerprint: dict[str, object], resume: bool) -> PruneState:
+        """The state in the progress file at `path`, refused unless resuming the same experiment."""
         if not resume:  # never overwrite hours of finished evaluations by accident
             raise ResultError(
                 f"{path} holds an unfinished prune-drop run.",
@@ -154,9 +156,11 @@ class PruneState:
                 self.done.setdefault(task, {}).setdefault(key, value)
 
     def has(self, task: str, layer: int | None) -> bool:
+        """Whether the evaluation of `task` on variant `layer` is recorded."""
         return variant_key(layer) in self.done.get(task, {})
 
     def get(self, task: str, layer: int | None) -> Evaluation:
+        """The recorded evaluation of `task` on variant `layer` (KeyError if there is none)."""
         return evaluation_from_dict(self.done[task][variant_key(layer)])
 
     def record(self, task: str, layer: int | None, evaluation: Evaluation) -> None:
@@ -173,4 +177,5 @@ class PruneState:
         self.done.get(task, {}).pop(variant_key(layer), None)
 
     def remove(self) -> None:
+        """Delete the progress file: the run's result is written."""
         self.path.unlink(missing_ok=True)

@@ -1,10 +1,10 @@
-"""Per-document metric values of one evaluation, and the paired ΔP uncertainty computed from two of them.
+"""The paired ΔP uncertainty: variant − baseline from the per-document metric values of two evaluations.
 
 lm-eval computes a value per document (`process_results`) and then aggregates them (`mean`,
 `weighted_perplexity`, `bits_per_byte`, …); with `log_samples=True` its `evaluate` returns those values.
-The SQuAD scorer has per-question EM/F1 the same way. Keeping them lets prune-drop pair each pruned
-variant with the baseline document by document (see `stats.py` for why pairing matters), and lets
-`--log-samples` write them out as JSON lines.
+The SQuAD scorer and the corpus metric have per-question and per-window values the same way
+(`results.MetricSamples`). Pairing each pruned variant with the baseline document by document (see
+`layerprobe.stats` for why pairing matters) gives ΔP a much smaller stderr than two independent ones.
 
 A group (MMLU) is aggregated by lm-eval over its leaf tasks, size-weighted or not (`weight_by_size`), so
 values are kept per leaf task and the group's rule is kept with them.
@@ -12,7 +12,8 @@ values are kept per leaf task and the group's rule is kept with them.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TypedDict
 
 from layerprobe.results import MetricSamples
 from layerprobe.stats import (
@@ -30,8 +31,21 @@ MEAN = "mean"
 SLOW_AGGREGATIONS = frozenset({"bleu", "chrf", "ter"})
 SLOW_DRAWS = 100
 
+# An lm-eval aggregation: per-document values (floats, or [value, weight] pairs) → the corpus-level score.
+Aggregate = Callable[[list[object]], float]
 
-def aggregation_function(name: str) -> Any:
+
+class PairedColumns(TypedDict):
+    """The paired fields of one metric of prune_drop.json (`results.MetricDrop`), one entry per removed block."""
+
+    delta_stderr: list[float | None]
+    delta_ci95: list[list[float] | None]
+    significant: list[bool | None]
+    delta_method: str | None  # "paired_mean" or "paired_bootstrap" when every block used the same
+    bootstrap: dict[str, int] | None  # {"draws", "seed"} when a bootstrap was used
+
+
+def aggregation_function(name: str) -> Aggregate | None:
     """lm-eval's aggregation function registered under `name` (None if it has none by that name)."""
     from lm_eval.api.registry import get_aggregation
 
@@ -51,7 +65,7 @@ def paired_delta(
     """
     if base.values.keys() != variant.values.keys():
         return None
-    strata = []
+    strata = []  # (weight, base values, variant values) per leaf task
     for task in sorted(base.values):  # sorted tasks and documents: the bootstrap's draws are reproducible
         docs, other = base.values[task], variant.values[task]
         if docs.keys() != other.keys() or not docs:
@@ -73,12 +87,13 @@ def paired_delta(
     return paired_bootstrap(strata, _tupled(aggregate), draws=draws, seed=seed)
 
 
-def _tupled(aggregate: Any) -> Any:
+def _tupled(aggregate: Aggregate) -> Aggregate:
     """lm-eval's corpus aggregations unpack (value, weight) pairs; JSON gave them back as lists."""
     return lambda items: aggregate([tuple(i) if isinstance(i, list) else i for i in items])
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> bool:
+    """Whether a per-document value can be averaged."""
     return isinstance(value, (int, float))  # bools too: lm-eval's acc can be one
 
 
@@ -88,7 +103,7 @@ def paired_columns(
     *,
     draws: int = DEFAULT_DRAWS,
     seed: int = DEFAULT_SEED,
-) -> dict[str, Any]:
+) -> PairedColumns:
     """The paired fields of one metric over every removed block, as stored next to `delta`.
 
     Returns `delta_stderr`, `delta_ci95`, `significant` (one entry per block, None where the values do
@@ -97,10 +112,11 @@ def paired_columns(
     found = [None if base is None or p is None else paired_delta(base, p, draws=draws, seed=seed) for p in pruned]
     methods = {d.method for d in found if d is not None}
     bootstrapped = next((d for d in found if d is not None and d.method == "paired_bootstrap"), None)
+    settings = None if bootstrapped is None else {"draws": bootstrapped.draws, "seed": bootstrapped.seed}
     return {
         "delta_stderr": [None if d is None else d.stderr for d in found],
         "delta_ci95": [None if d is None or d.ci95 is None else list(d.ci95) for d in found],
         "significant": [None if d is None else d.significant for d in found],
         "delta_method": methods.pop() if len(methods) == 1 else None,
-        "bootstrap": None if bootstrapped is None else {"draws": bootstrapped.draws, "seed": bootstrapped.seed},
+        "bootstrap": None if settings is None else {k: v for k, v in settings.items() if v is not None},
     }

@@ -1,0 +1,156 @@
+"""prune_drop.json from recorded evaluations: ΔP per metric, its paired stderr, and the angular agreement.
+
+A prune-drop run records each (task, variant) evaluation as it finishes (`state.py`) and each
+evaluation's per-document values beside it (`samples.py`). Whether the evaluations come from this run,
+from a resumed one or from the shards `layerprobe merge` joins, the result is assembled from those two
+records alone, here, so that a merged run writes exactly what one unsharded run writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Protocol, TypedDict
+
+from layerprobe.core import CORPUS_TASK, PruneSpec
+from layerprobe.evaluate import paired_columns
+from layerprobe.model import Remover
+from layerprobe.prune.agreement import AngularSource, task_agreement
+from layerprobe.prune.samples import SampleRow
+from layerprobe.prune.state import PruneState, corpus_settings
+from layerprobe.results import MetricDrop, ModelInfo, PruneDropResult, RunInfo, TaskDrop, from_rows
+
+
+class RequiredSettings(TypedDict):
+    """The settings every prune-drop run records (see `PruneSettings`)."""
+
+    tasks: list[str]
+    layers: list[int]  # the starts of the removed units, in order
+    limit: float | None
+    num_fewshot: int | None
+    seed: int
+    batch_size: int | str
+    max_state_bytes: int
+    include_path: str | None
+    squad_data: str | None
+    unit: str  # "block", "attention" or "mlp"
+    span: int
+    sublayers: list[dict[str, str]] | None  # each block's sublayer module paths (unit attention or mlp)
+    prefix_reuse: bool
+
+
+class PruneSettings(RequiredSettings, total=False):
+    """The `settings` block of prune_drop.json, which the shards of one run must agree on to be merged."""
+
+    corpus: dict[str, object]  # the corpus options of `--task corpus` (`state.corpus_settings`)
+
+
+class RowSource(Protocol):
+    """Where a run's per-document rows are read from: its `SampleLog`, or the rows of joined shards."""
+
+    def read(self, task: str) -> dict[int | None, list[SampleRow]]:
+        """The rows of `task`, by variant (None: the baseline)."""
+        ...
+
+
+def prune_settings(spec: PruneSpec, layers: list[int], remover: Remover) -> PruneSettings:
+    """The `settings` block of prune_drop.json (also what shards must agree on to be merged)."""
+    settings: PruneSettings = {
+        "tasks": list(spec.tasks),
+        "layers": layers,
+        "limit": spec.limit,
+        "num_fewshot": spec.num_fewshot,
+        "seed": spec.seed,
+        "batch_size": spec.batch_size,
+        "max_state_bytes": spec.max_state_bytes,
+        "include_path": spec.include_path,
+        "squad_data": spec.squad_data,
+        "unit": spec.unit,
+        "span": spec.span,
+        "sublayers": remover.module_paths(),
+        "prefix_reuse": spec.prefix_reuse,
+    }
+    if CORPUS_TASK in spec.tasks:
+        settings["corpus"] = corpus_settings(spec.corpus)
+    return settings
+
+
+def assemble_result(
+    info: ModelInfo,
+    settings: PruneSettings,
+    state: PruneState,
+    run: RunInfo,
+    samples: RowSource,
+    angular: AngularSource | None,
+) -> PruneDropResult:
+    """prune_drop.json from a state holding every (task, variant) of the run and their per-document rows."""
+    tasks, layers = settings["tasks"], settings["layers"]
+    engines = sorted({state.get(t, v).engine for t in tasks for v in [None, *layers]})
+    return PruneDropResult(
+        model=info,
+        engine="+".join(engines),
+        settings=dict(settings),
+        tasks={
+            # A sublayer's ΔP is not what a block's angular distance predicts: no agreement block for it.
+            task: assemble_task(
+                state,
+                task,
+                layers,
+                settings["limit"],
+                samples,
+                None if settings.get("unit", "block") != "block" else angular,
+                settings.get("span", 1),
+            )
+            for task in tasks
+        },
+        run=replace(run, prefix_reuse=prefix_reuse_status(state, tuple(tasks), [None, *layers])),
+    )
+
+
+def prefix_reuse_status(state: PruneState, tasks: tuple[str, ...], variants: list[int | None]) -> str | None:
+    """How the shared engine treated shared prompt prefixes ("on", "off", "unavailable: …"); None if unused."""
+    found = {state.get(t, v).prefix_reuse for t in tasks for v in variants}
+    return "; ".join(sorted(status for status in found if status is not None)) or None
+
+
+def assemble_task(
+    state: PruneState,
+    task: str,
+    layers: list[int],
+    limit: float | None,
+    samples: RowSource,
+    angular: AngularSource | None = None,
+    span: int = 1,
+) -> TaskDrop:
+    """Turn the recorded scores of one task into per-metric baseline/pruned/delta lists.
+
+    The paired uncertainty of each ΔP comes from the per-document rows of the baseline and of the variant
+    (`samples`); with an angular result, each metric also gets its agreement block.
+    """
+    baseline = state.get(task, None)
+    variants = [state.get(task, layer) for layer in layers]
+    rows = samples.read(task)
+    values = {
+        variant: from_rows(rows.get(variant, []), {m: s.spec() for m, s in evaluation.per_sample.items()})
+        for variant, evaluation in zip([None, *layers], [baseline, *variants], strict=True)
+    }
+    metrics = {}
+    for name, base in baseline.metrics.items():
+        pruned = [v.metrics[name] for v in variants]
+        metrics[name] = MetricDrop(
+            baseline=base.value,
+            baseline_stderr=base.stderr,
+            higher_is_better=base.higher_is_better is not False,
+            layers=list(layers),
+            pruned=[p.value for p in pruned],
+            stderr=[p.stderr for p in pruned],
+            **paired_columns(values[None].get(name), [values[layer].get(name) for layer in layers]),
+        )
+    return TaskDrop(
+        metrics=metrics,
+        num_fewshot=baseline.num_fewshot,
+        limit=limit,
+        samples=baseline.samples,
+        nonfinite=baseline.nonfinite + sum(v.nonfinite for v in variants),
+        version=baseline.version,
+        agreement=None if angular is None else task_agreement(angular.result, metrics, str(angular.path), span),
+    )
