@@ -5,7 +5,7 @@ import pytest
 import torch
 from reference import float64_base_model, reference_distances
 
-from layerprobe.core.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
 from layerprobe.data.windows import build_windows, iter_documents
 from layerprobe.measure.angular import AngularAccumulator, angular_distance, run_angular
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import transformers as tf
 
-from layerprobe.core.specs import BUILTIN_CORPUS, CorpusSpec, ModelSpec
+from layerprobe.core import BUILTIN_CORPUS, CorpusSpec, ModelSpec
 from layerprobe.evaluate.corpus_metric import CorpusScorer, corpus_windows
 from layerprobe.model.load import load_model
 from layerprobe.model.stack import find_layers

@@ -20,8 +20,8 @@ from safetensors import safe_open
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
+from layerprobe.core import ExportSpec, ModelSpec
 from layerprobe.core.errors import LayerprobeError, UnsupportedModel
-from layerprobe.core.specs import ExportSpec, ModelSpec
 from layerprobe.export.save import run_export
 from layerprobe.model.stack import find_layers, removed_blocks
 

@@ -19,8 +19,7 @@ import transformers as tf
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
-from layerprobe.core.errors import LayerprobeError, ResultError
-from layerprobe.core.specs import (
+from layerprobe.core import (
     BUILTIN_CORPUS,
     CorpusSpec,
     ModelSpec,
@@ -28,6 +27,7 @@ from layerprobe.core.specs import (
     parse_memory_size,
     parse_model_args,
 )
+from layerprobe.core.errors import LayerprobeError, ResultError
 from layerprobe.data.windows import build_windows, iter_documents
 from layerprobe.measure import angular as angular_module
 from layerprobe.measure.angular import measure

@@ -199,7 +199,7 @@ def test_unpaired_documents_give_no_stderr():
 
 # ------------------------------------------------------------------------- through prune-drop, end to end
 def make_spec(path, **overrides):
-    from layerprobe.core.specs import ModelSpec, PruneSpec
+    from layerprobe.core import ModelSpec, PruneSpec
 
     settings = dict(
         tasks=TASKS,
@@ -237,7 +237,7 @@ def test_prune_drop_paired_fields_and_samples_equal_lm_eval_on_physically_pruned
 ):
     from lm_eval.api.metrics import bits_per_byte, weighted_perplexity
 
-    from layerprobe.core.specs import ModelSpec
+    from layerprobe.core import ModelSpec
     from layerprobe.model.load import load_model
     from layerprobe.prune.drop import run_prune_drop
 
@@ -297,7 +297,7 @@ def test_prune_drop_paired_fields_and_samples_equal_lm_eval_on_physically_pruned
 def test_squad_per_question_values_equal_the_scorer_on_a_physically_deleted_qa_model(tiny_checkpoints, tmp_path):
     import json
 
-    from layerprobe.core.specs import ModelSpec, PruneSpec
+    from layerprobe.core import ModelSpec, PruneSpec
     from layerprobe.data.squad import load_squad
     from layerprobe.evaluate.squad import SquadScorer, per_question_scores
     from layerprobe.prune.drop import run_prune_drop
