@@ -28,10 +28,10 @@ from layerprobe.core import (
     parse_model_args,
 )
 from layerprobe.core.errors import LayerprobeError, ResultError
-from layerprobe.data.windows import build_windows, iter_documents
+from layerprobe.data import build_windows, iter_documents
 from layerprobe.measure import angular as angular_module
 from layerprobe.measure.angular import measure
-from layerprobe.model.load import load_model, module_device
+from layerprobe.model import load_model, module_device
 from layerprobe.model.stack import find_layers
 from layerprobe.plots.figures import _angular_figure, _prune_drop_figure
 from layerprobe.prune.state import PruneState, fingerprint
@@ -214,7 +214,7 @@ def test_attention_implementations_agree(tiny_checkpoints):
 
 def test_quantized_load_builds_a_bitsandbytes_config():
     """The keywords a quantized load gets (bitsandbytes itself needs a GPU: only the config is checked)."""
-    from layerprobe.model.load import from_pretrained_kwargs
+    from layerprobe.model.load_options import from_pretrained_kwargs
 
     kwargs = from_pretrained_kwargs(ModelSpec("m", quantization="4bit"), torch.bfloat16, torch.device("cpu"))
     config = kwargs["quantization_config"]

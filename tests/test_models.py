@@ -4,7 +4,8 @@ import transformers as tf
 
 from layerprobe.core import ModelSpec
 from layerprobe.core.errors import ModelNotFound, UnsupportedModel
-from layerprobe.model.load import CAUSAL_LM, ENCODER, EXTRACTIVE_QA, load_model, model_kind, resolve_dtype
+from layerprobe.model import CAUSAL_LM, ENCODER, EXTRACTIVE_QA, load_model, model_kind
+from layerprobe.model.devices import resolve_dtype
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from reference import physically_deleted
 
 from layerprobe.evaluate.harness import build_tasks, evaluate, make_lm
 from layerprobe.evaluate.samples import paired_columns, paired_delta
-from layerprobe.model.stack import find_layers, removed_blocks
+from layerprobe.model import find_layers, removed_blocks
 from layerprobe.results.evaluation import MetricSamples, from_rows, to_rows
 from layerprobe.stats.paired import DEFAULT_DRAWS, DEFAULT_SEED, Z95
 
