@@ -6,7 +6,7 @@ import torch
 from reference import float64_base_model, reference_distances
 
 from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
-from layerprobe.data.windows import build_windows, iter_documents
+from layerprobe.data import build_windows, iter_documents
 from layerprobe.measure.angular import AngularAccumulator, angular_distance, run_angular
 
 ARCHS = ["llama", "qwen3", "deepseek_v3", "gpt2", "bert"]

@@ -82,7 +82,7 @@ def test_corpus_scores_match_float64_physically_pruned(tiny_checkpoints, tmp_pat
 
 def test_corpus_windows_are_angulars(tiny_checkpoints):
     """The scorer reads exactly the windows `angular` builds for the same corpus options."""
-    from layerprobe.data.windows import build_windows, iter_documents
+    from layerprobe.data import build_windows, iter_documents
 
     loaded = load_model(ModelSpec(str(tiny_checkpoints["llama"]), device="cpu"), purpose="head")
     expected = build_windows(loaded.tokenizer, iter_documents(CORPUS), CORPUS.tokens, CORPUS.seq_len)

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from layerprobe.cli.app import app
 from layerprobe.core import BUILTIN_CORPUS, CorpusSpec, DepthSpec, ModelSpec
 from layerprobe.core.errors import LayerprobeError
-from layerprobe.data.windows import build_windows, iter_documents
+from layerprobe.data import build_windows, iter_documents
 from layerprobe.measure.depth import run_depth
 from layerprobe.measure.gradients import MASK_FRACTION, mask_window
 from layerprobe.results.kinds import DEPTH_SCHEMA, DepthResult, write_json
