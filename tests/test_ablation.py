@@ -21,8 +21,8 @@ from reference import physically_deleted
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
+from layerprobe.core import ModelSpec, PruneSpec
 from layerprobe.core.errors import LayerprobeError
-from layerprobe.core.specs import ModelSpec, PruneSpec
 from layerprobe.model.ablation import Ablation, Remover, ablated, locate_sublayers, removed_span
 from layerprobe.model.load import load_model
 from layerprobe.model.stack import find_layers

@@ -5,8 +5,8 @@ import pytest
 import torch
 from reference import float64_base_model, reference_distances
 
-from layerprobe.core.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
-from layerprobe.data.windows import build_windows, iter_documents
+from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+from layerprobe.data import build_windows, iter_documents
 from layerprobe.measure.angular import run_angular
 from layerprobe.measure.distance import AngularAccumulator, angular_distance
 

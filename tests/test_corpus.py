@@ -3,9 +3,10 @@ import json
 import pytest
 import transformers as tf
 
+from layerprobe.core import BUILTIN_CORPUS, CorpusSpec
 from layerprobe.core.errors import CorpusError, EmptyCorpus
-from layerprobe.core.specs import BUILTIN_CORPUS, CorpusSpec
-from layerprobe.data.windows import batches, build_windows, iter_documents, plan_window_lengths, special_layout
+from layerprobe.data import batches, build_windows, iter_documents
+from layerprobe.data.windows import plan_window_lengths, special_layout
 
 
 @pytest.mark.parametrize(

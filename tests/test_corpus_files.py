@@ -12,9 +12,10 @@ import transformers as tf
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
+from layerprobe.core import CorpusSpec
 from layerprobe.core.errors import CorpusError
-from layerprobe.core.specs import CorpusSpec
-from layerprobe.data.windows import PIECE_CHARS, build_windows, iter_documents, piece_rule, split_long
+from layerprobe.data import build_windows, iter_documents
+from layerprobe.data.windows import PIECE_CHARS, piece_rule, split_long
 
 
 def docs(path, **kw) -> list[str]:

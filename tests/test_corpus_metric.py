@@ -8,7 +8,7 @@ import pytest
 import torch
 import transformers as tf
 
-from layerprobe.core.specs import BUILTIN_CORPUS, CorpusSpec, ModelSpec
+from layerprobe.core import BUILTIN_CORPUS, CorpusSpec, ModelSpec
 from layerprobe.evaluate.corpus_metric import CorpusScorer, corpus_windows
 from layerprobe.model.load import load_model
 from layerprobe.model.stack import find_layers
@@ -82,7 +82,7 @@ def test_corpus_scores_match_float64_physically_pruned(tiny_checkpoints, tmp_pat
 
 def test_corpus_windows_are_angulars(tiny_checkpoints):
     """The scorer reads exactly the windows `angular` builds for the same corpus options."""
-    from layerprobe.data.windows import build_windows, iter_documents
+    from layerprobe.data import build_windows, iter_documents
 
     loaded = load_model(ModelSpec(str(tiny_checkpoints["llama"]), device="cpu"), purpose="head")
     expected = build_windows(loaded.tokenizer, iter_documents(CORPUS), CORPUS.tokens, CORPUS.seq_len)

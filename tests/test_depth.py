@@ -13,9 +13,9 @@ from factories import build_checkpoint, minilm_dir
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
+from layerprobe.core import BUILTIN_CORPUS, CorpusSpec, DepthSpec, ModelSpec
 from layerprobe.core.errors import LayerprobeError
-from layerprobe.core.specs import BUILTIN_CORPUS, CorpusSpec, DepthSpec, ModelSpec
-from layerprobe.data.windows import build_windows, iter_documents
+from layerprobe.data import build_windows, iter_documents
 from layerprobe.measure.depth import run_depth
 from layerprobe.measure.gradients import MASK_FRACTION, mask_window
 from layerprobe.results import DepthResult, write_json

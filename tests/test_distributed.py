@@ -144,7 +144,7 @@ from test_prune import make_spec
 from layerprobe.measure.angular import run_angular
 from layerprobe.model.progress import Progress
 from layerprobe.prune.drop import run_prune_drop
-from layerprobe.core.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
 from test_distributed import angular_json
 rank = int(os.environ["RANK"])
 variants, tokens, stage = [], [], [None]
@@ -179,7 +179,7 @@ def _env() -> dict[str, str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["shared", "simple"])
 def test_two_cpu_ranks_equal_one_process_each_doing_a_share(tiny_checkpoints, tmp_path, engine):
-    from layerprobe.core.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+    from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
     from layerprobe.measure.angular import run_angular
 
     path = str(tiny_checkpoints["llama"])
@@ -220,7 +220,7 @@ def test_two_cpu_ranks_equal_one_process_each_doing_a_share(tiny_checkpoints, tm
 
 @pytest.mark.slow
 def test_accelerate_launch_angular_cli_on_two_cpu_ranks_writes_one_result(tiny_checkpoints, tmp_path):
-    from layerprobe.core.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+    from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
     from layerprobe.measure.angular import run_angular
 
     path = str(tiny_checkpoints["llama"])

@@ -20,10 +20,10 @@ from safetensors import safe_open
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
+from layerprobe.core import ExportSpec, ModelSpec
 from layerprobe.core.errors import LayerprobeError, UnsupportedModel
-from layerprobe.core.specs import ExportSpec, ModelSpec
 from layerprobe.export.save import run_export
-from layerprobe.model.stack import find_layers, removed_blocks
+from layerprobe.model import find_layers, removed_blocks
 
 COMMON = dict(vocab_size=512, num_hidden_layers=6, max_position_embeddings=256, bos_token_id=1, eos_token_id=2)
 ATTN = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2)

@@ -18,7 +18,7 @@ import transformers as tf
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
-from layerprobe.core.specs import MAX_TOKENS
+from layerprobe.core import MAX_TOKENS
 
 runner = CliRunner()
 TASKS_DIR = Path(__file__).parent / "data" / "tasks"
@@ -316,7 +316,7 @@ def test_comma_task_lists_and_tasks_alias(tiny_checkpoints, tmp_path, weight_spy
 
 def test_spec_parsing_of_lm_eval_spellings():
     from layerprobe.cli.options import split_task_names
-    from layerprobe.core.specs import parse_eval_batch_size
+    from layerprobe.core import parse_eval_batch_size
 
     assert split_task_names(["a,b", " c ", "d,,"]) == ("a", "b", "c", "d")
     assert parse_eval_batch_size("auto:4") == "auto:4" and parse_eval_batch_size("auto") == "auto"

@@ -5,7 +5,7 @@ from reference import physically_deleted
 from torch import nn
 
 from layerprobe.core.errors import UnsupportedModel
-from layerprobe.model.stack import capture_block_states, find_layers, removed_blocks
+from layerprobe.model import capture_block_states, find_layers, removed_blocks
 
 CAUSAL = ["llama", "qwen3", "deepseek_v3", "gpt2"]
 # Paths are relative to the base model, whether or not a head is loaded: the same in every result.

@@ -19,8 +19,7 @@ import transformers as tf
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
-from layerprobe.core.errors import LayerprobeError, ResultError
-from layerprobe.core.specs import (
+from layerprobe.core import (
     BUILTIN_CORPUS,
     CorpusSpec,
     ModelSpec,
@@ -28,10 +27,11 @@ from layerprobe.core.specs import (
     parse_memory_size,
     parse_model_args,
 )
-from layerprobe.data.windows import build_windows, iter_documents
+from layerprobe.core.errors import LayerprobeError, ResultError
+from layerprobe.data import build_windows, iter_documents
 from layerprobe.measure import distance as distance_module
 from layerprobe.measure.angular import measure
-from layerprobe.model.load import load_model, module_device
+from layerprobe.model import load_model, module_device
 from layerprobe.model.stack import find_layers
 from layerprobe.plots.delta import prune_drop_figure
 from layerprobe.plots.heatmap import angular_figure
@@ -215,7 +215,7 @@ def test_attention_implementations_agree(tiny_checkpoints):
 
 def test_quantized_load_builds_a_bitsandbytes_config():
     """The keywords a quantized load gets (bitsandbytes itself needs a GPU: only the config is checked)."""
-    from layerprobe.model.load import from_pretrained_kwargs
+    from layerprobe.model.load_options import from_pretrained_kwargs
 
     kwargs = from_pretrained_kwargs(ModelSpec("m", quantization="4bit"), torch.bfloat16, torch.device("cpu"))
     config = kwargs["quantization_config"]

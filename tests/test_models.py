@@ -2,9 +2,10 @@ import pytest
 import torch
 import transformers as tf
 
+from layerprobe.core import ModelSpec
 from layerprobe.core.errors import ModelNotFound, UnsupportedModel
-from layerprobe.core.specs import ModelSpec
-from layerprobe.model.load import CAUSAL_LM, ENCODER, EXTRACTIVE_QA, load_model, model_kind, resolve_dtype
+from layerprobe.model import CAUSAL_LM, ENCODER, EXTRACTIVE_QA, load_model, model_kind
+from layerprobe.model.devices import resolve_dtype
 
 
 @pytest.mark.parametrize(

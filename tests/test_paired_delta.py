@@ -20,7 +20,7 @@ from reference import physically_deleted
 from layerprobe.evaluate.harness import evaluate, make_lm
 from layerprobe.evaluate.paired import paired_columns, paired_delta
 from layerprobe.evaluate.tasks import build_tasks
-from layerprobe.model.stack import find_layers, removed_blocks
+from layerprobe.model import find_layers, removed_blocks
 from layerprobe.results.evaluation import MetricSamples, from_rows, to_rows
 from layerprobe.stats.paired import DEFAULT_DRAWS, DEFAULT_SEED, Z95
 
@@ -200,7 +200,7 @@ def test_unpaired_documents_give_no_stderr():
 
 # ------------------------------------------------------------------------- through prune-drop, end to end
 def make_spec(path, **overrides):
-    from layerprobe.core.specs import ModelSpec, PruneSpec
+    from layerprobe.core import ModelSpec, PruneSpec
 
     settings = dict(
         tasks=TASKS,
@@ -238,7 +238,7 @@ def test_prune_drop_paired_fields_and_samples_equal_lm_eval_on_physically_pruned
 ):
     from lm_eval.api.metrics import bits_per_byte, weighted_perplexity
 
-    from layerprobe.core.specs import ModelSpec
+    from layerprobe.core import ModelSpec
     from layerprobe.model.load import load_model
     from layerprobe.prune.drop import run_prune_drop
 
@@ -298,7 +298,7 @@ def test_prune_drop_paired_fields_and_samples_equal_lm_eval_on_physically_pruned
 def test_squad_per_question_values_equal_the_scorer_on_a_physically_deleted_qa_model(tiny_checkpoints, tmp_path):
     import json
 
-    from layerprobe.core.specs import ModelSpec, PruneSpec
+    from layerprobe.core import ModelSpec, PruneSpec
     from layerprobe.data.squad import load_squad
     from layerprobe.evaluate.squad import SquadScorer, per_question_scores
     from layerprobe.prune.drop import run_prune_drop

@@ -21,8 +21,8 @@ from reference import counted_block_rows, physically_deleted, squad_v11_json
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
+from layerprobe.core import ModelSpec, PruneSpec
 from layerprobe.core.errors import ResultError, TaskError
-from layerprobe.core.specs import ModelSpec, PruneSpec
 from layerprobe.data.squad import load_squad
 from layerprobe.evaluate.squad import SquadScorer
 from layerprobe.model.load import load_model
@@ -765,7 +765,7 @@ def test_jamba_prune_drop_equals_lm_eval_on_a_physically_rebuilt_model(tmp_path,
 
 
 def test_llama4_text_uses_the_shared_engine_and_reports_the_angular_layer_path(tmp_path, spy):
-    from layerprobe.core.specs import AngularSpec, CorpusSpec
+    from layerprobe.core import AngularSpec, CorpusSpec
     from layerprobe.measure.angular import run_angular
 
     torch.manual_seed(0)

@@ -10,8 +10,8 @@ import transformers as tf
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
+from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec, PruneSpec
 from layerprobe.core.errors import LayerprobeError
-from layerprobe.core.specs import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec, PruneSpec
 from layerprobe.measure.angular import run_angular
 from layerprobe.prune.curve import PruneCurveSpec, choose_spans, gromov_start, run_prune_curve
 from layerprobe.results import PruneCurveResult, load_result, write_json

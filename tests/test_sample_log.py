@@ -50,7 +50,7 @@ def test_a_line_cut_by_a_crash_is_ignored_and_a_fresh_run_starts_clean(tmp_path)
 
 # ----------------------------------------------------------------------------- resume, end to end
 def spec(path, **overrides):
-    from layerprobe.core.specs import ModelSpec, PruneSpec
+    from layerprobe.core import ModelSpec, PruneSpec
 
     settings = dict(
         tasks=("lp_arc_like", "lp_pydoc_ppl"),
@@ -74,7 +74,7 @@ def tasks_of(result) -> dict:
 
 
 def test_resume_keeps_rows_and_scores_of_the_same_evaluations(tiny_checkpoints, tmp_path):
-    from layerprobe.core.specs import ModelSpec
+    from layerprobe.core import ModelSpec
     from layerprobe.model.load import load_model
     from layerprobe.model.progress import Progress
     from layerprobe.prune.drop import run_prune_drop

@@ -1,7 +1,7 @@
 import pytest
 
+from layerprobe.core import ModelSpec, PruneSpec, parse_layer_ranges
 from layerprobe.core.errors import LayerprobeError
-from layerprobe.core.specs import ModelSpec, PruneSpec, parse_layer_ranges
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_model_spec_validation():
 
 
 def test_corpus_spec_decides_c4s_config_for_library_callers_too():
-    from layerprobe.core.specs import DEFAULT_DATASET, CorpusSpec
+    from layerprobe.core import DEFAULT_DATASET, CorpusSpec
 
     assert CorpusSpec().dataset_config == "en"
     assert CorpusSpec(dataset=DEFAULT_DATASET, dataset_config=None).dataset_config == "en"
@@ -72,7 +72,7 @@ def test_corpus_spec_decides_c4s_config_for_library_callers_too():
 
 
 def test_hub_or_local_is_decided_once(tmp_path):
-    from layerprobe.core.specs import BUILTIN_CORPUS, CorpusSpec
+    from layerprobe.core import BUILTIN_CORPUS, CorpusSpec
 
     present = tmp_path / "notes"  # a file without a corpus suffix is still local
     present.write_text("text")

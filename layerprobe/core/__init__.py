@@ -1,19 +1,8 @@
-"""The ground floor: errors, frozen option specs with every default, progress events, provenance, process ranks."""
+"""The ground floor: errors, every default, frozen option specs and their input checks, shares of work."""
 
-from layerprobe.core.errors import (
-    OFFLINE_HINT,
-    CorpusError,
-    EmptyCorpus,
-    LayerprobeError,
-    ModelNotFound,
-    ResultError,
-    TaskError,
-    UnsupportedModel,
-    hub_offline,
-    offline_model_hint,
-)
-from layerprobe.core.shares import Share
-from layerprobe.core.specs import (
+from layerprobe.core.checks import check_output_dir, parse_eval_batch_size, parse_layer_ranges, parse_memory_size
+from layerprobe.core.corpus_spec import CorpusSpec
+from layerprobe.core.defaults import (
     BUILTIN_CORPUS,
     CORPUS_TASK,
     DEFAULT_CHUNK_BYTES,
@@ -26,20 +15,22 @@ from layerprobe.core.specs import (
     POSITIONS,
     SQUAD_TASK,
     UNITS,
-    AngularSpec,
-    CorpusSpec,
-    DepthSpec,
-    ExportSpec,
-    ModelSpec,
-    PruneSpec,
-    check_ablation,
-    check_output_dir,
-    parse_eval_batch_size,
-    parse_layer_ranges,
-    parse_memory_size,
-    parse_model_args,
-    quantization_from_flags,
 )
+from layerprobe.core.errors import (
+    OFFLINE_HINT,
+    CorpusError,
+    EmptyCorpus,
+    LayerprobeError,
+    ModelNotFound,
+    ResultError,
+    TaskError,
+    UnsupportedModel,
+    hub_offline,
+    offline_model_hint,
+)
+from layerprobe.core.model_spec import ModelSpec, parse_model_args, quantization_from_flags
+from layerprobe.core.run_specs import AngularSpec, DepthSpec, ExportSpec, PruneSpec, check_ablation
+from layerprobe.core.shares import Share
 
 __all__ = [
     "AngularSpec",

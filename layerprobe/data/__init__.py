@@ -1,7 +1,8 @@
 """Text in: corpora packed into token windows with an exact budget, local files, SQuAD questions."""
 
+from layerprobe.data.corpus import iter_documents
 from layerprobe.data.squad import SquadExample, load_squad
-from layerprobe.data.windows import Window, batches, build_windows, iter_documents, windows_before_loading
+from layerprobe.data.windows import Window, batches, build_windows, windows_before_loading
 
 __all__ = [
     "batches",

@@ -13,7 +13,6 @@ import codecs
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from layerprobe.core import CorpusError
 
@@ -91,7 +90,7 @@ def _split_stream(pieces: Iterator[str], separator: str) -> Iterator[str]:
         yield "".join(pending)
 
 
-def iter_jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:
+def iter_jsonl_rows(path: Path) -> Iterator[dict[str, object]]:
     """The objects of a `.jsonl` corpus, one per non-blank line; a line that is not a JSON object is named."""
     for number, line in iter_text_lines(path):
         if not line.strip():

@@ -11,9 +11,11 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from layerprobe.core import OFFLINE_HINT, TaskError
+
+Field = TypeVar("Field")
 
 HUB_DATASET = "rajpurkar/squad"
 _FORMAT_HINT = (
@@ -94,7 +96,8 @@ def _jsonl_examples(path: Path) -> Iterator[SquadExample]:
             yield _row_example(_read_json(line, f"{path}, line {number}"), f"{path}, line {number}")
 
 
-def _row_example(row: Any, where: str) -> SquadExample:
+def _row_example(row: object, where: str) -> SquadExample:
+    """One question from a row in the hub's format (id, question, context, answers: {text: [...]})."""
     texts = _field(_field(row, "answers", dict, where), "text", list, f"{where}: answers")
     if not all(isinstance(t, str) for t in texts):
         raise TaskError(f"{where}: answers.text must be a list of strings", hint=_FORMAT_HINT)
@@ -120,17 +123,19 @@ def _read_text(path: Path) -> str:
         raise TaskError(f"Cannot read SQuAD file {path}: {exc}", hint=_FORMAT_HINT) from exc
 
 
-def _read_json(text: str, where: str) -> Any:
+def _read_json(text: str, where: str) -> object:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise TaskError(f"{where} is not valid JSON ({exc})", hint=_FORMAT_HINT) from exc
 
 
-def _field(obj: Any, key: str, kind: type, where: str) -> Any:
+def _field(obj: object, key: str, kind: type[Field], where: str) -> Field:
+    """`obj[key]`, checked to be a JSON object's field of type `kind` (else a `TaskError` naming `where`)."""
     if not isinstance(obj, dict):
         raise TaskError(f"{where} is not a JSON object", hint=_FORMAT_HINT)
-    if not isinstance(obj.get(key), kind):
+    value = obj.get(key)
+    if not isinstance(value, kind):
         problem = "is missing" if key not in obj else f"is not a {kind.__name__}"
         raise TaskError(f"{where}: field {key!r} {problem}", hint=_FORMAT_HINT)
-    return obj[key]
+    return value

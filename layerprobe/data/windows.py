@@ -9,16 +9,17 @@ plan is built before the model runs: a corpus that is too small fails in seconds
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from layerprobe.core import BUILTIN_CORPUS, LOCAL_BUILDERS, CorpusError, CorpusSpec, EmptyCorpus, ModelSpec, hub_offline
-from layerprobe.data.files import iter_jsonl_rows, iter_paragraphs
-from layerprobe.model import context_length, load_config, load_tokenizer, quiet_hub_logs, quiet_transformers
+from layerprobe.core import CorpusError, CorpusSpec, EmptyCorpus, ModelSpec
+from layerprobe.data.corpus import iter_documents
+from layerprobe.model import context_length, load_config, load_tokenizer, quiet_transformers
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 _TOKENIZE_BATCH = 64
 # Documents longer than this many characters are tokenized in pieces (see `split_long`), a few at a time.
@@ -48,7 +49,7 @@ class SpecialLayout:
         return len(self.prefix) + len(self.suffix)
 
 
-def special_layout(tokenizer: Any) -> SpecialLayout:
+def special_layout(tokenizer: PreTrainedTokenizerBase) -> SpecialLayout:
     """Learn where the tokenizer adds special tokens by encoding one probe text both ways."""
     probe = "layerprobe probe text"
     plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
@@ -84,99 +85,8 @@ def plan_window_lengths(tokens: int, seq_len: int, specials: int) -> list[int]:
     return lengths
 
 
-def iter_documents(spec: CorpusSpec) -> Iterator[str]:
-    """Texts of the corpus, streamed: hub datasets are never downloaded whole."""
-    if spec.dataset == BUILTIN_CORPUS:
-        from pydoc_data.topics import topics
-
-        yield from (topics[key] for key in sorted(topics))
-        return
-
-    with quiet_hub_logs():  # restored when the stream is exhausted or closed
-        yield from _texts(spec)
-
-
-def _texts(spec: CorpusSpec) -> Iterator[str]:
-    rows = _open_rows(spec)
-    first = True
-    for row in _guarded(rows, spec):
-        if first:
-            first = False
-            if spec.text_field not in row:
-                columns = ", ".join(sorted(row)) or "none"
-                raise CorpusError(
-                    f"The corpus has no field {spec.text_field!r} (fields: {columns}).",
-                    hint="Pick the text column with --text-field.",
-                )
-        text = row.get(spec.text_field)  # rows without text are skipped, not fatal
-        if isinstance(text, str) and text.strip():
-            yield text
-
-
-def _open_rows(spec: CorpusSpec) -> Iterable[dict]:
-    suffix = Path(spec.dataset).suffix.lower()
-    try:
-        if spec.is_local:
-            if not os.path.isfile(spec.dataset):
-                raise CorpusError(f"No corpus file at {spec.dataset}.", hint="Check the path.")
-            if suffix not in LOCAL_BUILDERS:
-                raise CorpusError(
-                    f"Cannot read {spec.dataset}: unknown file type {suffix!r}.",
-                    hint="Use a .txt, .jsonl or .parquet file.",
-                )
-            if suffix == ".txt":  # read here: bad bytes named with the file, not a pyarrow traceback
-                return ({"text": paragraph} for paragraph in iter_paragraphs(Path(spec.dataset)))
-            if suffix == ".jsonl":
-                return iter_jsonl_rows(Path(spec.dataset))
-            import datasets  # only here: importing it costs seconds that a .txt/.jsonl corpus does not need
-
-            builder = LOCAL_BUILDERS[suffix]
-            extra = {"sample_by": "paragraph"} if builder == "text" else {}
-            return datasets.load_dataset(builder, data_files=spec.dataset, split="train", streaming=True, **extra)
-        import datasets
-
-        return datasets.load_dataset(spec.dataset, spec.dataset_config, split=spec.split, streaming=True)
-    except CorpusError:
-        raise
-    except Exception as exc:  # datasets raises many unrelated types for "not reachable"
-        where = spec.dataset + (f" ({spec.dataset_config}, {spec.split})" if not spec.is_local else "")
-        offline = " (offline mode is set: HF_DATASETS_OFFLINE / HF_HUB_OFFLINE)" if _datasets_offline() else ""
-        raise CorpusError(
-            f"Cannot open corpus {where}{offline}: {str(exc).splitlines()[0] if str(exc) else exc!r}",
-            hint="Without network access pass a local .txt/.jsonl/.parquet file with --dataset "
-            f"(or builtin:pydoc), or fetch it once with `hf download --repo-type dataset {spec.dataset}` and run "
-            "with HF_HUB_OFFLINE=1; for hub datasets check --dataset-config and --split.",
-        ) from exc
-
-
-def _guarded(rows: Iterable[dict], spec: CorpusSpec) -> Iterator[dict]:
-    """Rows of a corpus; a failure while streaming them (a corrupt parquet or JSON file) is a `CorpusError`."""
-    iterator = iter(rows)
-    while True:
-        try:
-            row = next(iterator)
-        except StopIteration:
-            return
-        except CorpusError:
-            raise
-        except Exception as exc:  # datasets/pyarrow raise many types for "this file is broken"
-            first = str(exc).splitlines()[0] if str(exc) else repr(exc)
-            raise CorpusError(
-                f"Cannot read corpus {spec.dataset}: {first}",
-                hint="Check that the file is what its extension says (.txt, .jsonl, .json, .parquet).",
-            ) from exc
-        if not isinstance(row, dict):
-            raise CorpusError(f"Cannot read corpus {spec.dataset}: a row is {type(row).__name__}, not an object.")
-        yield row
-
-
-def _datasets_offline() -> bool:
-
-    return hub_offline() or os.environ.get("HF_DATASETS_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
-
-
 def build_windows(
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     documents: Iterable[str],
     tokens: int,
     seq_len: int,
@@ -226,7 +136,7 @@ def build_windows(
     return windows
 
 
-def piece_rule(tokenizer: Any) -> bool:
+def piece_rule(tokenizer: PreTrainedTokenizerBase) -> bool:
     """How to cut long documents so that tokenizing the pieces gives the tokens of the whole text.
 
     Pieces are cut before a whitespace character that precedes a word. Byte-level BPE (GPT-2, LLaMA-3) and
@@ -266,7 +176,7 @@ def split_long(text: str, size: int = 0, keep_space: bool = True) -> Iterator[st
 
 def _extend_long(
     stream: list[int],
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     text: str,
     layout: SpecialLayout,
     needed: int,
@@ -293,15 +203,18 @@ def _extend_long(
     stream.extend(layout.separator)
 
 
-def _encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
-
+def _encode(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> list[list[int]]:
+    """Token ids of each text, without special tokens."""
     with quiet_transformers():  # silences "sequence longer than the model's maximum": we pack, not truncate
         return tokenizer(texts, add_special_tokens=False)["input_ids"]
 
 
 def windows_before_loading(
-    model: ModelSpec, corpus: CorpusSpec, on_tokens: Callable[[int], None] | None = None, tokenizer: Any = None
-) -> tuple[Any, list[Window], int]:
+    model: ModelSpec,
+    corpus: CorpusSpec,
+    on_tokens: Callable[[int], None] | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+) -> tuple[PreTrainedTokenizerBase, list[Window], int]:
     """Config, tokenizer and every window of the corpus, read before any weight is: (tokenizer, windows, seq_len).
 
     Streaming until the budget is met is cheap next to loading a large model, so a corpus that is
@@ -316,16 +229,14 @@ def windows_before_loading(
     return tokenizer, windows, seq_len
 
 
-def _chain_until(documents: Iterable[str], done: Callable[[], bool]) -> Iterator[str]:
-    for text in documents:
-        if done():
-            return
-        yield text
-
-
 def _extend(
-    stream: list[int], tokenizer: Any, texts: list[str], layout: SpecialLayout, on_tokens: Callable[[int], None] | None
+    stream: list[int],
+    tokenizer: PreTrainedTokenizerBase,
+    texts: list[str],
+    layout: SpecialLayout,
+    on_tokens: Callable[[int], None] | None,
 ) -> None:
+    """Tokenize a batch of short documents onto the stream, each followed by the separator."""
     encoded = _encode(tokenizer, texts)
     before = len(stream)
     for ids in encoded:

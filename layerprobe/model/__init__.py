@@ -3,31 +3,32 @@
 from layerprobe.model.ablation import Ablation, Remover, zeroed_sublayers
 from layerprobe.model.demo import DEMO_NAME, demo_model_dir
 from layerprobe.model.describe import StackDescription, describe_stack
-from layerprobe.model.info import model_info
-from layerprobe.model.load import (
+from layerprobe.model.devices import module_device
+from layerprobe.model.facts import (
     CAUSAL_LM,
     ENCODER,
     EXTRACTIVE_QA,
     MASKED_LM,
-    LoadedModel,
-    check_loadable,
-    check_skeleton_weights,
     context_length,
+    model_kind,
+    takes_argument,
+)
+from layerprobe.model.hub import quiet_hub_logs, quiet_transformers, translate_load_error
+from layerprobe.model.info import model_info
+from layerprobe.model.load import (
+    LoadedModel,
+    check_skeleton_weights,
     load_config,
     load_model,
     load_skeleton,
     load_tokenizer,
-    model_kind,
-    module_device,
-    quiet_hub_logs,
-    quiet_transformers,
     skeleton_stack,
-    takes_argument,
-    translate_load_error,
 )
+from layerprobe.model.load_options import check_loadable
 from layerprobe.model.placement import detect_placement
 from layerprobe.model.progress import BlockEvent, EvaluationEvent, Progress
 from layerprobe.model.ranks import World, world
+from layerprobe.model.removal import removed_blocks
 from layerprobe.model.skeleton import placement_without_weights
 from layerprobe.model.stack import (
     LayerStack,
@@ -36,7 +37,6 @@ from layerprobe.model.stack import (
     find_layers,
     hidden_from_input,
     hidden_from_output,
-    removed_blocks,
 )
 from layerprobe.model.sublayers import BlockSublayers
 from layerprobe.model.weights import check_loading_info, translate_weights_error

@@ -1,7 +1,7 @@
 """What "remove unit l" means, as context managers any metric can use: a block, a span of blocks, or a sublayer.
 
 prune-drop scores one variant per start index l; `Ablation` says what that variant takes out:
-- unit "block", span n: blocks [l, l+n) leave the model (`layers.removed_blocks`), so x^l goes straight
+- unit "block", span n: blocks [l, l+n) leave the model (`removal.removed_blocks`), so x^l goes straight
   to block l+n (Gromov et al.'s pruning, matching angular's d(x^l, x^(l+n)));
 - unit "attention" or "mlp": block l stays, but that sublayer's output is zero. This is exactly what
   zeroing its output projection (and bias) would give: for a Pre-LN block the residual passes unchanged,
@@ -18,11 +18,22 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Union, cast
 
 from layerprobe.core import UNITS, LayerprobeError, UnsupportedModel, check_ablation
-from layerprobe.model.stack import LayerStack, removed_blocks
-from layerprobe.model.sublayers import find_model_sublayers
+from layerprobe.model.removal import removed_blocks
+from layerprobe.model.stack import BlockArgs, LayerStack
+from layerprobe.model.sublayers import BlockSublayers, Sublayer, find_model_sublayers
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from transformers import PreTrainedModel
+    from transformers.utils import ModelOutput
+
+# What a sublayer module returns: its hidden states, alone or first among other outputs (attention weights,
+# router logits).
+SublayerOutput = Union["torch.Tensor", "tuple[torch.Tensor, ...]", "list[torch.Tensor]", "ModelOutput"]
 
 BLOCK, ATTENTION, MLP = UNITS
 _PROBE_TOKENS = 8  # tokens of the one forward pass that locates the sublayers
@@ -60,14 +71,14 @@ def span_blocks(start: int, n: int) -> list[int]:
 
 @contextlib.contextmanager
 def removed_span(stack: LayerStack, start: int, n: int) -> Iterator[LayerStack]:
-    """Blocks [start, start+n) taken out of the model in memory (see `layers.removed_blocks`)."""
+    """Blocks [start, start+n) taken out of the model in memory (see `removal.removed_blocks`)."""
     if start < 0 or start + n > stack.num_layers:
         raise UnsupportedModel(f"Cannot remove blocks {start}…{start + n - 1}: the model has {stack.num_layers}.")
     with removed_blocks(stack, span_blocks(start, n)) as shrunk:
         yield shrunk
 
 
-def zero_hidden(output: Any) -> Any:
+def zero_hidden(output: SublayerOutput) -> SublayerOutput:
     """A module output with its hidden states (the tensor, or the first element) replaced by zeros."""
     import torch
 
@@ -84,17 +95,19 @@ def zero_hidden(output: Any) -> Any:
     raise UnsupportedModel(f"A sublayer returned {type(output).__name__}; cannot zero its output.")
 
 
-def _zero_hook(_module: Any, _args: Any, output: Any) -> Any:
+def _zero_hook(_module: nn.Module, _args: BlockArgs, output: SublayerOutput) -> SublayerOutput:
+    """A forward hook that replaces a sublayer's hidden-state output with zeros."""
     return zero_hidden(output)
 
 
-def sublayer_module(block: Any, sublayers: Any, unit: str) -> Any:
+def sublayer_module(block: nn.Module, sublayers: BlockSublayers, unit: str) -> nn.Module:
     """The module of `block` whose output is its `unit` ("attention"/"mlp") contribution."""
-    return block.get_submodule(getattr(sublayers, unit).module)
+    sublayer: Sublayer = getattr(sublayers, unit)
+    return block.get_submodule(sublayer.module)
 
 
 @contextlib.contextmanager
-def zeroed_sublayers(blocks: Sequence[Any], sublayers: Sequence[Any], unit: str) -> Iterator[None]:
+def zeroed_sublayers(blocks: Sequence[nn.Module], sublayers: Sequence[BlockSublayers], unit: str) -> Iterator[None]:
     """Zero the `unit` sublayer output of each of `blocks` (with its `BlockSublayers`) while inside."""
     handles = [
         sublayer_module(block, subs, unit).register_forward_hook(_zero_hook)
@@ -109,12 +122,12 @@ def zeroed_sublayers(blocks: Sequence[Any], sublayers: Sequence[Any], unit: str)
 
 @contextlib.contextmanager
 def ablated(
-    stack: LayerStack, unit: str, indices: Sequence[int], sublayers: Sequence[Any] | None = None
+    stack: LayerStack, unit: str, indices: Sequence[int], sublayers: Sequence[BlockSublayers] | None = None
 ) -> Iterator[LayerStack]:
     """Remove `unit` of the blocks at `indices` in memory; everything is restored on exit.
 
     Args:
-        stack: the model's blocks (`layers.find_layers`).
+        stack: the model's blocks (`stack.find_layers`).
         unit: "block" (blocks leave the model), "attention" or "mlp" (that sublayer's output is zero).
         indices: block indices; for a span pass `range(l, l+n)` with unit "block".
         sublayers: every block's `BlockSublayers` (`locate_sublayers`); needed for a sublayer unit.
@@ -135,7 +148,7 @@ def ablated(
         yield stack
 
 
-def locate_sublayers(model: Any, stack: LayerStack) -> list[Any]:
+def locate_sublayers(model: PreTrainedModel, stack: LayerStack) -> list[BlockSublayers]:
     """Every block's attention and MLP sublayers, traced from one short forward pass of `model`.
 
     Raises `UnsupportedModel` (a clear one-line error) when a block does not add one attention and one
@@ -144,7 +157,7 @@ def locate_sublayers(model: Any, stack: LayerStack) -> list[Any]:
     import torch
 
     vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 2
-    device = model.get_input_embeddings().weight.device
+    device = cast("torch.Tensor", model.get_input_embeddings().weight).device
     ids = torch.tensor([[(7919 * i + 3) % vocab for i in range(_PROBE_TOKENS)]], device=device)
     try:
         return find_model_sublayers(model, stack, ids)
@@ -164,10 +177,10 @@ class Remover:
 
     stack: LayerStack
     ablation: Ablation = Ablation()
-    sublayers: tuple[Any, ...] | None = None
+    sublayers: tuple[BlockSublayers, ...] | None = None
 
     @classmethod
-    def for_model(cls, model: Any, stack: LayerStack, unit: str = BLOCK, span: int = 1) -> Remover:
+    def for_model(cls, model: PreTrainedModel, stack: LayerStack, unit: str = BLOCK, span: int = 1) -> Remover:
         ablation = Ablation(unit, span)
         sublayers = tuple(locate_sublayers(model, stack)) if ablation.is_sublayer else None
         return cls(stack, ablation, sublayers)

@@ -1,4 +1,8 @@
-"""The `model` block every result carries, from a loaded model and its block stack."""
+"""The `model` block every result carries, from a loaded model and its block stack.
+
+One builder for every command, so every result names and describes its model (id, revision, commit, dtype,
+block stack) the same way, and results of different commands can be matched to one checkpoint.
+"""
 
 from __future__ import annotations
 

@@ -21,11 +21,12 @@ Mix-LN with transition at k.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from layerprobe.core import UnsupportedModel
+from layerprobe.model.stack import BlockArgs, BlockKwargs, LayerStack
 from layerprobe.model.sublayers import BlockSublayers, Contribution, match_contributions, sublayers_from_trace
-from layerprobe.model.trace import BlockTrace, capture_block_calls, trace_block
+from layerprobe.model.trace import BlockTrace, Recorded, capture_block_calls, trace_block
 from layerprobe.results import (
     LNS,
     MIX_LN,
@@ -39,24 +40,33 @@ from layerprobe.results import (
     SublayerPlacement,
 )
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+Norms = dict[str, tuple[str, Recorded]]  # module path → (LayerNorm | RMSNorm, its recorded output)
+
 _FIT_TOLERANCE = 1e-4  # relative least-squares residual below which a module is a norm
 _SCALE_TOLERANCE = 1e-6
 _EPS = (0.0, *(10.0**-k for k in range(2, 13)))  # a norm output scaled by c ≠ 1 by more than this
 
 
-def detect_placement(model: Any, stack: Any, input_ids: Any) -> tuple[Placement, list[BlockSublayers | None]]:
+def detect_placement(
+    model: nn.Module, stack: LayerStack, input_ids: torch.Tensor
+) -> tuple[Placement, list[BlockSublayers | None]]:
     """Trace every block of `stack` once (one forward pass of `model` on `input_ids`, then one replay each).
 
     Args:
         model: the model holding `stack` (base model or with a head).
-        stack: its blocks (`layers.find_layers`).
+        stack: its blocks (`stack.find_layers`).
         input_ids: (batch, seq) token ids, seq >= 2; a few real windows are plenty.
 
     Returns:
         The placement, and each block's sublayers (None where they could not be found).
     """
     calls = capture_block_calls(model, stack, input_ids)
-    blocks, sublayers = [], []
+    blocks: list[BlockPlacement] = []
+    sublayers: list[BlockSublayers | None] = []
     for index, block in enumerate(stack.blocks):
         placed, subs = place_block(index, block, *calls[index])
         blocks.append(placed)
@@ -64,7 +74,9 @@ def detect_placement(model: Any, stack: Any, input_ids: Any) -> tuple[Placement,
     return summarise(blocks), sublayers
 
 
-def place_block(index: int, block: Any, args: tuple, kwargs: dict) -> tuple[BlockPlacement, BlockSublayers | None]:
+def place_block(
+    index: int, block: nn.Module, args: BlockArgs, kwargs: BlockKwargs
+) -> tuple[BlockPlacement, BlockSublayers | None]:
     """Label one block from one traced call (see the module docstring); untraceable → unrecognised."""
     try:
         trace = trace_block(block, args, kwargs)
@@ -89,9 +101,9 @@ def place_block(index: int, block: Any, args: tuple, kwargs: dict) -> tuple[Bloc
     return BlockPlacement(index, label, kinds, scale, flags[0], flags[1], reason), subs
 
 
-def find_norms(trace: BlockTrace) -> dict[str, tuple[str, Any]]:
+def find_norms(trace: BlockTrace) -> Norms:
     """Modules that act as LayerNorm or RMSNorm on the traced positions: path → (kind, recorded output)."""
-    found = {}
+    found: Norms = {}
     for path, call in trace.calls.items():
         if call.single_input is None or call.output is None:
             continue
@@ -101,7 +113,7 @@ def find_norms(trace: BlockTrace) -> dict[str, tuple[str, Any]]:
     return found
 
 
-def norm_kind(inputs: Any, outputs: Any, trace: BlockTrace | None = None) -> str | None:
+def norm_kind(inputs: torch.Tensor, outputs: torch.Tensor, trace: BlockTrace | None = None) -> str | None:
     """Say "LayerNorm" or "RMSNorm" if out_j = g_j·z_j + b_j per hidden unit j for the matching z, else None.
 
     Args:
@@ -124,7 +136,7 @@ def norm_kind(inputs: Any, outputs: Any, trace: BlockTrace | None = None) -> str
     return None
 
 
-def _affine_residual(z: Any, v: Any) -> float:
+def _affine_residual(z: torch.Tensor, v: torch.Tensor) -> float:
     """Relative residual of the per-column least-squares fit v[:, j] ≈ g_j z[:, j] + b_j."""
     zc, vc = z - z.mean(0), v - v.mean(0)
     denom = zc.pow(2).sum(0)
@@ -134,7 +146,7 @@ def _affine_residual(z: Any, v: Any) -> float:
     return float(residual.sqrt() / (vc.pow(2).sum().sqrt() + 1e-300))
 
 
-def norm_output_scale(trace: BlockTrace, norms: dict[str, tuple[str, Any]]) -> float | None:
+def norm_output_scale(trace: BlockTrace, norms: Norms) -> float | None:
     """The constant c with (some hidden-shaped tensor) = c × (a norm's output), c ≠ 1; None if none.
 
     When several norms are scaled, the block's value is their common c (they agree under LNS).
@@ -159,10 +171,14 @@ def norm_output_scale(trace: BlockTrace, norms: dict[str, tuple[str, Any]]) -> f
     return float(sum(scales) / len(scales))
 
 
-def _sublayer_flags(trace: BlockTrace, norms: dict, contribution: Contribution, after: Any) -> SublayerPlacement:
+def _sublayer_flags(
+    trace: BlockTrace, norms: Norms, contribution: Contribution, after: torch.Tensor
+) -> SublayerPlacement:
+    """Where one sublayer meets a norm: on its input, on its output, or on the sum after it."""
     norm_paths = list(norms)
     outputs = [norms[p][1].tensor for p in norm_paths]
-    inputs = [trace.calls[p].single_input for p in norm_paths]
+    # A norm is found from its one input (`find_norms`), so every norm has one.
+    inputs = [single for p in norm_paths if (single := trace.calls[p].single_input) is not None]
     reads = trace.depends(contribution.output.tensor, [norms[p][1].source for p in norm_paths]) if outputs else []
     reads_norm = any(
         read and trace.same(inp, contribution.residual.tensor) for read, inp in zip(reads, inputs, strict=True)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from layerprobe.model.stack import hidden_from_input
+from layerprobe.model.stack import BlockArgs, BlockKwargs, LayerStack, PreHook, hidden_from_input
 
 if TYPE_CHECKING:
-    from layerprobe.model.stack import LayerStack
+    from torch import nn
+
     from layerprobe.results import Evaluation
 
 StageCallback = Callable[[str, "int | None", str], None]
@@ -33,7 +34,7 @@ class EvaluationEvent:
     variant: int | None
     engine: str
     evaluation: Evaluation
-    scorer: Any
+    scorer: object  # a scorer of the evaluate room, above this floor: callers know its class
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,8 @@ class Progress:
 
         report = self.on_block
 
-        def hook(index: int) -> Callable[..., None]:
-            def count(_module: Any, args: tuple, kwargs: dict) -> None:
+        def hook(index: int) -> PreHook:
+            def count(_module: nn.Module, args: BlockArgs, kwargs: BlockKwargs) -> None:
                 hidden = hidden_from_input(args, kwargs)
                 rows = int(hidden.shape[0])
                 report(BlockEvent(index, rows, rows * int(hidden.shape[1]) if hidden.dim() > 2 else rows))

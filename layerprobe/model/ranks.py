@@ -37,13 +37,13 @@ class World:
     def share(self) -> Share:
         return Share(self.rank, self.size)
 
-    def gather(self, value: Any) -> list[Any]:
+    def gather(self, value: object) -> list[Any]:
         """Every rank's `value`, in rank order, on every rank (pickled; small things only)."""
         if self.size == 1:
             return [value]
         import torch.distributed as dist
 
-        gathered: list[Any] = [None] * self.size
+        gathered: list[object] = [None] * self.size
         dist.all_gather_object(gathered, value)
         return gathered
 

@@ -8,19 +8,25 @@ stays at one block (plus its float64 replay), whatever the model's size.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Collection
+from typing import TYPE_CHECKING
 
-from layerprobe.model.placement import BlockPlacement, Placement, place_block, summarise
-from layerprobe.model.stack import LayerStack
+from layerprobe.model.facts import takes_argument
+from layerprobe.model.placement import place_block, summarise
+from layerprobe.model.stack import BlockArgs, BlockKwargs, ForwardHook, LayerStack, PreHook
+from layerprobe.results import BlockPlacement, Placement
+
+if TYPE_CHECKING:
+    from torch import nn
 
 TRACE_SHAPE = (2, 16)  # (windows, tokens) of random ids
 
 
-def placement_without_weights(model: Any, stack: LayerStack, vocab_size: int) -> Placement:
+def placement_without_weights(model: nn.Module, stack: LayerStack, vocab_size: int) -> Placement:
     """Trace every block of a meta-device skeleton with random weights (see the module docstring).
 
     Args:
-        model: the skeleton base model (`models.load_skeleton`), parameters on the meta device.
+        model: the skeleton base model (`load.load_skeleton`), parameters on the meta device.
         stack: its blocks.
         vocab_size: token ids are drawn from [0, vocab_size).
     """
@@ -32,15 +38,15 @@ def placement_without_weights(model: Any, stack: LayerStack, vocab_size: int) ->
     placed: dict[int, BlockPlacement] = {}
     handles = []
 
-    def before(index: int):
-        def hook(block, args, kwargs):
+    def before(index: int) -> PreHook:
+        def hook(block: nn.Module, args: BlockArgs, kwargs: BlockKwargs) -> None:
             _materialise(model, block)
             placed[index] = place_block(index, block, args, dict(kwargs))[0]
 
         return hook
 
-    def after(_index: int):
-        def hook(block, _args, _output):
+    def after(_index: int) -> ForwardHook:
+        def hook(block: nn.Module, _args: BlockArgs, _output: object) -> None:
             block.to("meta")
 
         return hook
@@ -52,7 +58,7 @@ def placement_without_weights(model: Any, stack: LayerStack, vocab_size: int) ->
     ids = torch.randint(0, max(2, vocab_size), TRACE_SHAPE, generator=generator)
     try:
         with torch.no_grad():
-            extra = {"use_cache": False} if "use_cache" in _forward_args(model) else {}
+            extra = {"use_cache": False} if takes_argument(model, "use_cache") else {}
             model(input_ids=ids, **extra)
     finally:
         for handle in handles:
@@ -61,11 +67,12 @@ def placement_without_weights(model: Any, stack: LayerStack, vocab_size: int) ->
     return summarise([placed[i] for i in range(stack.num_layers)])
 
 
-def _materialise(model: Any, root: Any, skip: set[int] = frozenset()) -> None:
+def _materialise(model: nn.Module, root: nn.Module, skip: Collection[int] = frozenset()) -> None:
     """Give every meta parameter under `root` random values, then the model's own init where it has one."""
     import torch
     from torch import nn
 
+    init_weights = getattr(model, "_init_weights", None)  # transformers' per-module initialisation
     for module in root.modules():
         changed = False
         for name, param in list(module._parameters.items()):
@@ -74,14 +81,8 @@ def _materialise(model: Any, root: Any, skip: set[int] = frozenset()) -> None:
             value = torch.empty(param.shape, dtype=torch.float32).normal_(0.0, 0.02)
             module._parameters[name] = nn.Parameter(value, requires_grad=False)
             changed = True
-        if changed and hasattr(model, "_init_weights"):
+        if changed and init_weights is not None:
             try:
-                model._init_weights(module)  # norms to ones, embeddings and projections at the config's std
+                init_weights(module)  # norms to ones, embeddings and projections at the config's std
             except Exception:  # noqa: BLE001 - a family's init may need context we lack; random values stand
                 pass
-
-
-def _forward_args(model: Any) -> set[str]:
-    import inspect
-
-    return set(inspect.signature(model.forward).parameters)

@@ -1,18 +1,31 @@
-"""Find the stack of transformer blocks in any model, capture block inputs, remove blocks in memory.
+"""Find the stack of transformer blocks in any model, and capture what goes into and out of its blocks.
 
 This is the one place that knows how blocks are wired into a model, so every metric shares the same
 index convention: block l has input x^l, the last block's output is x^L (before any final norm), and
-"removing block l" means x^l goes straight to block l+1.
+"removing block l" (`removal.removed_blocks`) means x^l goes straight to block l+1.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from layerprobe.core import UnsupportedModel
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+# What a block is called with: the hidden states first (or as `hidden_states=`), then whatever its family
+# passes (masks, caches, position embeddings, ...): truly arbitrary, so these stay `Any`.
+BlockArgs = tuple[Any, ...]
+BlockKwargs = dict[str, Any]
+BlockCall = tuple[BlockArgs, BlockKwargs]
+# Hooks that only read a call: a forward pre-hook registered with `with_kwargs=True`, and a forward hook.
+PreHook = Callable[["nn.Module", BlockArgs, BlockKwargs], None]
+ForwardHook = Callable[["nn.Module", BlockArgs, Any], None]
 
 # Stack locations of common families, relative to the base model (the model without its head).
 KNOWN_PATHS = (
@@ -31,9 +44,9 @@ KNOWN_PATHS = (
 class LayerStack:
     """The ModuleList of blocks inside `root`, found at `path` (dotted, relative to `root`)."""
 
-    root: Any
+    root: nn.Module
     path: str
-    blocks: Any
+    blocks: nn.ModuleList
 
     @property
     def num_layers(self) -> int:
@@ -47,7 +60,7 @@ class LayerStack:
         return [sum(p.numel() for p in block.parameters()) for block in self.blocks]
 
 
-def find_layers(model: Any, path: str | None = None) -> LayerStack:
+def find_layers(model: nn.Module, path: str | None = None) -> LayerStack:
     """Locate the block stack: `path` if given, else known paths, else the largest repeated ModuleList.
 
     The stack is looked up in the base model (`model.base_model`: the model without its head), and its
@@ -75,7 +88,7 @@ def find_layers(model: Any, path: str | None = None) -> LayerStack:
     return _checked(LayerStack(base, best[0], best[1]))
 
 
-def base_of(model: Any) -> Any:
+def base_of(model: nn.Module) -> nn.Module:
     """The model without its head: the module whose forward returns `last_hidden_state`.
 
     Usually `model.base_model`. Some heads name a `base_model_prefix` that is not one of their attributes
@@ -85,7 +98,7 @@ def base_of(model: Any) -> Any:
     """
     from torch import nn
 
-    base = getattr(model, "base_model", model)
+    base: nn.Module = getattr(model, "base_model", model)
     if base is not model or not isinstance(model, nn.Module):
         return base
     embeddings = _input_embeddings(model)
@@ -95,14 +108,17 @@ def base_of(model: Any) -> Any:
     return model
 
 
-def _input_embeddings(model: Any) -> Any:
+def _input_embeddings(model: nn.Module) -> nn.Module | None:
+    get_input_embeddings = getattr(model, "get_input_embeddings", None)  # transformers' models have it
+    if get_input_embeddings is None:
+        return None
     try:
-        return model.get_input_embeddings()
+        return get_input_embeddings()
     except (AttributeError, NotImplementedError):
         return None
 
 
-def _relative_to_base(model: Any, base: Any, path: str) -> str:
+def _relative_to_base(model: nn.Module, base: nn.Module, path: str) -> str:
     """Accept a path written from the head model (`model.layers`) as well as from the base (`layers`)."""
     if _module_list(base, path) is not None:
         return path
@@ -114,14 +130,14 @@ def _relative_to_base(model: Any, base: Any, path: str) -> str:
     return path
 
 
-def _refuse_shared_weights(base: Any) -> None:
+def _refuse_shared_weights(base: nn.Module) -> None:
     """ALBERT applies one layer module L times: there is no list of L distinct blocks to capture or remove."""
     config = getattr(base, "config", None)
     groups = getattr(config, "num_hidden_groups", None)
-    if isinstance(groups, int) and groups < getattr(config, "num_hidden_layers", groups):
+    if isinstance(groups, int) and groups < (depth := getattr(config, "num_hidden_layers", groups)):
         raise UnsupportedModel(
             f"{type(base).__name__} shares weights across its depth: {groups} layer group(s) applied "
-            f"{config.num_hidden_layers} times (ALBERT-style), so it has no stack of distinct blocks.",
+            f"{depth} times (ALBERT-style), so it has no stack of distinct blocks.",
             hint="layerprobe measures models whose blocks are separate modules, each applied once per forward "
             "pass; no --layers-path can change that for this model.",
         )
@@ -138,7 +154,7 @@ def _checked(stack: LayerStack) -> LayerStack:
     return stack
 
 
-def _stack_at(base: Any, path: str) -> LayerStack:
+def _stack_at(base: nn.Module, path: str) -> LayerStack:
     try:
         found = base.get_submodule(path)
     except AttributeError as exc:
@@ -156,7 +172,7 @@ def _stack_at(base: Any, path: str) -> LayerStack:
     return LayerStack(base, path, found)
 
 
-def _module_list(root: Any, path: str) -> Any:
+def _module_list(root: nn.Module, path: str) -> nn.ModuleList | None:
     from torch import nn
 
     try:
@@ -166,10 +182,10 @@ def _module_list(root: Any, path: str) -> Any:
     return found if isinstance(found, nn.ModuleList) and len(found) > 0 else None
 
 
-def _largest_repeated_list(root: Any) -> tuple[str, Any] | None:
+def _largest_repeated_list(root: nn.Module) -> tuple[str, nn.ModuleList] | None:
     from torch import nn
 
-    best: tuple[int, str, Any] | None = None
+    best: tuple[int, str, nn.ModuleList] | None = None
     for name, module in root.named_modules():
         if not isinstance(module, nn.ModuleList) or len(module) < 2:
             continue
@@ -181,30 +197,34 @@ def _largest_repeated_list(root: Any) -> tuple[str, Any] | None:
     return None if best is None else (best[1], best[2])
 
 
-def hidden_from_output(output: Any) -> Any:
+def hidden_from_output(output: object) -> torch.Tensor:
     """The hidden states a block returns: blocks return a tensor, a tuple led by it, or a ModelOutput."""
     import torch
 
     if isinstance(output, torch.Tensor):
         return output
     if isinstance(output, (tuple, list)):
-        return output[0]
-    if hasattr(output, "to_tuple"):
-        return output.to_tuple()[0]
+        first: torch.Tensor = output[0]
+        return first
+    if hasattr(output, "to_tuple"):  # a ModelOutput
+        leading: torch.Tensor = output.to_tuple()[0]
+        return leading
     raise UnsupportedModel(f"A block returned {type(output).__name__}; cannot find its hidden states.")
 
 
-def hidden_from_input(args: tuple, kwargs: dict) -> Any:
+def hidden_from_input(args: BlockArgs, kwargs: BlockKwargs) -> torch.Tensor:
     """The hidden states a block receives, passed positionally or as `hidden_states=`."""
     if args:
-        return args[0]
+        first: torch.Tensor = args[0]
+        return first
     if "hidden_states" in kwargs:
-        return kwargs["hidden_states"]
+        named: torch.Tensor = kwargs["hidden_states"]
+        return named
     raise UnsupportedModel("A block was called without hidden states as its first argument.")
 
 
 @contextlib.contextmanager
-def capture_block_states(stack: LayerStack) -> Iterator[list]:
+def capture_block_states(stack: LayerStack) -> Iterator[list[torch.Tensor]]:
     """Record x^0 … x^L during the forward passes run inside the block.
 
     Yields a list that holds, after each forward pass, L+1 tensors of shape (batch, seq, hidden): the
@@ -214,24 +234,24 @@ def capture_block_states(stack: LayerStack) -> Iterator[list]:
     Each forward pass of the stack's root must call every block exactly once; a block applied twice
     (shared weights) or skipped would shift every recorded index, so it raises `UnsupportedModel`.
     """
-    states: list = []
+    states: list[torch.Tensor] = []
     last = stack.num_layers - 1
     calls = [0] * stack.num_layers
 
-    def begin(_module, _args, _kwargs):
+    def begin(_module: nn.Module, _args: BlockArgs, _kwargs: BlockKwargs) -> None:
         calls[:] = [0] * len(calls)
 
-    def before_block(index: int):
-        def before(_module, args, kwargs):
+    def before_block(index: int) -> PreHook:
+        def before(_module: nn.Module, args: BlockArgs, kwargs: BlockKwargs) -> None:
             calls[index] += 1
             states.append(hidden_from_input(args, kwargs))
 
         return before
 
-    def after(_module, _args, output):
+    def after(_module: nn.Module, _args: BlockArgs, output: object) -> None:
         states.append(hidden_from_output(output))
 
-    def end(_module, _args, _output):
+    def end(_module: nn.Module, _args: BlockArgs, _output: object) -> None:
         wrong = [(i, n) for i, n in enumerate(calls) if n != 1]
         if wrong:
             index, count = wrong[0]
@@ -253,89 +273,3 @@ def capture_block_states(stack: LayerStack) -> Iterator[list]:
     finally:
         for handle in handles:
             handle.remove()
-
-
-def _configs_of(stack: LayerStack) -> list[Any]:
-    """Every distinct config in the model that describes this stack (text_config of wrappers too)."""
-    seen: dict[int, Any] = {}
-    for module in stack.root.modules():
-        config = getattr(module, "config", None)
-        if config is None or id(config) in seen:
-            continue
-        for candidate in (config, getattr(config, "text_config", None)):
-            if candidate is not None and getattr(candidate, "num_hidden_layers", None) == stack.num_layers:
-                seen[id(candidate)] = candidate
-    return list(seen.values())
-
-
-@contextlib.contextmanager
-def removed_blocks(stack: LayerStack, indices: list[int] | tuple[int, ...]) -> Iterator[LayerStack]:
-    """Take blocks out of the model in memory, exactly as if the checkpoint had been saved without them.
-
-    The ModuleList loses the blocks; every remaining block's `layer_idx` attributes (KV-cache slots)
-    are renumbered; each config's `num_hidden_layers` and its per-layer lists (e.g. `layer_types`)
-    shrink. Per-layer patterns a config derives from its depth (Jamba's `layer_types` from
-    `attn_layer_period`/`offset`) are snapshotted at full depth and pinned to the kept blocks, so the
-    shorter model does not realign them. No weight is copied or changed, and everything is restored on
-    exit, also on exceptions.
-    Yields the shrunken stack.
-    """
-    from torch import nn
-
-    remove = set(indices)
-    if not remove:
-        yield stack
-        return
-    if not remove <= set(range(stack.num_layers)):
-        raise UnsupportedModel(f"Cannot remove blocks {sorted(remove)}: the model has {stack.num_layers}.")
-    original = list(stack.blocks)
-    kept = [block for i, block in enumerate(original) if i not in remove]
-    parent_path, _, attr = stack.path.rpartition(".")
-    parent = stack.root.get_submodule(parent_path) if parent_path else stack.root
-    restore: list[tuple[Any, str, Any]] = []
-    try:
-        for new_index, block in enumerate(kept):
-            for module in block.modules():
-                if isinstance(getattr(module, "layer_idx", None), int):
-                    restore.append((module, "layer_idx", module.layer_idx))
-                    module.layer_idx = new_index
-        for config in _configs_of(stack):
-            patterns = _derived_patterns(config, len(original))
-            if patterns:
-                kept_patterns = {k: type(v)(x for i, x in enumerate(v) if i not in remove) for k, v in patterns.items()}
-                restore.append((config, "__class__", type(config)))
-                config.__class__ = _pinned_class(type(config), kept_patterns)
-            for key, value in list(vars(config).items()):
-                if "layer" in key and isinstance(value, (list, tuple)) and len(value) == len(original):
-                    restore.append((config, key, value))
-                    setattr(config, key, type(value)(v for i, v in enumerate(value) if i not in remove))
-            restore.append((config, "num_hidden_layers", config.num_hidden_layers))
-            config.num_hidden_layers = len(kept)
-        shrunk = nn.ModuleList(kept)
-        restore.append((parent, attr, stack.blocks))
-        setattr(parent, attr, shrunk)
-        yield LayerStack(stack.root, stack.path, shrunk)
-    finally:
-        for owner, key, value in reversed(restore):
-            setattr(owner, key, value)
-
-
-def _derived_patterns(config: Any, depth: int) -> dict[str, Any]:
-    """Per-layer lists a config computes from its depth (properties), e.g. Jamba's `layer_types`."""
-    patterns = {}
-    for cls in type(config).__mro__:
-        for name, attribute in vars(cls).items():
-            if not isinstance(attribute, property) or name in patterns or "layer" not in name:
-                continue
-            try:
-                value = getattr(config, name)
-            except Exception:  # noqa: BLE001 - a property that cannot be computed is not a pattern
-                continue
-            if isinstance(value, (list, tuple)) and len(value) == depth:
-                patterns[name] = value
-    return patterns
-
-
-def _pinned_class(cls: type, values: dict[str, Any]) -> type:
-    """A subclass of the config's class whose derived per-layer properties are fixed values."""
-    return type(cls.__name__, (cls,), {"__module__": cls.__module__, "__qualname__": cls.__qualname__, **values})

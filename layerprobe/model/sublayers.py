@@ -14,11 +14,17 @@ block parameters that belong to it. Anything that does not fit this picture rais
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from layerprobe.core import UnsupportedModel
+from layerprobe.model.stack import BlockArgs, BlockKwargs, LayerStack
 from layerprobe.model.trace import BlockTrace, Recorded, StreamRef, capture_block_calls, trace_block
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 ATTENTION, MLP = "attention", "mlp"
 
@@ -55,7 +61,7 @@ class BlockSublayers:
     mlp: Sublayer
     parallel: bool
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Sublayer]:
         return iter((self.attention, self.mlp))
 
 
@@ -69,7 +75,7 @@ class Contribution:
     total: Recorded
 
 
-def find_sublayers(block: Any, args: tuple, kwargs: dict) -> BlockSublayers:
+def find_sublayers(block: nn.Module, args: BlockArgs, kwargs: BlockKwargs) -> BlockSublayers:
     """Locate the attention and MLP sublayers of `block`, called as `block(*args, **kwargs)`.
 
     Args:
@@ -85,7 +91,7 @@ def find_sublayers(block: Any, args: tuple, kwargs: dict) -> BlockSublayers:
     return sublayers_from_trace(trace_block(block, args, kwargs))
 
 
-def find_model_sublayers(model: Any, stack: Any, input_ids: Any) -> list[BlockSublayers]:
+def find_model_sublayers(model: nn.Module, stack: LayerStack, input_ids: torch.Tensor) -> list[BlockSublayers]:
     """`find_sublayers` for every block of `stack`, from one forward pass of `model` on `input_ids`."""
     calls = capture_block_calls(model, stack, input_ids)
     return [find_sublayers(block, *calls[i]) for i, block in enumerate(stack.blocks)]
@@ -165,8 +171,8 @@ def _inside(inner: Contribution, outer: Contribution) -> bool:
 def _output_groups(trace: BlockTrace) -> list[list[Recorded]]:
     """Module outputs grouped by equal value (a projection, its dropout and its wrapper give one tensor)."""
     groups: list[list[Recorded]] = []
-    for call in sorted((c for c in trace.calls.values() if c.output is not None), key=lambda c: c.output.order):
-        output = call.output
+    outputs = [call.output for call in trace.calls.values() if call.output is not None]
+    for output in sorted(outputs, key=lambda recorded: recorded.order):
         if float(output.tensor.detach().abs().max()) == 0.0:
             continue
         for group in groups:
@@ -180,11 +186,11 @@ def _output_groups(trace: BlockTrace) -> list[list[Recorded]]:
 
 def _rank(trace: BlockTrace, group: list[Recorded]) -> list[str]:
     """Modules of one output group, best handle first: most parameters, then outermost, then first."""
-    paths = [r.ref.module for r in group]
+    paths = [r.ref.module for r in group if r.ref.module is not None]  # module outputs all name their module
     return sorted(paths, key=lambda p: (-trace.calls[p].num_parameters, p.count("."), paths.index(p)))
 
 
-def _is_sum(trace: BlockTrace, total: Any, residual: Any, output: Any) -> bool:
+def _is_sum(trace: BlockTrace, total: torch.Tensor, residual: torch.Tensor, output: torch.Tensor) -> bool:
     """Whether total == residual + output, elementwise up to rounding, with a contribution that is not ~zero."""
     if total.shape[1] > 1 and not _sum_within_rounding(trace, total[:, -1:], residual[:, -1:], output[:, -1:]):
         return False  # cheap rejection on one position: most candidate triples fail here
@@ -194,7 +200,8 @@ def _is_sum(trace: BlockTrace, total: Any, residual: Any, output: Any) -> bool:
     return _sum_within_rounding(trace, total, residual, output)
 
 
-def _sum_within_rounding(trace: BlockTrace, total: Any, residual: Any, output: Any) -> bool:
+def _sum_within_rounding(trace: BlockTrace, total: torch.Tensor, residual: torch.Tensor, output: torch.Tensor) -> bool:
+    """Whether total == residual + output elementwise, within a few roundings of the replay dtype."""
     total, residual, output = total.detach(), residual.detach(), output.detach()
     scale = float(residual.abs().max() + output.abs().max())
     return float((total - residual - output).abs().max()) <= trace.tolerance * max(scale, 1e-30) * 4

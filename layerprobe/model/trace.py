@@ -11,13 +11,26 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from layerprobe.core import UnsupportedModel
-from layerprobe.model.load import takes_argument
-from layerprobe.model.stack import LayerStack, hidden_from_input, hidden_from_output
+from layerprobe.model.facts import takes_argument
+from layerprobe.model.stack import (
+    BlockArgs,
+    BlockCall,
+    BlockKwargs,
+    ForwardHook,
+    LayerStack,
+    PreHook,
+    hidden_from_input,
+    hidden_from_output,
+)
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
 @dataclass(frozen=True)
@@ -43,13 +56,9 @@ class Recorded:
     """One hidden-shaped tensor seen during the replay, with when it appeared (call order)."""
 
     ref: StreamRef
-    tensor: Any  # viewed as (batch, seq, hidden)
+    tensor: torch.Tensor  # viewed as (batch, seq, hidden)
     order: int
-    source: Any = None  # the tensor itself, as it sits in the autograd graph (what to differentiate by)
-
-    def __post_init__(self) -> None:
-        if self.source is None:
-            self.source = self.tensor
+    source: torch.Tensor  # the tensor itself, as it sits in the autograd graph (what to differentiate by)
 
 
 @dataclass
@@ -59,7 +68,7 @@ class ModuleCall:
     path: str
     inputs: list[Recorded]
     output: Recorded | None
-    single_input: Any | None  # the only floating tensor it received, if exactly one (norm candidates)
+    single_input: torch.Tensor | None  # the only floating tensor it received, if exactly one (norm candidates)
     num_parameters: int
 
 
@@ -67,9 +76,9 @@ class ModuleCall:
 class BlockTrace:
     """Everything recorded while replaying one block once: input x (a leaf), output y, every module call."""
 
-    block: Any  # the private copy that was replayed (its parameters require grad)
-    x: Any
-    y: Any
+    block: nn.Module  # the private copy that was replayed (its parameters require grad)
+    x: torch.Tensor
+    y: torch.Tensor
     calls: dict[str, ModuleCall]
     recorded: list[Recorded] = field(default_factory=list)
 
@@ -84,7 +93,7 @@ class BlockTrace:
 
         return 1e-9 if self.x.dtype == torch.float64 else 3e-5
 
-    def same(self, a: Any, b: Any) -> bool:
+    def same(self, a: torch.Tensor, b: torch.Tensor) -> bool:
         """Whether two tensors hold the same values up to rounding."""
         if a is b:
             return True
@@ -94,7 +103,7 @@ class BlockTrace:
         scale = float(a.abs().max().clamp_min(b.abs().max()))
         return float((a - b).abs().max()) <= self.tolerance * max(scale, 1e-30)
 
-    def depends(self, output: Any, inputs: list) -> list[bool]:
+    def depends(self, output: torch.Tensor, inputs: Sequence[torch.Tensor]) -> list[bool]:
         """For each tensor in `inputs`, whether `output` is reachable from it in the autograd graph."""
         import torch
 
@@ -113,19 +122,20 @@ class BlockTrace:
         return unique
 
 
-def replay_dtype(device: Any) -> Any:
+def replay_dtype(device: torch.device) -> torch.dtype:
     """float64 on CPU (exact equalities, cheap for one block); float32 on accelerators (MPS has no float64)."""
     import torch
 
     return torch.float64 if device.type == "cpu" else torch.float32
 
 
-def _hidden_shaped(value: Any, shape: tuple) -> bool:
+def _hidden_shaped(value: torch.Tensor, shape: tuple[int, ...]) -> bool:
     """(batch, seq, hidden), or the same positions flattened (OPT runs its MLP on (batch·seq, hidden))."""
     return value.shape[-1] == shape[-1] and value.numel() == shape[0] * shape[1] * shape[2]
 
 
-def _cast(value: Any, dtype: Any, device: Any) -> Any:
+def _cast(value: object, dtype: torch.dtype, device: torch.device) -> object:
+    """A copy of one call argument on `device`, floating tensors in `dtype` (containers walked, the rest kept)."""
     import torch
 
     if isinstance(value, torch.Tensor):
@@ -140,7 +150,7 @@ def _cast(value: Any, dtype: Any, device: Any) -> Any:
     return value
 
 
-def trace_block(block: Any, args: tuple, kwargs: dict) -> BlockTrace:
+def trace_block(block: nn.Module, args: BlockArgs, kwargs: BlockKwargs) -> BlockTrace:
     """Replay `block(*args, **kwargs)` on a private copy and record every hidden-shaped tensor.
 
     Args:
@@ -169,7 +179,10 @@ def trace_block(block: Any, args: tuple, kwargs: dict) -> BlockTrace:
     raise UnsupportedModel(f"Cannot replay {type(block).__name__} to trace it: {failure}")
 
 
-def _replay(block: Any, args: tuple, kwargs: dict, dtype: Any, device: Any) -> BlockTrace:
+def _replay(
+    block: nn.Module, args: BlockArgs, kwargs: BlockKwargs, dtype: torch.dtype, device: torch.device
+) -> BlockTrace:
+    """One replay of `block` in `dtype` on `device`, recording every hidden-shaped tensor (see `trace_block`)."""
     import torch
 
     replica = copy.deepcopy(block).to(dtype)
@@ -178,7 +191,8 @@ def _replay(block: Any, args: tuple, kwargs: dict, dtype: Any, device: Any) -> B
             hooks.clear()
     for param in replica.parameters():
         param.requires_grad_(True)
-    args, kwargs = _cast(args, dtype, device), _cast(kwargs, dtype, device)
+    args = tuple(_cast(value, dtype, device) for value in args)
+    kwargs = {key: _cast(value, dtype, device) for key, value in kwargs.items()}
     hidden = hidden_from_input(args, kwargs)
     x = hidden.detach().clone().requires_grad_(True)
     if args:
@@ -191,19 +205,21 @@ def _replay(block: Any, args: tuple, kwargs: dict, dtype: Any, device: Any) -> B
             f"Cannot trace a block whose hidden states are shaped {shape}; expected (batch, seq>=2, hidden)."
         )
     calls: dict[str, ModuleCall] = {}
-    recorded: list[Recorded] = [Recorded(StreamRef("block input"), x, 0)]
+    recorded: list[Recorded] = [Recorded(StreamRef("block input"), x, 0, x)]
     clock = [0]
 
     def tick() -> int:
         clock[0] += 1
         return clock[0]
 
-    def before(path: str):
-        def hook(module, m_args, m_kwargs):
+    def before(path: str) -> PreHook:
+        def hook(module: nn.Module, m_args: BlockArgs, m_kwargs: BlockKwargs) -> None:
             if path in calls:
                 return
-            inputs, floats = [], []
-            for key, value in [*enumerate(m_args), *m_kwargs.items()]:
+            inputs: list[Recorded] = []
+            floats: list[torch.Tensor] = []
+            arguments: list[tuple[int | str, object]] = [*enumerate(m_args), *m_kwargs.items()]
+            for key, value in arguments:
                 if isinstance(value, torch.Tensor) and value.is_floating_point():
                     floats.append(value)
                     if _hidden_shaped(value, shape):
@@ -215,8 +231,8 @@ def _replay(block: Any, args: tuple, kwargs: dict, dtype: Any, device: Any) -> B
 
         return hook
 
-    def after(path: str):
-        def hook(module, _args, output):
+    def after(path: str) -> ForwardHook:
+        def hook(module: nn.Module, _args: BlockArgs, output: object) -> None:
             call = calls.get(path)
             if call is None or call.output is not None:
                 return
@@ -243,20 +259,20 @@ def _replay(block: Any, args: tuple, kwargs: dict, dtype: Any, device: Any) -> B
             handle.remove()
     if tuple(y.shape) != shape:
         raise UnsupportedModel(f"{type(block).__name__} returned {tuple(y.shape)} for input {shape}.")
-    recorded.append(Recorded(StreamRef("block output"), y, tick()))
+    recorded.append(Recorded(StreamRef("block output"), y, tick(), y))
     return BlockTrace(replica, x, y, calls, recorded)
 
 
 @contextlib.contextmanager
-def captured_block_calls(stack: LayerStack) -> Iterator[dict[int, tuple[tuple, dict]]]:
+def captured_block_calls(stack: LayerStack) -> Iterator[dict[int, BlockCall]]:
     """Record the (args, kwargs) each block is called with during forward passes run inside.
 
     Yields a dict block index → (args, kwargs) of its last call; tensors are referenced, not copied.
     """
-    calls: dict[int, tuple[tuple, dict]] = {}
+    calls: dict[int, BlockCall] = {}
 
-    def recorder(index: int):
-        def hook(_module, args, kwargs):
+    def recorder(index: int) -> PreHook:
+        def hook(_module: nn.Module, args: BlockArgs, kwargs: BlockKwargs) -> None:
             calls[index] = (args, dict(kwargs))
 
         return hook
@@ -269,7 +285,7 @@ def captured_block_calls(stack: LayerStack) -> Iterator[dict[int, tuple[tuple, d
             handle.remove()
 
 
-def capture_block_calls(model: Any, stack: LayerStack, input_ids: Any) -> dict[int, tuple[tuple, dict]]:
+def capture_block_calls(model: nn.Module, stack: LayerStack, input_ids: torch.Tensor) -> dict[int, BlockCall]:
     """Run `model` once on `input_ids` (batch, seq) and return every block's call arguments."""
     import torch
 

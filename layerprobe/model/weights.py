@@ -4,7 +4,7 @@ A `config.json` that disagrees with the weights loads without complaint in trans
 in the config and 9 in the weights, three blocks are randomly initialised (and look "lazy"); with 4 in
 the config and 9 in the weights, a truncated model is measured. Both exit 0 unless refused here.
 
-Two checks, both on the block stack only (a base checkpoint's missing head is `models`' business):
+Two checks, both on the block stack only (a base checkpoint's missing head is `load`'s business):
 
 - before loading (`check_files`): the tensor names and shapes in the safetensors headers (or the index's
   weight map, or a `.bin` opened on the meta device) against a weightless skeleton built from the
@@ -19,10 +19,14 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Collection, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from layerprobe.core import LayerprobeError, ModelSpec
+
+if TYPE_CHECKING:
+    from torch import nn
 
 # Where transformers looks for weights, in its order of preference.
 _INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -34,7 +38,14 @@ class WeightsMismatch(LayerprobeError):
     """The checkpoint's weights do not fit its config (missing, extra or differently shaped tensors)."""
 
 
-def check_files(spec: ModelSpec, skeleton: Any, stack_path: str, num_layers: int, quantized: bool) -> None:
+class LoadingInfo(TypedDict, total=False):
+    """What `from_pretrained(..., output_loading_info=True)` reports beside the model: the keys read here."""
+
+    missing_keys: Collection[str]
+    unexpected_keys: Collection[str]
+
+
+def check_files(spec: ModelSpec, skeleton: nn.Module, stack_path: str, num_layers: int, quantized: bool) -> None:
     """Compare the checkpoint's tensor names and shapes with the skeleton, reading only file headers.
 
     `skeleton` is the base model built on the meta device; `stack_path` the block stack inside it. Hub
@@ -79,12 +90,13 @@ def check_files(spec: ModelSpec, skeleton: Any, stack_path: str, num_layers: int
         )
 
 
-def check_loading_info(model_name: str, model: Any, info: dict, stack_path: str, base: Any) -> None:
+def check_loading_info(model_name: str, model: nn.Module, info: LoadingInfo, stack_path: str, base: nn.Module) -> None:
     """Refuse a loaded model whose block stack has weights transformers reported missing or unexpected."""
     prefixes = _stack_prefixes(model, base, stack_path)
     inside = re.compile(r"^(?:" + "|".join(re.escape(p) for p in prefixes) + r")\.\d+\.")
     missing = sorted(k for k in info.get("missing_keys", []) if inside.match(k))
-    tolerated = _extra_predictors(getattr(model, "config", None), len(base.get_submodule(stack_path)))
+    blocks = cast("nn.ModuleList", base.get_submodule(stack_path))  # the stack find_layers found there
+    tolerated = _extra_predictors(getattr(model, "config", None), len(blocks))
     unexpected = sorted(
         k for k in info.get("unexpected_keys", []) if inside.match(k) and _index_after(k, inside) not in tolerated
     )
@@ -142,7 +154,7 @@ def checkpoint_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...] | None]:
     return out
 
 
-def _weight_files(spec: ModelSpec) -> tuple[list[Path], dict[str, Any] | None]:
+def _weight_files(spec: ModelSpec) -> tuple[list[Path], dict[str, dict[str, tuple[int, ...]] | None] | None]:
     """The weight files (local or already cached); for a sharded checkpoint, key → shard shapes."""
     for name in _INDEXES:
         path = _local(spec, name)
@@ -155,7 +167,7 @@ def _weight_files(spec: ModelSpec) -> tuple[list[Path], dict[str, Any] | None]:
                 f"{path} is not a readable weight index: {exc}",
                 hint="Download the checkpoint again, or re-save it with save_pretrained.",
             ) from exc
-        shards: dict[str, dict | None] = {}
+        shards: dict[str, dict[str, tuple[int, ...]] | None] = {}
         for shard in sorted(set(weight_map.values())):
             shard_path = _local(spec, shard)
             shards[shard] = None if shard_path is None else _read_shapes(shard_path)
@@ -224,7 +236,7 @@ def _read_bin(path: Path) -> dict[str, tuple[int, ...]]:
     return {key: tuple(value.shape) for key, value in state.items() if isinstance(value, torch.Tensor)}
 
 
-def _ignored_patterns(skeleton: Any) -> list[re.Pattern]:
+def _ignored_patterns(skeleton: nn.Module) -> list[re.Pattern[str]]:
     """Checkpoint keys transformers drops on purpose (e.g. DeepSeek-V3's multi-token-prediction block 61).
 
     Declared on the family's model classes (the head classes too), which live in the skeleton's module.
@@ -241,7 +253,7 @@ def _ignored_patterns(skeleton: Any) -> list[re.Pattern]:
     return [re.compile(p) for p in sorted(patterns)]
 
 
-def _extra_predictors(config: Any, num_layers: int | None) -> set[int]:
+def _extra_predictors(config: object, num_layers: int | None) -> set[int]:
     """Block indices just past the stack that hold multi-token-prediction modules, not blocks of the model."""
     extra = getattr(config, "num_nextn_predict_layers", None)
     if not isinstance(extra, int) or not isinstance(num_layers, int) or extra <= 0:
@@ -249,15 +261,18 @@ def _extra_predictors(config: Any, num_layers: int | None) -> set[int]:
     return set(range(num_layers, num_layers + extra))
 
 
-def _index_after(key: str, inside: re.Pattern) -> int:
-    return int(inside.match(key).group(0).rstrip(".").rsplit(".", 1)[1])
+def _index_after(key: str, inside: re.Pattern[str]) -> int:
+    """The block index of a key that `inside` matched (`model.layers.3.` → 3)."""
+    match = inside.match(key)
+    assert match is not None, key  # only asked for keys inside the stack
+    return int(match.group(0).rstrip(".").rsplit(".", 1)[1])
 
 
 def _strip(key: str, prefix: str) -> str:
     return key[len(prefix) + 1 :] if prefix and key.startswith(prefix + ".") else key
 
 
-def _block_indices(keys: dict[str, Any], stack_path: str) -> set[int]:
+def _block_indices(keys: Iterable[str], stack_path: str) -> set[int]:
     return {index for key in keys if (index := _block_index(key, stack_path)) is not None}
 
 
@@ -269,14 +284,16 @@ def _block_index(key: str, stack_path: str) -> int | None:
     return int(head) if head.isdigit() else None
 
 
-def _stack_prefixes(model: Any, base: Any, stack_path: str) -> list[str]:
+def _stack_prefixes(model: nn.Module, base: nn.Module, stack_path: str) -> list[str]:
     """The names the stack's keys may carry: from the base model, or from the head model (checkpoint naming)."""
     names = {getattr(model, "base_model_prefix", ""), getattr(base, "base_model_prefix", "")}
     names.update(name for name, child in model.named_children() if child is base)
     return [stack_path] + [f"{name}.{stack_path}" for name in sorted(n for n in names if n)]
 
 
-def _depth_message(model: str, path: str, num_layers: int, present: set[int], missing: list, extra: list) -> str:
+def _depth_message(
+    model: str, path: str, num_layers: int, present: set[int], missing: list[int], extra: list[int]
+) -> str:
     held = f"{len(present)} block(s) ({_span(sorted(present))})"
     if missing:
         what = f"block(s) {_span(missing)} would be randomly initialised and measured"

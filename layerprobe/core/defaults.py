@@ -1,0 +1,33 @@
+"""Every default and every fixed set of choices, in one home.
+
+The specs validate against these, the command line shows them in its help and uses them as its defaults, and
+the library falls back to them; keeping them here means a choice or a default is changed in exactly one place.
+"""
+
+from __future__ import annotations
+
+# Loading a model.
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+QUANTIZATIONS = ("4bit", "8bit")
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+# The neutral corpus.
+DEFAULT_DATASET = "allenai/c4"
+DEFAULT_DATASET_CONFIG = "en"  # C4's English split; used when the default dataset is read without a config
+# Local corpus files by suffix → the `datasets` builder that reads them.
+LOCAL_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+BUILTIN_CORPUS = "builtin:pydoc"
+# The most positions one run streams: every window is kept in memory as Python ints (tens of bytes per
+# token), so 2^24 ≈ 16.8M positions is already ~1 GB — far beyond what distances need to settle.
+MAX_TOKENS = 1 << 24
+
+# Measuring and scoring.
+POSITIONS = ("all", "last")
+ENGINES = ("auto", "simple", "shared")
+UNITS = ("block", "attention", "mlp")  # what a prune-drop variant removes (ablation.py)
+SQUAD_TASK = "squad"
+CORPUS_TASK = "corpus"  # task-free: NLL, KL and top-1 agreement on the angular corpus (evaluate/corpus_metric.py)
+
+# Memory bounds.
+DEFAULT_STATE_BYTES = 2 * 1024**3  # shared engine: recorded block inputs held at once (prune-drop)
+DEFAULT_CHUNK_BYTES = 256 * 1024**2  # angular: fp32 states gathered on one device at once

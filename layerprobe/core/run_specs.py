@@ -1,0 +1,152 @@
+"""What one run of a command was asked to do, validated once, frozen afterwards.
+
+The CLI turns options into these objects and the library trusts them; validation lives here so that a
+library user gets the same one-line errors as a CLI user.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from layerprobe.core.checks import parse_eval_batch_size
+from layerprobe.core.corpus_spec import CorpusSpec
+from layerprobe.core.defaults import CORPUS_TASK, DEFAULT_CHUNK_BYTES, DEFAULT_STATE_BYTES, ENGINES, POSITIONS, UNITS
+from layerprobe.core.errors import LayerprobeError
+from layerprobe.core.model_spec import ModelSpec
+
+
+def check_ablation(unit: str, span: int) -> None:
+    """Validate --unit / --span (one home for PruneSpec and ablation.Ablation)."""
+    if unit not in UNITS:
+        raise LayerprobeError(f"Unknown --unit {unit!r}.", hint=f"Use one of {', '.join(UNITS)}.")
+    if not isinstance(span, int) or span < 1:
+        raise LayerprobeError(f"--span must be a positive integer, got {span!r}.")
+    if span > 1 and unit != "block":
+        raise LayerprobeError(
+            f"--span {span} removes runs of whole blocks; it cannot be combined with --unit {unit}.",
+            hint="Use --unit block (the default) with --span, or --span 1 with a sublayer unit.",
+        )
+
+
+@dataclass(frozen=True)
+class AngularSpec:
+    """One `layerprobe angular` run."""
+
+    model: ModelSpec
+    corpus: CorpusSpec = field(default_factory=CorpusSpec)
+    positions: str = "all"
+    batch_size: int = 8
+    max_state_bytes: int = DEFAULT_CHUNK_BYTES  # fp32 states gathered on one device at once
+
+    def __post_init__(self) -> None:
+        if self.max_state_bytes < 1:
+            raise LayerprobeError(f"--max-state-memory must be positive, got {self.max_state_bytes} bytes.")
+        if self.positions not in POSITIONS:
+            raise LayerprobeError(f"Unknown --positions {self.positions!r}.", hint="Use 'all' or 'last'.")
+        if self.batch_size < 1:
+            raise LayerprobeError(f"--batch-size must be positive, got {self.batch_size}.")
+
+
+@dataclass(frozen=True)
+class PruneSpec:
+    """One `layerprobe prune-drop` run: which tasks, which layers, how they are scored.
+
+    `layers` is the CLI text (`0-3,7`, inclusive, 0-based; None = every block); it is resolved against
+    the model's L once the model is loaded.
+    """
+
+    model: ModelSpec
+    tasks: tuple[str, ...]
+    layers: str | None = None
+    limit: float | None = None
+    num_fewshot: int | None = None
+    batch_size: int | str = 8
+    seed: int = 1234
+    include_path: str | None = None
+    squad_data: str | None = None
+    engine: str = "auto"
+    unit: str = "block"  # what a variant removes: a block, or block l's attention / MLP sublayer
+    span: int = 1  # with unit "block": blocks [l, l+span) leave together
+    prefix_reuse: bool = True  # shared engine: compute a prefix shared by many requests once
+    max_state_bytes: int = DEFAULT_STATE_BYTES  # shared engine: recorded block inputs held at once
+    log_samples: bool = False  # write <out>/samples/<task>.jsonl (per-document values) at the end
+    angular: str | None = None  # angular.json to rank-compare with ΔP (None: <out>/angular.json if there)
+    corpus: CorpusSpec = field(default_factory=CorpusSpec)  # the windows `--task corpus` scores on
+
+    def __post_init__(self) -> None:
+        if self.max_state_bytes < 1:
+            raise LayerprobeError(f"--max-state-memory must be positive, got {self.max_state_bytes} bytes.")
+        check_ablation(self.unit, self.span)
+        if CORPUS_TASK in self.tasks and (self.unit != "block" or self.span != 1):
+            raise LayerprobeError(
+                f"--task {CORPUS_TASK} scores single removed blocks; it cannot be combined with --unit {self.unit} "
+                f"--span {self.span} yet.",
+                hint="Score the corpus task in its own run (layerprobe prune-curve scores spans on it).",
+            )
+        if not self.tasks:
+            raise LayerprobeError("No --task given.", hint="e.g. --task mmlu, --task arc_easy or --task squad.")
+        if len(set(self.tasks)) != len(self.tasks):
+            raise LayerprobeError(f"A task is named twice in {list(self.tasks)}.")
+        if self.engine not in ENGINES:
+            raise LayerprobeError(f"Unknown --engine {self.engine!r}.", hint=f"Use one of {', '.join(ENGINES)}.")
+        if self.limit is not None and (not math.isfinite(self.limit) or self.limit <= 0):
+            raise LayerprobeError(
+                f"--limit must be a positive finite number, got {self.limit}.",
+                hint="A count of documents per task (e.g. 100) or a fraction below 1 (e.g. 0.1).",
+            )
+        if self.num_fewshot is not None and self.num_fewshot < 0:
+            raise LayerprobeError(f"--num-fewshot must be >= 0, got {self.num_fewshot}.")
+        object.__setattr__(self, "batch_size", parse_eval_batch_size(self.batch_size))
+
+
+@dataclass(frozen=True)
+class DepthSpec:
+    """One `layerprobe depth` run: the `angular` options, plus whether to measure gradient norms.
+
+    `grad` adds one forward+backward pass with the model's own loss (next-token, or masked-LM with
+    15 % masking seeded by `mask_seed`); it needs a checkpoint that ships its LM head.
+    """
+
+    model: ModelSpec
+    corpus: CorpusSpec = field(default_factory=CorpusSpec)
+    positions: str = "all"
+    batch_size: int = 8
+    grad: bool = False
+    mask_seed: int = 1234
+
+    def __post_init__(self) -> None:
+        AngularSpec(self.model, self.corpus, self.positions, self.batch_size)  # the same checks, one home
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    """One `layerprobe prune` run: write a checkpoint without some blocks (or sublayers).
+
+    The removal options are the CLI text (`20-27`, inclusive, 0-based), resolved against the model's L
+    once its config is read. `save` is the new checkpoint's directory; `mergekit_yaml`, if given, where
+    the equivalent mergekit passthrough config goes. `max_shard_size` ("5GB", "500MB") caps each
+    safetensors shard.
+    """
+
+    model: ModelSpec
+    save: str
+    remove: str | None = None
+    remove_attention: str | None = None
+    remove_mlp: str | None = None
+    overwrite: bool = False
+    mergekit_yaml: str | None = None
+    max_shard_size: str | None = None  # None: transformers' save_pretrained default
+
+    def __post_init__(self) -> None:
+        if not self.save:
+            raise LayerprobeError("No --save directory given.", hint="Pass --save DIR for the pruned checkpoint.")
+        if not any((self.remove, self.remove_attention, self.remove_mlp)):
+            raise LayerprobeError(
+                "Nothing to remove.", hint="Pass --remove with 0-based inclusive block ranges, e.g. --remove 20-27."
+            )
+        if self.max_shard_size is not None and not re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]i?B", self.max_shard_size):
+            raise LayerprobeError(
+                f"Cannot read --max-shard-size {self.max_shard_size!r}.", hint="Use a size like 5GB or 500MB."
+            )
