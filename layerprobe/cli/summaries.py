@@ -13,7 +13,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from layerprobe.cli.console import err, out
-from layerprobe.results import AngularResult, DepthResult, PruneDropResult, variant_label
+from layerprobe.results import (
+    AngularResult,
+    AngularSummary,
+    DepthResult,
+    PruneDropResult,
+    depth_summary,
+    variant_label,
+)
 
 
 def print_angular_summary(result: AngularResult) -> None:
@@ -22,10 +29,11 @@ def print_angular_summary(result: AngularResult) -> None:
     Unmeasured entries (every position non-finite) are shown as such and never chosen as "most similar";
     with standard errors, the line says whether the most similar block is a clear choice.
     """
-    summary = result.to_dict()["summary"]
+    summary = result.summary or result.summarize()
     adjacent = summary["adjacent"]
     adjacent_se = summary.get("adjacent_stderr")
-    seen = result.data["positions_averaged"] + result.nonfinite_tokens
+    averaged = result.data["positions_averaged"]
+    seen = (averaged if isinstance(averaged, int) else 0) + result.nonfinite_tokens
     out.print(
         f"[bold]{escape(result.model.label)}[/]: d(x^l, x^(l+1)) over {seen:,} positions", highlight=False
     )  # a heading line, not a table title: titles wrap to the table's width
@@ -63,7 +71,7 @@ def print_angular_summary(result: AngularResult) -> None:
         )
 
 
-def _most_similar_text(summary: dict[str, Any]) -> str:
+def _most_similar_text(summary: AngularSummary) -> str:
     """The most similar adjacent pair with its stderr, and whether other blocks are as good within noise."""
     choice = summary["most_redundant"].get("1")
     if choice is None:
@@ -75,7 +83,7 @@ def _most_similar_text(summary: dict[str, Any]) -> str:
     if choice.get("clear") is True:
         text += ", a clear choice"
     elif choice.get("clear") is False:
-        others = [l for l in choice["candidates"] if l != layer]
+        others = [l for l in choice["candidates"] or [] if l != layer]
         text += f", not clear: block(s) {others} within {summary['significance_z']:g} stderr of it"
     return text
 
@@ -150,7 +158,7 @@ def print_agreement(metric_name: str, agreement: dict[str, Any]) -> None:
 
 def print_depth_summary(result: DepthResult) -> None:
     """A DepthResult: the placement line, then per block its label, RMS, relative updates and gradient norm."""
-    summary = result.to_dict()["summary"]
+    summary = result.summary or depth_summary(result)
     out.print(
         f"[bold]{escape(result.model.id)}[/]: {escape(result.placement.summary)} "
         f"(over {result.data['positions_averaged']:,} positions)",

@@ -148,7 +148,7 @@ def _grad_purpose(spec: DepthSpec) -> str:
     )
 
 
-def _trace_ids(windows: list[Window], device: torch.device) -> torch.Tensor:
+def _trace_ids(windows: list[Window], device: torch.device | None) -> torch.Tensor:
     """A few real windows of equal length, cut to TRACE_TOKENS, for tracing placement."""
     import torch
 

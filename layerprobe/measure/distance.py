@@ -66,7 +66,7 @@ class AngularAccumulator:
     """
 
     def __init__(
-        self, num_states: int, device: torch.device | str = "cpu", chunk_bytes: int = DEFAULT_CHUNK_BYTES
+        self, num_states: int, device: torch.device | str | None = "cpu", chunk_bytes: int = DEFAULT_CHUNK_BYTES
     ) -> None:
         """An empty accumulator for `num_states` depths (L+1); `chunk_bytes` bounds the fp32 states upcast at once."""
         import torch

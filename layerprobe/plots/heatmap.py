@@ -73,7 +73,7 @@ def span_candidates(result: AngularResult) -> dict[int, list[int]]:
     if result.distance_stderr is None:
         return {}
     choices = result.summarize()["most_redundant"]
-    return {int(n): list(choice["candidates"]) for n, choice in choices.items()}
+    return {int(n): list(choice["candidates"] or []) for n, choice in choices.items()}
 
 
 def plot_angular(result: AngularResult, out_dir: Path) -> list[Path]:

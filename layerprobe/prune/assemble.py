@@ -9,7 +9,7 @@ records alone, here, so that a merged run writes exactly what one unsharded run 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Protocol, TypedDict
+from typing import Protocol, TypedDict, cast
 
 from layerprobe.core import CORPUS_TASK, PruneSpec
 from layerprobe.evaluate import paired_columns
@@ -17,7 +17,7 @@ from layerprobe.model import Remover
 from layerprobe.prune.agreement import AngularSource, task_agreement
 from layerprobe.prune.samples import SampleRow
 from layerprobe.prune.state import PruneState, corpus_settings
-from layerprobe.results import MetricDrop, ModelInfo, PruneDropResult, RunInfo, TaskDrop, from_rows
+from layerprobe.results import JSONObject, MetricDrop, ModelInfo, PruneDropResult, RunInfo, TaskDrop, from_rows
 
 
 class RequiredSettings(TypedDict):
@@ -152,5 +152,8 @@ def assemble_task(
         samples=baseline.samples,
         nonfinite=baseline.nonfinite + sum(v.nonfinite for v in variants),
         version=baseline.version,
-        agreement=None if angular is None else task_agreement(angular.result, metrics, str(angular.path), span),
+        # task_agreement builds JSON-ready values only (numbers, strings, lists of them).
+        agreement=None
+        if angular is None
+        else cast(dict[str, JSONObject], task_agreement(angular.result, metrics, str(angular.path), span)),
     )

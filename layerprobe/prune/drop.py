@@ -35,7 +35,7 @@ from layerprobe.prune.assemble import assemble_result, prune_settings
 from layerprobe.prune.samples import SampleLog, SampleRow
 from layerprobe.prune.shards import write_shard
 from layerprobe.prune.state import PruneState, fingerprint, variant_key
-from layerprobe.results import PruneDropResult, RunDir, RunTimer, rank_suffix, to_rows, write_json
+from layerprobe.results import JSONObject, PruneDropResult, RunDir, RunTimer, rank_suffix, to_rows, write_json
 
 
 def run_prune_drop(
@@ -123,7 +123,7 @@ def run_prune_drop(
                         if not scorer.reports_progress:
                             progress.on_advance(1)
                         progress.on_evaluation(EvaluationEvent(task, layer, scorer.engine, evaluation, scorer))
-    mine: dict[str, tuple[dict[str, dict[str, object]], list[SampleRow]]] = {
+    mine: dict[str, tuple[dict[str, JSONObject], list[SampleRow]]] = {
         t: ({variant_key(v): state.done[t][variant_key(v)] for v in variants}, _rows_of(samples, t, variants))
         for t in spec.tasks
     }

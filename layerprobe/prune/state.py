@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from layerprobe.core import CORPUS_TASK, ResultError
 from layerprobe.results import (
     PRUNE_DROP_PARTIAL_JSON,
+    JSONObject,
     PruneProgress,
     RunDir,
     evaluation_from_dict,
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 PARTIAL_NAME = PRUNE_DROP_PARTIAL_JSON
 BASELINE_KEY = "baseline"  # how the baseline variant (layer None everywhere in code) is spelled on disk
 # What the progress file keeps: task → variant key → the evaluation's JSON form (`results.evaluation_to_dict`).
-Recorded = dict[str, dict[str, dict[str, object]]]
+Recorded = dict[str, dict[str, JSONObject]]
 
 
 def variant_key(layer: int | None) -> str:
@@ -165,7 +166,8 @@ class PruneState:
 
     def record(self, task: str, layer: int | None, evaluation: Evaluation) -> None:
         """Keep one finished evaluation and write the whole state to disk before returning."""
-        self.done.setdefault(task, {})[variant_key(layer)] = evaluation_to_dict(evaluation)
+        # evaluation_to_dict builds JSON-ready values only (numbers, strings, lists, dicts).
+        self.done.setdefault(task, {})[variant_key(layer)] = cast(JSONObject, evaluation_to_dict(evaluation))
         write_json(self.path, PruneProgress(self.fingerprint, self.done).to_dict())
 
     def variants(self, task: str) -> list[int | None]:

@@ -149,7 +149,7 @@ def _normal(delta: float, stderr: float | None) -> PairedDelta:
 
 
 # ------------------------------------------------------------------------------------ rank agreement
-def ranks(values: Sequence[float]) -> np.ndarray:
+def ranks(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """1-based ranks, ties sharing their average rank (as Spearman's rho needs)."""
     x = np.asarray(values, dtype=np.float64)
     order = np.argsort(x, kind="stable")
@@ -164,7 +164,7 @@ def ranks(values: Sequence[float]) -> np.ndarray:
     return out
 
 
-def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+def spearman(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float | None:
     """Spearman's rank correlation: Pearson's r of the (average-tie) ranks; None if a side is constant."""
     if len(x) != len(y):
         raise ValueError(f"rank correlation of sequences of different lengths: {len(x)} vs {len(y)}")
