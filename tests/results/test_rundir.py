@@ -11,7 +11,7 @@ import pytest
 from layerprobe.results import RunDir, rank_suffix
 from layerprobe.results.rundir import curve_name, figure_name, sample_name
 
-PACKAGE = Path(__file__).resolve().parents[1] / "layerprobe"
+PACKAGE = Path(__file__).resolve().parents[2] / "layerprobe"
 # Names of a Hugging Face checkpoint's own files (read, or written by an export): not a run's files.
 CHECKPOINT_FILES = {"config.json", "model.safetensors.index.json", "pytorch_model.bin.index.json"}
 FILE_NAME = re.compile(r"^[\w.{}\-]+\.(json|jsonl|png|pdf)$")

@@ -86,7 +86,7 @@ def test_cli_finds_angular_json_in_out_prints_agreement_and_logs_samples(tiny_ch
 
     from layerprobe.cli.app import app
 
-    tasks = Path(__file__).parent / "data" / "tasks"
+    tasks = Path(__file__).parents[1] / "data" / "tasks"
     write_json(tmp_path / "angular.json", angular_with([0.3, 0.1, 0.2, 0.4]).to_dict())
     args = ["prune-drop", str(tiny_checkpoints["llama"]), "--task", "lp_arc_like", "--include-path", str(tasks)]
     args += ["--limit", "4", "--batch-size", "4", "--device", "cpu", "--quiet", "--engine", "simple"]

@@ -31,7 +31,7 @@ from layerprobe.model.stack import find_layers
 from layerprobe.prune.drop import run_prune_drop
 from layerprobe.prune.state import PARTIAL_NAME
 
-TASKS_DIR = Path(__file__).parent / "data" / "tasks"
+TASKS_DIR = Path(__file__).parents[1] / "data" / "tasks"
 TASKS = ("lp_mmlu", "lp_arc_like", "lp_pydoc_ppl")  # MMLU-shaped group, ARC-shaped, rolling perplexity
 CAUSAL = ("llama", "qwen3", "gpt2", "deepseek_v3")
 # The default run checks one architecture end to end; the sweep over the others is marked slow.

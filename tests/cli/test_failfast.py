@@ -21,8 +21,8 @@ from layerprobe.cli.app import app
 from layerprobe.core import MAX_TOKENS
 
 runner = CliRunner()
-TASKS_DIR = Path(__file__).parent / "data" / "tasks"
-ROOT = Path(__file__).parent.parent
+TASKS_DIR = Path(__file__).parents[1] / "data" / "tasks"
+ROOT = Path(__file__).parents[2]
 
 
 class WeightsRead(Exception):

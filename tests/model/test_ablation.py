@@ -28,7 +28,7 @@ from layerprobe.model.load import load_model
 from layerprobe.model.stack import find_layers
 from layerprobe.prune.drop import run_prune_drop
 
-TASKS_DIR = Path(__file__).parent / "data" / "tasks"
+TASKS_DIR = Path(__file__).parents[1] / "data" / "tasks"
 COMMON = dict(vocab_size=128, num_hidden_layers=4, max_position_embeddings=64, bos_token_id=1, eos_token_id=2)
 ATTN = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2)
 runner = CliRunner()

@@ -23,7 +23,7 @@ from layerprobe.evaluate.harness import evaluate, make_lm
 from layerprobe.evaluate.lm_eval_globals import quiet_lm_eval
 from layerprobe.evaluate.tasks import build_tasks, is_generation_task
 
-TASKS_DIR = Path(__file__).parent / "data" / "tasks"
+TASKS_DIR = Path(__file__).parents[1] / "data" / "tasks"
 NAMES = ["lp_mmlu", "lp_arc_like", "lp_pydoc_ppl"]
 BATCH = 4
 

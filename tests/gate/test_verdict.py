@@ -706,7 +706,7 @@ def test_cli_exit_two_on_unknown_rule_and_unknown_format(tmp_path):
 # --- docs/ci.md: the examples must be what the code accepts --------------------------------------------
 
 
-CI_DOC = Path(__file__).resolve().parents[1] / "docs" / "ci.md"
+CI_DOC = Path(__file__).resolve().parents[2] / "docs" / "ci.md"
 
 
 def fenced(language: str) -> list[str]:

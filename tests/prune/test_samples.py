@@ -12,7 +12,7 @@ from layerprobe.results.rundir import PRUNE_DROP_PARTIAL_SAMPLES as PARTIAL_DIR
 from layerprobe.results.rundir import SAMPLES_DIR
 from layerprobe.results.rundir import sample_name as file_name
 
-TASKS_DIR = Path(__file__).parent / "data" / "tasks"
+TASKS_DIR = Path(__file__).parents[1] / "data" / "tasks"
 
 
 def rows(variant, n=3, value=1.0):

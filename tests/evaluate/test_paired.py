@@ -24,7 +24,7 @@ from layerprobe.model import find_layers, removed_blocks
 from layerprobe.results.evaluation import MetricSamples, from_rows, to_rows
 from layerprobe.stats.paired import DEFAULT_DRAWS, DEFAULT_SEED, Z95
 
-TASKS_DIR = Path(__file__).parent / "data" / "tasks"
+TASKS_DIR = Path(__file__).parents[1] / "data" / "tasks"
 TASKS = ("lp_mmlu", "lp_arc_like", "lp_pydoc_ppl")
 LEAVES = {"lp_mmlu": ("lp_mmlu_humanities", "lp_mmlu_stem"), "lp_arc_like": ("lp_arc_like",)}
 BATCH, SEED, FEWSHOT = 4, 1234, 1

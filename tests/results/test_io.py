@@ -12,9 +12,9 @@ from layerprobe.core import ResultError
 from layerprobe.results import read_json, write_json, write_json_lines, write_text
 from layerprobe.results.io import SCHEMAS, check_schema, schema_family
 from layerprobe.results.validate import Node
-from tests.test_rundir import string_literals
+from tests.results.test_rundir import string_literals
 
-PACKAGE = Path(__file__).resolve().parents[1] / "layerprobe"
+PACKAGE = Path(__file__).resolve().parents[2] / "layerprobe"
 IO = PACKAGE / "results" / "io.py"
 # The shared engine's answer journal appends fsynced lines to a file it creates: append-only, never replaced.
 APPEND_ONLY = {PACKAGE / "evaluate" / "journal.py"}

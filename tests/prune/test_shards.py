@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_prune import BATCH, TASKS_DIR, comparable, load, make_spec
+from tests.prune.test_drop import BATCH, TASKS_DIR, comparable, load, make_spec
 
 from layerprobe.core.errors import LayerprobeError, ResultError
 from layerprobe.core.shares import Share
@@ -24,7 +24,7 @@ from layerprobe.prune.shards import merge_shards
 from layerprobe.results import PruneDropResult
 from layerprobe.results.rundir import SHARD_JSON
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TASKS = ("lp_arc_like", "lp_pydoc_ppl")
 
 
@@ -140,12 +140,12 @@ RANK_SCRIPT = """
 import json, os, sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
-from test_prune import make_spec
+from tests.prune.test_drop import make_spec
 from layerprobe.measure.angular import run_angular
 from layerprobe.model.progress import Progress
 from layerprobe.prune.drop import run_prune_drop
 from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
-from test_distributed import angular_json
+from tests.prune.test_shards import angular_json
 rank = int(os.environ["RANK"])
 variants, tokens, stage = [], [], [None]
 spec = make_spec({model!r}, tasks={tasks!r}, layers="0-3", limit=4, engine={engine!r})

@@ -32,7 +32,7 @@ from layerprobe.cli.groups import OptionGroup, command_groups, takes_groups
 from layerprobe.cli.options import Corpus, Evaluation, ModelLoading, Output, StreamedCorpus
 from layerprobe.core import LayerprobeError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 CLICK = typer.main.get_command(app)
 # What Typer builds per use of an option (its own copies), not what the option is.

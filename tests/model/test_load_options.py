@@ -39,7 +39,7 @@ from layerprobe.prune.state import PruneState, fingerprint
 from layerprobe.results import AngularResult, ModelInfo, PruneDropResult, load_result
 from layerprobe.results.evaluation import Evaluation
 
-TASKS_DIR = Path(__file__).parent / "data" / "tasks"
+TASKS_DIR = Path(__file__).parents[1] / "data" / "tasks"
 runner = CliRunner()
 HAVE_BNB = importlib.util.find_spec("bitsandbytes") is not None
 

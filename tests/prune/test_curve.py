@@ -15,7 +15,7 @@ from layerprobe.core.errors import LayerprobeError
 from layerprobe.measure.angular import run_angular
 from layerprobe.prune.curve import PruneCurveSpec, choose_spans, gromov_start, run_prune_curve
 from layerprobe.results import PruneCurveResult, load_result, write_json
-from tests.test_corpus_metric import _deleted_span, _reference
+from tests.evaluate.test_corpus_metric import _deleted_span, _reference
 
 CORPUS = CorpusSpec(BUILTIN_CORPUS, tokens=48, seq_len=16)
 runner = CliRunner()
@@ -135,7 +135,7 @@ def test_prune_curve_loads_with_the_model_loading_options(tiny_checkpoints, tmp_
 
 
 def test_prune_curve_scores_squad_from_a_local_file(tiny_checkpoints, tmp_path):
-    from tests.test_squad import _official_json
+    from tests.evaluate.test_squad import _official_json
 
     squad = tmp_path / "dev-v1.1.json"
     squad.write_text(json.dumps(_official_json()), encoding="utf-8")

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 
 import pytest
-import test_prune
+import tests.prune.test_drop as test_prune
 import torch
 from factories import build_checkpoint
-from test_prune import RESULT, TASKS_DIR, assert_same_answers, load, make_spec
+from tests.prune.test_drop import RESULT, TASKS_DIR, assert_same_answers, load, make_spec
 
 from layerprobe.evaluate.prefix_cache import MIN_PREFIX, PrefixReuse, find_groups
 from layerprobe.model.stack import find_layers, hidden_from_input
@@ -195,7 +195,7 @@ def test_the_probe_passes_on_a_model_that_reuses_its_cache_correctly(long_contex
 
 
 def test_no_prefix_reuse_is_a_cli_flag_recorded_in_the_result_and_the_fingerprint(long_context, tmp_path):
-    from test_prune import invoke
+    from tests.prune.test_drop import invoke
 
     path = long_context["llama"]
     args = ["--task", "lp_mmlu", "--include-path", TASKS_DIR, "--layers", "3", "--limit", 2, "--num-fewshot", 5]

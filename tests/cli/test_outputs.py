@@ -28,7 +28,7 @@ from layerprobe.results import (
 )
 from layerprobe.results.io import remove_stale_temp_files
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUN = RunInfo(started_at="2025-01-01T00:00:00+00:00", seconds=1.0, versions={"layerprobe": "0"}, device="cpu")
 runner = CliRunner()
 
