@@ -1,3 +1,7 @@
+"""`layerprobe angular`: a run's JSON, figures and summary; bad input is one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
 import json
 import re
 
@@ -41,37 +45,6 @@ def test_angular_end_to_end(tiny_checkpoints, tmp_path):
         assert (tmp_path / name).stat().st_size > 1000
     assert "most similar adjacent pair" in result.output
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files left
-
-
-def test_layers_command(tiny_checkpoints):
-    result = runner.invoke(app, ["layers", str(tiny_checkpoints["gpt2"])])
-    assert result.exit_code == 0, result.output
-    assert "stack path: h" in result.output and "L = 4" in result.output and "GPT2Block" in result.output
-    import transformers as tf
-
-    real = tf.AutoModel.from_pretrained(tiny_checkpoints["gpt2"])  # the listing is built without weights
-    expected = sum(p.numel() for p in real.h.parameters())
-    assert f"parameters in blocks: {expected:,}" in " ".join(result.output.split())
-    # The attention and MLP module paths prune-drop --unit would zero, found by tracing (GPT-2: attn, mlp).
-    rows = [line.split("│") for line in result.output.splitlines() if "│" in line and "GPT2Block" in line]
-    assert len(rows) == 4 and all([c.strip() for c in row[-3:-1]] == ["attn", "mlp"] for row in rows), rows
-
-
-def test_plot_redraws_from_json(tiny_checkpoints, tmp_path):
-    assert _angular([str(tiny_checkpoints["bert"]), "--tokens", "300"], tmp_path).exit_code == 0
-    (tmp_path / "angular.png").unlink()
-    redraw = tmp_path / "redraw"
-    result = runner.invoke(app, ["plot", str(tmp_path / "angular.json"), "--out", str(redraw)])
-    assert result.exit_code == 0, result.output
-    assert (redraw / "angular.png").exists()
-
-
-def test_demo_runs_offline_on_real_minilm(minilm, tmp_path):
-    result = runner.invoke(app, ["demo", "--tokens", "1024", "--quiet", "--out", str(tmp_path)])
-    assert result.exit_code == 0, result.output
-    data = json.loads((tmp_path / "angular.json").read_text())
-    assert data["model"]["num_layers"] == 6 and data["data"]["dataset"] == "builtin:pydoc"
-    assert data["data"]["tokens"] == 1024
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,6 @@ positive control shows the spy does see a weight load when the inputs are good.
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -15,14 +14,15 @@ from pathlib import Path
 
 import pytest
 import transformers as tf
+from command_line import flat
+from factories import TASKS_DIR, copy_without_tokenizer, malformed_task_yaml
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
 from layerprobe.core import MAX_TOKENS
 
 runner = CliRunner()
-TASKS_DIR = Path(__file__).parents[1] / "data" / "tasks"
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class WeightsRead(Exception):
@@ -45,11 +45,6 @@ def _run(args):
     return runner.invoke(app, args)
 
 
-def flat(text):
-    """Output with rich's panel borders and line wrapping taken out."""
-    return " ".join(re.sub("[│╭╮╰╯─]", " ", text).split())
-
-
 def _refused(result, message, calls):
     assert result.exit_code == 2, result.output
     assert message in flat(result.output), result.output
@@ -65,14 +60,6 @@ def test_spy_sees_a_weight_load_when_inputs_are_good(tiny_checkpoints, tmp_path,
         )
         assert isinstance(result.exception, WeightsRead), result.output
     assert len(weight_spy) == 2
-
-
-def _no_tokenizer_copy(source: Path, target: Path) -> Path:
-    target.mkdir()
-    for path in source.iterdir():
-        if "token" not in path.name and path.name != "special_tokens_map.json":
-            shutil.copy(path, target / path.name)
-    return target
 
 
 @pytest.mark.parametrize("command", ["angular", "depth"])
@@ -112,7 +99,7 @@ def test_streaming_commands_fail_before_weights(tiny_checkpoints, tmp_path, weig
     elif case == "out_is_file":
         out.write_text("not a directory")
     elif case == "no_tokenizer":
-        model = str(_no_tokenizer_copy(tiny_checkpoints["llama"], tmp_path / "no_tok"))
+        model = str(copy_without_tokenizer(tiny_checkpoints["llama"], tmp_path / "no_tok"))
     elif case == "bad_positions":
         extra += ["--positions", "middle"]
     elif case == "bad_dtype":
@@ -120,7 +107,7 @@ def test_streaming_commands_fail_before_weights(tiny_checkpoints, tmp_path, weig
     elif case == "bad_layers_path":
         extra += ["--layers-path", "model.nothing"]
     elif case == "bad_config":
-        model = str(_no_tokenizer_copy(tiny_checkpoints["llama"], tmp_path / "bad_config"))
+        model = str(copy_without_tokenizer(tiny_checkpoints["llama"], tmp_path / "bad_config"))
         (Path(model) / "config.json").write_text(json.dumps({"hidden_size": 8}))
     result = _run([command, model, "--dataset", dataset, *extra, "--quiet", "--out", str(out)])
     _refused(result, message, weight_spy)
@@ -198,12 +185,6 @@ def test_prune_export_fails_before_weights(tiny_checkpoints, tmp_path, weight_sp
     assert not (tmp_path / "pruned").exists()
 
 
-def _malformed_yaml(tmp_path: Path) -> Path:
-    path = tmp_path / "bad_task.yaml"
-    path.write_text("task: lp_bad\ndataset_path: json\n  output_type: [multiple_choice\n")
-    return path
-
-
 def _prune(model, *args):
     return _run(["prune-drop", str(model), "--quiet", *args])
 
@@ -228,7 +209,7 @@ def test_prune_drop_fails_before_weights(tiny_checkpoints, tmp_path, weight_spy,
     out = tmp_path / "out"
     args = ["--task", "lp_arc_like", "--include-path", str(TASKS_DIR), "--out", str(out)]
     if case == "malformed_yaml_task":
-        args = ["--task", str(_malformed_yaml(tmp_path)), "--out", str(out)]
+        args = ["--task", str(malformed_task_yaml(tmp_path)), "--out", str(out)]
     elif case == "missing_yaml_task":
         args = ["--task", str(tmp_path / "nope.yaml"), "--out", str(out)]
     elif case == "include_path_is_file":
@@ -290,7 +271,7 @@ def test_fewshot_within_pool_reaches_the_weights(tiny_checkpoints, tmp_path, wei
 def test_broken_yaml_in_include_path_is_named(tiny_checkpoints, tmp_path, weight_spy):
     folder = tmp_path / "tasks"
     folder.mkdir()
-    shutil.copy(_malformed_yaml(tmp_path), folder / "lp_bad.yaml")
+    shutil.copy(malformed_task_yaml(tmp_path), folder / "lp_bad.yaml")
     result = _prune(
         tiny_checkpoints["llama"], "--task", "lp_bad", "--include-path", str(folder), "--out", str(tmp_path / "o")
     )
@@ -300,7 +281,7 @@ def test_broken_yaml_in_include_path_is_named(tiny_checkpoints, tmp_path, weight
 
 def test_comma_task_lists_and_tasks_alias(tiny_checkpoints, tmp_path, weight_spy):
     """`--tasks a,b` is read as two tasks: the second one's error shows it was reached."""
-    bad = _malformed_yaml(tmp_path)
+    bad = malformed_task_yaml(tmp_path)
     for option in ("--tasks", "--task"):
         result = _prune(
             tiny_checkpoints["llama"],
@@ -312,43 +293,6 @@ def test_comma_task_lists_and_tasks_alias(tiny_checkpoints, tmp_path, weight_spy
             str(tmp_path / "o"),
         )
         _refused(result, "task YAML cannot be read", weight_spy)
-
-
-def test_spec_parsing_of_lm_eval_spellings():
-    from layerprobe.cli.options import split_task_names
-    from layerprobe.core import parse_eval_batch_size
-
-    assert split_task_names(["a,b", " c ", "d,,"]) == ("a", "b", "c", "d")
-    assert parse_eval_batch_size("auto:4") == "auto:4" and parse_eval_batch_size("auto") == "auto"
-    assert parse_eval_batch_size("16") == 16
-    for bad in ("auto:0", "0", "-1", "auto:x", "8.5"):
-        with pytest.raises(Exception, match="auto:N"):
-            parse_eval_batch_size(bad)
-
-
-def test_help_lists_choices_and_underscore_aliases():
-    def help_text(command):
-        return flat(runner.invoke(app, [command, "--help"], env={"COLUMNS": "250"}).output)
-
-    prune = help_text("prune-drop")
-    for name in ("--tasks", "--num_fewshot", "--include_path", "--batch_size", "--output_path", "--log_samples"):
-        assert name in prune
-    for name in ("<auto|simple|shared>",):
-        assert name in prune
-    angular = help_text("angular")
-    assert "<auto|float32|bfloat16|float16>" in angular and "<all|last>" in angular and "--batch_size" in angular
-    assert "<all|last>" in help_text("depth")
-    assert "<table|markdown|json>" in help_text("compare")
-
-
-def test_demo_is_named_minilm_with_its_path_kept(minilm, tmp_path):
-    result = _run(["demo", "--tokens", "512", "--quiet", "--out", str(tmp_path)])
-    assert result.exit_code == 0, result.output
-    data = json.loads((tmp_path / "angular.json").read_text())
-    assert data["model"]["id"] == "all-MiniLM-L6-v2"
-    assert Path(data["model"]["path"]).is_dir() and (Path(data["model"]["path"]) / "config.json").is_file()
-    assert result.output.startswith("all-MiniLM-L6-v2: d(x^l, x^(l+1))")
-    assert data["model"]["path"] not in result.output.split("wrote")[0]
 
 
 def _cli(env_changes, *args):
@@ -372,28 +316,6 @@ def test_unreachable_hub_is_one_line_with_the_offline_hint(tmp_path):
     offline = _cli({"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}, "angular", "no-such-org/x")
     assert offline.returncode == 2 and "offline mode is set (HF_HUB_OFFLINE=1)" in offline.stderr
     assert "hf download no-such-org/x" in offline.stderr and len(offline.stderr.strip().splitlines()) == 2
-
-
-def test_progress_bar_is_cleared_before_an_error():
-    import io
-
-    from rich.console import Console
-
-    from layerprobe.cli import console
-
-    buffer = io.StringIO()
-    progress = console.RichProgress(quiet=False)
-    progress.bar.live.console = Console(file=buffer, force_terminal=False, width=120)
-    with pytest.raises(RuntimeError), progress.running():
-        progress.stage("Loading model", None)
-        raise RuntimeError("boom")
-    assert "Loading model" not in buffer.getvalue()
-    buffer_ok = io.StringIO()
-    progress = console.RichProgress(quiet=False)
-    progress.bar.live.console = Console(file=buffer_ok, force_terminal=False, width=120)
-    with progress.running():
-        progress.stage("Loading model", None)
-    assert "Loading model" in buffer_ok.getvalue()  # the control: without an error the bar stays
 
 
 @pytest.mark.slow

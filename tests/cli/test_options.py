@@ -1,4 +1,4 @@
-"""Options declared once: the option-group mechanism, and every shared option identical on every command.
+"""Options declared once: every shared option identical on every command that takes it.
 
 The groups of cli/options.py (and the options shared one by one) are what makes `--model-args` or
 `--num_fewshot` mean the same on every command that takes them. These tests read the click commands
@@ -9,31 +9,17 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
-import subprocess
-import sys
 from collections import defaultdict
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated
 
 import pytest
 import typer
-from typer.testing import CliRunner
+from command_line import flat_help
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
+from layerprobe.cli.app import COMMANDS, app
+from layerprobe.cli.groups import OptionGroup, command_groups
+from layerprobe.cli.options import Corpus, Evaluation, ModelLoading, Output, StreamedCorpus, split_task_names
+from layerprobe.core import parse_eval_batch_size
 
-import layerprobe
-from layerprobe.cli.app import COMMANDS, app, friendly_errors
-from layerprobe.cli.groups import OptionGroup, command_groups, takes_groups
-from layerprobe.cli.options import Corpus, Evaluation, ModelLoading, Output, StreamedCorpus
-from layerprobe.core import LayerprobeError
-
-ROOT = Path(__file__).resolve().parents[2]
-runner = CliRunner()
 CLICK = typer.main.get_command(app)
 # What Typer builds per use of an option (its own copies), not what the option is.
 PER_USE = {"type_descriptor", "_runtime_param", "_custom_shell_complete"}
@@ -48,12 +34,6 @@ def described(param) -> str:
 
 def params_of(command: str) -> dict[str, object]:
     return {p.name: p for p in CLICK.commands[command].params}
-
-
-def flat_help(*args: str) -> str:
-    result = runner.invoke(app, [*args, "--help"], env={"COLUMNS": "400", "TERMINAL_WIDTH": "400"})
-    assert result.exit_code == 0, result.output
-    return " ".join(re.sub("[│╭╮╰╯─]", " ", result.output).split())
 
 
 # --- every group, identical on every command that takes it ---------------------------------------------
@@ -121,137 +101,30 @@ def test_lm_eval_spellings_and_the_loading_options_on_every_command_that_runs_a_
             assert option in text, option
 
 
-def test_prune_curve_passes_every_shared_option_to_its_spec(tmp_path, monkeypatch):
-    import layerprobe.prune
-
-    seen = []
-
-    def capture(spec, *_args):
-        seen.append(spec)
-        raise LayerprobeError("captured")
-
-    monkeypatch.setattr(layerprobe.prune, "run_prune_curve", capture)
-    args = ["prune-curve", "org/m", "--tasks", "a,b", "--num_fewshot", "3", "--batch_size", "auto:2"]
-    args += ["--include_path", str(tmp_path), "--squad-data", str(tmp_path / "s.json"), "--limit", "0.5"]
-    args += ["--model-args", "low_cpu_mem_usage=true,max_memory={0:1GiB}", "--load-in-8bit"]
-    args += ["--attn-implementation", "eager", "--revision", "main", "--trust-remote-code", "--layers-path", "x.y"]
-    args += ["--device", "cpu", "--dtype", "bfloat16", "--tokens", "1e3", "--seq-len", "64", "--seed", "7"]
-    args += ["--output_path", str(tmp_path / "out"), "-q"]
-    result = runner.invoke(app, args)
-    assert result.exit_code == 2 and "captured" in result.output, result.output
-    [spec] = seen
-    prune = spec.prune
-    model = prune.model
-    assert model.model_args == {"low_cpu_mem_usage": True, "max_memory": {0: "1GiB"}}
-    assert (model.quantization, model.attn_implementation, model.revision) == ("8bit", "eager", "main")
-    assert (model.trust_remote_code, model.layers_path, model.device, model.dtype) == (True, "x.y", "cpu", "bfloat16")
-    assert prune.tasks == ("a", "b") and prune.num_fewshot == 3 and prune.batch_size == "auto:2"
-    assert prune.include_path == str(tmp_path) and prune.squad_data == str(tmp_path / "s.json")
-    assert prune.limit == 0.5 and prune.seed == 7
-    assert prune.corpus.tokens == 1000 and prune.corpus.seq_len == 64
-
-
 def test_no_command_hand_lists_more_than_twenty_parameters():
     for name, command in COMMANDS.items():
         assert len(inspect.signature(inspect.unwrap(command)).parameters) <= 20, name
 
 
-# --- the mechanism ------------------------------------------------------------------------------------
+def test_spec_parsing_of_lm_eval_spellings():
+    assert split_task_names(["a,b", " c ", "d,,"]) == ("a", "b", "c", "d")
+    assert parse_eval_batch_size("auto:4") == "auto:4" and parse_eval_batch_size("auto") == "auto"
+    assert parse_eval_batch_size("16") == 16
+    for bad in ("auto:0", "0", "-1", "auto:x", "8.5"):
+        with pytest.raises(Exception, match="auto:N"):
+            parse_eval_batch_size(bad)
 
 
-@dataclass(frozen=True)
-class Size(OptionGroup):
-    """A toy group."""
+def test_help_lists_choices_and_underscore_aliases():
+    def help_text(command):
+        return flat_help(command)
 
-    width: Annotated[int, typer.Option("--width", "--breadth", help="How wide.")] = 3
-    height: Annotated[int, typer.Option("--height", help="How high.")] = 4
-
-
-calls: list[tuple[str, Size, bool]] = []
-
-
-def area(
-    name: Annotated[str, typer.Argument(help="A name.")],
-    *,
-    size: Size,
-    verbose: Annotated[bool, typer.Option("--verbose", help="Say more.")] = False,
-) -> None:
-    calls.append((name, size, verbose))
-
-
-def toy_app(command) -> typer.Typer:
-    toy = typer.Typer()
-    toy.command("area")(friendly_errors(command))
-    toy.command("other")(lambda: None)  # two commands keep `area` a subcommand, as in the real app
-    return toy
-
-
-def test_a_group_parameter_becomes_its_options_in_order_and_every_parameter_is_keyword_only():
-    command = takes_groups(area)
-    signature = inspect.signature(command)
-    assert list(signature.parameters) == ["name", "width", "height", "verbose"]
-    assert {p.kind for p in signature.parameters.values()} == {inspect.Parameter.KEYWORD_ONLY}
-    assert signature.parameters["width"].default == 3 and signature.parameters["height"].default == 4
-    assert command_groups(command) == {"size": Size} == command_groups(friendly_errors(command))
-    assert command_groups(area) == {}
-
-
-def test_the_command_receives_one_object_per_group():
-    calls.clear()
-    toy = toy_app(takes_groups(area))
-    assert runner.invoke(toy, ["area", "box", "--breadth", "5", "--verbose"]).exit_code == 0
-    assert runner.invoke(toy, ["area", "box"]).exit_code == 0
-    assert calls == [("box", Size(width=5, height=4), True), ("box", Size(), False)]
-    text = " ".join(runner.invoke(toy, ["area", "--help"]).output.split())
-    for option in ("--width", "--breadth", "How wide.", "--height", "How high.", "--verbose", "[default: 3]"):
-        assert option in text
-
-
-def test_an_option_taken_twice_is_refused_when_the_command_is_built():
-    def twice(*, size: Size, width: Annotated[int, typer.Option("--w")] = 1) -> None:
-        pass
-
-    with pytest.raises(TypeError, match="width"):
-        takes_groups(twice)
-
-
-def test_a_group_option_needs_a_default():
-    @dataclass(frozen=True)
-    class NoDefault(OptionGroup):
-        depth: Annotated[int, typer.Option("--depth")]
-
-    def command(*, thing: NoDefault) -> None:
-        pass
-
-    command.__annotations__["thing"] = NoDefault  # a local class: give the resolved type
-    with pytest.raises(TypeError, match="needs a default"):
-        takes_groups(command)
-
-
-# --- #18: --version, and help text that rich would have read as markup --------------------------------
-
-
-def test_version_prints_the_package_version():
-    result = runner.invoke(app, ["--version"])
-    assert result.exit_code == 0 and result.output == f"layerprobe {layerprobe.__version__}\n"
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert layerprobe.__version__ == project["version"]
-    assert "--version" in flat_help()
-
-
-@pytest.mark.parametrize("command", ["angular", "depth", "prune-drop", "prune-curve"])
-def test_the_quant_extra_is_named_in_the_help(command):
-    text = flat_help(command)
-    assert text.count("bitsandbytes (extra [quant]).") == 2 and "(extra )" not in text
-
-
-def test_help_never_imports_the_heavy_libraries():
-    heavy = ("torch", "transformers", "lm_eval", "datasets", "matplotlib", "accelerate")
-    code = (
-        "import sys\nfrom layerprobe.cli.app import app\n"
-        "for args in ([], ['prune-drop'], ['prune-curve'], ['angular'], ['layers'], ['compare']):\n"
-        "    try:\n        app([*args, '--help'])\n    except SystemExit:\n        pass\n"
-        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert out.stdout.strip().splitlines()[-1] == "[]"
+    prune = help_text("prune-drop")
+    for name in ("--tasks", "--num_fewshot", "--include_path", "--batch_size", "--output_path", "--log_samples"):
+        assert name in prune
+    for name in ("<auto|simple|shared>",):
+        assert name in prune
+    angular = help_text("angular")
+    assert "<auto|float32|bfloat16|float16>" in angular and "<all|last>" in angular and "--batch_size" in angular
+    assert "<all|last>" in help_text("depth")
+    assert "<table|markdown|json>" in help_text("compare")

@@ -1,12 +1,18 @@
-import json
+"""Token windows: the plan adds up to --tokens exactly, documents are packed in order with the model's
+special tokens, and one huge line is tokenized in bounded pieces with the same tokens."""
+
+from __future__ import annotations
+
+import random
+import time
 
 import pytest
 import transformers as tf
 
-from layerprobe.core import BUILTIN_CORPUS, CorpusSpec
+from layerprobe.core import CorpusSpec
 from layerprobe.core.errors import CorpusError, EmptyCorpus
 from layerprobe.data import batches, build_windows, iter_documents
-from layerprobe.data.windows import plan_window_lengths, special_layout
+from layerprobe.data.windows import PIECE_CHARS, piece_rule, plan_window_lengths, special_layout, split_long
 
 
 @pytest.mark.parametrize(
@@ -75,45 +81,51 @@ def test_batches_never_mix_lengths(tiny_checkpoints, pydoc_texts):
     assert all(len({len(w.input_ids) for w in g}) == 1 for g in groups)
 
 
-def _write_corpora(directory, texts):
-    txt = directory / "corpus.txt"
-    txt.write_text("\n\n".join(texts), encoding="utf-8")
-    jsonl = directory / "corpus.jsonl"
-    jsonl.write_text("\n".join(json.dumps({"body": t, "id": i}) for i, t in enumerate(texts)), encoding="utf-8")
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    parquet = directory / "corpus.parquet"
-    pq.write_table(pa.table({"body": texts}), parquet)
-    return txt, jsonl, parquet
-
-
-def test_local_files_stream_the_same_documents(tmp_path):
-    texts = ["First paragraph of text.", "Second one, a little longer than the first.", "Third."]
-    txt, jsonl, parquet = _write_corpora(tmp_path, texts)
-    assert list(iter_documents(CorpusSpec(str(txt)))) == texts
-    assert list(iter_documents(CorpusSpec(str(jsonl), text_field="body"))) == texts
-    assert list(iter_documents(CorpusSpec(str(parquet), text_field="body"))) == texts
+def test_split_long_pieces_join_back_and_stay_bounded():
+    rng = random.Random(0)
+    text = "".join(rng.choice(["word", "x" * 50, "a."]) + rng.choice([" ", "  ", "\n", " \t "]) for _ in range(9_000))
+    pieces = list(split_long(text, 256, keep_space=True))
+    assert "".join(pieces) == text
+    assert all(len(p) <= 256 for p in pieces) and len(pieces) > len(text) // 256
+    assert all(p[0].isspace() and not p[1].isspace() for p in pieces[1:] if len(p) > 1)
+    dropped = list(split_long(text, 256, keep_space=False))
+    assert sum(map(len, dropped)) == len(text) - (len(dropped) - 1)  # one whitespace character per cut
+    assert [len(p) for p in split_long("z" * 1000, 256)] == [256, 256, 256, 232]  # no whitespace: hard cuts
 
 
-def test_local_file_errors(tmp_path):
-    _, jsonl, _ = _write_corpora(tmp_path, ["a", "b"])
-    with pytest.raises(CorpusError, match="no field 'text'.*body"):
-        list(iter_documents(CorpusSpec(str(jsonl))))
-    with pytest.raises(CorpusError, match="No corpus file"):
-        list(iter_documents(CorpusSpec(str(tmp_path / "missing.jsonl"))))
-    odd = tmp_path / "corpus.xml"
-    odd.write_text("<a/>")
-    with pytest.raises(CorpusError, match="unknown file type"):
-        list(iter_documents(CorpusSpec(str(odd))))
+class CountingTokenizer:
+    """Wraps a tokenizer and counts the characters it was asked to encode."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.chars = inner, 0
+
+    def __call__(self, texts, **kw):
+        self.chars += len(texts) if isinstance(texts, str) else sum(map(len, texts))
+        return self.inner(texts, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
 
 
-def test_unreachable_hub_dataset_is_a_clear_error():
-    with pytest.raises(CorpusError, match="Cannot open corpus") as info:
-        next(iter_documents(CorpusSpec("allenai/c4", "en", "validation")))
-    assert "local" in info.value.hint
-
-
-def test_builtin_corpus_is_real_english():
-    docs = list(iter_documents(CorpusSpec(BUILTIN_CORPUS)))
-    assert len(docs) > 50 and sum(len(d) for d in docs) > 400_000
+@pytest.mark.parametrize("which", ["gpt2", "bert"])
+def test_one_huge_line_is_tokenized_in_bounded_pieces_with_the_same_tokens(tmp_path, tiny_checkpoints, minilm, which):
+    tok = tf.AutoTokenizer.from_pretrained(tiny_checkpoints["gpt2"] if which == "gpt2" else minilm)
+    assert piece_rule(tok) is True  # byte-level BPE and WordPiece: whitespace starts the next piece
+    rng = random.Random(1)
+    vocab = ["the", "layer", "probe", "angular", "distance,", "block.", "x^l", "42", "(a)", "naïve"]
+    text = " ".join(rng.choice(vocab) for _ in range(900_000))  # one ~6 MB line, no newline
+    path = tmp_path / "huge.txt"
+    path.write_text(text, encoding="utf-8")
+    assert path.stat().st_size > 5_000_000
+    counting = CountingTokenizer(tok)
+    start = time.perf_counter()
+    windows = build_windows(counting, iter_documents(CorpusSpec(str(path))), 1024, 128)
+    elapsed = time.perf_counter() - start
+    assert sum(len(w.input_ids) for w in windows) == 1024
+    assert counting.chars < 20 * PIECE_CHARS  # follows --tokens, not the 6 MB file
+    head, tail = (0, 0) if which == "gpt2" else (1, 1)  # BERT windows are [CLS] … [SEP]
+    text_ids = [t for w in windows for t in w.input_ids[head : len(w.input_ids) - tail]]
+    whole = tok(text[:60_000], add_special_tokens=False)["input_ids"]  # independent: one call, no pieces
+    assert len(text_ids) > 900
+    assert text_ids == whole[: len(text_ids)]
+    assert elapsed < 20  # generous for a shared 2-core machine; the whole file took minutes before

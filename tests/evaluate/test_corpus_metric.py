@@ -7,39 +7,15 @@ import math
 import pytest
 import torch
 import transformers as tf
+from reference import corpus_reference, deleted_span_float64
 
 from layerprobe.core import BUILTIN_CORPUS, CorpusSpec, ModelSpec
+from layerprobe.data import build_windows, iter_documents
 from layerprobe.evaluate.corpus_metric import CorpusScorer, corpus_windows
 from layerprobe.model.load import load_model
 from layerprobe.model.stack import find_layers
-from tests.reference import physically_deleted
 
 CORPUS = CorpusSpec(BUILTIN_CORPUS, tokens=72, seq_len=16)  # 4 full windows and one of 8
-
-
-def _deleted_span(path, arch, span, tmp_path):
-    """The model with every block of `span` physically deleted, one at a time (highest first), in float64."""
-    current = path
-    for step, layer in enumerate(sorted(span, reverse=True)):
-        model = physically_deleted(current, arch, layer, dtype=torch.float64)
-        current = tmp_path / f"deleted_{step}"
-        model.save_pretrained(current)
-    return tf.AutoModelForCausalLM.from_pretrained(current, dtype=torch.float64).eval()
-
-
-def _reference(base, variant, windows):
-    """Per-window mean NLL, KL(P_base ‖ P_variant), top-1 agreement, one window at a time in float64."""
-    out = {"nll": [], "kl": [], "top1": []}
-    with torch.no_grad():
-        for window in windows:
-            ids = torch.tensor([window.input_ids])
-            lp_base = base(input_ids=ids).logits[0, :-1].log_softmax(-1)
-            lp_var = variant(input_ids=ids).logits[0, :-1].log_softmax(-1)
-            target = ids[0, 1:]
-            out["nll"].append(float(-lp_var[torch.arange(len(target)), target].mean()))
-            out["kl"].append(float((lp_base.exp() * (lp_base - lp_var)).sum(-1).mean()))
-            out["top1"].append(float((lp_base.argmax(-1) == lp_var.argmax(-1)).double().mean()))
-    return out
 
 
 @pytest.mark.parametrize(
@@ -62,8 +38,8 @@ def test_corpus_scores_match_float64_physically_pruned(tiny_checkpoints, tmp_pat
     for span in [(), *spans]:
         with scorer.variant(span or None):
             evaluation = scorer.score("corpus")
-        variant64 = _deleted_span(path, arch, span, tmp_path / "_".join(map(str, span))) if span else base64
-        ref = _reference(base64, variant64, scorer.windows)
+        variant64 = deleted_span_float64(path, arch, span, tmp_path / "_".join(map(str, span))) if span else base64
+        ref = corpus_reference(base64, variant64, scorer.windows)
         for name, key in (("nll", "nll"), ("kl", "kl"), ("top1_agreement", "top1")):
             got = evaluation.per_sample[name].values["corpus"]
             assert [got[i] for i in range(5)] == pytest.approx(ref[key], abs=2e-5), (span, name)
@@ -82,8 +58,6 @@ def test_corpus_scores_match_float64_physically_pruned(tiny_checkpoints, tmp_pat
 
 def test_corpus_windows_are_angulars(tiny_checkpoints):
     """The scorer reads exactly the windows `angular` builds for the same corpus options."""
-    from layerprobe.data import build_windows, iter_documents
-
     loaded = load_model(ModelSpec(str(tiny_checkpoints["llama"]), device="cpu"), purpose="head")
     expected = build_windows(loaded.tokenizer, iter_documents(CORPUS), CORPUS.tokens, CORPUS.seq_len)
     assert corpus_windows(loaded, CORPUS) == expected

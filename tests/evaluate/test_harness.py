@@ -4,6 +4,8 @@ Tasks are local fixtures (tests/data/tasks: MMLU-shaped group of two subjects, A
 perplexity), scored by the tiny random checkpoints; nothing is downloaded.
 """
 
+from __future__ import annotations
+
 import contextlib
 import copy
 import io
@@ -11,36 +13,24 @@ import logging
 import math
 import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
 import transformers as tf
+from factories import TASKS, TASKS_DIR
+from reference import lm_eval_reference
 
-from layerprobe.core.errors import OFFLINE_HINT, TaskError
-from layerprobe.evaluate import tasks as tasks_module
-from layerprobe.evaluate.harness import evaluate, make_lm
+from layerprobe.evaluate.harness import evaluate, make_lm, task_scores
 from layerprobe.evaluate.lm_eval_globals import quiet_lm_eval
-from layerprobe.evaluate.tasks import build_tasks, is_generation_task
+from layerprobe.evaluate.tasks import build_tasks
 
-TASKS_DIR = Path(__file__).parents[1] / "data" / "tasks"
-NAMES = ["lp_mmlu", "lp_arc_like", "lp_pydoc_ppl"]
+NAMES = list(TASKS)
 BATCH = 4
 
 
 def _load(path):
     model = tf.AutoModelForCausalLM.from_pretrained(path).eval()
     return model, tf.AutoTokenizer.from_pretrained(path)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models gain nothing from threads, and on a busy 2-core box idle OpenMP spinning makes every
-    forward pass 20-50x slower; one thread keeps this file fast."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -51,28 +41,6 @@ def task_set():
 @pytest.fixture(scope="module")
 def models(tiny_checkpoints):
     return {arch: _load(tiny_checkpoints[arch]) for arch in ("llama", "gpt2", "qwen3")}
-
-
-def _simple_evaluate(model, tokenizer, names, monkeypatch, **kwargs):
-    """lm-eval's own entry point, fresh HFLM and tasks, run where lm-eval resolves data_files (cwd)."""
-    import lm_eval
-    from lm_eval.models.huggingface import HFLM
-    from lm_eval.tasks import TaskManager
-
-    monkeypatch.chdir(TASKS_DIR)
-    manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=BATCH)
-    return lm_eval.simple_evaluate(
-        model=lm,
-        tasks=names,
-        task_manager=manager,
-        bootstrap_iters=1000,
-        random_seed=1234,
-        numpy_random_seed=1234,
-        torch_random_seed=1234,
-        fewshot_random_seed=1234,
-        **kwargs,
-    )
 
 
 def _flat(scores):
@@ -104,94 +72,14 @@ def _requests(task_set):
     return {name: [inst.args for inst in task.instances] for name, task in task_set.tasks.items()}
 
 
-# ----------------------------------------------------------------------------------------- building
-
-
-def test_build_tasks_structure(task_set):
-    assert task_set.names == tuple(NAMES)
-    assert task_set.members == {
-        "lp_mmlu": ("lp_mmlu_stem", "lp_mmlu_humanities"),
-        "lp_arc_like": ("lp_arc_like",),
-        "lp_pydoc_ppl": ("lp_pydoc_ppl",),
-    }
-    assert task_set.loaded["group_map"] == {"lp_mmlu": ["lp_mmlu_stem", "lp_mmlu_humanities"]}
-    choice = "multiple_choice"
-    assert task_set.output_types == {
-        "lp_mmlu_stem": choice,
-        "lp_mmlu_humanities": choice,
-        "lp_arc_like": choice,
-        "lp_pydoc_ppl": "loglikelihood_rolling",
-    }
-    assert not any(is_generation_task(task_set, name) for name in NAMES)
-    assert all(task.get_config("num_fewshot") == 0 for task in task_set.tasks.values())
-
-
-def test_relative_data_files_resolve_next_to_the_yaml_from_any_cwd(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    ts = build_tasks(["lp_pydoc_ppl"], include_path=TASKS_DIR)
-    assert len(ts.tasks["lp_pydoc_ppl"].eval_docs) == 10
-    # A YAML written for plain lm-eval (paths relative to the working directory) still loads.
-    (tmp_path / "cwd_relative.yaml").write_text(
-        (TASKS_DIR / "lp_pydoc_ppl.yaml").read_text().replace("task: lp_pydoc_ppl", "task: lp_cwd_relative")
-    )
-    monkeypatch.chdir(TASKS_DIR)
-    ts = build_tasks(["lp_cwd_relative"], include_path=tmp_path)
-    assert len(ts.tasks["lp_cwd_relative"].eval_docs) == 10
-
-
-@pytest.mark.slow
-def test_unknown_task_suggests_close_names():
-    # Not in the include path, so lm-eval's whole index is searched too (the slow part of this file).
-    with pytest.raises(TaskError) as caught:
-        build_tasks(["lp_mmlu_stm", "mmlu_astronmy"], include_path=TASKS_DIR)
-    message = str(caught.value)
-    assert "'lp_mmlu_stm' (did you mean lp_mmlu_stem" in message
-    assert "'mmlu_astronmy' (did you mean mmlu_astronomy" in message
-
-
-def test_unreachable_data_is_a_task_error(tmp_path):
-    common = (
-        "output_type: multiple_choice\ntest_split: test\ndoc_to_text: '{{q}}'\ndoc_to_target: 0\n"
-        "doc_to_choice: ['a', 'b']\n"
-    )
-    (tmp_path / "hub.yaml").write_text("task: lp_hub\ndataset_path: no-such-org/no-such-data\n" + common)
-    missing = "dataset_kwargs: {data_files: {test: data/missing.jsonl}}\n"
-    (tmp_path / "local.yaml").write_text("task: lp_local\ndataset_path: json\n" + missing + common)
-    with pytest.raises(TaskError) as hub:
-        build_tasks(["lp_hub"], include_path=tmp_path)
-    assert "no-such-org/no-such-data" in str(hub.value) and hub.value.hint == OFFLINE_HINT
-    with pytest.raises(TaskError) as local:
-        build_tasks(["lp_local"], include_path=tmp_path)
-    assert str(tmp_path / "data" / "missing.jsonl") in str(local.value)
-    assert local.value.hint == tasks_module.LOCAL_FILES_HINT
-
-
-def test_groups_without_a_single_score_and_duplicates_are_task_errors(tmp_path):
-    data = TASKS_DIR / "data" / "arc_like_test.jsonl"
-    task = (
-        "dataset_path: json\ndataset_kwargs: {{data_files: {{test: {data}}}}}\n"
-        "output_type: multiple_choice\ntest_split: test\ndoc_to_text: '{{{{question}}}}'\n"
-        "doc_to_target: 0\ndoc_to_choice: '{{{{choices.text}}}}'\n"
-    )
-    (tmp_path / "a.yaml").write_text(f"task: lp_a\ntag: lp_tag\n{task.format(data=data)}")
-    (tmp_path / "b.yaml").write_text(f"task: lp_b\ntag: lp_tag\n{task.format(data=data)}")
-    (tmp_path / "group.yaml").write_text("group: lp_plain_group\ntask: [lp_a, lp_b]\n")
-    with pytest.raises(TaskError, match="no aggregate_metric_list"):
-        build_tasks(["lp_plain_group"], include_path=tmp_path)
-    with pytest.raises(TaskError, match="tag for several tasks"):
-        build_tasks(["lp_tag"], include_path=tmp_path)
-    with pytest.raises(TaskError, match="asked for twice"):
-        build_tasks(["lp_mmlu", "lp_mmlu_stem"], include_path=TASKS_DIR)
-
-
 # ----------------------------------------------------------------------------------------- scoring
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
-def test_evaluate_equals_simple_evaluate(task_set, models, arch, monkeypatch):
+def test_evaluate_equals_simple_evaluate(task_set, models, arch):
     model, tokenizer = models[arch]
     ours = evaluate(make_lm(model, tokenizer, batch_size=BATCH), task_set)
-    theirs = _simple_evaluate(model, tokenizer, NAMES, monkeypatch, log_samples=False)
+    theirs = lm_eval_reference(model, tokenizer, NAMES, batch_size=BATCH, log_samples=False)
     assert _flat(ours) == _lm_eval_flat(theirs)  # every metric lm-eval reports, exactly, stderr included
     assert list(ours["lp_arc_like"].metrics) == ["acc", "acc_norm"]
     assert list(ours["lp_pydoc_ppl"].metrics) == ["word_perplexity", "byte_perplexity", "bits_per_byte"]
@@ -263,7 +151,7 @@ def test_repeated_calls_see_the_same_requests_and_give_the_same_results(task_set
     assert first_requests == second_requests
 
 
-def test_fewshot_contexts_identical_across_calls_and_equal_to_simple_evaluate(models, monkeypatch):
+def test_fewshot_contexts_identical_across_calls_and_equal_to_simple_evaluate(models):
     model, tokenizer = models["llama"]
     names = ["lp_arc_like", "lp_mmlu_stem"]
     ts = build_tasks(names, include_path=TASKS_DIR, num_fewshot=2)
@@ -283,7 +171,7 @@ def test_fewshot_contexts_identical_across_calls_and_equal_to_simple_evaluate(mo
     assert other_seed["lp_arc_like"] != arc and other_seed["lp_mmlu_stem"] == first_contexts["lp_mmlu_stem"]
     assert all(ctx.count("Answer:") == 3 for ctx in first_contexts["lp_mmlu_stem"])  # MMLU: first_n
     assert first["lp_arc_like"].num_fewshot == 2
-    theirs = _simple_evaluate(model, tokenizer, names, monkeypatch, num_fewshot=2, log_samples=True)
+    theirs = lm_eval_reference(model, tokenizer, names, batch_size=BATCH, num_fewshot=2, log_samples=True)
     for name in names:
         assert [s["arguments"][0][0] for s in theirs["samples"][name]] == first_contexts[name][::4]
     assert _flat(first) == _lm_eval_flat(theirs)
@@ -381,3 +269,9 @@ def test_a_response_cache_would_hand_the_variant_the_baseline_answers(task_set, 
         assert cached_bits_per_byte() == baseline  # stale: the pruned model was never run
         pruned = evaluate(make_lm(model, tokenizer, batch_size=BATCH), task_set)
         assert pruned["lp_pydoc_ppl"].metrics["bits_per_byte"].value != baseline
+
+
+def test_task_version_is_read_from_lm_eval_results():
+    results = {"results": {"t": {"acc,none": 0.5, "sample_len": 3}}, "versions": {"t": 1.0}}
+    assert task_scores(results, {}, "t").version == "1.0"
+    assert task_scores({**results, "versions": {"t": "N/A"}}, {}, "t").version is None

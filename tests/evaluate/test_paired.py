@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 import transformers as tf
-from reference import physically_deleted
+from factories import TASKS, TASKS_DIR, prune_spec, write_squad_jsonl
+from reference import lm_eval_reference, physically_deleted
 
 from layerprobe.evaluate.harness import evaluate, make_lm
 from layerprobe.evaluate.paired import paired_columns, paired_delta
@@ -24,42 +25,15 @@ from layerprobe.model import find_layers, removed_blocks
 from layerprobe.results.evaluation import MetricSamples, from_rows, to_rows
 from layerprobe.stats.paired import DEFAULT_DRAWS, DEFAULT_SEED, Z95
 
-TASKS_DIR = Path(__file__).parents[1] / "data" / "tasks"
-TASKS = ("lp_mmlu", "lp_arc_like", "lp_pydoc_ppl")
 LEAVES = {"lp_mmlu": ("lp_mmlu_humanities", "lp_mmlu_stem"), "lp_arc_like": ("lp_arc_like",)}
 BATCH, SEED, FEWSHOT = 4, 1234, 1
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def lm_eval_samples(model, tokenizer) -> dict:
-    """lm-eval's own entry point (fresh HFLM, fresh tasks) with log_samples=True."""
-    import lm_eval
-    from lm_eval.models.huggingface import HFLM
-    from lm_eval.tasks import TaskManager
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(TASKS_DIR)  # plain lm-eval resolves the YAMLs' relative data_files against the cwd
-        manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
-        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=BATCH)
-        return lm_eval.simple_evaluate(
-            model=lm,
-            tasks=list(TASKS),
-            task_manager=manager,
-            num_fewshot=FEWSHOT,
-            bootstrap_iters=0,
-            log_samples=True,
-            random_seed=SEED,
-            numpy_random_seed=SEED,
-            torch_random_seed=SEED,
-            fewshot_random_seed=SEED,
-        )["samples"]
+    """lm-eval's own per-document values (fresh HFLM, fresh tasks, log_samples=True), one-shot."""
+    return lm_eval_reference(
+        model, tokenizer, TASKS, batch_size=BATCH, seed=SEED, num_fewshot=FEWSHOT, bootstrap_iters=0, log_samples=True
+    )["samples"]
 
 
 def by_doc(samples: dict, leaf: str, metric: str) -> dict:
@@ -199,21 +173,6 @@ def test_unpaired_documents_give_no_stderr():
 
 
 # ------------------------------------------------------------------------- through prune-drop, end to end
-def make_spec(path, **overrides):
-    from layerprobe.core import ModelSpec, PruneSpec
-
-    settings = dict(
-        tasks=TASKS,
-        layers="1,3",
-        num_fewshot=FEWSHOT,
-        batch_size=BATCH,
-        seed=SEED,
-        include_path=str(TASKS_DIR),
-        engine="simple",
-        log_samples=True,
-    )
-    settings.update(overrides)
-    return PruneSpec(model=ModelSpec(str(path), device="cpu"), **settings)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -244,7 +203,8 @@ def test_prune_drop_paired_fields_and_samples_equal_lm_eval_on_physically_pruned
 
     path = tiny_checkpoints["llama"]
     loaded = load_model(ModelSpec(str(path), device="cpu"), purpose="head")
-    result = run_prune_drop(make_spec(path, engine=engine), tmp_path, loaded=loaded)
+    spec = prune_spec(path, layers="1,3", num_fewshot=FEWSHOT, limit=None, log_samples=True, engine=engine)
+    result = run_prune_drop(spec, tmp_path, loaded=loaded)
     assert result.engine == engine
     tokenizer = tf.AutoTokenizer.from_pretrained(path)
     reference = {None: lm_eval_samples(tf.AutoModelForCausalLM.from_pretrained(path).eval(), tokenizer)}
@@ -296,27 +256,12 @@ def test_prune_drop_paired_fields_and_samples_equal_lm_eval_on_physically_pruned
 
 
 def test_squad_per_question_values_equal_the_scorer_on_a_physically_deleted_qa_model(tiny_checkpoints, tmp_path):
-    import json
-
     from layerprobe.core import ModelSpec, PruneSpec
     from layerprobe.data.squad import load_squad
     from layerprobe.evaluate.squad import SquadScorer, per_question_scores
     from layerprobe.prune.drop import run_prune_drop
 
-    squad = tmp_path / "squad.jsonl"
-    contexts = [
-        ("Paris is the capital of France. It lies on the Seine.", "What is the capital of France?", "Paris"),
-        ("The Nile flows north through Egypt into the Mediterranean.", "Where does the Nile flow?", "north"),
-        ("Marie Curie won two Nobel prizes, in physics and chemistry.", "How many Nobel prizes?", "two"),
-        ("Water boils at 100 degrees Celsius at sea level.", "At what temperature does water boil?", "100 degrees"),
-        ("The piano has 88 keys, black and white.", "How many keys does a piano have?", "88"),
-        ("Mount Everest is the highest mountain above sea level.", "Which mountain is the highest?", "Mount Everest"),
-    ]
-    rows = [
-        {"id": f"q{i}", "context": c, "question": q, "answers": {"text": [a], "answer_start": [c.index(a)]}}
-        for i, (c, q, a) in enumerate(contexts)
-    ]
-    squad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    squad = write_squad_jsonl(tmp_path / "squad.jsonl")
     path = tiny_checkpoints["bert_qa"]
     spec = PruneSpec(
         model=ModelSpec(str(path), device="cpu"),

@@ -14,12 +14,16 @@ from __future__ import annotations
 import json
 
 import pytest
-import tests.prune.test_drop as test_prune
 import torch
-from factories import build_checkpoint
-from tests.prune.test_drop import RESULT, TASKS_DIR, assert_same_answers, load, make_spec
+from command_line import RESULT, invoke_prune_drop
+from factories import TASKS_DIR, loaded_head, prune_spec
+from watching import assert_same_answers
 
+from layerprobe.core.errors import ResultError
 from layerprobe.evaluate.prefix_cache import MIN_PREFIX, PrefixReuse, find_groups
+from layerprobe.evaluate.shared import SharedPrefixLM
+from layerprobe.model.info import model_info
+from layerprobe.model.progress import Progress
 from layerprobe.model.stack import find_layers, hidden_from_input
 from layerprobe.prune.drop import run_prune_drop
 from layerprobe.prune.state import fingerprint
@@ -27,18 +31,6 @@ from layerprobe.prune.state import fingerprint
 FEWSHOT_TASKS = ("lp_mmlu", "lp_arc_like")  # MMLU-shaped group (5 dev questions per subject), ARC-shaped
 
 
-@pytest.fixture(scope="module")
-def long_context(tmp_path_factory) -> dict:
-    """Tiny checkpoints with 1024 positions: 5-shot MMLU prompts (~400 tokens here) are not truncated.
-
-    (With the session's 256-position models lm-eval cuts every prompt from the left at a different
-    place, so no two inputs share a prefix and reuse would be tested on nothing.)
-    """
-    root = tmp_path_factory.mktemp("long")
-    return {arch: build_checkpoint(arch, root / arch, positions=1024) for arch in ("llama", "qwen3", "gpt2")}
-
-
-spy = test_prune.spy  # the same fixture: the scorers each run built and their raw answers
 WAYS = {
     "simple": dict(engine="simple"),
     "plain": dict(engine="shared", prefix_reuse=False),
@@ -79,7 +71,7 @@ def test_groups_are_the_longest_common_token_prefixes_that_save_work():
 
 # -------------------------------------------------------------------- equal to the plain path and lm-eval
 def _run_all_ways(path, tmp_path, spy, layers: str, **settings):
-    loaded = load(path)
+    loaded = loaded_head(path)
     blocks = list(find_layers(loaded.model).blocks)
     work = {"tokens": 0}
 
@@ -93,7 +85,7 @@ def _run_all_ways(path, tmp_path, spy, layers: str, **settings):
         for way, engine in WAYS.items():
             spy.reset()
             work["tokens"] = 0
-            spec = make_spec(path, tasks=FEWSHOT_TASKS, layers=layers, **{**settings, **engine})
+            spec = prune_spec(path, tasks=FEWSHOT_TASKS, layers=layers, **{**settings, **engine})
             results[way] = run_prune_drop(spec, tmp_path / way, loaded=loaded, progress=spy.progress)
             answers[way], tokens[way] = dict(spy.answers), work["tokens"]
             lms[way] = spy.scorers[0].lm
@@ -151,14 +143,14 @@ def test_a_model_whose_cache_cannot_be_reused_falls_back_to_the_plain_path(long_
         return self.lm.model.base_model(input_ids=ids, use_cache=True)
 
     monkeypatch.setattr(PrefixReuse, "_forward", forgetful)
-    loaded = load(path)
-    spec = make_spec(path, tasks=("lp_mmlu",), layers="0,3", limit=3, num_fewshot=5, engine="shared")
+    loaded = loaded_head(path)
+    spec = prune_spec(path, tasks=("lp_mmlu",), layers="0,3", limit=3, num_fewshot=5, engine="shared")
     fallen = run_prune_drop(spec, tmp_path / "fallen", loaded=loaded, progress=spy.progress)
     assert fallen.run.prefix_reuse.startswith("unavailable: with a reused prefix, the baseline gives log-prob")
     fallen_store = spy.scorers[0].lm.store
     spy.reset()
     plain = run_prune_drop(
-        make_spec(path, tasks=("lp_mmlu",), layers="0,3", limit=3, num_fewshot=5, engine="shared", prefix_reuse=False),
+        prune_spec(path, tasks=("lp_mmlu",), layers="0,3", limit=3, num_fewshot=5, engine="shared", prefix_reuse=False),
         tmp_path / "plain",
         loaded=loaded,
         progress=spy.progress,
@@ -178,9 +170,7 @@ def test_a_model_whose_cache_cannot_be_reused_falls_back_to_the_plain_path(long_
 
 def test_the_probe_passes_on_a_model_that_reuses_its_cache_correctly(long_context, monkeypatch):
     """The probe is not a rubber stamp: it accepts the real model and rejects wrongly numbered positions."""
-    from layerprobe.evaluate.shared import SharedPrefixLM
-
-    loaded = load(long_context["qwen3"])
+    loaded = loaded_head(long_context["qwen3"])
     stack = find_layers(loaded.model)
     lm = SharedPrefixLM(loaded.model, loaded.tokenizer, stack, [0, 1, 3], batch_size=2)
     assert lm.prefixes._probe() is None
@@ -195,35 +185,28 @@ def test_the_probe_passes_on_a_model_that_reuses_its_cache_correctly(long_contex
 
 
 def test_no_prefix_reuse_is_a_cli_flag_recorded_in_the_result_and_the_fingerprint(long_context, tmp_path):
-    from tests.prune.test_drop import invoke
-
     path = long_context["llama"]
     args = ["--task", "lp_mmlu", "--include-path", TASKS_DIR, "--layers", "3", "--limit", 2, "--num-fewshot", 5]
     args += ["--device", "cpu", "--quiet", "--out", tmp_path / "off"]
-    done = invoke(path, *args, "--no-prefix-reuse")
+    done = invoke_prune_drop(path, *args, "--no-prefix-reuse")
     assert done.exit_code == 0, done.output
     data = json.loads((tmp_path / "off" / RESULT).read_text())
     assert data["settings"]["prefix_reuse"] is False and data["run"]["prefix_reuse"] == "off"
     # Part of the resume fingerprint: a run with prefix reuse is not continued without it (and back).
-    assert fingerprint(make_spec(path, prefix_reuse=False), _info(path))["prefix_reuse"] is False
-    assert fingerprint(make_spec(path), _info(path))["prefix_reuse"] is True
+    assert fingerprint(prune_spec(path, prefix_reuse=False), _info(path))["prefix_reuse"] is False
+    assert fingerprint(prune_spec(path), _info(path))["prefix_reuse"] is True
 
 
 def _info(path):
-    from layerprobe.model.info import model_info
-
-    loaded = load(path)
+    loaded = loaded_head(path)
     return model_info(loaded, find_layers(loaded.model))
 
 
 def test_prefix_groups_are_journaled_so_a_killed_run_resumes_without_redoing_them(long_context, tmp_path):
     """With prefix reuse on (the default), each scored group is saved: a resumed run redoes only what was lost."""
-    from layerprobe.core.errors import ResultError
-    from layerprobe.model.progress import Progress
-
     path = long_context["llama"]
-    loaded = load(path)
-    spec = make_spec(path, tasks=("lp_mmlu",), layers="0-1", engine="shared", num_fewshot=5, limit=4)
+    loaded = loaded_head(path)
+    spec = prune_spec(path, tasks=("lp_mmlu",), layers="0-1", engine="shared", num_fewshot=5, limit=4)
     full_rows: list[int] = []
     full = run_prune_drop(
         spec, tmp_path / "full", loaded=loaded, progress=Progress(on_block=lambda e: full_rows.append(e.rows))

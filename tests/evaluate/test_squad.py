@@ -1,17 +1,16 @@
-"""SQuAD v1.1 scoring: metrics by hand, span search against brute force, loaders, and a tiny QA model."""
+"""SQuAD v1.1 scoring: metrics by hand, span search against brute force, and a tiny QA model."""
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import statistics
 
 import pytest
 import torch
-from reference import squad_v11_json
+from factories import SQUAD_EXAMPLES
 
-from layerprobe.core.errors import OFFLINE_HINT, TaskError
+from layerprobe.core.errors import TaskError
 from layerprobe.data.squad import SquadExample, load_squad
 from layerprobe.evaluate.squad import (
     METRICS,
@@ -22,87 +21,6 @@ from layerprobe.evaluate.squad import (
     normalize_answer,
     score_predictions,
 )
-
-# Paragraphs written for these tests. The first is far longer than 64 tokens, so with max_length=64 and
-# doc_stride=16 it becomes several overlapping windows.
-EIFFEL = (
-    "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is named "
-    "after the engineer Gustave Eiffel, whose company designed and built the tower between 1887 and 1889. "
-    "It was built as the centrepiece of the 1889 World's Fair, and although some of France's leading "
-    "artists criticised it at first, it has become a cultural icon of the country. The tower is 330 "
-    "metres tall, about as high as an 81-storey building, and it was the tallest man-made structure in "
-    "the world until the Chrysler Building in New York City was finished in 1930. Visitors can reach "
-    "three levels, with restaurants on the first and second. The upper platform of the top level is 276 "
-    "metres above the ground, the highest observation deck open to the public in the European Union."
-)
-PYTHON = (
-    "Python is a high-level programming language created by Guido van Rossum and first released in "
-    "1991. Its design philosophy emphasises code readability through the use of significant indentation."
-)
-AMAZON = (
-    "The Amazon River in South America is the largest river in the world by discharge volume of water. "
-    "It flows through Peru, Colombia and Brazil before it reaches the Atlantic Ocean."
-)
-PARAGRAPHS = [
-    (
-        "Eiffel Tower",
-        EIFFEL,
-        [
-            ("q1", "Who is the tower named after?", ["Gustave Eiffel", "engineer Gustave Eiffel"]),
-            ("q2", "In which city is the Eiffel Tower?", ["Paris"]),
-            (
-                "q3",
-                "Which building overtook the tower as the tallest structure?",
-                ["the Chrysler Building", "Chrysler Building"],
-            ),
-            ("q4", "How high above the ground is the upper platform?", ["276 metres"]),
-            ("q5", "For which event was the tower built?", ["the 1889 World's Fair", "1889 World's Fair"]),
-        ],
-    ),
-    (
-        "Python",
-        PYTHON,
-        [
-            ("q6", "Who created Python?", ["Guido van Rossum"]),
-            ("q7", "When was Python first released?", ["1991"]),
-        ],
-    ),
-    (
-        "Amazon",
-        AMAZON,
-        [
-            ("q8", "Into which ocean does the Amazon flow?", ["the Atlantic Ocean", "Atlantic Ocean"]),
-            ("q9", "By what measure is the Amazon the largest river?", ["discharge volume of water"]),
-        ],
-    ),
-]
-EXPECTED = [
-    SquadExample(qid, question, context, tuple(golds)) for _, context, qas in PARAGRAPHS for qid, question, golds in qas
-]
-
-
-def _official_json() -> dict:
-    return squad_v11_json(PARAGRAPHS)
-
-
-def _rows() -> list[dict]:
-    return [
-        {
-            "id": e.id,
-            "title": "t",
-            "question": e.question,
-            "context": e.context,
-            "answers": {"text": list(e.answers), "answer_start": [e.context.index(g) for g in e.answers]},
-        }
-        for e in EXPECTED
-    ]
-
-
-@pytest.fixture()
-def squad_json(tmp_path):
-    path = tmp_path / "dev-v1.1.json"
-    path.write_text(json.dumps(_official_json()), encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -216,104 +134,6 @@ def test_best_span_without_a_valid_span():
     assert int(first) == -1 and float(score) == -math.inf  # NaN never wins
 
 
-# ------------------------------------------------------------------------------------------------ loading
-def test_load_official_json_in_file_order(squad_json):
-    assert load_squad(squad_json) == EXPECTED
-    assert load_squad(squad_json, limit=3) == EXPECTED[:3]
-
-
-def test_load_jsonl_rows(tmp_path):
-    path = tmp_path / "dev.jsonl"
-    path.write_text("\n".join(json.dumps(row) for row in _rows()) + "\n\n", encoding="utf-8")
-    assert load_squad(str(path)) == EXPECTED
-
-
-def test_load_from_the_hub_uses_the_validation_split(monkeypatch):
-    import datasets
-
-    calls = []
-    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append((a, k)) or _rows())
-    assert load_squad(limit=2) == EXPECTED[:2]
-    assert calls == [(("rajpurkar/squad",), {"split": "validation"})]
-
-
-@pytest.mark.parametrize(
-    "error",
-    [ConnectionError("Couldn't reach 'rajpurkar/squad' on the Hub"), "DatasetNotFoundError", "LocalEntryNotFoundError"],
-)
-def test_load_offline_hub_is_a_task_error(monkeypatch, error):
-    import datasets
-    import datasets.exceptions
-    import huggingface_hub.errors
-
-    if error == "DatasetNotFoundError":
-        error = datasets.exceptions.DatasetNotFoundError("rajpurkar/squad doesn't exist")
-    elif error == "LocalEntryNotFoundError":
-        error = huggingface_hub.errors.LocalEntryNotFoundError("offline and not cached")
-
-    def fail(*args, **kwargs):
-        raise error
-
-    monkeypatch.setattr(datasets, "load_dataset", fail)
-    with pytest.raises(TaskError) as info:
-        load_squad()
-    assert info.value.hint == OFFLINE_HINT and "rajpurkar/squad" in info.value.message
-
-
-def _write(tmp_path, name, text):
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def _without(dictionary, key):
-    return {k: v for k, v in dictionary.items() if k != key}
-
-
-def test_load_errors_name_the_file_and_the_problem(tmp_path):
-    cases = [
-        (tmp_path / "missing.json", "does not exist"),
-        (_write(tmp_path, "bad.json", '{"data": [}'), "not valid JSON"),
-        (_write(tmp_path, "list.json", "[]"), "no top-level 'data' list"),
-        (_write(tmp_path, "empty.json", '{"data": []}'), "contains no SQuAD questions"),
-        (
-            _write(
-                tmp_path,
-                "noq.json",
-                json.dumps(
-                    {"data": [{"paragraphs": [{"context": "c", "qas": [{"id": "x", "answers": [{"text": "c"}]}]}]}]}
-                ),
-            ),
-            "data[0].paragraphs[0].qas[0]: field 'question' is missing",
-        ),
-        (
-            _write(tmp_path, "ctx.json", json.dumps({"data": [{"paragraphs": [{"context": 3, "qas": []}]}]})),
-            "field 'context' is not a str",
-        ),
-        (
-            _write(
-                tmp_path,
-                "noans.json",
-                json.dumps(
-                    {"data": [{"paragraphs": [{"context": "c", "qas": [{"id": "x", "question": "q", "answers": []}]}]}]}
-                ),
-            ),
-            "has no gold answers",
-        ),
-        (_write(tmp_path, "bad.jsonl", json.dumps(_rows()[0]) + "\n{oops\n"), "line 2 is not valid JSON"),
-        (_write(tmp_path, "noans.jsonl", json.dumps(_without(_rows()[0], "answers"))), "field 'answers' is missing"),
-        (_write(tmp_path, "text.jsonl", json.dumps({**_rows()[0], "answers": {"text": [1]}})), "list of strings"),
-        (_write(tmp_path, "scalar.jsonl", "3\n"), "line 1 is not a JSON object"),
-    ]
-    for path, problem in cases:
-        with pytest.raises(TaskError) as info:
-            load_squad(path)
-        assert problem in info.value.message, (path.name, info.value.message)
-        assert path.name in info.value.message
-    with pytest.raises(TaskError, match="at least 1"):
-        load_squad(cases[0][0], limit=0)
-
-
 # ------------------------------------------------------------------------------------------------- scorer
 def test_tiny_qa_model_scores_consistently(qa_model, squad_json):
     model, tokenizer = qa_model
@@ -413,13 +233,13 @@ def test_model_without_a_qa_head_is_refused(minilm, squad_json):
 
 def test_scorer_refuses_bad_settings(qa_model):
     model, tokenizer = qa_model
-    examples = EXPECTED[:2]
+    examples = SQUAD_EXAMPLES[:2]
     with pytest.raises(TaskError, match="doc_stride"):
         SquadScorer(model, tokenizer, examples, max_length=64, doc_stride=64)
     with pytest.raises(TaskError, match="fast tokenizer"):
         SquadScorer(model, object(), examples)
     with pytest.raises(TaskError, match="repeated"):
-        SquadScorer(model, tokenizer, [EXPECTED[0], EXPECTED[0]])
+        SquadScorer(model, tokenizer, [SQUAD_EXAMPLES[0], SQUAD_EXAMPLES[0]])
     with pytest.raises(TaskError, match="positions"):
         SquadScorer(model, tokenizer, examples, max_length=1024)
     long_question = SquadExample("x", "why " * 80, "short context", ("short",))

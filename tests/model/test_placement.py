@@ -8,38 +8,24 @@ import types
 import pytest
 import torch
 import transformers as tf
+from factories import build_checkpoint, small_base_model, small_config
 from torch import nn
 
+import layerprobe.model.trace as trace
 from layerprobe.core.errors import UnsupportedModel
 from layerprobe.model.placement import detect_placement, norm_kind
 from layerprobe.model.stack import find_layers
 from layerprobe.model.sublayers import find_model_sublayers
 
-torch.set_num_threads(1)  # tiny tensors: threads only contend on a shared machine
 LAYERS = 4
-COMMON = dict(vocab_size=128, num_hidden_layers=LAYERS, max_position_embeddings=64)
-
-
-def _build(config) -> nn.Module:
-    torch.manual_seed(0)
-    model = tf.AutoModel.from_config(config)
-    with torch.no_grad():  # trained norms are not identities: random gains and biases
-        for name, param in model.named_parameters():
-            if "norm" in name.lower() or "ln" in name.lower():
-                param.uniform_(0.5, 1.5)
-    return model.eval()
 
 
 def _ids(batch: int = 2, seq: int = 12) -> torch.Tensor:
     return torch.randint(3, 120, (batch, seq), generator=torch.Generator().manual_seed(1))
 
 
-def _llama(**extra) -> nn.Module:
-    return _build(
-        tf.LlamaConfig(
-            hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, **COMMON, **extra
-        )
-    )
+def _llama() -> nn.Module:
+    return small_base_model(small_config("llama"))
 
 
 def _place(model):
@@ -90,22 +76,13 @@ def test_llama_is_pre_ln_and_sublayers_are_found():
 
 
 def test_mistral_is_pre_ln():
-    model = _build(
-        tf.MistralConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            sliding_window=4,
-            **COMMON,
-        )
-    )
+    model = small_base_model(small_config("mistral", sliding_window=4))
     assert _place(model)[0].labels == ["Pre-LN"] * LAYERS
 
 
 @pytest.mark.parametrize("config_class", [tf.BertConfig, tf.RobertaConfig])
 def test_bert_and_roberta_are_post_ln(config_class):
-    model = _build(config_class(hidden_size=32, intermediate_size=64, num_attention_heads=4, **COMMON))
+    model = small_base_model(small_config({tf.BertConfig: "bert", tf.RobertaConfig: "roberta"}[config_class]))
     placement, subs = _place(model)
     assert placement.labels == ["Post-LN"] * LAYERS and placement.pattern == "Post-LN"
     assert subs[0].attention.module == "attention.output.dense"
@@ -114,30 +91,14 @@ def test_bert_and_roberta_are_post_ln(config_class):
 
 
 def test_opt_post_ln_decoder():
-    config = tf.OPTConfig(
-        hidden_size=32,
-        ffn_dim=64,
-        num_attention_heads=4,
-        word_embed_proj_dim=32,
-        do_layer_norm_before=False,
-        **COMMON,
-    )
-    assert _place(_build(config))[0].labels == ["Post-LN"] * LAYERS
-    config_pre = tf.OPTConfig(hidden_size=32, ffn_dim=64, num_attention_heads=4, word_embed_proj_dim=32, **COMMON)
-    assert _place(_build(config_pre))[0].labels == ["Pre-LN"] * LAYERS
+    config = small_config("opt", do_layer_norm_before=False)
+    assert _place(small_base_model(config))[0].labels == ["Post-LN"] * LAYERS
+    config_pre = small_config("opt")
+    assert _place(small_base_model(config_pre))[0].labels == ["Pre-LN"] * LAYERS
 
 
 def test_gemma2_is_sandwich():
-    config = tf.Gemma2Config(
-        hidden_size=32,
-        intermediate_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        sliding_window=4,
-        **COMMON,
-    )
-    placement, subs = _place(_build(config))
+    placement, subs = _place(small_base_model(small_config("gemma2", sliding_window=4)))
     assert placement.labels == ["sandwich"] * LAYERS
     assert subs[0].attention.module == "post_attention_layernorm"
     assert subs[0].mlp.module == "post_feedforward_layernorm"
@@ -145,12 +106,11 @@ def test_gemma2_is_sandwich():
 
 
 def test_gpt_neox_parallel_and_sequential():
-    common = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, **COMMON)
-    placement, subs = _place(_build(tf.GPTNeoXConfig(use_parallel_residual=True, **common)))
+    placement, subs = _place(small_base_model(small_config("gpt_neox", use_parallel_residual=True)))
     assert placement.labels == ["parallel"] * LAYERS
     assert subs[0].parallel and str(subs[0].attention.residual) == str(subs[0].mlp.residual) == "block input"
     assert (subs[0].attention.module, subs[0].mlp.module) == ("attention", "mlp")
-    sequential, _ = _place(_build(tf.GPTNeoXConfig(use_parallel_residual=False, **common)))
+    sequential, _ = _place(small_base_model(small_config("gpt_neox", use_parallel_residual=False)))
     assert sequential.labels == ["Pre-LN"] * LAYERS
 
 
@@ -231,51 +191,7 @@ def test_norm_kind_tells_layernorm_from_rmsnorm_and_rejects_linear():
     assert norm_kind(x, x.clone()) is None  # an identity is not a norm
 
 
-@pytest.mark.parametrize(
-    ("config", "expected"),
-    [
-        (
-            tf.Gemma2Config(
-                hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8, **COMMON
-            ),
-            "sandwich",
-        ),
-        (tf.GPTNeoXConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, **COMMON), "parallel"),
-        (tf.BertConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, **COMMON), "Post-LN"),
-    ],
-)
-def test_placement_of_a_weightless_skeleton(config, expected):
-    from accelerate import init_empty_weights
-
-    from layerprobe.model.skeleton import placement_without_weights
-
-    with init_empty_weights():
-        skeleton = tf.AutoModel.from_config(config)
-    stack = find_layers(skeleton)
-    assert next(skeleton.parameters()).is_meta
-    placement = placement_without_weights(skeleton, stack, config.vocab_size)
-    assert placement.labels == [expected] * LAYERS
-    assert all(p.is_meta for p in skeleton.parameters())  # nothing stays materialised
-
-
-def test_layers_command_prints_placement(tmp_path):
-    from factories import build_checkpoint
-    from typer.testing import CliRunner
-
-    from layerprobe.cli.app import app
-
-    path = build_checkpoint("llama", tmp_path / "llama", num_layers=3)
-    result = CliRunner().invoke(app, ["layers", str(path)])
-    assert result.exit_code == 0, result.output
-    assert result.output.count("Pre-LN") == 4  # three rows and the summary
-    assert "placement: Pre-LN in all 3 blocks" in result.output
-    quiet = CliRunner().invoke(app, ["layers", str(path), "--no-placement"])
-    assert quiet.exit_code == 0 and "Pre-LN" not in quiet.output
-
-
 def test_placement_holds_with_the_float32_replay_used_on_gpus(monkeypatch):
-    import layerprobe.model.trace as trace
-
     monkeypatch.setattr(trace, "replay_dtype", lambda device: torch.float32)
     model = _llama()
     for block in find_layers(model).blocks[:1]:
@@ -283,13 +199,11 @@ def test_placement_holds_with_the_float32_replay_used_on_gpus(monkeypatch):
     placement, subs = _place(model)
     assert placement.labels == ["Post-LN", "Pre-LN", "Pre-LN", "Pre-LN"]
     assert subs[1].attention.module == "self_attn"
-    bert = _build(tf.BertConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, **COMMON))
+    bert = small_base_model(small_config("bert"))
     assert _place(bert)[0].labels == ["Post-LN"] * LAYERS
 
 
 def test_moe_shared_experts_stay_inside_the_mlp_sublayer(tmp_path):
-    from factories import build_checkpoint
-
     path = build_checkpoint("deepseek_v3", tmp_path / "ds", num_layers=3)  # block 0 dense, blocks 1-2 MoE
     model = tf.AutoModelForCausalLM.from_pretrained(path).eval()
     placement, subs = _place(model)
@@ -301,20 +215,12 @@ def test_moe_shared_experts_stay_inside_the_mlp_sublayer(tmp_path):
 @pytest.mark.parametrize(
     ("config", "label", "modules"),
     [
-        (tf.GPT2Config(n_embd=32, n_head=4, n_layer=LAYERS, vocab_size=128, n_positions=64), "Pre-LN", ("attn", "mlp")),
-        (  # Phi-2: one shared input norm feeds attention and MLP, both added to x
-            tf.PhiConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, **COMMON),
-            "parallel",
-            ("self_attn", "mlp"),
-        ),
-        (
-            tf.GPTJConfig(n_embd=32, n_head=4, n_layer=LAYERS, vocab_size=128, n_positions=64, rotary_dim=4),
-            "parallel",
-            ("attn", "mlp"),
-        ),
+        (small_config("gpt2"), "Pre-LN", ("attn", "mlp")),
+        (small_config("phi"), "parallel", ("self_attn", "mlp")),  # Phi-2: one shared input norm feeds both
+        (small_config("gptj"), "parallel", ("attn", "mlp")),
     ],
 )
 def test_more_families(config, label, modules):
-    placement, subs = _place(_build(config))
+    placement, subs = _place(small_base_model(config))
     assert placement.labels == [label] * LAYERS
     assert (subs[0].attention.module, subs[0].mlp.module) == modules

@@ -1,13 +1,18 @@
+"""Finding the block stack: known paths, the repeated list a fallback picks, overrides, and models whose
+blocks are not a plain list run once each (ALBERT's shared layer, reused or skipped blocks)."""
+
+from __future__ import annotations
+
 import pytest
 import torch
 import transformers as tf
-from reference import physically_deleted
+from factories import small_config
 from torch import nn
 
 from layerprobe.core.errors import UnsupportedModel
-from layerprobe.model import capture_block_states, find_layers, removed_blocks
+from layerprobe.evaluate.replay import verify_head
+from layerprobe.model import capture_block_states, find_layers
 
-CAUSAL = ["llama", "qwen3", "deepseek_v3", "gpt2"]
 # Paths are relative to the base model, whether or not a head is loaded: the same in every result.
 EXPECTED_PATHS = {
     ("llama", "base"): "layers",
@@ -100,115 +105,13 @@ def test_capture_records_every_block_input_and_last_output():
     assert all(not b._forward_pre_hooks and not b._forward_hooks for b in stack.blocks)
 
 
-@pytest.mark.parametrize("arch", CAUSAL)
-@pytest.mark.parametrize("layer", [0, 2, 3])
-def test_removed_block_equals_physically_deleted_model(tiny_checkpoints, arch, layer):
-    path = tiny_checkpoints[arch]
-    model = tf.AutoModelForCausalLM.from_pretrained(path).eval()
-    stack = find_layers(model)
-    reference = physically_deleted(path, arch, layer)
-    ids = torch.randint(3, 500, (2, 17))
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    with torch.no_grad():
-        full = model(ids).logits
-        with removed_blocks(stack, [layer]) as shrunk:
-            assert shrunk.num_layers == 3 and model.config.num_hidden_layers == 3
-            pruned = model(ids).logits
-            # Generation with a KV cache (the cache is sized and indexed by the renumbered blocks).
-            generated = model.generate(ids[:1, :5], max_new_tokens=6, do_sample=False, use_cache=True)
-        expected = reference(ids).logits
-        expected_generated = reference.generate(ids[:1, :5], max_new_tokens=6, do_sample=False, use_cache=True)
-        no_cache = reference.generate(ids[:1, :5], max_new_tokens=6, do_sample=False, use_cache=False)
-    assert torch.allclose(pruned, expected, atol=1e-5)
-    assert not torch.allclose(pruned, full, atol=1e-3)
-    assert torch.equal(generated, expected_generated) and torch.equal(generated, no_cache)
-    # Restored: same blocks, same indices, same config, same weights, same outputs.
-    assert model.config.num_hidden_layers == 4 and find_layers(model).blocks is stack.blocks
-    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
-    with torch.no_grad():
-        assert torch.equal(model(ids).logits, full)
-
-
-def test_restored_after_an_exception(tiny_checkpoints):
-    model = tf.AutoModelForCausalLM.from_pretrained(tiny_checkpoints["qwen3"]).eval()
-    stack = find_layers(model)
-    layer_types = list(model.config.layer_types)
-    indices = [b.self_attn.layer_idx for b in stack.blocks]
-    with pytest.raises(RuntimeError, match="boom"), removed_blocks(stack, [1, 2]):
-        assert len(model.config.layer_types) == 2
-        assert [b.self_attn.layer_idx for b in model.model.layers] == [0, 1]
-        raise RuntimeError("boom")
-    assert model.model.layers is stack.blocks and model.config.num_hidden_layers == 4
-    assert list(model.config.layer_types) == layer_types
-    assert [b.self_attn.layer_idx for b in stack.blocks] == indices
-
-
-def test_removed_blocks_rejects_out_of_range(tiny_checkpoints):
-    model = tf.AutoModelForCausalLM.from_pretrained(tiny_checkpoints["llama"])
-    with pytest.raises(UnsupportedModel), removed_blocks(find_layers(model), [4]):
-        pass
-
-
 # ------------------------------------------------------------------- architectures at the edges (issue 8)
-def _jamba_config(layers, attn_period, attn_offset, expert_period, expert_offset):
-    return tf.JambaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
-        num_hidden_layers=layers, num_experts=2, num_experts_per_tok=1,
-        attn_layer_period=attn_period, attn_layer_offset=attn_offset,
-        expert_layer_period=expert_period, expert_layer_offset=expert_offset,
-        use_mamba_kernels=False, mamba_d_state=4, mamba_d_conv=4, mamba_expand=2, pad_token_id=0,
-    )  # fmt: skip
-
-
-def test_jamba_with_a_block_removed_equals_a_physically_rebuilt_model():
-    """Jamba derives `layer_types` from attn_layer_period/offset: removal must not realign the pattern.
-
-    Six blocks, attention at 1 and 4 and experts at 1 and 4 (period 3, offset 1); without block 2 the kept
-    blocks are mamba, attention+experts, mamba, attention+experts, mamba: exactly a five-block Jamba with
-    period 2, offset 1 for both, built here from its own config with the remaining weights.
-    """
-    torch.manual_seed(0)
-    model = tf.JambaForCausalLM(_jamba_config(6, 3, 1, 3, 1)).eval()
-    reference = tf.JambaForCausalLM(_jamba_config(5, 2, 1, 2, 1)).eval()
-    state = {}
-    for key, value in model.state_dict().items():
-        if key.startswith("model.layers."):
-            index, rest = key[len("model.layers.") :].split(".", 1)
-            if int(index) == 2:
-                continue
-            key = f"model.layers.{int(index) - (int(index) > 2)}.{rest}"
-        state[key] = value
-    reference.load_state_dict(state, strict=True)
-    stack = find_layers(model)
-    layer_types = list(model.config.layer_types)
-    ids = torch.randint(1, 64, (2, 9))
-    with torch.no_grad():
-        expected = reference(ids, use_cache=True).logits
-        with removed_blocks(stack, [2]):
-            assert model.config.layer_types == reference.config.layer_types
-            assert model.config.layers_num_experts == reference.config.layers_num_experts
-            cached = model(ids, use_cache=True).logits  # the hybrid cache is built from layer_types
-            uncached = model(ids, use_cache=False).logits
-    assert torch.allclose(cached, expected, atol=1e-5) and torch.allclose(uncached, expected, atol=1e-5)
-    assert model.config.layer_types == layer_types and model.config.num_hidden_layers == 6
-    assert type(model.config) is tf.JambaConfig
-
-
-def _llama4_text(num_layers=4):
-    return tf.Llama4TextConfig(
-        vocab_size=512, hidden_size=32, intermediate_size=32, intermediate_size_mlp=64, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, num_hidden_layers=num_layers, num_local_experts=2,
-        interleave_moe_layer_step=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-        architectures=["Llama4ForCausalLM"],
-    )  # fmt: skip
 
 
 def test_llama4_text_stack_is_found_in_its_decoder_not_through_the_missing_prefix():
     """Llama4ForCausalLM names base_model_prefix "language_model", an attribute it lacks: base_model is itself."""
-    from layerprobe.evaluate.replay import verify_head
-
     torch.manual_seed(0)
-    model = tf.Llama4ForCausalLM(_llama4_text()).eval()
+    model = tf.Llama4ForCausalLM(small_config("llama4_text", vocab_size=512, positions=256)).eval()
     assert model.base_model is model  # the trap
     base = tf.AutoModel.from_config(model.config)
     assert find_layers(model).path == find_layers(base).path == "layers"
@@ -255,47 +158,8 @@ def test_a_list_that_repeats_one_module_is_refused():
 
 
 def test_albert_shared_layer_is_refused_with_no_path_suggested():
-    config = tf.AlbertConfig(
-        vocab_size=64, embedding_size=16, hidden_size=32, intermediate_size=64, num_attention_heads=4,
-        num_hidden_layers=3,
-    )  # fmt: skip
-    model = tf.AlbertModel(config)
+    model = tf.AlbertModel(small_config("albert", num_layers=3, vocab_size=64))
     for path in (None, "encoder.albert_layer_groups", "encoder.albert_layer_groups.0.albert_layers"):
         with pytest.raises(UnsupportedModel, match="ALBERT-style") as info:
             find_layers(model, path)
         assert "Pass --layers-path" not in info.value.hint
-
-
-def test_recurrent_gemma_cycle_is_pinned_to_the_kept_blocks():
-    """RecurrentGemma derives layers_block_type by cycling block_types: without block 0 of (r, r, a) × 2 the
-    kept blocks are r, a, r, r, a, which is a five-block model cycling (r, a, r), built here from its config."""
-
-    def config(layers, block_types):
-        return tf.RecurrentGemmaConfig(
-            num_hidden_layers=layers, vocab_size=64, hidden_size=32, intermediate_size=48, num_attention_heads=4,
-            num_key_value_heads=1, head_dim=8, lru_width=32, attention_window_size=8, conv1d_width=4,
-            block_types=block_types,
-        )  # fmt: skip
-
-    torch.manual_seed(0)
-    model = tf.RecurrentGemmaForCausalLM(config(6, ["recurrent", "recurrent", "attention"])).eval()
-    reference = tf.RecurrentGemmaForCausalLM(config(5, ["recurrent", "attention", "recurrent"])).eval()
-    state = {}
-    for key, value in model.state_dict().items():
-        if key.startswith("model.layers."):
-            index, rest = key[len("model.layers.") :].split(".", 1)
-            if index == "0":
-                continue
-            key = f"model.layers.{int(index) - 1}.{rest}"
-        state[key] = value
-    reference.load_state_dict(state, strict=True)
-    ids = torch.randint(0, 64, (2, 12))
-    with torch.no_grad():
-        expected = reference(ids).logits
-        expected_generated = reference.generate(ids[:1, :5], max_new_tokens=5, do_sample=False)
-        with removed_blocks(find_layers(model), [0]):
-            assert model.config.layers_block_type == reference.config.layers_block_type
-            pruned = model(ids).logits
-            generated = model.generate(ids[:1, :5], max_new_tokens=5, do_sample=False)
-    assert torch.allclose(pruned, expected, atol=1e-5) and torch.equal(generated, expected_generated)
-    assert len(model.config.layers_block_type) == 6

@@ -2,33 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
+from factories import TASKS_DIR, angular_from_adjacent, metric_drop
+from typer.testing import CliRunner
 
+from layerprobe.cli.app import app
 from layerprobe.core.errors import ResultError
 from layerprobe.prune.agreement import default_k, find_angular, load_angular_for, metric_agreement, task_agreement
-from layerprobe.results import AngularResult, MetricDrop, ModelInfo, RunInfo, write_json
-
-RUN = RunInfo(started_at="2025-01-01T00:00:00+00:00", seconds=1.0, versions={}, device="cpu")
+from layerprobe.results import write_json
 
 
-def info(num_layers: int) -> ModelInfo:
-    return ModelInfo("org/m", None, None, "LlamaForCausalLM", "llama", "causal-lm", "float32", num_layers, "l", "B")
-
-
-def angular_with(adjacent: list[float]) -> AngularResult:
-    size = len(adjacent) + 1
-    distance = [[0.0] * size for _ in range(size)]
-    for l, d in enumerate(adjacent):
-        distance[l][l + 1] = distance[l + 1][l] = d
-    return AngularResult(info(len(adjacent)), {}, distance, 0, RUN, 1.0)
-
-
-def drop(deltas, higher_is_better=True, layers=None) -> MetricDrop:
-    layers = list(range(len(deltas))) if layers is None else layers
-    return MetricDrop(0.5, 0.01, higher_is_better, layers, [0.5 + d for d in deltas], [0.01] * len(deltas))
+def drop(deltas, higher_is_better=True, layers=None):
+    """ΔP of `deltas` from a baseline of 0.5."""
+    return metric_drop(0.5, [0.5 + d for d in deltas], hib=higher_is_better, layers=layers)
 
 
 def hand_spearman(x, y):
@@ -68,7 +58,7 @@ def test_only_removed_blocks_with_finite_values_are_compared():
 
 def test_finding_and_checking_the_angular_file(tmp_path):
     assert find_angular(None, tmp_path) is None
-    path = write_json(tmp_path / "angular.json", angular_with([0.3, 0.1, 0.2, 0.4]).to_dict())
+    path = write_json(tmp_path / "angular.json", angular_from_adjacent([0.3, 0.1, 0.2, 0.4]).to_dict())
     assert find_angular(None, tmp_path) == path
     assert find_angular("elsewhere/angular.json", tmp_path) == Path("elsewhere/angular.json")  # given wins
     assert load_angular_for(path, 4).num_layers == 4
@@ -80,14 +70,8 @@ def test_finding_and_checking_the_angular_file(tmp_path):
 
 
 def test_cli_finds_angular_json_in_out_prints_agreement_and_logs_samples(tiny_checkpoints, tmp_path):
-    import json
-
-    from typer.testing import CliRunner
-
-    from layerprobe.cli.app import app
-
-    tasks = Path(__file__).parents[1] / "data" / "tasks"
-    write_json(tmp_path / "angular.json", angular_with([0.3, 0.1, 0.2, 0.4]).to_dict())
+    tasks = TASKS_DIR
+    write_json(tmp_path / "angular.json", angular_from_adjacent([0.3, 0.1, 0.2, 0.4]).to_dict())
     args = ["prune-drop", str(tiny_checkpoints["llama"]), "--task", "lp_arc_like", "--include-path", str(tasks)]
     args += ["--limit", "4", "--batch-size", "4", "--device", "cpu", "--quiet", "--engine", "simple"]
     done = CliRunner().invoke(app, [*args, "--out", str(tmp_path), "--log-samples"], env={"COLUMNS": "250"})
@@ -102,6 +86,6 @@ def test_cli_finds_angular_json_in_out_prints_agreement_and_logs_samples(tiny_ch
     assert len(lines) == 5 * 4  # baseline and 4 blocks, 4 documents each
 
     other = tmp_path / "deep.json"
-    write_json(other, angular_with([0.1] * 6).to_dict())
+    write_json(other, angular_from_adjacent([0.1] * 6).to_dict())
     refused = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "x"), "--angular", str(other)])
     assert refused.exit_code == 2 and "measured 6 blocks; this model has 4" in refused.output

@@ -6,13 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
+from factories import loaded_head, prune_spec
 
+from layerprobe.model.progress import Progress
+from layerprobe.prune.drop import run_prune_drop
 from layerprobe.prune.samples import SampleLog
+from layerprobe.prune.state import PARTIAL_NAME
 from layerprobe.results.rundir import PRUNE_DROP_PARTIAL_SAMPLES as PARTIAL_DIR
 from layerprobe.results.rundir import SAMPLES_DIR
 from layerprobe.results.rundir import sample_name as file_name
-
-TASKS_DIR = Path(__file__).parents[1] / "data" / "tasks"
 
 
 def rows(variant, n=3, value=1.0):
@@ -49,20 +51,11 @@ def test_a_line_cut_by_a_crash_is_ignored_and_a_fresh_run_starts_clean(tmp_path)
 
 
 # ----------------------------------------------------------------------------- resume, end to end
-def spec(path, **overrides):
-    from layerprobe.core import ModelSpec, PruneSpec
 
-    settings = dict(
-        tasks=("lp_arc_like", "lp_pydoc_ppl"),
-        layers="0,3",
-        limit=4,
-        batch_size=4,
-        include_path=str(TASKS_DIR),
-        engine="simple",
-        log_samples=True,
-    )
-    settings.update(overrides)
-    return PruneSpec(model=ModelSpec(str(path), device="cpu"), **settings)
+
+def spec(path, **overrides):
+    settings = dict(tasks=("lp_arc_like", "lp_pydoc_ppl"), limit=4, num_fewshot=None, log_samples=True)
+    return prune_spec(path, **{**settings, **overrides})
 
 
 def samples_of(out: Path) -> dict[str, str]:
@@ -74,14 +67,8 @@ def tasks_of(result) -> dict:
 
 
 def test_resume_keeps_rows_and_scores_of_the_same_evaluations(tiny_checkpoints, tmp_path):
-    from layerprobe.core import ModelSpec
-    from layerprobe.model.load import load_model
-    from layerprobe.model.progress import Progress
-    from layerprobe.prune.drop import run_prune_drop
-    from layerprobe.prune.state import PARTIAL_NAME
-
     path = tiny_checkpoints["llama"]
-    loaded = load_model(ModelSpec(str(path), device="cpu"), purpose="head")
+    loaded = loaded_head(path)
     full = run_prune_drop(spec(path), tmp_path / "full", loaded=loaded)
     assert sorted(samples_of(tmp_path / "full")) == ["lp_arc_like.jsonl", "lp_pydoc_ppl.jsonl"]
 
@@ -115,8 +102,6 @@ def test_resume_keeps_rows_and_scores_of_the_same_evaluations(tiny_checkpoints, 
 
 
 def test_without_log_samples_nothing_is_left_but_paired_fields_are_there(tiny_checkpoints, tmp_path):
-    from layerprobe.prune.drop import run_prune_drop
-
     result = run_prune_drop(spec(tiny_checkpoints["llama"], log_samples=False, tasks=("lp_arc_like",)), tmp_path)
     assert not (tmp_path / SAMPLES_DIR).exists() and not (tmp_path / PARTIAL_DIR).exists()
     acc = result.tasks["lp_arc_like"].metrics["acc"]

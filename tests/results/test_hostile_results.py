@@ -7,60 +7,16 @@ upload or another tool would; the expected message names the field that was brok
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from command_line import invoke
+from factories import angular_dict, curve_dict, depth_dict, edited, prune_dict
 
-from layerprobe.cli.app import app
 from layerprobe.core.errors import ResultError
-from layerprobe.results import (
-    AngularResult,
-    MetricDrop,
-    ModelInfo,
-    PruneDropResult,
-    RunInfo,
-    TaskDrop,
-    load_result,
-    write_json,
-)
-
-runner = CliRunner()
-RUN = RunInfo(started_at="2025-01-01T00:00:00+00:00", seconds=1.0, versions={"layerprobe": "0"}, device="cpu")
-MODEL = ModelInfo("org/m", None, None, "LlamaForCausalLM", "llama", "causal-lm", "float32", 3, "layers", "Block")
-
-
-def angular_dict() -> dict:
-    distance = [[0.0, 0.1, 0.3, 0.5], [0.1, 0.0, 0.2, 0.4], [0.3, 0.2, 0.0, 0.2], [0.5, 0.4, 0.2, 0.0]]
-    data = {"dataset": "builtin:pydoc", "tokens": 64, "seq_len": 32, "positions": "all", "positions_averaged": 64}
-    return AngularResult(MODEL, data, distance, 0, RUN, 10.0).to_dict()
-
-
-def prune_dict() -> dict:
-    metric = MetricDrop(0.5, 0.05, True, [0, 1, 2], [0.2, 0.45, 0.5], [0.05, 0.05, 0.05])
-    tasks = {"arc": TaskDrop({"acc": metric}, 0, None, 100)}
-    return PruneDropResult(MODEL, "simple", {"limit": None}, tasks, RUN).to_dict()
-
-
-def edit(data: dict, path: str, value) -> dict:
-    """Set `value` at a dotted path (`tasks.arc.metrics.acc.baseline`; `distance.1` indexes a list)."""
-    data = copy.deepcopy(data)
-    *parents, last = path.split(".")
-    node = data
-    for part in parents:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    if isinstance(node, list):
-        node[int(last)] = value
-    else:
-        node[last] = value
-    return data
-
-
-def cli(*args) -> object:
-    return runner.invoke(app, [*map(str, args)])
-
+from layerprobe.prune.state import PruneState
+from layerprobe.results import load_result, write_json
 
 ANGULAR_CASES = [
     ("distance.1", [0.1, 0.0], "distance[1] must be an array of 4 numbers (the matrix has 4 rows), got 2 items"),
@@ -90,12 +46,12 @@ ANGULAR_CASES = [
 )
 def test_hostile_angular_json_names_file_and_field(tmp_path, path, value, message):
     good = write_json(tmp_path / "good" / "angular.json", angular_dict())
-    bad = write_json(tmp_path / "bad" / "angular.json", edit(angular_dict(), path, value))
+    bad = write_json(tmp_path / "bad" / "angular.json", edited(angular_dict(), path, value))
     with pytest.raises(ResultError) as caught:
         load_result(bad)
     assert str(caught.value.message) == f"{bad}: {message}"
     for args in (("compare", good, bad, "--no-plot"), ("compare", bad, good, "--no-plot"), ("plot", bad)):
-        result = cli(*args)
+        result = invoke(*args)
         assert result.exit_code == 2, result.output
         assert f"{bad}: {message}" in " ".join(result.stderr.split()), result.stderr
         assert "Traceback" not in result.output
@@ -103,10 +59,10 @@ def test_hostile_angular_json_names_file_and_field(tmp_path, path, value, messag
 
 def test_distance_cells_must_be_numbers_and_within_0_1(tmp_path):
     for value, message in (("x", 'a number, got "x"'), (None, "a number, got null"), (2.0, "a number in [0, 1]")):
-        bad = write_json(tmp_path / "a.json", edit(angular_dict(), "distance.1", [0.1, 0.0, value, 0.4]))
+        bad = write_json(tmp_path / "a.json", edited(angular_dict(), "distance.1", [0.1, 0.0, value, 0.4]))
         with pytest.raises(ResultError, match=r"distance\[1\]\[2\] must be " + message.replace("[", r"\[")):
             load_result(bad)
-    nan = write_json(tmp_path / "nan.json", edit(angular_dict(), "distance.1", [0.1, 0.0, float("nan"), 0.4]))
+    nan = write_json(tmp_path / "nan.json", edited(angular_dict(), "distance.1", [0.1, 0.0, float("nan"), 0.4]))
     assert load_result(nan).distance[1][2] != load_result(nan).distance[1][2]  # a recorded NaN stays readable
 
 
@@ -135,9 +91,9 @@ PRUNE_CASES = [
 @pytest.mark.parametrize(("path", "value", "message"), PRUNE_CASES, ids=[c[0] + "=" + repr(c[1]) for c in PRUNE_CASES])
 def test_hostile_prune_drop_json_names_file_and_field(tmp_path, path, value, message):
     good = write_json(tmp_path / "good" / "prune_drop.json", prune_dict())
-    bad = write_json(tmp_path / "bad" / "prune_drop.json", edit(prune_dict(), path, value))
+    bad = write_json(tmp_path / "bad" / "prune_drop.json", edited(prune_dict(), path, value))
     for args in (("compare", good, bad, "--no-plot"), ("plot", bad)):
-        result = cli(*args)
+        result = invoke(*args)
         assert result.exit_code == 2, result.output
         assert message in " ".join(result.stderr.split()), result.stderr
         assert str(bad) in result.stderr.replace("\n", "")
@@ -146,13 +102,13 @@ def test_hostile_prune_drop_json_names_file_and_field(tmp_path, path, value, mes
 def test_deeply_nested_json_is_refused_not_a_recursion_error(tmp_path):
     bad = tmp_path / "angular.json"
     bad.write_text('{"schema": "layerprobe/angular@1", "model": ' + "[" * 200_000 + "]" * 200_000 + "}")
-    result = cli("plot", bad)
+    result = invoke("plot", bad)
     assert result.exit_code == 2, result.output
     assert "nested too deeply" in result.stderr
 
 
 def test_stored_summary_is_recomputed_not_trusted(tmp_path):
-    data = edit(angular_dict(), "summary", {"adjacent": "rubbish", "lazy_layers": 5})
+    data = edited(angular_dict(), "summary", {"adjacent": "rubbish", "lazy_layers": 5})
     result = load_result(write_json(tmp_path / "a.json", data))
     assert result.summary["adjacent"] == [0.1, 0.2, 0.2]
     assert result.summary["lazy_layers"] == [0]  # 0.2 is not below the 0.2 threshold
@@ -167,13 +123,11 @@ def test_valid_files_round_trip_unchanged(tmp_path):
 def test_compare_verdict_json_is_named_for_what_it_is(tmp_path):
     bad = tmp_path / "verdict.json"
     bad.write_text(json.dumps({"schema": "layerprobe/compare@1", "passed": True}))
-    result = cli("plot", bad)
+    result = invoke("plot", bad)
     assert result.exit_code == 2 and "compare's verdict" in result.stderr
 
 
 def test_resume_file_with_a_bad_entry_is_named(tmp_path):
-    from layerprobe.prune.state import PruneState
-
     partial = {
         "schema": "layerprobe/prune-drop-partial@1",
         "fingerprint": {"model": "m"},
@@ -191,7 +145,7 @@ def test_plot_out_that_is_an_existing_file_is_refused(tmp_path):
     path = write_json(tmp_path / "angular.json", angular_dict())
     blocker = tmp_path / "taken"
     blocker.write_text("not a directory")
-    result = cli("plot", path, "--out", blocker)
+    result = invoke("plot", path, "--out", blocker)
     assert result.exit_code == 2, result.output
     assert "--out" in result.stderr and str(blocker) in result.stderr.replace("\n", "")
     assert blocker.read_text() == "not a directory"
@@ -199,26 +153,9 @@ def test_plot_out_that_is_an_existing_file_is_refused(tmp_path):
 
 def test_paths_with_brackets_survive_in_messages(tmp_path):
     missing = Path(tmp_path) / "[angular]" / "angular.json"
-    result = cli("plot", missing)
+    result = invoke("plot", missing)
     assert result.exit_code == 2
     assert "[angular]" in result.stderr
-
-
-def depth_dict() -> dict:
-    from layerprobe.model.placement import BlockPlacement, Placement
-    from layerprobe.results import DepthResult, GradNorms, Spread
-
-    def spread(n: int) -> Spread:
-        return Spread([1.0] * n, [0.1] * n, [0.5] * n, [2.0] * n, [8] * n)
-
-    blocks = [BlockPlacement(0, "Pre-LN", {"ln": "LayerNorm"}), BlockPlacement(1, "Pre-LN")]
-    model = ModelInfo("org/m", None, None, "X", "x", "causal-lm", "float32", 2, "layers", "Block")
-    sublayers = {"attention": {"modules": ["a0", "a1"], "relative": spread(2)}}
-    grad = GradNorms("next-token", 2.5, 64, [0.1, 0.2], None)
-    data = {"dataset": "builtin:pydoc", "tokens": 64, "positions": "all", "positions_averaged": 64}
-    placement = Placement(blocks, "Pre-LN", "Pre-LN throughout")
-    result = DepthResult(model, data, placement, spread(3), spread(3), spread(2), sublayers, grad, 0, RUN)
-    return result.to_dict()
 
 
 DEPTH_CASES = [
@@ -246,9 +183,9 @@ DEPTH_CASES = [
 def test_hostile_depth_json_names_file_and_field(tmp_path, path, value, message):
     good = write_json(tmp_path / "good" / "depth.json", depth_dict())
     assert load_result(good).to_dict() == json.loads(good.read_text())
-    bad = write_json(tmp_path / "bad" / "depth.json", edit(depth_dict(), path, value))
+    bad = write_json(tmp_path / "bad" / "depth.json", edited(depth_dict(), path, value))
     for args in (("compare", good, bad, "--no-plot"), ("plot", bad)):
-        result = cli(*args)
+        result = invoke(*args)
         assert result.exit_code == 2, result.output
         assert f"{bad}: {message}" in " ".join(result.stderr.split()), result.stderr
 
@@ -256,26 +193,12 @@ def test_hostile_depth_json_names_file_and_field(tmp_path, path, value, message)
 def test_angular_out_that_is_an_existing_file_is_refused_before_any_work(tmp_path):
     blocker = tmp_path / "taken"
     blocker.write_text("not a directory")
-    result = cli("angular", "org/not-loaded", "--dataset", "builtin:pydoc", "--out", blocker / "sub", "--quiet")
+    result = invoke("angular", "org/not-loaded", "--dataset", "builtin:pydoc", "--out", blocker / "sub", "--quiet")
     assert result.exit_code == 2, result.output
     assert f"{blocker} is an existing file" in " ".join(result.stderr.split())
 
 
 # --- prune_curve.json --------------------------------------------------------------------------------
-
-
-def curve_dict() -> dict:
-    from layerprobe.results import CurveMethod, CurveMetric, PruneCurveResult
-
-    model = ModelInfo("org/m", None, None, "LlamaForCausalLM", "llama", "causal-lm", "float32", 4, "layers", "Block")
-    angular = CurveMethod([1, 2], [2, 1], [3.1, 3.5], [0.1, 0.1], [0.1, 0.5], [0.05, None])
-    last = CurveMethod([1, 2], [2, 1], [3.2, 3.6], [0.1, None], [0.2, 0.6], [0.05, 0.06])
-    nll = CurveMetric(3.0, 0.1, False, {"angular": angular, "last": last})
-    selection = {"n": [1, 2], "start": [2, 1], "distance": [0.1, 0.2]}
-    settings = {"tasks": ["corpus"], "max_fraction": 0.5}
-    return PruneCurveResult(model, settings, selection, {"corpus": {"nll": nll}}, RUN).to_dict()
-
-
 ANGULAR_METHOD = "tasks.corpus.nll.methods.angular"
 CURVE_CASES = [
     ("tasks", [], "tasks must be an object, got an array of 0 items"),
@@ -303,13 +226,13 @@ CURVE_CASES = [
 
 @pytest.mark.parametrize(("path", "value", "message"), CURVE_CASES, ids=[c[0] + "=" + repr(c[1]) for c in CURVE_CASES])
 def test_hostile_prune_curve_json_names_file_and_field(tmp_path, path, value, message):
-    bad = write_json(tmp_path / "bad" / "prune_curve.json", edit(curve_dict(), path, value))
+    bad = write_json(tmp_path / "bad" / "prune_curve.json", edited(curve_dict(), path, value))
     with pytest.raises(ResultError) as caught:
         load_result(bad)
     assert str(caught.value.message).startswith(f"{bad}: {message}")
     good = write_json(tmp_path / "good" / "prune_curve.json", curve_dict())
     for args in (("plot", bad), ("compare", bad, good, "--no-plot")):
-        result = cli(*args)
+        result = invoke(*args)
         assert result.exit_code == 2, result.output
         assert f"{bad}: {message}" in " ".join(result.stderr.split()), result.stderr
         assert "Traceback" not in result.output
@@ -318,7 +241,7 @@ def test_hostile_prune_curve_json_names_file_and_field(tmp_path, path, value, me
 def test_prune_curve_round_trips_and_plots(tmp_path):
     path = write_json(tmp_path / "prune_curve.json", curve_dict())
     assert load_result(path).to_dict() == json.loads(path.read_text())
-    result = cli("plot", path)
+    result = invoke("plot", path)
     assert result.exit_code == 0, result.output
     assert (tmp_path / "prune_curve_corpus.png").read_bytes()[:4] == b"\x89PNG"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # written atomically
@@ -327,7 +250,7 @@ def test_prune_curve_round_trips_and_plots(tmp_path):
 def test_compare_refuses_pruning_curves_in_one_line(tmp_path):
     """Curves have no gate rules: read as another kind they used to crash with exit 1, read by CI as a regression."""
     path = write_json(tmp_path / "prune_curve.json", curve_dict())
-    result = cli("compare", path, path, "--no-plot")
+    result = invoke("compare", path, path, "--no-plot")
     assert result.exit_code == 2, result.output
     assert "compare gates angular, prune-drop and depth results, not a pruning curve" in " ".join(result.stderr.split())
     assert "Traceback" not in result.output
@@ -336,5 +259,5 @@ def test_compare_refuses_pruning_curves_in_one_line(tmp_path):
 def test_a_shard_passed_to_plot_says_what_it_is(tmp_path):
     bad = tmp_path / "prune_drop.shard.json"
     bad.write_text(json.dumps({"schema": "layerprobe/prune-drop-shard@1"}))
-    result = cli("plot", bad)
+    result = invoke("plot", bad)
     assert result.exit_code == 2 and "layerprobe merge" in result.stderr

@@ -6,59 +6,18 @@ file, a bad one is refused with one line naming the file and the JSON path (exit
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
+from factories import RUN, edited, model_info, partial_dict, shard_dict
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
 from layerprobe.core import ResultError
 from layerprobe.prune.state import PruneState
-from layerprobe.results import (
-    Evaluation,
-    MetricScore,
-    ModelInfo,
-    PruneProgress,
-    PruneShard,
-    RunInfo,
-    evaluation_to_dict,
-    read_json,
-    write_json,
-)
+from layerprobe.results import PruneProgress, PruneShard, read_json, write_json
 
 runner = CliRunner()
-RUN = RunInfo(started_at="2025-01-01T00:00:00+00:00", seconds=1.0, versions={"layerprobe": "0"}, device="cpu")
-MODEL = ModelInfo("org/m", None, None, "LlamaForCausalLM", "llama", "causal-lm", "float32", 2, "layers", "Block")
-
-
-def evaluation() -> dict:
-    """A fresh evaluation entry (never shared: `edit` deep-copies, and a deep copy keeps shared objects shared)."""
-    return evaluation_to_dict(Evaluation({"acc": MetricScore(0.5, 0.05, True, 10)}, 0, 10, "simple"))
-
-
-def edit(data: dict, path: str, value) -> dict:
-    """Set `value` at a dotted path (`done.arc.baseline`; `settings.layers.1` indexes a list)."""
-    data = copy.deepcopy(data)
-    *parents, last = path.split(".")
-    node = data
-    for part in parents:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    if isinstance(node, list):
-        node[int(last)] = value
-    else:
-        node[last] = value
-    return data
-
-
-def shard_dict() -> dict:
-    settings = {"tasks": ["arc"], "layers": [0, 1], "limit": None}
-    rows = {"arc": [{"variant": None, "task": "arc", "doc_id": 0, "acc": 1.0}]}
-    done = {"arc": {"baseline": evaluation(), "0": evaluation()}}
-    shard = PruneShard(
-        "0/2", {"model": "org/m"}, MODEL, settings, ["arc"], [0, 1], ["baseline", "0"], done, rows, None, RUN
-    )
-    return shard.to_dict()
 
 
 SHARD_CASES = [
@@ -83,7 +42,7 @@ SHARD_CASES = [
 
 @pytest.mark.parametrize(("path", "value", "message"), SHARD_CASES, ids=[c[0] + "=" + repr(c[1]) for c in SHARD_CASES])
 def test_hostile_shard_names_file_and_field(tmp_path, path, value, message):
-    bad = write_json(tmp_path / "s0" / "prune_drop.shard.json", edit(shard_dict(), path, value))
+    bad = write_json(tmp_path / "s0" / "prune_drop.shard.json", edited(shard_dict(), path, value))
     with pytest.raises(ResultError) as caught:
         PruneShard.from_dict(read_json(bad), str(bad))
     assert str(caught.value.message) == f"{bad}: {message}"
@@ -97,14 +56,10 @@ def test_a_shard_round_trips_and_a_foreign_file_is_refused(tmp_path):
     path = write_json(tmp_path / "prune_drop.shard.json", shard_dict())
     shard = PruneShard.from_dict(read_json(path), str(path))
     assert shard.to_dict() == json.loads(path.read_text())
-    assert shard.tasks == ["arc"] and shard.layers == [0, 1] and shard.model == MODEL and shard.run == RUN
+    assert shard.tasks == ["arc"] and shard.layers == [0, 1] and shard.model == model_info(2) and shard.run == RUN
     other = write_json(tmp_path / "other.json", {**shard_dict(), "schema": "layerprobe/angular@1"})
     result = runner.invoke(app, ["merge", str(other), "--out", str(tmp_path / "merged")])
     assert result.exit_code == 2 and f"{other} is not a prune-drop shard." in " ".join(result.stderr.split())
-
-
-def partial_dict() -> dict:
-    return PruneProgress({"model": "m"}, {"arc": {"baseline": evaluation(), "1": evaluation()}}).to_dict()
 
 
 PARTIAL_CASES = [
@@ -122,7 +77,7 @@ PARTIAL_CASES = [
     ("path", "value", "message"), PARTIAL_CASES, ids=[c[0] + "=" + repr(c[1]) for c in PARTIAL_CASES]
 )
 def test_hostile_progress_file_names_file_and_field(tmp_path, path, value, message):
-    bad = write_json(tmp_path / "prune_drop.partial.json", edit(partial_dict(), path, value))
+    bad = write_json(tmp_path / "prune_drop.partial.json", edited(partial_dict(), path, value))
     with pytest.raises(ResultError) as caught:
         PruneState.open(tmp_path, {"model": "m"}, resume=True)
     assert str(caught.value.message) == f"{bad}: {message}"

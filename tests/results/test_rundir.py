@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
+from source_code import PACKAGE, string_literals
 
 from layerprobe.results import RunDir, rank_suffix
 from layerprobe.results.rundir import curve_name, figure_name, sample_name
 
-PACKAGE = Path(__file__).resolve().parents[2] / "layerprobe"
 # Names of a Hugging Face checkpoint's own files (read, or written by an export): not a run's files.
 CHECKPOINT_FILES = {"config.json", "model.safetensors.index.json", "pytorch_model.bin.index.json"}
 FILE_NAME = re.compile(r"^[\w.{}\-]+\.(json|jsonl|png|pdf)$")
@@ -64,24 +63,6 @@ def test_the_three_task_name_rules_differ_as_documented():
     assert figure_name("../x") == "_x" and sample_name("../x") == ".._x.jsonl" and curve_name("../x") == ".._x"
     assert figure_name("...") == "task" and sample_name("...") == "....jsonl"
     assert figure_name("a:b") == "a_b" and sample_name("a:b") == "a_b.jsonl" and curve_name("a:b") == "a:b"
-
-
-def string_literals(tree: ast.Module):
-    """(line, text) of every string constant that is not a docstring; an f-string's holes read as `{}`."""
-    docstrings = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                docstrings.add(id(first.value))
-    parts = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.JoinedStr):
-            parts.update(id(v) for v in node.values)
-            yield node.lineno, "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings | parts:
-            yield node.lineno, node.value
 
 
 def test_no_file_name_of_a_run_is_spelled_outside_rundir():
