@@ -61,6 +61,3 @@ def test_piped_output_is_never_wrapped(tmp_path):
     missing = run_cli("plot", str(deep / "nowhere" / "angular.json"), cwd=tmp_path)
     assert missing.returncode == 2
     assert any(str(deep / "nowhere" / "angular.json") in line for line in missing.stderr.splitlines())
-
-
-# --- temp files of a killed writer ---------------------------------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers as tf
-from command_line import invoke
+from command_line import RESULT, invoke
 from factories import (
     TASKS,
     TASKS_DIR,
@@ -34,8 +34,6 @@ from layerprobe.model.ablation import Remover
 from layerprobe.model.stack import find_layers
 from layerprobe.prune.drop import run_prune_drop
 from layerprobe.results import PruneDropResult
-
-RESULT = "prune_drop.json"
 
 
 @pytest.mark.parametrize(

@@ -41,9 +41,6 @@ def test_a_head_missing_from_the_checkpoint_is_refused(tiny_checkpoints, tmp_pat
         load_model(ModelSpec(str(tmp_path), device="cpu"), purpose="head")
 
 
-# ------------------------------------------------------------ weights checked against config.json (issue 8)
-
-
 def test_a_tokenizer_without_eos_or_bos_is_refused_for_lm_eval_before_loading(
     tiny_checkpoints, tmp_path, forbid_weight_loading
 ):

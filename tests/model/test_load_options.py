@@ -20,10 +20,7 @@ from layerprobe.model import load_model
 from layerprobe.model.load_options import from_pretrained_kwargs
 from layerprobe.model.stack import find_layers
 
-# -------------------------------------------------------------------------------- CLI refusals, exit 2
 
-
-# ------------------------------------------------------------------------ what reaches from_pretrained
 def test_options_reach_from_pretrained_and_the_result(tiny_checkpoints, tmp_path, monkeypatch):
     seen: list[dict] = []
     real_load = tf.PreTrainedModel.from_pretrained.__func__
@@ -74,9 +71,3 @@ def test_quantized_load_builds_a_bitsandbytes_config():
     assert kwargs["device_map"] == {"": "cpu"}  # bitsandbytes models cannot be moved after loading
     kwargs = from_pretrained_kwargs(ModelSpec("m", quantization="8bit", device_map="auto"), torch.float16, None)
     assert kwargs["quantization_config"].load_in_8bit and kwargs["device_map"] == "auto"
-
-
-# ------------------------------------------------------------------------------ provenance and labels
-
-
-# --------------------------------------------------------------------------- models over devices (item 4)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers as tf
+from command_line import RESULT
 from factories import (
     PRUNE_SETTINGS,
     RUN_SQUAD_PARAGRAPHS,
@@ -41,7 +42,6 @@ CAUSAL = ("llama", "qwen3", "gpt2", "deepseek_v3")
 # The default run checks one architecture end to end; the sweep over the others is marked slow.
 CAUSAL_SWEEP = [CAUSAL[0], *(pytest.param(a, marks=pytest.mark.slow) for a in CAUSAL[1:])]
 BATCH, LIMIT, FEWSHOT = PRUNE_SETTINGS["batch_size"], PRUNE_SETTINGS["limit"], PRUNE_SETTINGS["num_fewshot"]
-RESULT = "prune_drop.json"
 
 
 def value_at(drop, layer):

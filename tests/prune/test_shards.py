@@ -61,6 +61,3 @@ def test_shards_merged_equal_one_unsharded_run_and_bad_sets_are_refused(tiny_che
     with pytest.raises(ResultError, match="different runs .*limit"):
         merge_shards([tmp_path / "s0", tmp_path / "other", tmp_path / "s2"], tmp_path / "m4")
     assert not any((tmp_path / m).exists() for m in ("m2", "m3", "m4"))
-
-
-# ------------------------------------------------------------------------------------- two real ranks
