@@ -1,4 +1,8 @@
-"""Independent computations the tests compare layerprobe against (float64, no hooks, no layerprobe code)."""
+"""Independent computations the tests compare layerprobe against (float64, no hooks, no layerprobe code).
+
+The references run the model the plain way (`output_hidden_states`, lm-eval's own entry point, a model
+rebuilt from a config without the removed blocks) and compute in float64 what layerprobe computes.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,11 @@ import copy
 import math
 from collections.abc import Iterator
 
+import numpy as np
+import pytest
 import torch
 import transformers as tf
+from factories import TASKS_DIR
 
 # Where each tiny architecture keeps the norm applied after its last block (none for Post-LN BERT).
 FINAL_NORM = {"llama": "norm", "qwen3": "norm", "deepseek_v3": "norm", "gpt2": "ln_f", "bert": None}
@@ -85,6 +92,192 @@ def physically_deleted(path, arch, layer, dtype=torch.float32):
     return fresh.eval()
 
 
+# The output projections of each small family, by name: what "zeroing a sublayer's output projection" means.
+PROJECTIONS = {
+    "llama": ("self_attn.o_proj.", ("mlp.down_proj.",)),
+    "qwen3": ("self_attn.o_proj.", ("mlp.down_proj.",)),
+    "gemma2": ("self_attn.o_proj.", ("mlp.down_proj.",)),
+    # every routed expert (fused or not) and the shared expert
+    "qwen2_moe": ("self_attn.o_proj.", ("mlp.experts.down_proj", "mlp.experts.", "mlp.shared_expert.down_proj.")),
+    "gpt_neox": ("attention.dense.", ("mlp.dense_4h_to_h.",)),
+    "gpt2": ("attn.c_proj.", ("mlp.c_proj.",)),
+    "bert": ("attention.output.dense.", ("output.dense.",)),
+}
+# Where each small family keeps its blocks (the causal LMs, BERT's bare encoder).
+SMALL_BLOCKS = {
+    "llama": "model.layers",
+    "qwen3": "model.layers",
+    "gemma2": "model.layers",
+    "qwen2_moe": "model.layers",
+    "gpt_neox": "gpt_neox.layers",
+    "gpt2": "transformer.h",
+    "bert": "encoder.layer",
+}
+
+
+def is_projection(family: str, unit: str, name: str) -> bool:
+    """Whether parameter `name` of a block belongs to the output projection of its `unit` sublayer."""
+    attention, mlp = PROJECTIONS[family]
+    if unit == "attention":
+        return name.startswith(attention)
+    if family == "qwen2_moe" and name.startswith("mlp.experts."):
+        return "down" in name  # fused or per-expert down projections
+    return any(name.startswith(p) for p in mlp)
+
+
+def zeroed_projections(model, family: str, unit: str, block: int):
+    """A deep copy of `model` whose `unit` output projection weights and biases in `block` are zero."""
+    twin = copy.deepcopy(model)
+    zeroed = []
+    with torch.no_grad():
+        for name, param in twin.get_submodule(SMALL_BLOCKS[family])[block].named_parameters():
+            if is_projection(family, unit, name):
+                param.zero_()
+                zeroed.append(name)
+    assert zeroed, (family, unit)
+    return twin
+
+
+def continuation_loglikelihood(model, context: list[int], continuation: list[int]) -> float:
+    """log P(continuation | context) by one plain forward pass, summed in float64."""
+    ids = torch.tensor([context + continuation])
+    with torch.no_grad():
+        logprobs = model(input_ids=ids).logits[0].double().log_softmax(-1)
+    start = len(context)
+    return float(sum(logprobs[start + k - 1, token] for k, token in enumerate(continuation)))
+
+
+def load_without_block(model, rebuilt, index: int, prefix: str = "model.layers."):
+    """Load `model`'s weights without block `index` into `rebuilt`, a model built from its own smaller config.
+
+    For families whose per-layer pattern is derived (Jamba, RecurrentGemma): the test writes the config
+    the kept blocks form, and every weight must land in it (strict).
+    """
+    state = {}
+    for key, value in model.state_dict().items():
+        if key.startswith(prefix):
+            block, rest = key[len(prefix) :].split(".", 1)
+            if int(block) == index:
+                continue
+            key = f"{prefix}{int(block) - (int(block) > index)}.{rest}"
+        state[key] = value
+    rebuilt.load_state_dict(state, strict=True)
+    return rebuilt
+
+
+def deleted_span_float64(path, arch, span, directory):
+    """The model with every block of `span` physically deleted, one at a time (highest first), in float64."""
+    current = path
+    for step, layer in enumerate(sorted(span, reverse=True)):
+        model = physically_deleted(current, arch, layer, dtype=torch.float64)
+        current = directory / f"deleted_{step}"
+        model.save_pretrained(current)
+    return tf.AutoModelForCausalLM.from_pretrained(current, dtype=torch.float64).eval()
+
+
+def corpus_reference(base, variant, windows) -> dict[str, list[float]]:
+    """Per-window mean NLL, KL(P_base ‖ P_variant), top-1 agreement, one window at a time in float64."""
+    out: dict[str, list[float]] = {"nll": [], "kl": [], "top1": []}
+    with torch.no_grad():
+        for window in windows:
+            ids = torch.tensor([window.input_ids])
+            lp_base = base(input_ids=ids).logits[0, :-1].log_softmax(-1)
+            lp_var = variant(input_ids=ids).logits[0, :-1].log_softmax(-1)
+            target = ids[0, 1:]
+            out["nll"].append(float(-lp_var[torch.arange(len(target)), target].mean()))
+            out["kl"].append(float((lp_base.exp() * (lp_base - lp_var)).sum(-1).mean()))
+            out["top1"].append(float((lp_base.argmax(-1) == lp_var.argmax(-1)).double().mean()))
+    return out
+
+
+def lm_eval_reference(model, tokenizer, tasks, batch_size: int = 4, seed: int = 1234, **settings) -> dict:
+    """lm-eval's own entry point on `model`: a fresh HFLM and freshly built local tasks, every RNG seeded.
+
+    `settings` go to `simple_evaluate` (limit, num_fewshot, log_samples, bootstrap_iters: 1000 unless given).
+    """
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(TASKS_DIR)  # plain lm-eval resolves the YAMLs' relative data_files against the cwd
+        manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
+        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+        return lm_eval.simple_evaluate(
+            model=lm,
+            tasks=list(tasks),
+            task_manager=manager,
+            random_seed=seed,
+            numpy_random_seed=seed,
+            torch_random_seed=seed,
+            fewshot_random_seed=seed,
+            **{"bootstrap_iters": 1000, **settings},
+        )
+
+
+# ---------------------------------------------------------------- angular distances per position, numpy
+def pairwise_float64(states) -> np.ndarray:
+    """d(x^i, x^j) of every position in float64 numpy: (positions, S, S); NaN where x^i or x^j is non-finite."""
+    x = np.stack([s.double().numpy() for s in states], axis=1)  # (positions, S, hidden)
+    with np.errstate(invalid="ignore"):
+        unit = x / np.linalg.norm(x, axis=-1, keepdims=True)
+        cos = np.clip(np.einsum("pih,pjh->pij", unit, unit), -1.0, 1.0)
+    return np.arccos(cos) / math.pi
+
+
+def ratio_estimate(per_position: np.ndarray, sizes) -> tuple[np.ndarray, np.ndarray]:
+    """Mean over finite positions and its window-level standard error, written out per window in float64.
+
+    Window w has mean m_w over its n_w finite positions; the estimate is Σ n_w m_w / Σ n_w and
+    SE² = K/(K−1) Σ_w n_w² (m_w − mean)² / (Σ n_w)² over the K windows with n_w > 0.
+    """
+    bounds = np.cumsum([0, *sizes])
+    means, counts = [], []
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        window = per_position[a:b]
+        finite = np.isfinite(window)
+        n = finite.sum(axis=0)
+        counts.append(n)
+        means.append(np.where(n > 0, np.where(finite, window, 0.0).sum(axis=0) / np.maximum(n, 1), np.nan))
+    means, counts = np.array(means), np.array(counts, dtype=float)
+    total = counts.sum(axis=0)
+    mean = np.nansum(means * counts, axis=0) / total
+    k = (counts > 0).sum(axis=0)
+    spread = np.nansum(counts**2 * (means - mean) ** 2, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se = np.where(k >= 2, np.sqrt(k / (k - 1) * spread) / total, np.nan)
+    return mean, se
+
+
+def row_difference_reference(per_position: np.ndarray, sizes, mean: np.ndarray) -> np.ndarray:
+    """Stderr of each cell minus its span row's minimum, from per-window residuals in float64.
+
+    Window w's contribution to cell a's ratio estimate is u_a,w = (S_a,w − d_a n_a,w) / N_a; the difference of
+    two cells has SE² = K/(K−1) Σ_w (u_a,w − u_b,w)².
+    """
+    bounds = np.cumsum([0, *sizes])
+    sums = np.array([np.nansum(per_position[a:b], axis=0) for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
+    counts = np.array(
+        [np.isfinite(per_position[a:b]).sum(axis=0) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    )
+    total = counts.sum(axis=0)
+    return paired_from_residuals((sums - sums.sum(axis=0) / total * counts) / total, mean)
+
+
+def paired_from_residuals(u: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """u: (windows, S, S) each window's share of each cell's error; SE of each cell minus its row minimum."""
+    size, k = mean.shape[0], u.shape[0]
+    out = np.full((size, size), np.nan)
+    np.fill_diagonal(out, 0.0)
+    for span in range(1, size):
+        starts = [l for l in range(size - span) if np.isfinite(mean[l, l + span])]
+        best = min(starts, key=lambda l: (mean[l, l + span], l))
+        for l in starts:
+            diff = u[:, l, l + span] - u[:, best, best + span]
+            out[l, l + span] = out[l + span, l] = math.sqrt(k / (k - 1) * (diff**2).sum())
+    return out
+
+
 @contextlib.contextmanager
 def counted_block_rows(blocks) -> Iterator[dict[str, int]]:
     """Count every call of every block, weighted by its batch rows (probes included): {"count": rows}.
@@ -103,29 +296,3 @@ def counted_block_rows(blocks) -> Iterator[dict[str, int]]:
     finally:
         for handle in handles:
             handle.remove()
-
-
-def squad_v11_json(paragraphs) -> dict:
-    """The official SQuAD v1.1 layout for (title, context, [(id, question, [answers])]) paragraphs."""
-    return {
-        "version": "1.1",
-        "data": [
-            {
-                "title": title,
-                "paragraphs": [
-                    {
-                        "context": context,
-                        "qas": [
-                            {
-                                "id": qid,
-                                "question": question,
-                                "answers": [{"text": g, "answer_start": context.index(g)} for g in golds],
-                            }
-                            for qid, question, golds in qas
-                        ],
-                    }
-                ],
-            }
-            for title, context, qas in paragraphs
-        ],
-    }

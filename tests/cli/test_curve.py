@@ -1,0 +1,102 @@
+"""`layerprobe prune-curve`: every shared option reaches its spec; a run's JSON and figure; refusals before
+the weights are read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from factories import write_squad_json
+from typer.testing import CliRunner
+
+import layerprobe.model.load
+import layerprobe.prune
+from layerprobe.cli.app import app
+from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, LayerprobeError, ModelSpec
+from layerprobe.measure.angular import run_angular
+from layerprobe.results import write_json
+
+CORPUS = CorpusSpec(BUILTIN_CORPUS, tokens=48, seq_len=16)
+runner = CliRunner()
+
+
+def test_prune_curve_passes_every_shared_option_to_its_spec(tmp_path, monkeypatch):
+    seen = []
+
+    def capture(spec, *_args):
+        seen.append(spec)
+        raise LayerprobeError("captured")
+
+    monkeypatch.setattr(layerprobe.prune, "run_prune_curve", capture)
+    args = ["prune-curve", "org/m", "--tasks", "a,b", "--num_fewshot", "3", "--batch_size", "auto:2"]
+    args += ["--include_path", str(tmp_path), "--squad-data", str(tmp_path / "s.json"), "--limit", "0.5"]
+    args += ["--model-args", "low_cpu_mem_usage=true,max_memory={0:1GiB}", "--load-in-8bit"]
+    args += ["--attn-implementation", "eager", "--revision", "main", "--trust-remote-code", "--layers-path", "x.y"]
+    args += ["--device", "cpu", "--dtype", "bfloat16", "--tokens", "1e3", "--seq-len", "64", "--seed", "7"]
+    args += ["--output_path", str(tmp_path / "out"), "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "captured" in result.output, result.output
+    [spec] = seen
+    prune = spec.prune
+    model = prune.model
+    assert model.model_args == {"low_cpu_mem_usage": True, "max_memory": {0: "1GiB"}}
+    assert (model.quantization, model.attn_implementation, model.revision) == ("8bit", "eager", "main")
+    assert (model.trust_remote_code, model.layers_path, model.device, model.dtype) == (True, "x.y", "cpu", "bfloat16")
+    assert prune.tasks == ("a", "b") and prune.num_fewshot == 3 and prune.batch_size == "auto:2"
+    assert prune.include_path == str(tmp_path) and prune.squad_data == str(tmp_path / "s.json")
+    assert prune.limit == 0.5 and prune.seed == 7
+    assert prune.corpus.tokens == 1000 and prune.corpus.seq_len == 64
+
+
+def test_angular_of_another_model_refused_before_loading(tiny_checkpoints, tmp_path, monkeypatch):
+    measured = run_angular(AngularSpec(ModelSpec(str(tiny_checkpoints["gpt2"]), device="cpu"), CORPUS))
+    write_json(tmp_path / "angular.json", measured.to_dict())
+    monkeypatch.setattr(layerprobe.model.load, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    args = ["prune-curve", str(tiny_checkpoints["llama"]), "--task", "corpus", "--out", str(tmp_path), "-q"]
+    result = runner.invoke(app, [*args, "--angular", str(tmp_path / "angular.json")])
+    assert result.exit_code == 2 and "measured" in result.output, result.output
+    result = runner.invoke(app, [*args, "--max-fraction", "0.1"])  # ⌊0.1·4⌋ = 0 blocks
+    assert result.exit_code == 2 and "removes none" in result.output, result.output
+    result = runner.invoke(app, ["prune-curve", str(tiny_checkpoints["bert"]), "--task", "corpus", "-q"])
+    assert result.exit_code == 2 and "causal LM" in result.output, result.output
+
+
+def test_prune_curve_cli_end_to_end(tiny_checkpoints, tmp_path):
+    args = [str(tiny_checkpoints["llama"]), "--task", "corpus", "--dataset", BUILTIN_CORPUS, "--tokens", "48"]
+    args += ["--seq-len", "16", "--device", "cpu", "--baseline-seeds", "2", "--out", str(tmp_path), "-q"]
+    result = runner.invoke(app, ["prune-curve", *args])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "prune_curve.json").read_text())
+    assert data["schema"] == "layerprobe/prune-curve@1" and data["settings"]["baseline_seeds"] == [1234, 1235]
+    methods = data["tasks"]["corpus"]["top1_agreement"]["methods"]
+    assert sorted(methods) == ["angular", "last", "random_1234", "random_1235"]
+    assert all(m["n"] == [1, 2] for m in methods.values())
+    assert (tmp_path / "prune_curve_corpus.png").stat().st_size > 1000
+    (tmp_path / "prune_curve_corpus.png").unlink()
+    assert runner.invoke(app, ["plot", str(tmp_path / "prune_curve.json")]).exit_code == 0
+    assert (tmp_path / "prune_curve_corpus.png").exists()
+
+
+def test_prune_curve_loads_with_the_model_loading_options(tiny_checkpoints, tmp_path):
+    args = [str(tiny_checkpoints["llama"]), "--tasks", "corpus", "--dataset", BUILTIN_CORPUS, "--tokens", "48"]
+    args += ["--seq-len", "16", "--device", "cpu", "--dtype", "float32", "--batch_size", "2", "-q"]
+    args += ["--model-args", "low_cpu_mem_usage=true", "--attn-implementation", "eager", "--output_path", str(tmp_path)]
+    result = runner.invoke(app, ["prune-curve", *args])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "prune_curve.json").read_text())
+    assert data["model"]["model_args"] == {"low_cpu_mem_usage": True}
+    assert data["model"]["attn_implementation"] == "eager" and data["settings"]["batch_size"] == 2
+    refused = runner.invoke(app, ["prune-curve", *args[:-1], str(tmp_path / "x"), "--model-args", "dtype=float16"])
+    assert refused.exit_code == 2 and "has its own option" in refused.output, refused.output
+
+
+def test_prune_curve_scores_squad_from_a_local_file(tiny_checkpoints, tmp_path):
+    squad = write_squad_json(tmp_path / "dev-v1.1.json")
+    args = [str(tiny_checkpoints["bert_qa"]), "--task", "squad", "--squad-data", str(squad), "--limit", "4"]
+    args += ["--dataset", BUILTIN_CORPUS, "--tokens", "48", "--seq-len", "16", "--device", "cpu", "-q"]
+    result = runner.invoke(app, ["prune-curve", *args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "out" / "prune_curve.json").read_text())
+    assert set(data["tasks"]["squad"]) >= {"exact_match", "f1"}
+    missing = runner.invoke(app, ["prune-curve", *args[:4], str(tmp_path / "none.json"), *args[5:]])
+    assert missing.exit_code == 2 and "none.json" in missing.output, missing.output

@@ -1,0 +1,130 @@
+"""Options declared once: every shared option identical on every command that takes it.
+
+The groups of cli/options.py (and the options shared one by one) are what makes `--model-args` or
+`--num_fewshot` mean the same on every command that takes them. These tests read the click commands
+Typer builds, so they see exactly what a user sees: names, aliases, help, defaults and types.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections import defaultdict
+
+import pytest
+import typer
+from command_line import flat_help
+
+from layerprobe.cli.app import COMMANDS, app
+from layerprobe.cli.groups import OptionGroup, command_groups
+from layerprobe.cli.options import Corpus, Evaluation, ModelLoading, Output, StreamedCorpus, split_task_names
+from layerprobe.core import parse_eval_batch_size
+
+CLICK = typer.main.get_command(app)
+# What Typer builds per use of an option (its own copies), not what the option is.
+PER_USE = {"type_descriptor", "_runtime_param", "_custom_shell_complete"}
+
+
+def described(param) -> str:
+    """Everything click knows of one parameter, as comparable text: names, aliases, help, default, type…"""
+    fields = {k: v for k, v in vars(param).items() if k not in PER_USE}
+    fields["annotation"] = param.type_descriptor.annotation
+    return json.dumps(fields, sort_keys=True, default=repr)
+
+
+def params_of(command: str) -> dict[str, object]:
+    return {p.name: p for p in CLICK.commands[command].params}
+
+
+# --- every group, identical on every command that takes it ---------------------------------------------
+
+
+def commands_taking(group: type[OptionGroup]) -> list[str]:
+    return sorted(name for name, command in COMMANDS.items() if group in command_groups(command).values())
+
+
+@pytest.mark.parametrize(
+    ("group", "expected"),
+    [
+        (ModelLoading, ["angular", "depth", "prune-curve", "prune-drop"]),
+        (StreamedCorpus, ["angular", "depth"]),
+        (Corpus, ["prune-curve", "prune-drop"]),
+        (Evaluation, ["prune-curve", "prune-drop"]),
+        (Output, ["angular", "depth", "prune-curve", "prune-drop"]),
+    ],
+)
+def test_each_group_is_the_same_on_every_command_that_takes_it(group, expected):
+    assert commands_taking(group) == expected
+    fields = [name for name in group.__dataclass_fields__]
+    first, *others = expected
+    reference = {name: described(params_of(first)[name]) for name in fields}
+    for command in others:
+        assert {name: described(params_of(command)[name]) for name in fields} == reference, command
+
+
+# Options of the same spelling that mean something else on some commands, on purpose: which commands
+# share each declaration. Any other option string must have one declaration across all commands.
+DELIBERATE = {
+    "--out": [{"angular", "depth", "prune-curve", "prune-drop"}, {"demo"}, {"merge"}, {"plot"}, {"compare"}],
+    "--output_path": [{"angular", "depth", "prune-curve", "prune-drop"}, {"demo"}],
+    "--batch-size": [{"angular", "depth"}, {"prune-curve", "prune-drop"}],  # windows vs requests (or auto)
+    "--batch_size": [{"angular", "depth"}, {"prune-curve", "prune-drop"}],
+    "--tokens": [{"angular", "depth", "prune-curve", "prune-drop"}, {"demo"}],
+    "--dtype": [{"angular", "depth", "prune-curve", "prune-drop"}, {"prune"}],  # export keeps the dtype
+    "--angular": [{"prune-curve"}, {"prune-drop"}],  # an input of the curve, a comparison for ΔP
+}
+
+
+def test_an_option_spelled_alike_is_declared_once_unless_it_means_something_else():
+    declarations: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for name, command in CLICK.commands.items():
+        for param in command.params:
+            for spelling in (*param.opts, *param.secondary_opts):
+                declarations[spelling][described(param)].add(name)
+    for spelling, variants in declarations.items():
+        shared = sorted(map(sorted, variants.values()))
+        if spelling in DELIBERATE:
+            assert shared == sorted(map(sorted, DELIBERATE[spelling])), spelling
+        else:
+            assert len(variants) == 1, f"{spelling} is declared differently on {shared}"
+
+
+@pytest.mark.parametrize("command", ["angular", "depth", "prune-drop", "prune-curve"])
+def test_lm_eval_spellings_and_the_loading_options_on_every_command_that_runs_a_model(command):
+    text = flat_help(command)
+    loading = ["--revision", "--dtype", "--device", "--device-map", "--trust-remote-code", "--layers-path"]
+    loading += ["--model-args", "--load-in-4bit", "--load-in-8bit", "--attn-implementation"]
+    for option in [*loading, "--batch_size", "--output_path"]:
+        assert option in text, option
+    if command.startswith("prune-"):
+        for option in ("--tasks", "--num_fewshot", "--include_path", "--squad-data"):
+            assert option in text, option
+
+
+def test_no_command_hand_lists_more_than_twenty_parameters():
+    for name, command in COMMANDS.items():
+        assert len(inspect.signature(inspect.unwrap(command)).parameters) <= 20, name
+
+
+def test_spec_parsing_of_lm_eval_spellings():
+    assert split_task_names(["a,b", " c ", "d,,"]) == ("a", "b", "c", "d")
+    assert parse_eval_batch_size("auto:4") == "auto:4" and parse_eval_batch_size("auto") == "auto"
+    assert parse_eval_batch_size("16") == 16
+    for bad in ("auto:0", "0", "-1", "auto:x", "8.5"):
+        with pytest.raises(Exception, match="auto:N"):
+            parse_eval_batch_size(bad)
+
+
+def test_help_lists_choices_and_underscore_aliases():
+    def help_text(command):
+        return flat_help(command)
+
+    prune = help_text("prune-drop")
+    for name in ("--tasks", "--num_fewshot", "--include_path", "--batch_size", "--output_path", "--log_samples"):
+        assert name in prune
+    for name in ("<auto|simple|shared>",):
+        assert name in prune
+    angular = help_text("angular")
+    assert "<auto|float32|bfloat16|float16>" in angular and "<all|last>" in angular and "--batch_size" in angular
+    assert "<all|last>" in help_text("depth")
+    assert "<table|markdown|json>" in help_text("compare")

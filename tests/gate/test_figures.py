@@ -1,0 +1,92 @@
+"""The gate's figures: baseline and candidate side by side, drawn from the results' own numbers."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+from drawn import PNG_MAGIC, assert_drawn_matrix, delta_bars, expected_cells, expected_minima, file_magic, marked_minima
+from factories import angular_from_walk, random_prune_result
+from matplotlib.container import BarContainer
+
+from layerprobe.core.errors import ResultError
+from layerprobe.gate import figures
+from layerprobe.gate.figures import plot_verdict
+from layerprobe.gate.verdict import compare_paths
+
+
+def test_plots_are_written_next_to_the_candidate_or_in_out(tmp_path, mixed_verdict):
+    paths = plot_verdict(mixed_verdict)
+    assert sorted(p.name for p in paths) == ["compare_angular.png", "compare_prune_drop.png"]
+    assert all(p.parent == tmp_path / "cand" and p.read_bytes()[:4] == b"\x89PNG" for p in paths)
+    single = compare_paths(tmp_path / "base" / "angular.json", tmp_path / "cand" / "angular.json")
+    assert plot_verdict(single, tmp_path / "plots") == [tmp_path / "plots" / "compare.png"]
+
+
+@pytest.mark.usefixtures("no_leaked_figures")
+@pytest.mark.parametrize(("base_layers", "cand_layers"), [(8, 5), (80, 60), (6, 6)])
+def test_compare_angular_differences_over_the_common_layers(tmp_path, base_layers, cand_layers):
+    baseline = angular_from_walk(base_layers, seed=1, model_id="org/base")
+    candidate = angular_from_walk(cand_layers, seed=2, nan_cells=[(0, 1)], model_id="org/pruned")
+    fig = figures.compare_angular_figure(baseline, candidate)
+    try:
+        heatmaps = [ax for ax in fig.axes if ax.images]
+        assert len(heatmaps) == 3
+        assert_drawn_matrix(
+            heatmaps[0].images[0].get_array(), expected_cells(baseline.distance, base_layers), base_layers
+        )
+        assert_drawn_matrix(
+            heatmaps[1].images[0].get_array(), expected_cells(candidate.distance, cand_layers), cand_layers
+        )
+        common = min(base_layers, cand_layers)
+        diff = {
+            (n, start): candidate.distance[start][start + n] - baseline.distance[start][start + n]
+            for n in range(1, common + 1)
+            for start in range(common - n + 1)
+        }
+        diff_image = heatmaps[2].images[0]
+        assert_drawn_matrix(diff_image.get_array(), diff, common)
+        low, high = diff_image.get_clim()
+        assert low == -high and high >= max(abs(v) for v in diff.values() if math.isfinite(v))
+        assert f"min L = {common}" in heatmaps[2].get_title()
+        assert marked_minima(heatmaps[1]) == expected_minima(candidate.distance, cand_layers)
+        assert marked_minima(heatmaps[2]) == {}
+    finally:
+        plt.close(fig)
+    path = figures.plot_compare_angular(baseline, candidate, tmp_path / "compare.png")
+    assert path == tmp_path / "compare.png" and file_magic(path, PNG_MAGIC)
+
+
+@pytest.mark.usefixtures("no_leaked_figures")
+def test_compare_prune_drop_with_a_pruned_candidate(tmp_path):
+    baseline = random_prune_result(12, tasks=("arc_easy", "mmlu"), seed=0)
+    candidate = random_prune_result(9, tasks=("mmlu", "piqa"), seed=5)
+    fig = figures.compare_prune_drop_figure(baseline, candidate)
+    try:
+        assert len(fig.axes) == 2  # one row: mmlu is the only common task
+        bars_ax, diff_ax = fig.axes
+        grouped = [c for c in bars_ax.containers if isinstance(c, BarContainer)]
+        base_metric = baseline.tasks["mmlu"].metrics["acc"]
+        cand_metric = candidate.tasks["mmlu"].metrics["acc"]
+        assert [b.get_height() for b in grouped[0]] == pytest.approx(np.nan_to_num(base_metric.delta))
+        assert [b.get_height() for b in grouped[1]] == pytest.approx(np.nan_to_num(cand_metric.delta))
+        expected = [c - b for b, c in zip(base_metric.delta[:9], cand_metric.delta, strict=True)]
+        diff_bars = delta_bars(diff_ax)
+        assert [b.get_x() + b.get_width() / 2 for b in diff_bars] == pytest.approx(range(9))
+        assert [b.get_height() for b in diff_bars] == pytest.approx(np.nan_to_num(expected))
+        assert "mmlu" in bars_ax.get_title()
+    finally:
+        plt.close(fig)
+    path = figures.plot_compare_prune_drop(baseline, candidate, tmp_path / "compare.png")
+    assert file_magic(path, PNG_MAGIC)
+
+
+@pytest.mark.usefixtures("no_leaked_figures")
+def test_compare_prune_drop_without_a_common_task_is_a_user_error(tmp_path):
+    with pytest.raises(ResultError, match="share no task"):
+        figures.plot_compare_prune_drop(
+            random_prune_result(4, ("a",)), random_prune_result(4, ("b",)), tmp_path / "c.png"
+        )
+    assert not (tmp_path / "c.png").exists()

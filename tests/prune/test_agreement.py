@@ -1,0 +1,91 @@
+"""Agreement of the angular distance with ΔP: Spearman with a bootstrap interval, top-k overlap."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from factories import TASKS_DIR, angular_from_adjacent, metric_drop
+from typer.testing import CliRunner
+
+from layerprobe.cli.app import app
+from layerprobe.core.errors import ResultError
+from layerprobe.prune.agreement import default_k, find_angular, load_angular_for, metric_agreement, task_agreement
+from layerprobe.results import write_json
+
+
+def drop(deltas, higher_is_better=True, layers=None):
+    """ΔP of `deltas` from a baseline of 0.5."""
+    return metric_drop(0.5, [0.5 + d for d in deltas], hib=higher_is_better, layers=layers)
+
+
+def hand_spearman(x, y):
+    def avg_ranks(v):
+        return [1 + sum(u < a for u in v) + (sum(u == a for u in v) - 1) / 2 for a in v]
+
+    rx, ry = avg_ranks(x), avg_ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    return num / math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+
+
+def test_agreement_fields_against_a_hand_computation():
+    adjacent = [0.40, 0.10, 0.30, 0.05, 0.20, 0.35, 0.15, 0.25]
+    deltas = [-0.30, -0.01, -0.20, 0.00, -0.05, -0.28, -0.02, -0.10]  # bigger turn, bigger loss: agree
+    got = metric_agreement(adjacent, drop(deltas), draws=400, seed=3)
+    assert got["spearman"] == pytest.approx(hand_spearman(adjacent, deltas), abs=1e-12)
+    assert got["spearman"] < -0.8 and got["agree_when"] == "negative"
+    low, high = got["spearman_ci95"]
+    assert low <= got["spearman"] <= high and high < 0
+    assert got["top_k"] == default_k(8) == 2
+    assert got["most_redundant_by_distance"] == [3, 1] and got["least_harmful_by_delta"] == [3, 1]
+    assert got["top_k_overlap"] == 1.0
+    assert got["adjacent_distance"] == adjacent and got["bootstrap"] == {"draws": 400, "seed": 3}
+    # A perplexity-like metric: a larger ΔP is the loss, so the measures agree when rho is positive.
+    ppl = metric_agreement(adjacent, drop([-d for d in deltas], higher_is_better=False), draws=50)
+    assert ppl["agree_when"] == "positive" and ppl["spearman"] == pytest.approx(-got["spearman"], abs=1e-12)
+    assert ppl["least_harmful_by_delta"] == [3, 1]
+
+
+def test_only_removed_blocks_with_finite_values_are_compared():
+    adjacent = [0.4, float("nan"), 0.3, 0.1]
+    got = metric_agreement(adjacent, drop([-0.2, -0.1, float("inf")], layers=[0, 1, 2]), draws=20)
+    assert got["layers"] == [0] and got["spearman"] is None and got["spearman_ci95"] is None
+    assert got["top_k"] == 1 and got["top_k_overlap"] == 1.0
+
+
+def test_finding_and_checking_the_angular_file(tmp_path):
+    assert find_angular(None, tmp_path) is None
+    path = write_json(tmp_path / "angular.json", angular_from_adjacent([0.3, 0.1, 0.2, 0.4]).to_dict())
+    assert find_angular(None, tmp_path) == path
+    assert find_angular("elsewhere/angular.json", tmp_path) == Path("elsewhere/angular.json")  # given wins
+    assert load_angular_for(path, 4).num_layers == 4
+    with pytest.raises(ResultError, match="measured 4 blocks; this model has 6"):
+        load_angular_for(path, 6)
+    block = task_agreement(load_angular_for(path, 4), {"acc": drop([-0.3, 0.0, -0.1, -0.4])}, str(path))
+    assert block["acc"]["angular"] == str(path) and block["acc"]["adjacent_distance"] == [0.3, 0.1, 0.2, 0.4]
+    assert block["acc"]["spearman"] == pytest.approx(-1.0)
+
+
+def test_cli_finds_angular_json_in_out_prints_agreement_and_logs_samples(tiny_checkpoints, tmp_path):
+    tasks = TASKS_DIR
+    write_json(tmp_path / "angular.json", angular_from_adjacent([0.3, 0.1, 0.2, 0.4]).to_dict())
+    args = ["prune-drop", str(tiny_checkpoints["llama"]), "--task", "lp_arc_like", "--include-path", str(tasks)]
+    args += ["--limit", "4", "--batch-size", "4", "--device", "cpu", "--quiet", "--engine", "simple"]
+    done = CliRunner().invoke(app, [*args, "--out", str(tmp_path), "--log-samples"], env={"COLUMNS": "250"})
+    assert done.exit_code == 0, done.output
+    assert "agreement with angular: Spearman ρ(d(x^l, x^l+1), ΔP acc)" in done.output
+    assert "paired 95 % CI" in done.output
+    data = json.loads((tmp_path / "prune_drop.json").read_text())
+    block = data["tasks"]["lp_arc_like"]["agreement"]["acc"]
+    assert block["angular"] == str(tmp_path / "angular.json") and block["layers"] == [0, 1, 2, 3]
+    assert data["summary"]["lp_arc_like"]["agreement"] == block
+    lines = (tmp_path / "samples" / "lp_arc_like.jsonl").read_text().splitlines()
+    assert len(lines) == 5 * 4  # baseline and 4 blocks, 4 documents each
+
+    other = tmp_path / "deep.json"
+    write_json(other, angular_from_adjacent([0.1] * 6).to_dict())
+    refused = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "x"), "--angular", str(other)])
+    assert refused.exit_code == 2 and "measured 6 blocks; this model has 4" in refused.output

@@ -1,0 +1,108 @@
+"""Per-document rows of a prune-drop run: written before each evaluation is recorded, consistent on resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from factories import loaded_head, prune_spec
+
+from layerprobe.model.progress import Progress
+from layerprobe.prune.drop import run_prune_drop
+from layerprobe.prune.samples import SampleLog
+from layerprobe.prune.state import PARTIAL_NAME
+from layerprobe.results.rundir import PRUNE_DROP_PARTIAL_SAMPLES as PARTIAL_DIR
+from layerprobe.results.rundir import SAMPLES_DIR
+from layerprobe.results.rundir import sample_name as file_name
+
+
+def rows(variant, n=3, value=1.0):
+    return [{"variant": variant, "task": "t", "doc_id": i, "acc": value} for i in range(n)]
+
+
+def test_append_read_keep_only_and_finish(tmp_path):
+    log = SampleLog.open(tmp_path, resume=False)
+    log.append("a/b", rows(None))
+    log.append("a/b", rows(2, value=0.0))
+    log.append("a/b", rows(0))
+    assert (tmp_path / PARTIAL_DIR / "a_b.jsonl").exists() and file_name("a/b") == "a_b.jsonl"
+    assert set(log.read("a/b")) == {None, 2, 0}
+    # A variant evaluated again after a crash: its last block of rows wins, none is counted twice.
+    log.append("a/b", rows(2, value=0.5))
+    assert log.read("a/b")[2] == rows(2, value=0.5)
+    assert log.keep_only("a/b", {None, 2}) == {None, 2}
+    assert set(log.read("a/b")) == {None, 2}
+    final = log.finish(["a/b"], keep=True)
+    written = [json.loads(line) for line in (final / "a_b.jsonl").read_text().splitlines()]
+    assert written == rows(None) + rows(2, value=0.5)  # baseline first, then blocks ascending
+    assert not (tmp_path / PARTIAL_DIR).exists() and final == tmp_path / SAMPLES_DIR
+
+
+def test_a_line_cut_by_a_crash_is_ignored_and_a_fresh_run_starts_clean(tmp_path):
+    log = SampleLog.open(tmp_path, resume=False)
+    log.append("t", rows(None))
+    with open(tmp_path / PARTIAL_DIR / "t.jsonl", "a") as handle:
+        handle.write('{"variant": 1, "task": "t", "doc_')
+    assert set(log.read("t")) == {None}
+    assert set(SampleLog.open(tmp_path, resume=True).read("t")) == {None}
+    assert SampleLog.open(tmp_path, resume=False).read("t") == {}
+    assert not SampleLog(tmp_path).finish(["t"], keep=False) and not (tmp_path / PARTIAL_DIR).exists()
+
+
+# ----------------------------------------------------------------------------- resume, end to end
+
+
+def spec(path, **overrides):
+    settings = dict(tasks=("lp_arc_like", "lp_pydoc_ppl"), limit=4, num_fewshot=None, log_samples=True)
+    return prune_spec(path, **{**settings, **overrides})
+
+
+def samples_of(out: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted((out / SAMPLES_DIR).glob("*.jsonl"))}
+
+
+def tasks_of(result) -> dict:
+    return result.to_dict()["tasks"]
+
+
+def test_resume_keeps_rows_and_scores_of_the_same_evaluations(tiny_checkpoints, tmp_path):
+    path = tiny_checkpoints["llama"]
+    loaded = loaded_head(path)
+    full = run_prune_drop(spec(path), tmp_path / "full", loaded=loaded)
+    assert sorted(samples_of(tmp_path / "full")) == ["lp_arc_like.jsonl", "lp_pydoc_ppl.jsonl"]
+
+    out, count = tmp_path / "resumed", {"n": 0}
+
+    def stop_after(k):
+        def advance(amount):
+            count["n"] += amount
+            if count["n"] == k:
+                raise KeyboardInterrupt
+
+        return Progress(on_advance=advance)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_prune_drop(spec(path), out, loaded=loaded, progress=stop_after(3))
+    done = json.loads((out / PARTIAL_NAME).read_text())["done"]
+    assert sum(len(v) for v in done.values()) == 3
+    # A crash between writing rows and recording the evaluation: rows of a variant the state lacks.
+    partial = out / PARTIAL_DIR / "lp_arc_like.jsonl"
+    with open(partial, "a") as handle:
+        handle.write(json.dumps({"variant": 3, "task": "lp_arc_like", "doc_id": 0, "acc": 9.0, "acc_norm": 9.0}) + "\n")
+    # And a recorded evaluation whose rows are gone: it is evaluated again rather than left unpaired.
+    assert set(done["lp_pydoc_ppl"]) == {"baseline"}
+    (out / PARTIAL_DIR / "lp_pydoc_ppl.jsonl").write_text("")
+    count["n"] = 0
+    resumed = run_prune_drop(spec(path), out, resume=True, loaded=loaded, progress=stop_after(-1))
+    assert count["n"] == 6 - 3 + 1  # what was missing, plus the recorded baseline that had no rows
+    assert tasks_of(resumed) == tasks_of(full)
+    assert samples_of(out) == samples_of(tmp_path / "full")
+    assert not (out / PARTIAL_DIR).exists() and not (out / PARTIAL_NAME).exists()
+
+
+def test_without_log_samples_nothing_is_left_but_paired_fields_are_there(tiny_checkpoints, tmp_path):
+    result = run_prune_drop(spec(tiny_checkpoints["llama"], log_samples=False, tasks=("lp_arc_like",)), tmp_path)
+    assert not (tmp_path / SAMPLES_DIR).exists() and not (tmp_path / PARTIAL_DIR).exists()
+    acc = result.tasks["lp_arc_like"].metrics["acc"]
+    assert acc.paired and len(acc.delta_stderr) == 2 and acc.delta_method == "paired_mean"
