@@ -123,7 +123,12 @@ def run_angular(
     else:
         seq_len = min(spec.corpus.seq_len, loaded.context_length or spec.corpus.seq_len)
         windows = build_windows(
-            loaded.tokenizer, iter_documents(spec.corpus), spec.corpus.tokens, seq_len, on_tokens=progress.on_advance
+            loaded.tokenizer,
+            iter_documents(spec.corpus),
+            spec.corpus.tokens,
+            seq_len,
+            on_tokens=progress.on_advance,
+            chat_template=spec.corpus.chat_template,
         )
     stack = find_layers(loaded.model, spec.model.layers_path)
     progress.stage("Measuring", spec.corpus.tokens, "tok")
@@ -144,6 +149,7 @@ def run_angular(
         "windows": len(windows),
         "positions": spec.positions,
         "positions_averaged": accumulator.count,
+        **corpus.record(),
     }
     return AngularResult(
         model=model_info(loaded, stack),
@@ -153,6 +159,8 @@ def run_angular(
         row_difference_stderr=accumulator.row_difference_stderr(),
         nonfinite_tokens=accumulator.nonfinite,
         nonfinite_positions=accumulator.nonfinite_positions(),
+        adjacent_windows=accumulator.adjacent_windows(),
+        window_positions=list(accumulator.window_positions),
         run=timer.finish(loaded.device_label),
         tokens_per_second=tokens / measure_seconds if measure_seconds > 0 else 0.0,
     )
