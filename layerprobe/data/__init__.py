@@ -2,11 +2,12 @@
 
 from layerprobe.data.corpus import iter_documents
 from layerprobe.data.squad import SquadExample, load_squad
-from layerprobe.data.windows import Window, batches, build_windows, windows_before_loading
+from layerprobe.data.windows import Window, batches, build_windows, check_chat_template, windows_before_loading
 
 __all__ = [
     "batches",
     "build_windows",
+    "check_chat_template",
     "iter_documents",
     "load_squad",
     "SquadExample",

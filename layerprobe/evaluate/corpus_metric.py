@@ -63,7 +63,9 @@ def as_span(variant: int | Span | None) -> Span:
 def corpus_windows(loaded: LoadedModel, corpus: CorpusSpec) -> list[Window]:
     """The windows `angular` would measure for these options (seq_len capped by the model's context)."""
     seq_len = min(corpus.seq_len, loaded.context_length) if loaded.context_length else corpus.seq_len
-    return build_windows(loaded.tokenizer, iter_documents(corpus), corpus.tokens, seq_len)
+    return build_windows(
+        loaded.tokenizer, iter_documents(corpus), corpus.tokens, seq_len, chat_template=corpus.chat_template
+    )
 
 
 class CorpusScorer:

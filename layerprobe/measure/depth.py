@@ -87,7 +87,12 @@ def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedM
         seq_len = min(spec.corpus.seq_len, loaded.context_length or spec.corpus.seq_len)
         progress.stage("Reading corpus", spec.corpus.tokens, "tok")
         windows = build_windows(
-            loaded.tokenizer, iter_documents(spec.corpus), spec.corpus.tokens, seq_len, on_tokens=progress.on_advance
+            loaded.tokenizer,
+            iter_documents(spec.corpus),
+            spec.corpus.tokens,
+            seq_len,
+            on_tokens=progress.on_advance,
+            chat_template=spec.corpus.chat_template,
         )
     progress.stage("Tracing norm placement", None, "")
     placement, sublayers = detect_placement(stack.root, stack, _trace_ids(windows, loaded.input_device))
@@ -120,6 +125,7 @@ def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedM
         "positions": spec.positions,
         "positions_averaged": accumulator.rms.count[0],
         "batch_size": spec.batch_size,
+        **spec.corpus.record(),
     }
     return DepthResult(
         model=model_info(loaded, stack),
