@@ -212,7 +212,11 @@ def _unusable(table: np.ndarray, weights: np.ndarray, scores: dict[int, float], 
 def _documents(
     path: Path, task: str, metric: str, drop: MetricDrop, scores: dict[int, float], sign: float
 ) -> tuple[np.ndarray | None, str]:
-    """Per document (leaf task, doc id), per scored block: sign · (variant − baseline); or None and why not."""
+    """Per document (leaf task, doc id), per scored block: sign · (variant − baseline); or None and why not.
+
+    Documents are the rows in the order the baseline's rows list them; each block's variant must hold the
+    same documents.
+    """
     if drop.delta_method != PAIRED_MEAN:
         return None, f"ΔP of {metric} is not a mean over documents (delta_method {drop.delta_method})"
     sample_file = RunDir(path.parent).sample_file(task)
@@ -232,7 +236,7 @@ def _documents(
     base = by_variant.get(None)
     if not base:
         return None, f"{sample_file} holds no baseline values of {metric}"
-    docs = sorted(base)
+    docs = list(base)  # in the order the baseline's rows list them
     columns = []
     for block in scores:
         values = by_variant.get(block)

@@ -75,7 +75,7 @@ def stability_markdown(result: StabilityResult) -> str:
         "",
         f"{len(result.inputs)} inputs, {len(result.blocks)} blocks compared "
         f"({_blocks_text(result.blocks, result.model.num_layers)}). {DIRECTION}",
-        f"Intervals: percentile bootstrap, {settings.get('confidence', 0.95):.0%} "
+        f"Intervals: percentile bootstrap, {_percent(settings.get('confidence'))} "
         f"({settings.get('draws')} draws, seed {settings.get('seed')}); each input redrawn from its own windows or "
         "documents, or from its standard errors where those are missing (parametric, marked below).",
         "",
@@ -115,6 +115,10 @@ def stability_markdown(result: StabilityResult) -> str:
     if result.notes:
         lines += ["", "## Notes", ""] + [f"- {_cell(note)}" for note in result.notes]
     return "\n".join(lines) + "\n"
+
+
+def _percent(confidence: object) -> str:
+    return f"{100 * confidence:.0f} %" if isinstance(confidence, float) else "95 %"
 
 
 def _blocks_text(blocks: list[int], num_layers: int) -> str:

@@ -56,7 +56,7 @@ def units_of(path, metric=None):
     data = json.loads(path.read_text())
     if data["schema"].startswith("layerprobe/angular"):
         return data["adjacent_windows"], data["window_positions"]
-    (task_name, task), = data["tasks"].items()
+    ((task_name, task),) = data["tasks"].items()
     name = metric or next(iter(task["metrics"]))
     sign = -1.0 if task["metrics"][name]["higher_is_better"] else 1.0
     rows = [json.loads(line) for line in (path.parent / "samples" / f"{task_name}.jsonl").read_text().splitlines()]
