@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
 from layerprobe.core import BUILTIN_CORPUS, AngularSpec, LayerprobeError, ModelSpec
-from layerprobe.data import build_windows, iter_documents
+from layerprobe.data import build_windows
 from layerprobe.measure import run_angular
 from layerprobe.results import RunDir
 
