@@ -271,15 +271,22 @@ def windows_before_loading(
     config = load_config(model)
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
     seq_len = min(corpus.seq_len, context_length(config, tokenizer) or corpus.seq_len)
-    windows = build_windows(
-        tokenizer,
-        iter_documents(corpus),
-        corpus.tokens,
-        seq_len,
-        on_tokens=on_tokens,
-        chat_template=corpus.chat_template,
-    )
-    return tokenizer, windows, seq_len
+    return tokenizer, pack_corpus(tokenizer, corpus, seq_len, on_tokens), seq_len
+
+
+def pack_corpus(
+    tokenizer: PreTrainedTokenizerBase,
+    corpus: CorpusSpec,
+    seq_len: int,
+    on_tokens: Callable[[int], None] | None = None,
+) -> list[Window]:
+    """The windows of `corpus`: its documents (chat turns with `corpus.chat_template`) in `corpus.tokens` positions.
+
+    `seq_len` is the window length the caller settled on (the corpus's, capped by the model's context);
+    every command that reads a corpus packs it here, so an option such as `--chat-template` applies alike.
+    """
+    documents = iter_documents(corpus)
+    return build_windows(tokenizer, documents, corpus.tokens, seq_len, on_tokens, chat_template=corpus.chat_template)
 
 
 def _extend(

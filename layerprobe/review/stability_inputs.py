@@ -92,7 +92,7 @@ def angular_input(result: AngularResult) -> ScoredInput:
     adjacent = summary["adjacent"]
     scores = {l: d for l, d in enumerate(adjacent) if math.isfinite(d)}
     stderr_list = summary["adjacent_stderr"]
-    stderr, fallback = _stderrs(scores, None if stderr_list is None else dict(enumerate(stderr_list)), "windows")
+    stderr, fallback = _stderrs(scores, None if stderr_list is None else dict(enumerate(stderr_list)))
     note: str | None = fallback
     units = weights = None
     rows, counts = result.adjacent_windows, result.window_positions
@@ -129,7 +129,7 @@ def prune_drop_input(result: PruneDropResult, path: Path, task: str | None, metr
     sign = -1.0 if drop.higher_is_better else 1.0
     scores = {l: sign * d for l, d in zip(drop.layers, drop.delta, strict=True) if math.isfinite(d)}
     paired = {l: se for l, se in zip(drop.layers, drop.delta_stderr or [None] * len(drop.layers), strict=True)}
-    stderr, fallback = _stderrs(scores, paired, "documents", _unpaired(drop))
+    stderr, fallback = _stderrs(scores, paired, _unpaired(drop))
     units, why = _documents(path, name, metric_name, drop, scores, sign)
     note = None if units is not None else f"{why}; {fallback}"
     data: Record = {
@@ -159,7 +159,6 @@ def _pick(asked: str | None, options: Mapping[str, object], path: Path, what: st
 def _stderrs(
     scores: dict[int, float],
     given: dict[int, float | None] | None,
-    unit: str,
     fallback: dict[int, float | None] | None = None,
 ) -> tuple[dict[int, float], str]:
     """Standard errors for the parametric bootstrap, and the note saying what they are.
