@@ -151,13 +151,22 @@ def check_one_model(results: Sequence[tuple[Path, Ranked]]) -> None:
 
 
 def unique_labels(paths: Sequence[Path]) -> list[str]:
-    """Short names for the inputs: each file's directory name, with more of the path (then `#i`) where two agree."""
-    labels = [path.resolve().parent.name or path.stem for path in paths]
-    if len(set(labels)) < len(labels):
-        labels = ["/".join(path.resolve().parts[-3:-1]) for path in paths]
-    if len(set(labels)) < len(labels):
-        labels = [f"{label}#{i + 1}" for i, label in enumerate(labels)]
-    return labels
+    """Short names for the inputs: each file's directory name, with more of the path (then `#i`) where two agree.
+
+    `runs/c4/angular.json` is `c4`; two files of one directory are `c4/angular` and `c4/prune_drop`.
+    """
+    resolved = [path.resolve() for path in paths]
+    namings = (
+        lambda p: p.parent.name,
+        lambda p: f"{p.parent.name}/{p.stem}",
+        lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.stem}",
+    )
+    labels: list[str] = []
+    for naming in namings:
+        labels = [naming(p) for p in resolved]
+        if all(labels) and len(set(labels)) == len(labels):
+            return labels
+    return [f"{label}#{i + 1}" for i, label in enumerate(labels)]
 
 
 def _input(path: Path, label: str, scored: ScoredInput, blocks: list[int]) -> StabilityInput:

@@ -254,3 +254,17 @@ def test_stability_json_is_validated_on_read(runs, change, message):
     change(data)
     with pytest.raises(ResultError, match=message):
         StabilityResult.from_dict(data, "stability.json")
+
+
+def test_labels_name_each_input_by_its_directory():
+    from pathlib import Path
+
+    from layerprobe.review import unique_labels
+
+    assert unique_labels([Path("runs/c4/angular.json"), Path("runs/wiki/angular.json")]) == ["c4", "wiki"]
+    same_dir = [Path("runs/c4/angular.json"), Path("runs/c4/prune_drop.json")]
+    assert unique_labels(same_dir) == ["c4/angular", "c4/prune_drop"]
+    deeper = [Path("a/x/angular.json"), Path("b/x/angular.json")]
+    assert unique_labels(deeper) == ["a/x/angular", "b/x/angular"]
+    twice = [Path("runs/c4/angular.json")] * 2
+    assert unique_labels(twice) == ["runs/c4/angular#1", "runs/c4/angular#2"]
