@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 import layerprobe
-from layerprobe.cli import angular, compare, curve, demo, depth, export, layers, merge, plot, prune_drop
+from layerprobe.cli import angular, compare, curve, demo, depth, export, layers, merge, plot, prune_drop, stability
 from layerprobe.cli.console import err, print_error
 from layerprobe.cli.groups import Command
 from layerprobe.core import LayerprobeError
@@ -76,6 +76,7 @@ COMMANDS: dict[str, Command] = {
     "layers": layers.layers,
     "plot": plot.plot,
     "compare": compare.compare,
+    "stability": stability.stability,
 }
 for name, command in COMMANDS.items():
     app.command(name)(friendly_errors(command))

@@ -174,6 +174,14 @@ DatasetConfig = Annotated[
 Split = Annotated[str, typer.Option("--split", help="Hub dataset split.")]
 TextField = Annotated[str, typer.Option("--text-field", help="Column/field that holds the text.")]
 SeqLen = Annotated[int, typer.Option("--seq-len", help="Window length in tokens (capped by the model's context).")]
+ChatTemplate = Annotated[
+    bool,
+    typer.Option(
+        "--chat-template",
+        help="Wrap each document as a user turn of the tokenizer's chat template (calibrate a chat model on "
+        "what it sees).",
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -186,10 +194,17 @@ class Corpus(OptionGroup):
     split: Split = CorpusSpec.split
     text_field: TextField = CorpusSpec.text_field
     seq_len: SeqLen = CorpusSpec.seq_len
+    chat_template: ChatTemplate = CorpusSpec.chat_template
 
     def spec(self) -> CorpusSpec:
         return CorpusSpec(
-            self.dataset, self.dataset_config, self.split, self.text_field, parse_tokens(self.tokens), self.seq_len
+            self.dataset,
+            self.dataset_config,
+            self.split,
+            self.text_field,
+            parse_tokens(self.tokens),
+            self.seq_len,
+            self.chat_template,
         )
 
 
@@ -210,6 +225,7 @@ class StreamedCorpus(OptionGroup):
     split: Split = CorpusSpec.split
     text_field: TextField = CorpusSpec.text_field
     seq_len: SeqLen = CorpusSpec.seq_len
+    chat_template: ChatTemplate = CorpusSpec.chat_template
     batch_size: Annotated[int, typer.Option("--batch-size", "--batch_size", help="Windows per forward pass.")] = (
         AngularSpec.batch_size
     )
@@ -222,6 +238,7 @@ class StreamedCorpus(OptionGroup):
             split=self.split,
             text_field=self.text_field,
             seq_len=self.seq_len,
+            chat_template=self.chat_template,
         )
         return corpus.spec()
 

@@ -15,7 +15,9 @@ class CorpusSpec:
 
     `dataset` is a hub dataset id, a local .txt/.jsonl/.parquet file, or `builtin:pydoc` (the
     standard library's pydoc topics: real English text that needs no network). C4 without a config
-    reads its English split, for library callers and the CLI alike.
+    reads its English split, for library callers and the CLI alike. With `chat_template`, each document
+    is wrapped as one user turn of the tokenizer's chat template before it is tokenized (data/windows.py),
+    so a chat model is calibrated on text shaped like what it sees.
     """
 
     dataset: str = DEFAULT_DATASET
@@ -24,6 +26,14 @@ class CorpusSpec:
     text_field: str = "text"
     tokens: int = 262_144
     seq_len: int = 1024
+    chat_template: bool = False
+
+    def record(self) -> dict[str, object]:
+        """What a result's data block says about the chat template: `{"chat_template": true}`, or nothing.
+
+        Left out when off, so results (and resume fingerprints) of runs without the option are unchanged.
+        """
+        return {"chat_template": True} if self.chat_template else {}
 
     def __post_init__(self) -> None:
         if self.dataset == DEFAULT_DATASET and self.dataset_config is None:

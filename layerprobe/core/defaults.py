@@ -28,6 +28,10 @@ UNITS = ("block", "attention", "mlp")  # what a prune-drop variant removes (abla
 SQUAD_TASK = "squad"
 CORPUS_TASK = "corpus"  # task-free: NLL, KL and top-1 agreement on the angular corpus (evaluate/corpus_metric.py)
 
+# Bootstraps (stats): draws and seed of the paired ΔP bootstrap and of `stability`'s ranking intervals.
+DEFAULT_DRAWS = 1000
+DEFAULT_SEED = 1234
+
 # Memory bounds.
 DEFAULT_STATE_BYTES = 2 * 1024**3  # shared engine: recorded block inputs held at once (prune-drop)
 DEFAULT_CHUNK_BYTES = 256 * 1024**2  # angular: fp32 states gathered on one device at once

@@ -2,7 +2,8 @@
 
 Documents are tokenized without special tokens, joined with the end-of-text separator, and packed into
 windows of `seq_len` positions; each window then gets the special tokens the tokenizer normally adds
-(LLaMA's BOS, BERT's [CLS] … [SEP]). Window lengths are planned so that they add up to exactly the
+(LLaMA's BOS, BERT's [CLS] … [SEP]). With `--chat-template` each document is first rendered as one user
+turn of the tokenizer's chat template (`chat_turns`). Window lengths are planned so that they add up to exactly the
 requested number of positions, so padding never exists and never needs to be masked out. The whole
 plan is built before the model runs: a corpus that is too small fails in seconds, not after an hour.
 """
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from layerprobe.core import CorpusError, CorpusSpec, EmptyCorpus, ModelSpec
+from layerprobe.core import CorpusError, CorpusSpec, EmptyCorpus, LayerprobeError, ModelSpec
 from layerprobe.data.corpus import iter_documents
 from layerprobe.model import context_length, load_config, load_tokenizer, quiet_transformers
 
@@ -85,18 +86,63 @@ def plan_window_lengths(tokens: int, seq_len: int, specials: int) -> list[int]:
     return lengths
 
 
+def check_chat_template(tokenizer: PreTrainedTokenizerBase) -> None:
+    """Refuse `--chat-template` for a tokenizer that has none (called before any weight is read)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise LayerprobeError(
+            "--chat-template: this model's tokenizer has no chat template.",
+            hint="Use a chat (instruct) checkpoint, or add a chat_template to its tokenizer_config.json "
+            "(or chat_template.jinja); without the option the documents are measured as plain text.",
+        )
+
+
+def chat_turns(tokenizer: PreTrainedTokenizerBase, documents: Iterable[str]) -> Iterator[str]:
+    """Each document as one user turn of the tokenizer's chat template, without a generation prompt.
+
+    The rendered text is tokenized like any document, without special tokens added (`_encode`); a BOS
+    the template writes at its start is removed, because every window starts with the special tokens the
+    tokenizer adds (`special_layout`): a window never holds two BOS in a row. Likewise an EOS the template
+    writes at its very end is left to the separator that follows every document, so none is doubled.
+    """
+    check_chat_template(tokenizer)
+    bos, eos = (
+        token if isinstance(token, str) and token else None for token in (tokenizer.bos_token, tokenizer.eos_token)
+    )
+    for text in documents:
+        try:
+            rendered = tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=False
+            )
+        except Exception as exc:  # jinja2's TemplateError (the template's raise_exception), or a bad template
+            raise CorpusError(
+                f"--chat-template: the tokenizer's chat template failed on a document: {exc}",
+                hint="The template may not accept a single user turn; run without --chat-template.",
+            ) from exc
+        if not isinstance(rendered, str):
+            raise CorpusError("--chat-template: the tokenizer's chat template did not render to text.")
+        if bos and rendered.startswith(bos):
+            rendered = rendered[len(bos) :]
+        if eos and rendered.endswith(eos):
+            rendered = rendered[: -len(eos)]
+        yield rendered
+
+
 def build_windows(
     tokenizer: PreTrainedTokenizerBase,
     documents: Iterable[str],
     tokens: int,
     seq_len: int,
     on_tokens: Callable[[int], None] | None = None,
+    chat_template: bool = False,
 ) -> list[Window]:
     """Pack documents into windows whose lengths add up to exactly `tokens` positions.
 
-    `on_tokens(n)` is called as text tokens are gathered, to drive a progress bar.
+    `on_tokens(n)` is called as text tokens are gathered, to drive a progress bar. With `chat_template`,
+    each document is one user turn of the tokenizer's chat template (`chat_turns`).
     Raises EmptyCorpus, saying how many tokens were found, when the corpus is too small.
     """
+    if chat_template:
+        documents = chat_turns(tokenizer, documents)
     layout = special_layout(tokenizer)
     lengths = plan_window_lengths(tokens, seq_len, layout.count)
     needed = sum(lengths) - layout.count * len(lengths)
@@ -225,8 +271,22 @@ def windows_before_loading(
     config = load_config(model)
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
     seq_len = min(corpus.seq_len, context_length(config, tokenizer) or corpus.seq_len)
-    windows = build_windows(tokenizer, iter_documents(corpus), corpus.tokens, seq_len, on_tokens=on_tokens)
-    return tokenizer, windows, seq_len
+    return tokenizer, pack_corpus(tokenizer, corpus, seq_len, on_tokens), seq_len
+
+
+def pack_corpus(
+    tokenizer: PreTrainedTokenizerBase,
+    corpus: CorpusSpec,
+    seq_len: int,
+    on_tokens: Callable[[int], None] | None = None,
+) -> list[Window]:
+    """The windows of `corpus`: its documents (chat turns with `corpus.chat_template`) in `corpus.tokens` positions.
+
+    `seq_len` is the window length the caller settled on (the corpus's, capped by the model's context);
+    every command that reads a corpus packs it here, so an option such as `--chat-template` applies alike.
+    """
+    documents = iter_documents(corpus)
+    return build_windows(tokenizer, documents, corpus.tokens, seq_len, on_tokens, chat_template=corpus.chat_template)
 
 
 def _extend(

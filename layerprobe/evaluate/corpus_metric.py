@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from layerprobe.core import CORPUS_TASK
-from layerprobe.data import batches, build_windows, iter_documents
+from layerprobe.data import batches, pack_corpus
 from layerprobe.evaluate.paired import MEAN
 from layerprobe.evaluate.replay import Replay, head_logits, output_arity
 from layerprobe.model import LayerStack, capture_block_states, removed_blocks
@@ -63,7 +63,7 @@ def as_span(variant: int | Span | None) -> Span:
 def corpus_windows(loaded: LoadedModel, corpus: CorpusSpec) -> list[Window]:
     """The windows `angular` would measure for these options (seq_len capped by the model's context)."""
     seq_len = min(corpus.seq_len, loaded.context_length) if loaded.context_length else corpus.seq_len
-    return build_windows(loaded.tokenizer, iter_documents(corpus), corpus.tokens, seq_len)
+    return pack_corpus(loaded.tokenizer, corpus, seq_len)
 
 
 class CorpusScorer:

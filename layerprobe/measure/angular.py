@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from layerprobe.core import DEFAULT_CHUNK_BYTES, AngularSpec, UnsupportedModel
-from layerprobe.data import Window, batches, build_windows, iter_documents, windows_before_loading
+from layerprobe.data import Window, batches, pack_corpus, windows_before_loading
 from layerprobe.measure.distance import AccumulatorTotals, AngularAccumulator
 from layerprobe.model import (
     LayerStack,
@@ -122,9 +122,7 @@ def run_angular(
         loaded = load_model(spec.model, purpose="base", tokenizer=tokenizer)
     else:
         seq_len = min(spec.corpus.seq_len, loaded.context_length or spec.corpus.seq_len)
-        windows = build_windows(
-            loaded.tokenizer, iter_documents(spec.corpus), spec.corpus.tokens, seq_len, on_tokens=progress.on_advance
-        )
+        windows = pack_corpus(loaded.tokenizer, spec.corpus, seq_len, progress.on_advance)
     stack = find_layers(loaded.model, spec.model.layers_path)
     progress.stage("Measuring", spec.corpus.tokens, "tok")
     measure_clock = time.perf_counter()
@@ -144,6 +142,7 @@ def run_angular(
         "windows": len(windows),
         "positions": spec.positions,
         "positions_averaged": accumulator.count,
+        **corpus.record(),
     }
     return AngularResult(
         model=model_info(loaded, stack),
@@ -153,6 +152,8 @@ def run_angular(
         row_difference_stderr=accumulator.row_difference_stderr(),
         nonfinite_tokens=accumulator.nonfinite,
         nonfinite_positions=accumulator.nonfinite_positions(),
+        adjacent_windows=accumulator.adjacent_windows(),
+        window_positions=list(accumulator.window_positions),
         run=timer.finish(loaded.device_label),
         tokens_per_second=tokens / measure_seconds if measure_seconds > 0 else 0.0,
     )

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprobe.core import DepthSpec, UnsupportedModel
-from layerprobe.data import Window, batches, build_windows, iter_documents, windows_before_loading
+from layerprobe.data import Window, batches, pack_corpus, windows_before_loading
 from layerprobe.measure.gradients import grad_norms
 from layerprobe.measure.spread import DepthAccumulator, relative_size
 from layerprobe.model import (
@@ -86,9 +86,7 @@ def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedM
     if windows is None:
         seq_len = min(spec.corpus.seq_len, loaded.context_length or spec.corpus.seq_len)
         progress.stage("Reading corpus", spec.corpus.tokens, "tok")
-        windows = build_windows(
-            loaded.tokenizer, iter_documents(spec.corpus), spec.corpus.tokens, seq_len, on_tokens=progress.on_advance
-        )
+        windows = pack_corpus(loaded.tokenizer, spec.corpus, seq_len, progress.on_advance)
     progress.stage("Tracing norm placement", None, "")
     placement, sublayers = detect_placement(stack.root, stack, _trace_ids(windows, loaded.input_device))
     progress.stage("Measuring", spec.corpus.tokens, "tok")
@@ -120,6 +118,7 @@ def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedM
         "positions": spec.positions,
         "positions_averaged": accumulator.rms.count[0],
         "batch_size": spec.batch_size,
+        **spec.corpus.record(),
     }
     return DepthResult(
         model=model_info(loaded, stack),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from layerprobe.core import DEFAULT_CHUNK_BYTES
@@ -45,6 +45,8 @@ class AccumulatorTotals:
 
     sums: dict[str, torch.Tensor]  # the float64 running sums, by attribute name
     counts: dict[str, int]  # the position counts (`seen`, `count`, `nonfinite`)
+    adjacent_windows: list[torch.Tensor] = field(default_factory=list)  # per-window rows, in window order
+    window_positions: list[int] = field(default_factory=list)  # positions of each of those windows
 
 
 class AngularAccumulator:
@@ -63,6 +65,10 @@ class AngularAccumulator:
     Within each span row n (the cells d(x^l, x^(l+n)) that compete for "most redundant"), it also keeps
     the cross moments between cells, so `row_difference_stderr()` can judge a cell against the row's
     minimum *paired* over the same windows: (L, L, L) float64 numbers, still independent of the corpus.
+
+    Per window it keeps one row: the window's mean adjacent distance d(x^l, x^(l+1)) for every block l,
+    and the window's positions (`adjacent_windows()`, `window_positions`), which `layerprobe stability`
+    resamples: windows × L numbers, the only part that grows with the corpus.
     """
 
     def __init__(
@@ -94,6 +100,8 @@ class AngularAccumulator:
         self.seen = 0  # positions given to update()
         self.count = 0  # positions whose every state is finite (measured in every pair)
         self.nonfinite = 0  # positions with a NaN/inf in at least one state
+        self.window_rows: list[torch.Tensor] = []  # per update: (windows, L) mean adjacent distances, float64
+        self.window_positions: list[int] = []  # per window (in order): its positions, the rows' weights
 
     def update(self, states: list[torch.Tensor], window_sizes: list[int] | None = None) -> None:
         """Add positions to the mean.
@@ -151,6 +159,8 @@ class AngularAccumulator:
         self.row_ss += torch.einsum("wra,wrb->rab", rows_s, rows_s)
         self.row_sc += torch.einsum("wra,wrb->rab", rows_s, rows_n)
         self.row_cc += torch.einsum("wra,wrb->rab", rows_n, rows_n)
+        self.window_rows.append(_adjacent_means(window_sums, window_counts).cpu())
+        self.window_positions.extend(sizes)
 
     _TOTALS = ("sums", "counts", "window_sq", "window_cross", "count_sq", "windows", "row_ss", "row_sc", "row_cc")
     _COUNTS = ("seen", "count", "nonfinite")
@@ -163,15 +173,36 @@ class AngularAccumulator:
         exactly. That is how several processes' batches make the matrix one process would measure.
         """
         return AccumulatorTotals(
-            {name: getattr(self, name).cpu() for name in self._TOTALS}, {n: getattr(self, n) for n in self._COUNTS}
+            {name: getattr(self, name).cpu() for name in self._TOTALS},
+            {n: getattr(self, n) for n in self._COUNTS},
+            list(self.window_rows),
+            list(self.window_positions),
         )
 
     def add(self, totals: AccumulatorTotals) -> None:
-        """Add another accumulator's `totals` (of the same number of states) into this one."""
+        """Add another accumulator's `totals` (of the same number of states) into this one.
+
+        Its per-window rows are appended after this one's: adding batches in order keeps the windows in order.
+        """
         for name in self._TOTALS:
             getattr(self, name).add_(totals.sums[name].to(self.device))
         for name in self._COUNTS:
             setattr(self, name, getattr(self, name) + totals.counts[name])
+        self.window_rows.extend(totals.adjacent_windows)
+        self.window_positions.extend(totals.window_positions)
+
+    def adjacent_windows(self) -> list[list[float]]:
+        """Per window (rows, in order), per block l (columns): the window's mean d(x^l, x^(l+1)).
+
+        The mean is over the window's measured positions of the symmetrised entry, as `result()` is, so the
+        positions-weighted mean of a column over windows is `result()[l][l+1]` up to float rounding (exactly
+        so when every state is finite; a window that never measured a pair has NaN there).
+        """
+        import torch
+
+        if not self.window_rows:
+            return []
+        return torch.cat(self.window_rows).tolist()
 
     def result(self) -> list[list[float]]:
         """The mean distance matrix: symmetric, 0 on the diagonal; NaN where a pair was never measured."""
@@ -240,6 +271,21 @@ class AngularAccumulator:
         import torch
 
         return torch.where(self.counts > 0, self.sums / self.counts.clamp(min=1.0), math.nan)
+
+
+def _adjacent_means(window_sums: torch.Tensor, window_counts: torch.Tensor) -> torch.Tensor:
+    """Each window's mean d(x^l, x^(l+1)), (windows, L+1, L+1) sums and counts → (windows, L); NaN where unmeasured.
+
+    The two triangles' sums are averaged, as `_symmetric` averages the means (the Gram matrix's rounding).
+    """
+    import torch
+
+    size = window_sums.shape[1]
+    low = torch.arange(size - 1, device=window_sums.device)
+    high = low + 1
+    sums = (window_sums[:, low, high] + window_sums[:, high, low]) / 2
+    counts = window_counts[:, low, high]
+    return torch.where(counts > 0, sums / counts.clamp(min=1.0), math.nan)
 
 
 def _distances(unit: torch.Tensor) -> torch.Tensor:

@@ -6,13 +6,14 @@ block stack) the same way, and results of different commands can be matched to o
 
 from __future__ import annotations
 
+from layerprobe.model.fingerprint import weights_fingerprint
 from layerprobe.model.load import LoadedModel
 from layerprobe.model.stack import LayerStack
 from layerprobe.results import ModelInfo, jsonable
 
 
 def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:
-    """The provenance block shared by every result."""
+    """The provenance block shared by every result (with the weights' fingerprint: model/fingerprint.py)."""
     return ModelInfo(
         id=loaded.spec.display_name,
         revision=loaded.spec.revision,
@@ -28,4 +29,5 @@ def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:
         attn_implementation=loaded.attn_implementation,
         model_args=jsonable(loaded.spec.model_args),
         path=loaded.spec.model if loaded.spec.display_name != loaded.spec.model else None,
+        weights_fingerprint=weights_fingerprint(loaded.spec, loaded.commit),
     )

@@ -160,13 +160,7 @@ def _weight_files(spec: ModelSpec) -> tuple[list[Path], dict[str, dict[str, tupl
         path = _local(spec, name)
         if path is None:
             continue
-        try:
-            weight_map = json.loads(path.read_text())["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise LayerprobeError(
-                f"{path} is not a readable weight index: {exc}",
-                hint="Download the checkpoint again, or re-save it with save_pretrained.",
-            ) from exc
+        weight_map = _read_index(path)
         shards: dict[str, dict[str, tuple[int, ...]] | None] = {}
         for shard in sorted(set(weight_map.values())):
             shard_path = _local(spec, shard)
@@ -177,6 +171,40 @@ def _weight_files(spec: ModelSpec) -> tuple[list[Path], dict[str, dict[str, tupl
         if path is not None:
             return [path], None
     return [], None
+
+
+def weight_file_paths(spec: ModelSpec) -> list[Path]:
+    """The checkpoint's weight files on this machine (local, or already in the hub cache), shards in name order.
+
+    The files transformers loads: the shards an index names, else the single file. Empty when any of them
+    is not at hand (or the index is unreadable): the caller then knows nothing rather than part of it.
+    """
+    for name in _INDEXES:
+        path = _local(spec, name)
+        if path is None:
+            continue
+        try:
+            shards = [_local(spec, shard) for shard in sorted(set(_read_index(path).values()))]
+        except (LayerprobeError, AttributeError, TypeError):  # unreadable, or not a name → file map
+            return []
+        return [shard for shard in shards if shard is not None] if all(shards) else []
+    for name in _SINGLE:
+        path = _local(spec, name)
+        if path is not None:
+            return [path]
+    return []
+
+
+def _read_index(path: Path) -> dict[str, str]:
+    """The weight map of a sharded checkpoint's index: tensor name → shard file."""
+    try:
+        weight_map: dict[str, str] = json.loads(path.read_text())["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise LayerprobeError(
+            f"{path} is not a readable weight index: {exc}",
+            hint="Download the checkpoint again, or re-save it with save_pretrained.",
+        ) from exc
+    return weight_map
 
 
 def _local(spec: ModelSpec, name: str) -> Path | None:
@@ -206,10 +234,15 @@ def _read_shapes(path: Path) -> dict[str, tuple[int, ...]]:
                 hint="The file is damaged or incomplete (an interrupted download or copy?): download it again "
                 "(e.g. `hf download <id>`) or re-save the model with save_pretrained.",
             ) from exc
-    return _read_bin(path)
+    return read_bin_shapes(path)
 
 
-def _read_bin(path: Path) -> dict[str, tuple[int, ...]]:
+def read_bin_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor names and shapes of a `pytorch_model.bin`, opened lazily on the meta device (no weight is read).
+
+    Empty for a legacy (non-zip) file that cannot be opened lazily; a pickle that holds more than tensors is
+    refused (loading it could run code).
+    """
     import pickle
 
     import torch

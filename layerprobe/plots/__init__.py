@@ -1,7 +1,8 @@
 """Figures drawn from result objects only (matplotlib, Agg): never torch, transformers or lm_eval.
 
 heatmap.py draws the angular-distance heatmap, delta.py the ΔP bars, depth.py and curve.py the depth
-and pruning-curve figures, redraw.py any result JSON's figures again; common.py holds what they share.
+and pruning-curve figures, stability.py the ranking-stability figure, redraw.py any result JSON's figures
+again; common.py holds what they share.
 matplotlib is imported when the first figure is drawn (`pyplot`), so importing this room stays light.
 The gate draws its baseline-vs-candidate figures with the helpers listed here.
 """
@@ -12,6 +13,7 @@ from layerprobe.plots.delta import draw_bars, plot_prune_drop, value_text, zero_
 from layerprobe.plots.depth import plot_depth
 from layerprobe.plots.heatmap import DIFF_CMAP, DISTANCE_LABEL, draw_heatmap, plot_angular, span_matrix
 from layerprobe.plots.redraw import redraw
+from layerprobe.plots.stability import plot_stability
 
 __all__ = [
     "DIFF_CMAP",
@@ -24,6 +26,7 @@ __all__ = [
     "plot_depth",
     "plot_prune_curve",
     "plot_prune_drop",
+    "plot_stability",
     "pyplot",
     "redraw",
     "save_figure",

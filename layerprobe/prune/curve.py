@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from layerprobe.core import CORPUS_TASK, AngularSpec, LayerprobeError, PruneSpec, ResultError
+from layerprobe.data import check_chat_template
 from layerprobe.evaluate import CorpusScorer, check_tasks_fit_model, make_scorers, paired_delta
 from layerprobe.measure import run_angular
 from layerprobe.model import (
@@ -28,6 +29,7 @@ from layerprobe.model import (
     find_layers,
     load_config,
     load_model,
+    load_tokenizer,
     model_info,
     model_kind,
     removed_blocks,
@@ -106,9 +108,20 @@ def run_prune_curve(
         _check_same_model(angular_result, Path(angular), prune.model.model)
     if isinstance(known, int) and math.floor(spec.max_fraction * known) < 1:  # fail before loading weights
         raise LayerprobeError(f"--max-fraction {spec.max_fraction} of {known} blocks removes none.")
+    tokenizer = None
+    if prune.corpus.chat_template:  # the corpus is read when angular is measured here, or for --task corpus
+        if angular is not None and CORPUS_TASK not in prune.tasks:
+            raise LayerprobeError(
+                f"--chat-template wraps the corpus documents, but with --angular and no --task {CORPUS_TASK} "
+                "no corpus is read.",
+                hint=f"Leave --chat-template out (the angular.json records how it was measured), or add --task "
+                f"{CORPUS_TASK}.",
+            )
+        tokenizer = load_tokenizer(prune.model) if loaded is None else loaded.tokenizer
+        check_chat_template(tokenizer)
     if loaded is None:
         progress.stage("Loading model")
-        loaded = load_model(prune.model, purpose="head")
+        loaded = load_model(prune.model, purpose="head", tokenizer=tokenizer)
     stack = find_layers(loaded.model, prune.model.layers_path)
     size = stack.num_layers
     max_n = math.floor(spec.max_fraction * size)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from layerprobe.core import LayerprobeError, PruneSpec, Share, parse_layer_ranges
+from layerprobe.core import CORPUS_TASK, LayerprobeError, PruneSpec, Share, parse_layer_ranges
+from layerprobe.data import check_chat_template
 from layerprobe.evaluate import check_tasks_fit_model, make_scorers, prepare_tasks
 from layerprobe.model import (
     EvaluationEvent,
@@ -74,8 +75,15 @@ def run_prune_drop(
     angular = (
         None if angular_path is None else AngularSource(angular_path, load_angular_for(angular_path, known_layers))
     )
+    if spec.corpus.chat_template and CORPUS_TASK not in spec.tasks:
+        raise LayerprobeError(
+            f"--chat-template wraps the documents of --task {CORPUS_TASK}; it does not change lm-eval tasks' prompts.",
+            hint=f"Add --task {CORPUS_TASK}, or leave --chat-template out.",
+        )
     # Everything cheap before any weight: the tokenizer, then the tasks (names, YAML, data, few-shot pools).
     tokenizer = load_tokenizer(spec.model) if loaded is None else loaded.tokenizer
+    if spec.corpus.chat_template:
+        check_chat_template(tokenizer)
     progress.stage("Preparing tasks")
     prepared = prepare_tasks(spec)
     if loaded is None:

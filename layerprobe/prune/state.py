@@ -86,6 +86,7 @@ def corpus_settings(corpus: CorpusSpec) -> dict[str, object]:
         "tokens": corpus.tokens,
         "seq_len": corpus.seq_len,
         "file": files_stat_digest(corpus.dataset) if corpus.is_local else None,
+        **corpus.record(),
     }
 
 

@@ -1,7 +1,7 @@
 """Typed result kinds, their validation at read time, atomic file I/O and the run directory's file names.
 
 One module per idea: `provenance` (the model and run blocks), one per result kind (`angular`,
-`prune_drop`, `depth`, `curve`) and for an unfinished prune-drop's files (`prune_state`), `evaluation`
+`prune_drop`, `depth`, `curve`, `stability`) and for an unfinished prune-drop's files (`prune_state`), `evaluation`
 (one scored variant), `validate` (typed reads of untrusted JSON), `io` (atomic writes, schemas), `load`
 (any result file → its object) and `rundir` (every file name a run writes).
 """
@@ -41,8 +41,10 @@ from layerprobe.results.io import (
     EXPORT_SCHEMA,
     PARTIAL_SCHEMA,
     SHARD_SCHEMA,
+    STABILITY_SCHEMA,
     atomic_write,
     read_json,
+    read_json_lines,
     write_json,
     write_json_lines,
     write_text,
@@ -70,14 +72,24 @@ from layerprobe.results.rundir import (
     RESULT_FILES,
     SAMPLES_DIR,
     SHARD_JSON,
+    STABILITY_JSON,
+    STABILITY_MD,
     RunDir,
     rank_suffix,
     sample_name,
+)
+from layerprobe.results.stability import (
+    ANGULAR_KIND,
+    PRUNE_DROP_KIND,
+    StabilityInput,
+    StabilityPair,
+    StabilityResult,
 )
 from layerprobe.results.validate import Node
 
 __all__ = [
     "ANGULAR_JSON",
+    "ANGULAR_KIND",
     "angular_summary",
     "AngularResult",
     "AngularSummary",
@@ -121,6 +133,7 @@ __all__ = [
     "PRUNE_DROP_JSON",
     "PRUNE_DROP_PARTIAL_JSON",
     "PRUNE_DROP_PARTIAL_SAMPLES",
+    "PRUNE_DROP_KIND",
     "prune_drop_summary",
     "PruneCurveResult",
     "PruneDropResult",
@@ -128,6 +141,7 @@ __all__ = [
     "PruneShard",
     "rank_suffix",
     "read_json",
+    "read_json_lines",
     "Record",
     "RESULT_FILES",
     "RunDir",
@@ -139,6 +153,12 @@ __all__ = [
     "SHARD_JSON",
     "SHARD_SCHEMA",
     "SpanChoice",
+    "STABILITY_JSON",
+    "STABILITY_MD",
+    "STABILITY_SCHEMA",
+    "StabilityInput",
+    "StabilityPair",
+    "StabilityResult",
     "Spread",
     "SUBLAYER_KINDS",
     "SublayerPlacement",

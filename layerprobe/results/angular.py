@@ -31,6 +31,7 @@ ANGULAR_DATA_FIELDS: dict[str, v.Kind] = {
     "windows": v.integer(optional=True, minimum=1),
     "positions": v.text(optional=True),
     "positions_averaged": v.integer(optional=True, minimum=0),
+    "chat_template": v.flag(optional=True),
 }
 
 
@@ -70,6 +71,11 @@ class AngularResult:
     `row_difference_stderr[l][l+n]` is the stderr of d(x^l, x^(l+n)) minus the minimum of span row n,
     paired over windows. All three are None for files written before they existed. `summary` is None
     until the result is read back (`to_dict` computes it).
+
+    `adjacent_windows[w][l]` is window w's own mean of d(x^l, x^(l+1)) over its measured positions, and
+    `window_positions[w]` that window's positions: weighted by them, the windows' mean of column l is
+    `distance[l][l+1]` (up to float rounding). `layerprobe stability` resamples these rows. Both are None
+    for files written before they existed.
     """
 
     model: ModelInfo
@@ -82,6 +88,8 @@ class AngularResult:
     distance_stderr: list[list[float]] | None = None
     nonfinite_positions: list[list[int]] | None = None
     row_difference_stderr: list[list[float]] | None = None
+    adjacent_windows: list[list[float]] | None = None
+    window_positions: list[int] | None = None
 
     def summarize(self, threshold: float = LAZY_THRESHOLD) -> AngularSummary:
         """`angular_summary` of this result, with whichever standard errors it carries."""
@@ -103,6 +111,8 @@ class AngularResult:
             "row_difference_stderr": self.row_difference_stderr,
             "nonfinite_tokens": self.nonfinite_tokens,
             "nonfinite_positions": self.nonfinite_positions,
+            "adjacent_windows": self.adjacent_windows,
+            "window_positions": self.window_positions,
             "tokens_per_second": self.tokens_per_second,
             "summary": self.summary or self.summarize(),
             "run": asdict(self.run),
@@ -129,6 +139,7 @@ class AngularResult:
                 f"L = {len(distance) - 1} to match the {len(distance)}×{len(distance)} distance matrix",
                 f"got {model.num_layers}",
             )
+        adjacent_windows, window_positions = _per_window(root, size - 1)
         return cls(
             model=model,
             data=v.checked_record(root.key("data"), ANGULAR_DATA_FIELDS),
@@ -142,6 +153,8 @@ class AngularResult:
                 root.key("nonfinite_positions"), size, lambda cell: cell.integer(minimum=0)
             ),
             row_difference_stderr=difference,
+            adjacent_windows=adjacent_windows,
+            window_positions=window_positions,
         )
 
 
@@ -261,3 +274,32 @@ def _optional_matrix(node: Node, size: int, read: Callable[[Node], T]) -> list[l
             row.fail(f"an array of {size} items (like the distance matrix)", f"got {len(cells)} items")
         matrix.append([read(cell) for cell in cells])
     return matrix
+
+
+def _per_window(root: Node, blocks: int) -> tuple[list[list[float]] | None, list[int] | None]:
+    """`adjacent_windows` (windows × L distances) and `window_positions` (one count ≥ 1 per window), read together.
+
+    Older files have neither (None, None); a file with one but not the other, a row of another length than
+    L, or a number of windows that disagrees with `data.windows` is refused.
+    """
+    rows_node, counts_node = root.key("adjacent_windows"), root.key("window_positions")
+    if not rows_node.given and not counts_node.given:
+        return None, None
+    if not (rows_node.given and counts_node.given):
+        missing = counts_node if rows_node.given else rows_node
+        missing.fail("given together with " + ("adjacent_windows" if rows_node.given else "window_positions"))
+    rows = []
+    for row in rows_node.items():
+        cells = row.items()
+        if len(cells) != blocks:
+            row.fail(f"an array of L = {blocks} distances (one per block)", f"got {len(cells)} items")
+        rows.append([cell.number(low=0.0, high=1.0) for cell in cells])
+    counts = [cell.integer(minimum=1) for cell in counts_node.items()]
+    if len(counts) != len(rows):
+        counts_node.fail(
+            f"an array of {len(rows)} counts (one per row of adjacent_windows)", f"got {len(counts)} items"
+        )
+    windows = root.key("data").key("windows")
+    if windows.given and isinstance(windows.value, int) and windows.value != len(rows):
+        rows_node.fail(f"one row per window (data.windows = {windows.value})", f"got {len(rows)} rows")
+    return rows, counts

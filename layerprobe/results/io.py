@@ -31,6 +31,7 @@ SHARD_SCHEMA = "layerprobe/prune-drop-shard@1"  # prune_drop.shard.json: one job
 ANSWERS_SCHEMA = "layerprobe/shared-answers@1"  # the shared engine's answer journal (its first line)
 EXPORT_SCHEMA = "layerprobe/export@1"  # layerprobe.json in an exported checkpoint
 COMPARE_SCHEMA = "layerprobe/compare@1"  # compare --format json
+STABILITY_SCHEMA = "layerprobe/stability@1"  # stability.json: ranking agreement across calibration data
 SCHEMAS = (
     ANGULAR_SCHEMA,
     PRUNE_DROP_SCHEMA,
@@ -41,6 +42,7 @@ SCHEMAS = (
     ANSWERS_SCHEMA,
     EXPORT_SCHEMA,
     COMPARE_SCHEMA,
+    STABILITY_SCHEMA,
 )
 
 
@@ -155,6 +157,31 @@ def write_json_lines(path: str | os.PathLike[str], rows: Iterable[Record]) -> Pa
                 handle.write(json.dumps(row, allow_nan=True) + "\n")
 
     return atomic_write(path, write)
+
+
+def read_json_lines(path: str | os.PathLike[str]) -> list[JSONObject]:
+    """Read a JSON-lines file layerprobe wrote (`samples/<task>.jsonl`): one object per non-empty line.
+
+    Raises:
+        ResultError: the file is missing or unreadable, or a line is not a JSON object (naming the line).
+    """
+    path = Path(path)
+    rows: list[JSONObject] = []
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except (json.JSONDecodeError, RecursionError) as exc:
+                    raise ResultError(f"{path}: line {number} is not readable JSON ({exc}).") from None
+                if not isinstance(row, dict):
+                    raise ResultError(f"{path}: line {number} is not a JSON object.")
+                rows.append(row)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultError(f"{path} is not readable: {exc}") from exc
+    return rows
 
 
 def read_json(path: str | os.PathLike[str]) -> JSONObject:

@@ -33,6 +33,7 @@ MODEL_FIELDS: dict[str, v.Kind] = {
     "attn_implementation": v.text(optional=True),
     "model_args": v.any_object(optional=True),
     "path": v.text(optional=True),
+    "weights_fingerprint": v.text(optional=True),
 }
 RUN_FIELDS: dict[str, v.Kind] = {
     "started_at": v.text(optional=True),
@@ -62,6 +63,8 @@ class ModelInfo:
     quantization: str | None = None  # e.g. "bitsandbytes-4bit-nf4"; None = the checkpoint's own weights
     attn_implementation: str | None = None
     model_args: JSONObject = field(default_factory=dict)  # extra from_pretrained keywords (--model-args)
+    # sha256 of the weight files' layouts, sizes and sampled bytes (model/fingerprint.py); None in older files.
+    weights_fingerprint: str | None = None
 
     @property
     def label(self) -> str:

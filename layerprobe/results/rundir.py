@@ -31,10 +31,12 @@ PRUNE_DROP_PARTIAL_SAMPLES = "prune_drop.partial.samples"  # per-document rows w
 SAMPLES_DIR = "samples"  # --log-samples: <out>/samples/<task>.jsonl
 SHARD_JSON = "prune_drop.shard.json"  # prune-drop --shard i/N
 EXPORT_RECORD = "layerprobe.json"  # in an exported checkpoint: what was removed, from which source
+STABILITY_JSON = "stability.json"  # layerprobe stability: ranking agreement across several results
+STABILITY_MD = "stability.md"  # the same, as a markdown report
 # The result files `compare` pairs by name across two run directories, by kind.
 RESULT_FILES = {"angular": ANGULAR_JSON, "prune_drop": PRUNE_DROP_JSON, "depth": DEPTH_JSON}
 # Figures: kind → file stem (`angular.png`, `prune_drop_<task>.png`, `compare_<kind>.png`…).
-FIGURES = ("angular", "depth", "prune_drop", "prune_curve", "compare")
+FIGURES = ("angular", "depth", "prune_drop", "prune_curve", "compare", "stability")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -88,6 +90,14 @@ class RunDir:
     def result_json(self, kind: str) -> Path:
         """The result file of `kind` ("angular", "prune_drop" or "depth"), as `compare` pairs them."""
         return self.path / RESULT_FILES[kind]
+
+    @property
+    def stability_json(self) -> Path:
+        return self.path / STABILITY_JSON
+
+    @property
+    def stability_md(self) -> Path:
+        return self.path / STABILITY_MD
 
     @property
     def export_record(self) -> Path:

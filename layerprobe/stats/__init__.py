@@ -1,4 +1,7 @@
-"""Pure statistics (numpy/scipy only): paired differences, sequential intervals, multiplicity, McNemar, rankings."""
+"""Pure statistics (numpy/scipy only): paired differences, sequential intervals, multiplicity, McNemar, rankings.
+
+scipy is imported by the functions that use it, so importing this room (as the command line does) stays light.
+"""
 
 from layerprobe.stats.mcnemar import McNemar, discordant_counts, mcnemar
 from layerprobe.stats.multiplicity import Adjusted, adjust_pvalues, bootstrap_pvalue, normal_pvalue
@@ -17,6 +20,7 @@ from layerprobe.stats.ranking import (
     RankingStability,
     kendall_tau_b,
     lowest_k_jaccard,
+    lowest_k_jaccard_chance,
     ranking_stability,
     spearman_rho,
 )
@@ -33,6 +37,7 @@ __all__ = [
     "discordant_counts",
     "kendall_tau_b",
     "lowest_k_jaccard",
+    "lowest_k_jaccard_chance",
     "mcnemar",
     "McNemar",
     "normal_pvalue",

@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
 Bound = Literal["exact", "tango"]
 BOUNDS: tuple[Bound, ...] = ("exact", "tango")
@@ -104,6 +103,8 @@ def discordant_counts(baseline: Sequence[bool] | np.ndarray, candidate: Sequence
 
 def mcnemar_pvalue(losses: int, gains: int) -> float:
     """Exact two-sided McNemar p-value: the binomial test of b successes in b + c trials at 1/2."""
+    from scipy import stats
+
     if losses + gains == 0:
         return 1.0
     return float(stats.binomtest(losses, losses + gains, 0.5, alternative="two-sided").pvalue)
@@ -111,6 +112,8 @@ def mcnemar_pvalue(losses: int, gains: int) -> float:
 
 def _clopper_pearson_upper(successes: np.ndarray, trials: np.ndarray, alpha: float) -> np.ndarray:
     """One-sided (1 − α) Clopper–Pearson upper bound of a binomial proportion (1 with no trials)."""
+    from scipy import stats
+
     with np.errstate(invalid="ignore", divide="ignore"):
         bound = stats.beta.ppf(1 - alpha, successes + 1, trials - successes)
     return np.where(successes >= trials, 1.0, bound)
@@ -118,6 +121,8 @@ def _clopper_pearson_upper(successes: np.ndarray, trials: np.ndarray, alpha: flo
 
 def _clopper_pearson_lower(successes: np.ndarray, trials: np.ndarray, alpha: float) -> np.ndarray:
     """One-sided (1 − α) Clopper–Pearson lower bound of a binomial proportion (0 with no successes)."""
+    from scipy import stats
+
     with np.errstate(invalid="ignore", divide="ignore"):
         bound = stats.beta.ppf(alpha, successes, trials - successes + 1)
     return np.where(successes <= 0, 0.0, bound)
@@ -171,6 +176,8 @@ def drop_upper_tango(losses: np.ndarray, gains: np.ndarray, documents: np.ndarra
     Z(δ₀) falls from 0 at the estimate to −∞ at δ₀ = 1, so the bound is where it crosses −z_{1−α}.
     Shapes as in `drop_upper_exact`.
     """
+    from scipy import stats
+
     b, c = np.asarray(losses, dtype=np.float64), np.asarray(gains, dtype=np.float64)
     n = np.broadcast_to(np.asarray(documents, dtype=np.float64), b.shape)
     critical = -stats.norm.ppf(1 - alpha)

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
 Method = Literal["holm", "bh", "none"]
 METHODS: tuple[Method, ...] = ("holm", "bh", "none")
@@ -100,6 +99,8 @@ def normal_pvalue(delta: float, stderr: float | None) -> float | None:
     """
     if stderr is None or not (math.isfinite(delta) and math.isfinite(stderr)) or stderr < 0:
         return None
+    from scipy import stats
+
     if stderr == 0:
         return 1.0 if delta == 0 else 0.0
     return float(2 * stats.norm.sf(abs(delta) / stderr))

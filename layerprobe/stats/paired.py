@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from layerprobe.core import DEFAULT_DRAWS, DEFAULT_SEED
+
 Z95 = 1.959963984540054  # two-sided 95 % quantile of the standard normal
-DEFAULT_DRAWS = 1000
-DEFAULT_SEED = 1234
 
 
 @dataclass(frozen=True)

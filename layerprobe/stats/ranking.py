@@ -12,14 +12,16 @@ Intervals come from redrawing each side's per-block scores and recomputing the s
 
 - "bootstrap": where the per-window (or per-document) values behind each side's scores exist, the windows
   of each side are resampled with replacement, independently of the other side (the two runs saw
-  different data), and each block's score is recomputed as the mean over the drawn windows. A window's
-  values for all blocks are drawn together, keeping their correlation.
+  different data), and each block's score is recomputed as the mean over the drawn windows (weighted by
+  each window's measured positions where windows differ in size: the ratio estimator's bootstrap). A
+  window's values for all blocks are drawn together, keeping their correlation.
 - "parametric_bootstrap": where only each block's mean and standard error exist, each block's score is
   drawn from N(mean, se²), blocks independently (their correlation is unknown, so the interval is only
   approximate).
 - "mixed_bootstrap": one side of each kind.
 
-Percentile 95 % intervals; seeded (numpy PCG64), so a result is reproducible. Unlike
+Percentile 95 % intervals; seeded (numpy PCG64), so a result is reproducible. `lowest_k_jaccard_chance` gives
+the overlap two unrelated rankings would have, the floor to read a Jaccard curve against. Unlike
 `spearman_bootstrap` in stats/paired.py, which resamples the (block, block) pairs of one result, these
 resample the data each result was measured on.
 """
@@ -32,7 +34,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from layerprobe.stats.paired import DEFAULT_DRAWS, DEFAULT_SEED
 
@@ -47,24 +48,50 @@ class BlockScores:
     Build with `from_windows` (per-window values) or `from_normal` (means and standard errors).
 
     Attributes:
-        point: The per-block score, shape (L,): the mean over windows, or the given mean.
+        point: The per-block score, shape (L,): the (weighted) mean over windows, or the given mean.
         windows: Per-window values, shape (n, L), or None.
         stderr: Per-block standard errors, shape (L,), or None.
+        weights: Per-window weights, shape (n,) (a window's measured positions), or None: equal weights.
     """
 
     point: np.ndarray
     windows: np.ndarray | None = None
     stderr: np.ndarray | None = None
+    weights: np.ndarray | None = None
 
     @classmethod
-    def from_windows(cls, values: Sequence[Sequence[float]] | np.ndarray) -> BlockScores:
-        """Scores that are means over windows: `values[w][l]` is block l's value on window w, shape (n, L)."""
+    def from_windows(
+        cls,
+        values: Sequence[Sequence[float]] | np.ndarray,
+        weights: Sequence[float] | np.ndarray | None = None,
+        point: Sequence[float] | np.ndarray | None = None,
+    ) -> BlockScores:
+        """Scores that are means over windows: `values[w][l]` is block l's value on window w, shape (n, L).
+
+        Args:
+            values: Per-window values, shape (n ≥ 2, L ≥ 2), finite.
+            weights: Each window's weight (its measured positions), shape (n,), positive; None: equal. A
+                block's score is then Σ_w weight_w · value_w / Σ_w weight_w, and each redraw the same
+                ratio over the drawn windows.
+            point: The scores as recorded, shape (L,), when the caller holds them already (a result file's
+                numbers, which the weighted mean reproduces up to float rounding); None: the weighted mean.
+        """
         array = np.asarray(values, dtype=np.float64)
         if array.ndim != 2 or array.shape[0] < 2 or array.shape[1] < 2:
             raise ValueError(f"per-window values need shape (windows ≥ 2, blocks ≥ 2), not {array.shape}")
         if not np.isfinite(array).all():
             raise ValueError("per-window values must be finite")
-        return cls(array.mean(axis=0), windows=array)
+        w = None
+        if weights is not None:
+            w = np.asarray(weights, dtype=np.float64)
+            if w.shape != (array.shape[0],) or not (np.isfinite(w).all() and (w > 0).all()):
+                raise ValueError(f"window weights need {array.shape[0]} positive finite numbers, not shape {w.shape}")
+        mean = array.mean(axis=0) if w is None else w @ array / w.sum()
+        if point is not None:
+            mean = np.asarray(point, dtype=np.float64)
+            if mean.shape != (array.shape[1],) or not np.isfinite(mean).all():
+                raise ValueError(f"the recorded scores need {array.shape[1]} finite numbers, not shape {mean.shape}")
+        return cls(mean, windows=array, weights=w)
 
     @classmethod
     def from_normal(cls, mean: Sequence[float] | np.ndarray, stderr: Sequence[float] | np.ndarray) -> BlockScores:
@@ -85,12 +112,16 @@ class BlockScores:
         if self.windows is None:
             assert self.stderr is not None
             return rng.normal(self.point, self.stderr, size=(draws, self.blocks))
-        n = len(self.windows)
+        n, weights = len(self.windows), self.weights
+        weighted = None if weights is None else weights[:, None] * self.windows
         out = np.empty((draws, self.blocks))
         for start in range(0, draws, CHUNK):
             stop = min(draws, start + CHUNK)
             counts = rng.multinomial(n, np.full(n, 1 / n), size=stop - start)  # resampling with replacement
-            out[start:stop] = counts @ self.windows / n
+            if weights is None or weighted is None:
+                out[start:stop] = counts @ self.windows / n
+            else:  # the ratio Σ count·weight·value / Σ count·weight of the drawn windows
+                out[start:stop] = (counts @ weighted) / (counts @ weights)[:, None]
         return out
 
 
@@ -162,6 +193,8 @@ def kendall_tau_b_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def spearman_rho_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Spearman's ρ of each row pair: Pearson's r of the average-tie ranks. (draws, L) × 2 → (draws,)."""
+    from scipy import stats
+
     a, b = _rows(x, y)
     ra, rb = stats.rankdata(a, axis=1), stats.rankdata(b, axis=1)
     ra, rb = ra - ra.mean(axis=1, keepdims=True), rb - rb.mean(axis=1, keepdims=True)
@@ -211,6 +244,23 @@ def spearman_rho(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarra
 def lowest_k_jaccard(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> tuple[float, ...]:
     """Jaccard overlap of the k lowest-scoring blocks for k = 1 … ⌊L/2⌋ (see `lowest_k_jaccard_rows`)."""
     return tuple(float(v) for v in lowest_k_jaccard_rows(np.asarray(x)[None], np.asarray(y)[None])[0])
+
+
+def lowest_k_jaccard_chance(blocks: int) -> tuple[float, ...]:
+    """The expected lowest-k Jaccard overlap of two unrelated rankings of `blocks` blocks, k = 1 … ⌊L/2⌋.
+
+    Two independent uniformly random k-sets of L share X ~ Hypergeometric(L, k, k) blocks, and their
+    Jaccard overlap is X / (2k − X); this is its expectation, exactly (Σ_x P(X = x) · x / (2k − x)).
+    """
+    from scipy import stats
+
+    if blocks < 2:
+        raise ValueError(f"a ranking needs at least 2 blocks, not {blocks}")
+    out = []
+    for k in range(1, blocks // 2 + 1):
+        shared = np.arange(0, k + 1)
+        out.append(float((stats.hypergeom.pmf(shared, blocks, k, k) * shared / (2 * k - shared)).sum()))
+    return tuple(out)
 
 
 def _percentile_interval(values: np.ndarray) -> Interval | None:
