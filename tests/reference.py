@@ -10,6 +10,7 @@ import contextlib
 import copy
 import math
 from collections.abc import Iterator
+from itertools import combinations
 
 import numpy as np
 import pytest
@@ -296,3 +297,10 @@ def counted_block_rows(blocks) -> Iterator[dict[str, int]]:
     finally:
         for handle in handles:
             handle.remove()
+
+
+def chance_by_enumeration(blocks: int, k: int) -> float:
+    """Mean Jaccard overlap of every pair of k-subsets of the blocks (independent, uniform)."""
+    subsets = [set(c) for c in combinations(range(blocks), k)]
+    total = sum(len(a & b) / len(a | b) for a in subsets for b in subsets)
+    return total / len(subsets) ** 2

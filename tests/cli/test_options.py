@@ -65,13 +65,24 @@ def test_each_group_is_the_same_on_every_command_that_takes_it(group, expected):
 # Options of the same spelling that mean something else on some commands, on purpose: which commands
 # share each declaration. Any other option string must have one declaration across all commands.
 DELIBERATE = {
-    "--out": [{"angular", "depth", "prune-curve", "prune-drop"}, {"demo"}, {"merge"}, {"plot"}, {"compare"}],
+    "--out": [
+        {"angular", "depth", "prune-curve", "prune-drop"},
+        {"demo"},
+        {"merge"},
+        {"plot"},
+        {"compare"},
+        {"stability"},
+    ],
     "--output_path": [{"angular", "depth", "prune-curve", "prune-drop"}, {"demo"}],
     "--batch-size": [{"angular", "depth"}, {"prune-curve", "prune-drop"}],  # windows vs requests (or auto)
     "--batch_size": [{"angular", "depth"}, {"prune-curve", "prune-drop"}],
     "--tokens": [{"angular", "depth", "prune-curve", "prune-drop"}, {"demo"}],
     "--dtype": [{"angular", "depth", "prune-curve", "prune-drop"}, {"prune"}],  # export keeps the dtype
     "--angular": [{"prune-curve"}, {"prune-drop"}],  # an input of the curve, a comparison for ΔP
+    "--task": [{"prune-curve", "prune-drop"}, {"stability"}],  # tasks to run vs the one task to rank by
+    "--seed": [{"prune-curve", "prune-drop"}, {"stability"}],  # every RNG of a run vs the bootstrap's
+    "--plot": [{"compare"}, {"stability"}],
+    "--no-plot": [{"compare"}, {"stability"}],
 }
 
 

@@ -6,7 +6,8 @@
 - files.py: the local lm-eval tasks and their variants, corpus files, SQuAD data;
 - results.py: result objects and files with hand-picked numbers (no model);
 - gate.py: what `compare` is given (result files, run directories, verdicts);
-- runs.py: the specs of the runs the tests make.
+- runs.py: the specs of the runs the tests make;
+- stability.py: the angular and prune-drop runs `layerprobe stability` reads.
 
 Independent reference computations are not built here: they are in tests/reference.py.
 """

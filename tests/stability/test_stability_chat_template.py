@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 import transformers as tf
-from conftest import SEQ, TOKENS, corpus
+from factories.stability import SEQ, TOKENS, corpus
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app

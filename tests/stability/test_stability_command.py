@@ -10,9 +10,9 @@ import json
 
 import numpy as np
 import pytest
-from conftest import SEQ, angular_run
+from factories.stability import SEQ, angular_run
+from reference import chance_by_enumeration
 from scipy import stats
-from test_stability_statistics import chance_by_enumeration
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app

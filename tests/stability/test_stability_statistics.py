@@ -4,10 +4,9 @@ Weighted windows (a short last window) are checked against a direct implementati
 bootstrap with the same generator calls; the chance Jaccard against an exhaustive enumeration.
 """
 
-from itertools import combinations
-
 import numpy as np
 import pytest
+from reference import chance_by_enumeration
 
 from layerprobe.stats import BlockScores, lowest_k_jaccard_chance, ranking_stability
 from layerprobe.stats.ranking import CHUNK
@@ -74,13 +73,6 @@ def test_recorded_point_drives_the_statistics_and_the_windows_the_intervals():
     found = ranking_stability(side, BlockScores.from_windows(values), draws=50)
     assert found.tau == -1.0 and found.rho == -1.0  # points: reversed orders
     assert found.tau_ci is not None and found.tau_ci[0] > 0  # draws: the same windows, so agreeing
-
-
-def chance_by_enumeration(blocks: int, k: int) -> float:
-    """Mean Jaccard overlap of every pair of k-subsets of the blocks (independent, uniform)."""
-    subsets = [set(c) for c in combinations(range(blocks), k)]
-    total = sum(len(a & b) / len(a | b) for a in subsets for b in subsets)
-    return total / len(subsets) ** 2
 
 
 @pytest.mark.parametrize("blocks", [2, 3, 6, 9])
