@@ -15,7 +15,20 @@ from typing import Annotated
 import typer
 
 import layerprobe
-from layerprobe.cli import angular, compare, curve, demo, depth, export, layers, merge, plot, prune_drop
+from layerprobe.cli import (
+    angular,
+    compare,
+    curve,
+    demo,
+    depth,
+    export,
+    layers,
+    merge,
+    plot,
+    prune_drop,
+    report,
+    track,
+)
 from layerprobe.cli.console import err, print_error
 from layerprobe.cli.groups import Command
 from layerprobe.core import LayerprobeError
@@ -76,6 +89,8 @@ COMMANDS: dict[str, Command] = {
     "layers": layers.layers,
     "plot": plot.plot,
     "compare": compare.compare,
+    "track": track.track,
+    "report": report.report,
 }
 for name, command in COMMANDS.items():
     app.command(name)(friendly_errors(command))

@@ -1,9 +1,9 @@
 """Typed result kinds, their validation at read time, atomic file I/O and the run directory's file names.
 
 One module per idea: `provenance` (the model and run blocks), one per result kind (`angular`,
-`prune_drop`, `depth`, `curve`) and for an unfinished prune-drop's files (`prune_state`), `evaluation`
-(one scored variant), `validate` (typed reads of untrusted JSON), `io` (atomic writes, schemas), `load`
-(any result file → its object) and `rundir` (every file name a run writes).
+`prune_drop`, `depth`, `curve`, `track`: the history of several runs) and for an unfinished prune-drop's
+files (`prune_state`), `evaluation` (one scored variant), `validate` (typed reads of untrusted JSON), `io`
+(atomic writes, schemas), `load` (any result file → its object) and `rundir` (every file name a run writes).
 """
 
 from layerprobe.results.angular import LAZY_THRESHOLD, AngularResult, AngularSummary, SpanChoice, angular_summary
@@ -41,6 +41,7 @@ from layerprobe.results.io import (
     EXPORT_SCHEMA,
     PARTIAL_SCHEMA,
     SHARD_SCHEMA,
+    TRACK_SCHEMA,
     atomic_write,
     read_json,
     write_json,
@@ -68,15 +69,31 @@ from layerprobe.results.rundir import (
     PRUNE_DROP_PARTIAL_JSON,
     PRUNE_DROP_PARTIAL_SAMPLES,
     RESULT_FILES,
+    REVIEWED_FILES,
     SAMPLES_DIR,
     SHARD_JSON,
     RunDir,
     rank_suffix,
     sample_name,
 )
+from layerprobe.results.track import (
+    ALIGNS,
+    INDEPENDENT_BLOCKS,
+    ORDERS,
+    WINDOWS,
+    CurvePoints,
+    TrackAngular,
+    TrackCurve,
+    TrackDepth,
+    TrackResult,
+    TrackRun,
+    TrackTask,
+    WatchedDelta,
+)
 from layerprobe.results.validate import Node
 
 __all__ = [
+    "ALIGNS",
     "ANGULAR_JSON",
     "angular_summary",
     "AngularResult",
@@ -88,6 +105,7 @@ __all__ = [
     "COMPARE_SCHEMA",
     "CurveMethod",
     "CurveMetric",
+    "CurvePoints",
     "DEPTH_JSON",
     "depth_summary",
     "DepthResult",
@@ -98,6 +116,7 @@ __all__ = [
     "EXPORT_SCHEMA",
     "from_rows",
     "GradNorms",
+    "INDEPENDENT_BLOCKS",
     "jsonable",
     "JSONObject",
     "JSONValue",
@@ -112,6 +131,7 @@ __all__ = [
     "MIX_LN",
     "ModelInfo",
     "Node",
+    "ORDERS",
     "PARALLEL",
     "PARTIAL_SCHEMA",
     "Placement",
@@ -130,6 +150,7 @@ __all__ = [
     "read_json",
     "Record",
     "RESULT_FILES",
+    "REVIEWED_FILES",
     "RunDir",
     "RunInfo",
     "RunTimer",
@@ -145,8 +166,17 @@ __all__ = [
     "TaskDrop",
     "TaskSummary",
     "to_rows",
+    "TRACK_SCHEMA",
+    "TrackAngular",
+    "TrackCurve",
+    "TrackDepth",
+    "TrackResult",
+    "TrackRun",
+    "TrackTask",
     "UNRECOGNISED",
     "variant_label",
+    "WatchedDelta",
+    "WINDOWS",
     "write_json",
     "write_json_lines",
     "write_text",

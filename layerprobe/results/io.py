@@ -31,6 +31,7 @@ SHARD_SCHEMA = "layerprobe/prune-drop-shard@1"  # prune_drop.shard.json: one job
 ANSWERS_SCHEMA = "layerprobe/shared-answers@1"  # the shared engine's answer journal (its first line)
 EXPORT_SCHEMA = "layerprobe/export@1"  # layerprobe.json in an exported checkpoint
 COMPARE_SCHEMA = "layerprobe/compare@1"  # compare --format json
+TRACK_SCHEMA = "layerprobe/track@1"  # track.json: the history of several runs (`layerprobe track`)
 SCHEMAS = (
     ANGULAR_SCHEMA,
     PRUNE_DROP_SCHEMA,
@@ -41,6 +42,7 @@ SCHEMAS = (
     ANSWERS_SCHEMA,
     EXPORT_SCHEMA,
     COMPARE_SCHEMA,
+    TRACK_SCHEMA,
 )
 
 
