@@ -20,7 +20,7 @@ PAGE_SUFFIXES = (".html", ".htm")
 def page_path(out_path: Path) -> Path:
     """`--out`: a file name ending in .html, else a directory that gets report.html."""
     if out_path.suffix.lower() in PAGE_SUFFIXES and not out_path.is_dir():
-        check_output_dir(out_path.parent if str(out_path.parent) else Path("."))
+        check_output_dir(out_path.parent, option=f"--out {out_path}: its folder")
         return out_path
     check_output_dir(out_path)
     return RunDir(out_path).report_html

@@ -37,6 +37,12 @@ def track(
             "--format", help="What goes to stdout: a table, GitHub markdown (for $GITHUB_STEP_SUMMARY) or track.json."
         ),
     ] = "table",
+    plot: Annotated[
+        bool,
+        typer.Option(
+            "--plot/--no-plot", help="Draw the track_<what>.png/.pdf figures (track.json and track.md always)."
+        ),
+    ] = True,
     quiet: Quiet = False,
 ) -> None:
     """Follow several runs of one model (a training run's checkpoints, a release series) across their results.
@@ -55,7 +61,7 @@ def track(
     with spinner.running():
         if not quiet:
             spinner.stage("drawing the history")
-        paths = write_track(result, out_dir)
+        paths = write_track(result, out_dir, figures=plot)
     show(result, output_format)
     if not quiet:
         for path in paths:

@@ -225,12 +225,12 @@ class TrackRun:
             depth=TrackDepth.from_dict(depth) if depth.given else None,
             prune_curve={k: TrackCurve.from_dict(c) for k, c in curve.entries()} if curve.given else None,
         )
-        for name, series in (
-            ("angular.adjacent", run.angular and run.angular.adjacent),
-            ("depth.grad", run.depth and run.depth.grad),
+        for kind, field, series in (
+            ("angular", "adjacent", run.angular and run.angular.adjacent),
+            ("depth", "grad", run.depth and run.depth.grad),
         ):
             if series and len(series) != num_layers:
-                node.fail(f"with {name} of num_layers = {num_layers} items", f"got {len(series)}")
+                node.key(kind).key(field).fail(f"an array of num_layers = {num_layers} items", f"got {len(series)}")
         return run
 
 

@@ -53,7 +53,7 @@ def build_track(
     check_depths(runs, align)
     ordered, order_used, order_note = order_runs(runs, order)
     watched, source = watched_blocks(ordered, watch)
-    reference = {task: _first_with(ordered, task).num_layers for task in watched}
+    reference = {task: first_scoring(ordered, task).model.num_layers for task in watched}
     labels = run_labels(ordered)
     track_runs = [
         track_run(run, label, align=align, watched=watched, reference=reference)
@@ -99,23 +99,21 @@ def watched_blocks(runs: list[RunResults], watch: str | None) -> tuple[dict[str,
                 f"--watch {watch!r}: no run has a prune_drop.json to watch blocks in.",
                 hint="Run layerprobe prune-drop into the run directories, or leave --watch out.",
             )
-        blocks = {task: parse_layer_ranges(watch, _first_with(runs, task).num_layers, "--watch") for task in tasks}
+        blocks = {
+            task: parse_layer_ranges(watch, first_scoring(runs, task).model.num_layers, "--watch") for task in tasks
+        }
         return blocks, WATCH_GIVEN
     out = {}
     for task in tasks:
-        summary = _drop(_first_with(runs, task)).summary or {}
+        summary = first_scoring(runs, task).summary or {}
         worst = summary[task]["most_harmful"] if task in summary else None
         out[task] = [int(worst["layer"])] if worst else []
     return out, WATCH_DEFAULT
 
 
-def _first_with(runs: list[RunResults], task: str) -> RunResults:
-    return next(run for run in runs if run.prune_drop is not None and task in run.prune_drop.tasks)
-
-
-def _drop(run: RunResults) -> PruneDropResult:
-    assert run.prune_drop is not None
-    return run.prune_drop
+def first_scoring(runs: list[RunResults], task: str) -> PruneDropResult:
+    """The prune-drop result of the first run (in order) that scored `task`: where watched blocks are chosen."""
+    return next(run.prune_drop for run in runs if run.prune_drop is not None and task in run.prune_drop.tasks)
 
 
 def block_positions(num_layers: int, align: str) -> list[float]:

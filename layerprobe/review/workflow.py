@@ -37,11 +37,11 @@ def read_track(
     return [by_directory[entry.directory] for entry in track.runs], track
 
 
-def write_track(track: TrackResult, out_dir: Path) -> list[Path]:
-    """Write track.json, track.md and every figure the history has data for into `out_dir`."""
+def write_track(track: TrackResult, out_dir: Path, figures: bool = True) -> list[Path]:
+    """Write track.json, track.md and (with `figures`) every figure the history has data for into `out_dir`."""
     run = RunDir(out_dir)
     paths = [write_json(run.track_json, track.to_dict()), write_text(run.track_md, track_markdown(track))]
-    return paths + plot_track(track, out_dir)
+    return paths + (plot_track(track, out_dir) if figures else [])
 
 
 def write_report(

@@ -89,3 +89,23 @@ def review_runs(tmp_path_factory, worker_id) -> ReviewRuns:
     return ReviewRuns(
         root, {step: root / "runs" / RUN_NAMES[step] for step in STEPS}, root / "runs" / "deep", root / "runs" / "other"
     )
+
+
+@dataclass(frozen=True)
+class ReportPages:
+    one: Path  # the page of step 3000 alone
+    several: Path  # the page of all three runs, given out of order (report.html in a directory)
+    stdout: str  # what `report` printed for `several`
+
+
+@pytest.fixture(scope="session")
+def report_pages(review_runs, tmp_path_factory) -> ReportPages:
+    """`layerprobe report` of one run and of the three, once per session (per worker)."""
+    from layerprobe.cli.app import app
+
+    out = tmp_path_factory.mktemp("report")
+    one = CliRunner().invoke(app, ["report", str(review_runs.by_step[3000]), "--out", str(out / "one.html"), "-q"])
+    assert one.exit_code == 0, one.output
+    several = CliRunner().invoke(app, ["report", *map(str, review_runs.scrambled), "--out", str(out), "-q"])
+    assert several.exit_code == 0, several.output
+    return ReportPages(out / "one.html", out / "report.html", several.stdout)

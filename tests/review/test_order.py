@@ -81,7 +81,7 @@ def test_hub_revisions_of_one_model_are_ordered_by_their_step(review_runs, tmp_p
             data["model"] |= {"id": "org/model", "revision": revision, "commit": f"{revision}-sha"}
             (target / name).write_text(json.dumps(data))
         dirs.append(target)
-    args = ["track", *map(str, dirs[:2]), "--out", str(tmp_path / "t"), "--format", "json", "-q"]
+    args = ["track", *map(str, dirs[:2]), "--out", str(tmp_path / "t"), "--format", "json", "-q", "--no-plot"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     runs = json.loads(result.stdout)["runs"]
@@ -90,7 +90,7 @@ def test_hub_revisions_of_one_model_are_ordered_by_their_step(review_runs, tmp_p
         ("step-3000", 3000, "revision", "step-3000-sha"),
     ]
     with_main = CliRunner().invoke(
-        app, ["track", *map(str, dirs), "--out", str(tmp_path / "t"), "--format", "json", "-q"]
+        app, ["track", *map(str, dirs), "--out", str(tmp_path / "t"), "--format", "json", "-q", "--no-plot"]
     )
     data = json.loads(with_main.stdout)
     assert data["order"] == "given" and [r["revision"] for r in data["runs"]] == ["step-3000", "step_1000", "main"]

@@ -148,15 +148,17 @@ def test_figures_are_written_with_both_formats(tracked):
 
 
 def test_json_format_on_stdout_and_given_order(review_runs, tmp_path):
-    result = track([*review_runs.scrambled, "--out", tmp_path, "--format", "json", "--order", "given", "-q"])
+    args = [*review_runs.scrambled, "--out", tmp_path, "--format", "json", "--order", "given", "-q", "--no-plot"]
+    result = track(args)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data == json.loads((tmp_path / "track.json").read_text())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["track.json", "track.md"]  # --no-plot
     assert data["order"] == "given" and [run["step"] for run in data["runs"]] == [3000, 1000, 2000]
 
 
 def test_watch_follows_the_blocks_asked_for(review_runs, tmp_path):
-    result = track([*review_runs.scrambled, "--out", tmp_path, "--watch", "1,3", "--format", "json", "-q"])
+    result = track([*review_runs.scrambled, "--out", tmp_path, "--watch", "1,3", "--format", "json", "-q", "--no-plot"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["watch"] == {"source": "--watch", "blocks": {"lp_arc_like": [1, 3]}}
@@ -188,7 +190,17 @@ def test_runs_of_another_model_are_refused_unless_allowed(review_runs, tmp_path)
     assert refused.exit_code == 2
     assert "The runs measured different models" in refused.output and "--allow-mixed" in refused.output
     allowed = track(
-        [review_runs.by_step[1000], review_runs.other, "--out", tmp_path, "--allow-mixed", "--format", "json", "-q"]
+        [
+            review_runs.by_step[1000],
+            review_runs.other,
+            "--out",
+            tmp_path,
+            "--allow-mixed",
+            "--format",
+            "json",
+            "-q",
+            "--no-plot",
+        ]
     )
     assert allowed.exit_code == 0, allowed.output
     data = json.loads(allowed.stdout)
