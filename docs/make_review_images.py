@@ -28,27 +28,19 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "review")]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+from chromium import find_chromium, screenshot  # noqa: E402  (tests/review/chromium.py, the browser tests' helper)
 
 IMAGES = ROOT / "docs" / "img"
 STEPS = (1000, 2000, 3000, 4000, 5000)
 DEEP = range(4, 8)  # the blocks that wake up
 SHALLOW_SCALE = 3.0
 CORPUS = ["--dataset", "builtin:pydoc", "--seq-len", "64", "--device", "cpu", "--quiet"]
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--hide-scrollbars",
-]
 
 
 def scale(step: int, block: int) -> float:
@@ -95,29 +87,11 @@ def measure(checkpoint: Path, out: Path) -> None:
     layerprobe("prune-curve", str(checkpoint), *curve, *CORPUS, "--out", str(out))
 
 
-def screenshot(page: Path, png: Path, height: int, chromium: str) -> None:
-    """The page at 1,280 px wide in a headless chromium (no network, a throwaway profile)."""
-    with tempfile.TemporaryDirectory() as profile:
-        subprocess.run(
-            [
-                chromium,
-                *CHROMIUM_FLAGS,
-                f"--user-data-dir={profile}",
-                f"--window-size=1280,{height}",
-                f"--screenshot={png}",
-                page.resolve().as_uri(),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-
-
 def main() -> None:
     """Build, measure, track, report, screenshot."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, help="Where to keep checkpoints and runs (default: a temporary folder).")
-    parser.add_argument("--chromium", default=shutil.which("chromium") or "chromium", help="The browser to use.")
+    parser.add_argument("--chromium", default=find_chromium(), help="The browser (default: Debian's chromium).")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="layerprobe-review-images-"))
     runs = []
@@ -130,7 +104,9 @@ def main() -> None:
     IMAGES.mkdir(parents=True, exist_ok=True)
     for what in ("heat", "lazy", "delta"):
         shutil.copy(track / f"track_{what}.png", IMAGES / f"track-{what}.png")
-    screenshot(track / "report.html", IMAGES / "report.png", 1700, args.chromium)
+    if args.chromium is None:
+        raise SystemExit("no chromium: apt-get install chromium, or pass --chromium PATH")
+    screenshot(args.chromium, track / "report.html", IMAGES / "report.png", height=1700)
     print(f"wrote {IMAGES / 'report.png'} and {', '.join(f'track-{w}.png' for w in ('heat', 'lazy', 'delta'))}")
     print(f"runs, track and report under {work}")
 

@@ -4,8 +4,9 @@ matplotlib's SVG is a whole document (XML prolog, DOCTYPE, RDF metadata naming w
 (`axes_1`, clip paths, markers) repeat from one figure to the next. Inlined several to a page, a clip
 path of one figure would clip another; so every id and reference gets the figure's own prefix, the
 document wrapper and its namespace declarations go (an HTML parser knows SVG's), and the root scales to
-its container (never wider than the figure was drawn).
-Text stays text (`svg.fonttype: none`): smaller, selectable, and read by screen readers.
+its container (never wider than the figure was drawn). Glyphs are drawn as paths (`svg.fonttype: path`),
+so formulas look as in the PNG whatever fonts the reader has; the figure's `<title>` and `aria-label`
+say what it shows, for screen readers.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def figure_svg(fig: Figure, prefix: str, label: str) -> str:
 
     buffer = io.StringIO()
     try:
-        with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": prefix}):
+        with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": prefix}):
             fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
     finally:
         pyplot().close(fig)

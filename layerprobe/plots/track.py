@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -57,6 +58,13 @@ def track_figures(track: TrackResult) -> dict[str, Figure]:
     return figures
 
 
+def ticker() -> ModuleType:
+    """matplotlib.ticker, imported with the first figure (as pyplot)."""
+    import matplotlib.ticker
+
+    return matplotlib.ticker
+
+
 def run_axis(ax: Axes, track: TrackResult) -> np.ndarray:
     """The x positions of the runs (their steps, or 0 … n−1 labelled with the runs), with the axis labelled."""
     if track.order == "step":
@@ -84,16 +92,43 @@ def values(items: Sequence[float | None]) -> np.ndarray:
     return np.array([math.nan if v is None else v for v in items], dtype=float)
 
 
-def interval_bars(
-    ax: Axes, x: np.ndarray, y: np.ndarray, low: Sequence[float | None], high: Sequence[float | None], **style: object
-) -> bool:
-    """Error bars from (low, high) where both are known; returns whether any bar was drawn."""
-    lo, hi = values(low), values(high)
-    has = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(y)
+def draw_series(
+    ax: Axes,
+    x: np.ndarray,
+    y: Sequence[float | None],
+    intervals: Sequence[Sequence[float] | None] | None,
+    *,
+    colour: str,
+    label: str,
+    interval_label: str | None = None,
+) -> None:
+    """A line over the runs, error bars from each (low, high) interval where known, and their legend entry."""
+    points = values(y)
+    ax.plot(x, points, "o-", color=colour, label=label)
+    if intervals is None:
+        return
+    low = values([i[0] if i else None for i in intervals])
+    high = values([i[1] if i else None for i in intervals])
+    has = np.isfinite(low) & np.isfinite(high) & np.isfinite(points)
     if has.any():
-        errors = np.vstack([y[has] - lo[has], hi[has] - y[has]]).clip(min=0)
-        ax.errorbar(x[has], y[has], yerr=errors, fmt="none", capsize=3, elinewidth=1, **style)  # type: ignore[arg-type]
-    return bool(has.any())
+        errors = np.vstack([points[has] - low[has], high[has] - points[has]]).clip(min=0)
+        ax.errorbar(x[has], points[has], yerr=errors, fmt="none", ecolor=colour, capsize=3, elinewidth=1)
+        if interval_label:
+            ax.errorbar([], [], yerr=[], fmt="none", ecolor=colour, label=interval_label)
+
+
+def finish(ax: Axes, track: TrackResult, ylabel: str, what: str, legend_title: str | None = None) -> None:
+    """Label, grid, legend and title of one panel."""
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best", title=legend_title, title_fontsize=7)
+    ax.set_title(title(track, what), fontsize=10)
+
+
+def one_panel() -> tuple[Figure, Axes]:
+    """A figure of one panel, as wide as every history figure."""
+    fig, ax = pyplot().subplots(figsize=(7.5, 4.2), layout="constrained")
+    return fig, ax
 
 
 def lazy_figure(track: TrackResult) -> Figure | None:
@@ -101,27 +136,24 @@ def lazy_figure(track: TrackResult) -> Figure | None:
     runs = [run.angular for run in track.runs]
     if not any(runs):
         return None
-    fig, ax = pyplot().subplots(figsize=(7.5, 4.2), layout="constrained")
-    x = run_axis(ax, track)
-    count = values([a.lazy_count if a else None for a in runs])
-    ax.plot(x, count, "o-", color=LINE, label="lazy blocks (d < threshold)")
-    drawn = interval_bars(
+    fig, ax = one_panel()
+    ranges = [
+        None if a is None or a.surely_below is None or a.possibly_below is None else [a.surely_below, a.possibly_below]
+        for a in runs
+    ]
+    draw_series(
         ax,
-        x,
-        count,
-        [a.surely_below if a else None for a in runs],
-        [a.possibly_below if a else None for a in runs],
-        ecolor=LINE,
+        run_axis(ax, track),
+        [a.lazy_count if a else None for a in runs],
+        ranges,
+        colour=LINE,
+        label="lazy blocks (d < threshold)",
+        interval_label="95 % range: surely below … possibly below",
     )
-    if drawn:
-        ax.errorbar([], [], yerr=[], fmt="none", ecolor=LINE, label="95 % range: surely below … possibly below")
     threshold = next(a.lazy_threshold for a in runs if a)
-    ax.set_ylabel(f"blocks with d(x^l, x^(l+1)) < {threshold:g}")
     ax.set_ylim(bottom=-0.3, top=max(run.num_layers for run in track.runs) + 0.3)
-    ax.yaxis.get_major_locator().set_params(integer=True)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    ax.set_title(title(track, "lazy blocks (95 % range)"), fontsize=10)
+    ax.yaxis.set_major_locator(ticker().MaxNLocator(integer=True))
+    finish(ax, track, f"blocks with d(x^l, x^(l+1)) < {threshold:g}", "lazy blocks (95 % range)")
     return fig
 
 
@@ -130,19 +162,18 @@ def adjacent_figure(track: TrackResult) -> Figure | None:
     runs = [run.angular for run in track.runs]
     if not any(runs):
         return None
-    fig, ax = pyplot().subplots(figsize=(7.5, 4.2), layout="constrained")
-    x = run_axis(ax, track)
-    mean = values([a.mean_adjacent if a else None for a in runs])
-    ax.plot(x, mean, "o-", color=LINE, label="mean over blocks of d(x^l, x^(l+1))")
-    cis = [a.mean_adjacent_ci95 if a else None for a in runs]
-    if interval_bars(ax, x, mean, [c[0] if c else None for c in cis], [c[1] if c else None for c in cis], ecolor=LINE):
-        independent = any(a and a.stderr_method == INDEPENDENT_BLOCKS for a in runs)
-        label = "95 % CI" + (" (assumes blocks independent)" if independent else " (from per-window values)")
-        ax.errorbar([], [], yerr=[], fmt="none", ecolor=LINE, label=label)
-    ax.set_ylabel("mean adjacent angular distance")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    ax.set_title(title(track, "mean adjacent distance (95 % CI)"), fontsize=10)
+    fig, ax = one_panel()
+    independent = any(a and a.stderr_method == INDEPENDENT_BLOCKS for a in runs)
+    draw_series(
+        ax,
+        run_axis(ax, track),
+        [a.mean_adjacent if a else None for a in runs],
+        [a.mean_adjacent_ci95 if a else None for a in runs],
+        colour=LINE,
+        label="mean over blocks of d(x^l, x^(l+1))",
+        interval_label="95 % CI" + (" (assumes blocks independent)" if independent else " (from per-window values)"),
+    )
+    finish(ax, track, "mean adjacent angular distance", "mean adjacent distance (95 % CI)")
     return fig
 
 
@@ -161,21 +192,19 @@ def scores_figure(track: TrackResult) -> Figure | None:
     if not tasks:
         return None
     fig, axes = _task_axes(len(tasks))
-    for ax, task, colour in zip(axes, tasks, TASK_COLOURS * len(tasks), strict=False):
+    for k, (ax, task) in enumerate(zip(axes, tasks, strict=True)):
         entries = [(run.prune_drop or {}).get(task) for run in track.runs]
-        x = run_axis(ax, track)
-        score = values([e.baseline if e else None for e in entries])
         metric = next(e.metric for e in entries if e)
-        ax.plot(x, score, "o-", color=colour, label=f"{task} {metric} (full model)")
-        cis = [e.baseline_ci95 if e else None for e in entries]
-        if interval_bars(
-            ax, x, score, [c[0] if c else None for c in cis], [c[1] if c else None for c in cis], ecolor=colour
-        ):
-            ax.errorbar([], [], yerr=[], fmt="none", ecolor=colour, label="95 % CI (± 1.96 stderr)")
-        ax.set_ylabel(metric)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
-        ax.set_title(title(track, f"{task}: full-model score (95 % CI)"), fontsize=10)
+        draw_series(
+            ax,
+            run_axis(ax, track),
+            [e.baseline if e else None for e in entries],
+            [e.baseline_ci95 if e else None for e in entries],
+            colour=TASK_COLOURS[k % len(TASK_COLOURS)],
+            label=f"{task} {metric} (full model)",
+            interval_label="95 % CI (± 1.96 stderr)",
+        )
+        finish(ax, track, metric, f"{task}: full-model score (95 % CI)")
     return fig
 
 
@@ -190,26 +219,25 @@ def delta_figure(track: TrackResult) -> Figure | None:
         entries = [(run.prune_drop or {}).get(task) for run in track.runs]
         metric = next(e.metric for e in entries if e)
         for k, block in enumerate(track.watch[task]):
-            colour = TASK_COLOURS[k % len(TASK_COLOURS)]
             picked = [next((d for d in e.watched if d.watched == block), None) if e else None for e in entries]
-            delta = values([d.delta if d else None for d in picked])
             offset = (k - (len(track.watch[task]) - 1) / 2) * _jitter(x)
-            ax.plot(x + offset, delta, "o-", color=colour, label=f"block {block}")
-            cis = [d.delta_ci95 if d else None for d in picked]
-            interval_bars(
+            draw_series(
                 ax,
                 x + offset,
-                delta,
-                [c[0] if c else None for c in cis],
-                [c[1] if c else None for c in cis],
-                ecolor=colour,
+                [d.delta if d else None for d in picked],
+                [d.delta_ci95 if d else None for d in picked],
+                colour=TASK_COLOURS[k % len(TASK_COLOURS)],
+                label=f"block {block}",
             )
         ax.axhline(0.0, color="black", linewidth=0.8)
         ax.errorbar([], [], yerr=[], fmt="none", ecolor="black", label="paired 95 % CI of ΔP")
-        ax.set_ylabel(f"ΔP = pruned − baseline ({metric})")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="best", title=f"watched ({track.watch_source})", title_fontsize=7)
-        ax.set_title(title(track, f"{task}: ΔP of watched blocks (paired 95 % CI)"), fontsize=10)
+        finish(
+            ax,
+            track,
+            f"ΔP = pruned − baseline ({metric})",
+            f"{task}: ΔP of watched blocks (paired 95 % CI)",
+            legend_title=f"watched ({track.watch_source})",
+        )
     return fig
 
 
@@ -224,12 +252,9 @@ def residual_figure(track: TrackResult) -> Figure | None:
     runs = [run.depth for run in track.runs]
     if not any(runs):
         return None
-    fig, ax = pyplot().subplots(figsize=(7.5, 4.2), layout="constrained")
+    fig, ax = one_panel()
     x = run_axis(ax, track)
-    ax.plot(x, values([d.rms_growth if d else None for d in runs]), "o-", color=LINE, label="RMS(x^L) / RMS(x^0)")
+    draw_series(ax, x, [d.rms_growth if d else None for d in runs], None, colour=LINE, label="RMS(x^L) / RMS(x^0)")
     ax.axhline(1.0, color="0.5", linewidth=0.8, linestyle="--")
-    ax.set_ylabel("residual growth across the stack")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best", title="no interval: depth.json records none", title_fontsize=7)
-    ax.set_title(title(track, "residual growth"), fontsize=10)
+    finish(ax, track, "residual growth across the stack", "residual growth", "no interval: depth.json records none")
     return fig

@@ -35,13 +35,15 @@ output.readout { display: block; min-height: 1.5em; font-family: ui-monospace, "
 .scroll { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; font-size: 0.9em; margin: 0.4em 0; }
 th, td { border-bottom: 1px solid var(--line); padding: 3px 8px; text-align: left; vertical-align: top; }
-td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num { white-space: nowrap; }
 dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 2px 14px; margin: 0.4em 0; }
 dl.facts dt { color: var(--muted); }
 dl.facts dd { margin: 0; }
 .path, dd { overflow-wrap: anywhere; }
 td { overflow-wrap: break-word; }
-table.track-table td:first-child, table.track-table th, td.file { white-space: nowrap; }
+table.track-table td:first-child, td.file { white-space: nowrap; }
+table.track-table th { vertical-align: bottom; }
 table.track-table td:nth-child(2) { overflow-wrap: anywhere; min-width: 14em; }
 .missing { color: var(--muted); font-style: italic; }
 ul.notes { color: var(--muted); font-size: 0.9em; }
@@ -54,6 +56,9 @@ ul.notes { color: var(--muted); font-size: 0.9em; }
   figure, table, svg { break-inside: avoid; }
   .grid { display: block; }
   .scroll { overflow: visible; }
+  table { font-size: 7.5pt; width: 100%; }
+  td.num, table.track-table td:first-child, td.file { white-space: normal; }
+  table.track-table td:nth-child(2) { min-width: 0; }
   a { color: inherit; text-decoration: none; }
 }
 """
