@@ -34,7 +34,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from chromium import find_chromium, screenshot  # noqa: E402  (tests/review/chromium.py, the browser tests' helper)
+# The browser tests' own helper (tests/review/headless_chromium.py), importable once the path is set.
+from headless_chromium import find_chromium, screenshot  # noqa: E402
 
 IMAGES = ROOT / "docs" / "img"
 STEPS = (1000, 2000, 3000, 4000, 5000)

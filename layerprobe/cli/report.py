@@ -11,7 +11,7 @@ from layerprobe.cli.console import StageSpinner, out
 from layerprobe.cli.groups import takes_groups
 from layerprobe.cli.options import History, Quiet, RunDirs
 from layerprobe.core import check_output_dir
-from layerprobe.results import RunDir
+from layerprobe.results import REPORT_HTML, RunDir
 from layerprobe.review import write_report
 
 PAGE_SUFFIXES = (".html", ".htm")
@@ -33,7 +33,7 @@ def report(
     history: History,
     out_path: Annotated[
         Path, typer.Option("--out", help="The page to write (a .html file), or a directory that gets report.html.")
-    ] = Path("report.html"),
+    ] = Path(REPORT_HTML),
     quiet: Quiet = False,
 ) -> None:
     """One self-contained HTML page of one run or several: it opens from a CI artifact, no network needed.

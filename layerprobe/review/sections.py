@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from layerprobe.plots import depth_figure, figure_svg, prune_curve_figure, prune_drop_figure
 from layerprobe.results import (
+    REVIEWED_FILES,
     AngularResult,
     DepthResult,
     ModelInfo,
@@ -45,20 +46,21 @@ def section(prefix: str, kind: str, body: str) -> str:
     return f'<section class="{kind}" id="{prefix}-{kind}">\n<h3>{TITLES[kind]}</h3>\n{body}\n</section>'
 
 
-def missing(run: RunResults, name: str) -> str:
-    """What a section says when the run directory lacks its file."""
-    return f'<p class="missing">Not measured: no {esc(name)} in <span class="path">{esc(run.directory)}</span>.</p>'
+def missing(run: RunResults, kind: str) -> str:
+    """What a section says when the run directory lacks the file of `kind`."""
+    where = f'<span class="path">{esc(run.directory)}</span>'
+    return f'<p class="missing">Not measured: no {esc(REVIEWED_FILES[kind])} in {where}.</p>'
 
 
 def run_sections(run: RunResults, prefix: str) -> str:
     """Every section of one run, in `SECTIONS` order."""
     bodies = {
         "provenance": provenance(run),
-        "angular": angular_body(run.angular, prefix) if run.angular else missing(run, "angular.json"),
-        "prune-drop": drop_body(run.prune_drop, prefix) if run.prune_drop else missing(run, "prune_drop.json"),
-        "agreement": agreement_body(run.prune_drop) if run.prune_drop else missing(run, "prune_drop.json"),
-        "prune-curve": curve_body(run.prune_curve, prefix) if run.prune_curve else missing(run, "prune_curve.json"),
-        "depth": depth_body(run.depth, prefix) if run.depth else missing(run, "depth.json"),
+        "angular": angular_body(run.angular, prefix) if run.angular else missing(run, "angular"),
+        "prune-drop": drop_body(run.prune_drop, prefix) if run.prune_drop else missing(run, "prune_drop"),
+        "agreement": agreement_body(run.prune_drop) if run.prune_drop else missing(run, "prune_drop"),
+        "prune-curve": curve_body(run.prune_curve, prefix) if run.prune_curve else missing(run, "prune_curve"),
+        "depth": depth_body(run.depth, prefix) if run.depth else missing(run, "depth"),
     }
     return "\n".join(section(prefix, kind, bodies[kind]) for kind in SECTIONS)
 

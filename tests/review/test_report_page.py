@@ -7,7 +7,7 @@ import re
 import shutil
 
 import pytest
-from pages import expected_title, parse
+from html_pages import expected_title, parse
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app

@@ -13,8 +13,8 @@ import shutil
 
 import numpy as np
 import pytest
-from chromium import WIDTH, dump_dom, find_chromium, print_pdf, screenshot
-from pages import body_attributes, expected_title, parse
+from headless_chromium import WIDTH, dump_dom, find_chromium, print_pdf, screenshot
+from html_pages import body_attributes, expected_title, parse
 
 pytestmark = pytest.mark.browser
 SECTIONS = ("provenance", "angular", "prune-drop", "agreement", "prune-curve", "depth")
