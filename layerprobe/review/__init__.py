@@ -6,19 +6,11 @@ table.py lays it out as a table (terminal, markdown), heatmap.py, sections.py, a
 write the self-contained HTML report (`layerprobe report`); workflow.py ties each command together.
 """
 
-from layerprobe.review.order import STEP_PATTERN, parse_step
-from layerprobe.review.runs import RunResults, read_run
 from layerprobe.review.table import track_markdown, track_table
-from layerprobe.review.track import build_track
 from layerprobe.review.workflow import read_track, write_report, write_track
 
 __all__ = [
-    "build_track",
-    "parse_step",
-    "read_run",
     "read_track",
-    "RunResults",
-    "STEP_PATTERN",
     "track_markdown",
     "track_table",
     "write_report",
