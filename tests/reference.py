@@ -304,3 +304,13 @@ def chance_by_enumeration(blocks: int, k: int) -> float:
     subsets = [set(c) for c in combinations(range(blocks), k)]
     total = sum(len(a & b) / len(a | b) for a in subsets for b in subsets)
     return total / len(subsets) ** 2
+
+
+def direct_ratio_stderr(windows: np.ndarray, positions: np.ndarray) -> tuple[float, float]:
+    """The ratio estimator written out: per-window means a_w weighted by n_w (docs/methods.md)."""
+    a = windows.mean(axis=1)
+    n = positions.astype(float)
+    mean = float((n * a).sum() / n.sum())
+    k = len(a)
+    se = math.sqrt(k / (k - 1) * float((n**2 * (a - mean) ** 2).sum())) / float(n.sum())
+    return mean, se

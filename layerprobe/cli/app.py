@@ -15,7 +15,21 @@ from typing import Annotated
 import typer
 
 import layerprobe
-from layerprobe.cli import angular, compare, curve, demo, depth, export, layers, merge, plot, prune_drop, stability
+from layerprobe.cli import (
+    angular,
+    compare,
+    curve,
+    demo,
+    depth,
+    export,
+    layers,
+    merge,
+    plot,
+    prune_drop,
+    report,
+    stability,
+    track,
+)
 from layerprobe.cli.console import err, print_error
 from layerprobe.cli.groups import Command
 from layerprobe.core import LayerprobeError
@@ -77,6 +91,8 @@ COMMANDS: dict[str, Command] = {
     "plot": plot.plot,
     "compare": compare.compare,
     "stability": stability.stability,
+    "track": track.track,
+    "report": report.report,
 }
 for name, command in COMMANDS.items():
     app.command(name)(friendly_errors(command))

@@ -31,13 +31,18 @@ from layerprobe.core import (
     parse_model_args,
     quantization_from_flags,
 )
+from layerprobe.results import ALIGNS, ORDERS
 
 if TYPE_CHECKING:  # mypy reads a choice as the str it is; Typer lists and checks the Literal's values
     Dtype = str
     Positions = str
+    Order = str
+    Align = str
 else:
     Dtype = Literal[DTYPES]
     Positions = Literal[POSITIONS]
+    Order = Literal[ORDERS]
+    Align = Literal[ALIGNS]
 
 # --- options shared one by one ------------------------------------------------------------------------
 
@@ -321,3 +326,54 @@ class Output(OptionGroup):
     def directory(self, model: str) -> Path:
         """`--out` if given, else ./layerprobe-out/<model-slug>/; an existing file there is refused at once."""
         return check_output_dir(self.out if self.out is not None else Path("layerprobe-out") / model_slug(model))
+
+
+# --- several runs read back (`track`, `report`) -------------------------------------------------------
+
+RunDirs = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Run directories: the --out of angular, prune-drop, depth or prune-curve (whichever results each holds).",
+        metavar="RUN_DIR",
+        show_default=False,
+    ),
+]
+
+
+@dataclass(frozen=True)
+class History(OptionGroup):
+    """Which runs belong together, in what order, and which blocks' ΔP to follow (`track`, `report`)."""
+
+    order: Annotated[
+        Order,
+        typer.Option(
+            "--order",
+            help="step: by the training step in each run's revision (step-1000, step_2000, checkpoint-3000, "
+            "ckpt-N, iter-N), else in its checkpoint directory's name; runs without one keep the given order. "
+            "given: as given.",
+        ),
+    ] = "step"
+    align: Annotated[
+        Align,
+        typer.Option(
+            "--align",
+            help="block: runs must have the same number of blocks. relative: each run's per-block series at "
+            "relative depth (l + 0.5) / L, for runs of different depths.",
+        ),
+    ] = "block"
+    allow_mixed: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mixed",
+            help="Track runs of different models too (by default runs must share the model id, or be sibling "
+            "checkpoint directories of one training run).",
+        ),
+    ] = False
+    watch: Annotated[
+        str | None,
+        typer.Option(
+            "--watch",
+            help="Blocks whose ΔP to follow, e.g. 3,5 or 2-4 (blocks of the first run with a prune_drop.json). "
+            "Default: each task's most harmful block in that run.",
+        ),
+    ] = None

@@ -1,9 +1,10 @@
 """Typed result kinds, their validation at read time, atomic file I/O and the run directory's file names.
 
 One module per idea: `provenance` (the model and run blocks), one per result kind (`angular`,
-`prune_drop`, `depth`, `curve`, `stability`) and for an unfinished prune-drop's files (`prune_state`), `evaluation`
-(one scored variant), `validate` (typed reads of untrusted JSON), `io` (atomic writes, schemas), `load`
-(any result file → its object) and `rundir` (every file name a run writes).
+`prune_drop`, `depth`, `curve`, `stability`, `track`: the history of several runs) and for an unfinished
+prune-drop's files (`prune_state`), `evaluation` (one scored variant), `validate` (typed reads of untrusted
+JSON), `io` (atomic writes, schemas), `load` (any result file → its object) and `rundir` (every file name a
+run writes).
 """
 
 from layerprobe.results.angular import LAZY_THRESHOLD, AngularResult, AngularSummary, SpanChoice, angular_summary
@@ -69,7 +70,9 @@ from layerprobe.results.rundir import (
     PRUNE_DROP_JSON,
     PRUNE_DROP_PARTIAL_JSON,
     PRUNE_DROP_PARTIAL_SAMPLES,
+    REPORT_HTML,
     RESULT_FILES,
+    REVIEWED_FILES,
     SAMPLES_DIR,
     SHARD_JSON,
     STABILITY_JSON,
@@ -85,9 +88,24 @@ from layerprobe.results.stability import (
     StabilityPair,
     StabilityResult,
 )
+from layerprobe.results.track import (
+    ALIGNS,
+    INDEPENDENT_BLOCKS,
+    ORDERS,
+    WINDOWS,
+    CurvePoints,
+    TrackAngular,
+    TrackCurve,
+    TrackDepth,
+    TrackResult,
+    TrackRun,
+    TrackTask,
+    WatchedDelta,
+)
 from layerprobe.results.validate import Node
 
 __all__ = [
+    "ALIGNS",
     "ANGULAR_JSON",
     "ANGULAR_KIND",
     "angular_summary",
@@ -100,6 +118,7 @@ __all__ = [
     "COMPARE_SCHEMA",
     "CurveMethod",
     "CurveMetric",
+    "CurvePoints",
     "DEPTH_JSON",
     "depth_summary",
     "DepthResult",
@@ -110,6 +129,7 @@ __all__ = [
     "EXPORT_SCHEMA",
     "from_rows",
     "GradNorms",
+    "INDEPENDENT_BLOCKS",
     "jsonable",
     "JSONObject",
     "JSONValue",
@@ -124,6 +144,7 @@ __all__ = [
     "MIX_LN",
     "ModelInfo",
     "Node",
+    "ORDERS",
     "PARALLEL",
     "PARTIAL_SCHEMA",
     "Placement",
@@ -144,6 +165,8 @@ __all__ = [
     "read_json_lines",
     "Record",
     "RESULT_FILES",
+    "REPORT_HTML",
+    "REVIEWED_FILES",
     "RunDir",
     "RunInfo",
     "RunTimer",
@@ -165,8 +188,16 @@ __all__ = [
     "TaskDrop",
     "TaskSummary",
     "to_rows",
+    "TrackAngular",
+    "TrackCurve",
+    "TrackDepth",
+    "TrackResult",
+    "TrackRun",
+    "TrackTask",
     "UNRECOGNISED",
     "variant_label",
+    "WatchedDelta",
+    "WINDOWS",
     "write_json",
     "write_json_lines",
     "write_text",

@@ -32,6 +32,7 @@ ANSWERS_SCHEMA = "layerprobe/shared-answers@1"  # the shared engine's answer jou
 EXPORT_SCHEMA = "layerprobe/export@1"  # layerprobe.json in an exported checkpoint
 COMPARE_SCHEMA = "layerprobe/compare@1"  # compare --format json
 STABILITY_SCHEMA = "layerprobe/stability@1"  # stability.json: ranking agreement across calibration data
+TRACK_SCHEMA = "layerprobe/track@1"  # track.json: the history of several runs (`layerprobe track`)
 SCHEMAS = (
     ANGULAR_SCHEMA,
     PRUNE_DROP_SCHEMA,
@@ -43,6 +44,7 @@ SCHEMAS = (
     EXPORT_SCHEMA,
     COMPARE_SCHEMA,
     STABILITY_SCHEMA,
+    TRACK_SCHEMA,
 )
 
 

@@ -122,7 +122,7 @@ class MetricDrop:
             pruned=pruned,
             stderr=stderr,
             delta_stderr=_per_layer(node.key("delta_stderr"), layers, lambda n: n.number(optional=True)),
-            delta_ci95=_per_layer(node.key("delta_ci95"), layers, _interval),
+            delta_ci95=_per_layer(node.key("delta_ci95"), layers, v.interval),
             significant=_per_layer(node.key("significant"), layers, lambda n: n.flag(optional=True)),
             delta_method=node.key("delta_method").text(optional=True),
             bootstrap=_bootstrap(node.key("bootstrap")),
@@ -272,16 +272,6 @@ def _per_layer(node: Node, layers: list[int], read: Callable[[Node], T]) -> list
     if len(values) != len(layers):
         node.fail(f"an array of {len(layers)} items (one per entry of layers)", f"got {len(values)} items")
     return values
-
-
-def _interval(node: Node) -> list[float] | None:
-    """A [low, high] pair of numbers, or null."""
-    if node.value is None:
-        return None
-    bounds = [item.number() for item in node.items()]
-    if len(bounds) != 2:
-        node.fail("null or an array [low, high]", f"got {len(bounds)} items")
-    return bounds
 
 
 def _bootstrap(node: Node) -> dict[str, int] | None:

@@ -33,10 +33,15 @@ SHARD_JSON = "prune_drop.shard.json"  # prune-drop --shard i/N
 EXPORT_RECORD = "layerprobe.json"  # in an exported checkpoint: what was removed, from which source
 STABILITY_JSON = "stability.json"  # layerprobe stability: ranking agreement across several results
 STABILITY_MD = "stability.md"  # the same, as a markdown report
+TRACK_JSON = "track.json"  # `layerprobe track`: the history of several runs
+TRACK_MD = "track.md"  # the same history as a GitHub markdown table (for $GITHUB_STEP_SUMMARY)
+REPORT_HTML = "report.html"  # `layerprobe report`: one self-contained page
 # The result files `compare` pairs by name across two run directories, by kind.
 RESULT_FILES = {"angular": ANGULAR_JSON, "prune_drop": PRUNE_DROP_JSON, "depth": DEPTH_JSON}
+# The result files `track` and `report` read from a run directory, by kind (whichever are there).
+REVIEWED_FILES = {**RESULT_FILES, "prune_curve": PRUNE_CURVE_JSON}
 # Figures: kind → file stem (`angular.png`, `prune_drop_<task>.png`, `compare_<kind>.png`…).
-FIGURES = ("angular", "depth", "prune_drop", "prune_curve", "compare", "stability")
+FIGURES = ("angular", "depth", "prune_drop", "prune_curve", "compare", "stability", "track")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -90,6 +95,23 @@ class RunDir:
     def result_json(self, kind: str) -> Path:
         """The result file of `kind` ("angular", "prune_drop" or "depth"), as `compare` pairs them."""
         return self.path / RESULT_FILES[kind]
+
+    def present_results(self) -> dict[str, Path]:
+        """The files of `REVIEWED_FILES` this directory holds, by kind: what `track` and `report` read."""
+        return {kind: self.path / name for kind, name in REVIEWED_FILES.items() if (self.path / name).is_file()}
+
+    @property
+    def track_json(self) -> Path:
+        return self.path / TRACK_JSON
+
+    @property
+    def track_md(self) -> Path:
+        return self.path / TRACK_MD
+
+    @property
+    def report_html(self) -> Path:
+        """`report.html`, where `layerprobe report --out DIR` writes its page."""
+        return self.path / REPORT_HTML
 
     @property
     def stability_json(self) -> Path:
@@ -146,7 +168,8 @@ class RunDir:
     def plot(self, kind: str, task: str | None = None, suffix: str = "png") -> Path:
         """A figure: `<kind>.<suffix>`, or `<kind>_<task>.<suffix>` with the task sanitised by its kind's rule.
 
-        Kinds are `FIGURES`; `compare` takes the compared kind as its `task` (`compare_angular.png`).
+        Kinds are `FIGURES`; `compare` takes the compared kind as its `task` (`compare_angular.png`), `track`
+        what it draws (`track_lazy.png`).
         """
         if kind not in FIGURES:
             raise ValueError(f"no figure of kind {kind!r}")

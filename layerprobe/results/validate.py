@@ -301,3 +301,13 @@ def any_object(optional: bool = False) -> Kind:
         return node.obj()
 
     return read
+
+
+def interval(node: Node) -> list[float] | None:
+    """A `[low, high]` pair of numbers (a confidence interval), or None for a JSON null."""
+    if node.value is None:
+        return None
+    bounds = [item.number() for item in node.items()]
+    if len(bounds) != 2:
+        node.fail("null or an array [low, high]", f"got {len(bounds)} items")
+    return bounds

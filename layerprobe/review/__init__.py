@@ -1,8 +1,11 @@
-"""Reviewing several results of one model together: how stable their block rankings are (`stability`).
+"""Reading finished results back for people and CI: a run's history, a one-page report, a ranking's stability.
 
-stability.py is the library call behind `layerprobe stability`; stability_inputs.py turns each result
-file into per-block scores and the values its bootstrap redraws; stability_markdown.py writes the report.
-Like the gate, this room reads result files only: it never loads a model.
+Reads results only (never a model). `layerprobe track`: runs.py reads a run directory, order.py decides
+which runs belong together and in what order, adjacent.py and track.py compute the history, table.py lays
+it out (terminal, markdown). `layerprobe report`: heatmap.py, sections.py, assets.py and page.py write the
+self-contained HTML page; workflow.py ties each command together. `layerprobe stability`: stability.py
+is the library call, stability_inputs.py turns each result file into per-block scores and the values its
+bootstrap redraws, stability_markdown.py writes the report.
 """
 
 from layerprobe.review.stability import check_one_model, stability, unique_labels
@@ -16,6 +19,8 @@ from layerprobe.review.stability_markdown import (
     stability_markdown,
     value_with_interval,
 )
+from layerprobe.review.table import track_markdown, track_table
+from layerprobe.review.workflow import read_track, write_report, write_track
 
 __all__ = [
     "check_one_model",
@@ -29,4 +34,9 @@ __all__ = [
     "stability_markdown",
     "unique_labels",
     "value_with_interval",
+    "read_track",
+    "track_markdown",
+    "track_table",
+    "write_report",
+    "write_track",
 ]

@@ -72,6 +72,8 @@ DELIBERATE = {
         {"plot"},
         {"compare"},
         {"stability"},
+        {"track"},
+        {"report"},
     ],
     "--output_path": [{"angular", "depth", "prune-curve", "prune-drop"}, {"demo"}],
     "--batch-size": [{"angular", "depth"}, {"prune-curve", "prune-drop"}],  # windows vs requests (or auto)
@@ -81,8 +83,9 @@ DELIBERATE = {
     "--angular": [{"prune-curve"}, {"prune-drop"}],  # an input of the curve, a comparison for ΔP
     "--task": [{"prune-curve", "prune-drop"}, {"stability"}],  # tasks to run vs the one task to rank by
     "--seed": [{"prune-curve", "prune-drop"}, {"stability"}],  # every RNG of a run vs the bootstrap's
-    "--plot": [{"compare"}, {"stability"}],
-    "--no-plot": [{"compare"}, {"stability"}],
+    "--plot": [{"compare"}, {"stability"}, {"track"}],
+    "--no-plot": [{"compare"}, {"stability"}, {"track"}],
+    "--format": [{"compare"}, {"track"}],
 }
 
 

@@ -30,9 +30,9 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def chat_model(checkpoints, tmp_path_factory):
+def chat_model(stability_models, tmp_path_factory):
     """The 6-block LLaMA whose tokenizer has a chat template (its tokenizer adds a BOS to every input)."""
-    path = shutil.copytree(checkpoints["llama"], tmp_path_factory.mktemp("chat") / "llama-chat")
+    path = shutil.copytree(stability_models["llama"], tmp_path_factory.mktemp("chat") / "llama-chat")
     tokenizer = tf.AutoTokenizer.from_pretrained(path)
     tokenizer.chat_template = TEMPLATE
     tokenizer.save_pretrained(path)
@@ -68,8 +68,8 @@ def test_windows_hold_each_document_as_a_user_turn_with_one_bos(chat_model):
     assert [w.input_ids for w in plain] != [w.input_ids for w in windows]
 
 
-def test_a_tokenizer_without_a_template_is_one_line(checkpoints):
-    tokenizer = tf.AutoTokenizer.from_pretrained(checkpoints["llama"])
+def test_a_tokenizer_without_a_template_is_one_line(stability_models):
+    tokenizer = tf.AutoTokenizer.from_pretrained(stability_models["llama"])
     assert not tokenizer.chat_template
     with pytest.raises(LayerprobeError, match="tokenizer has no chat template"):
         build_windows(tokenizer, ["text"], 64, 32, chat_template=True)
@@ -130,8 +130,8 @@ CORPUS_ARGS = ["--dataset", BUILTIN_CORPUS, "--split", "train", "--tokens", str(
         ("prune-drop", ["--task", "lp_arc_like"], "--chat-template wraps the documents of --task corpus"),
     ],
 )
-def test_refused_before_any_weight_is_read(checkpoints, tmp_path, weight_spy, command, extra, message):
-    args = [command, str(checkpoints["llama"]), *CORPUS_ARGS, *extra, "--chat-template", "--quiet"]
+def test_refused_before_any_weight_is_read(stability_models, tmp_path, weight_spy, command, extra, message):
+    args = [command, str(stability_models["llama"]), *CORPUS_ARGS, *extra, "--chat-template", "--quiet"]
     done = runner.invoke(app, [*args, "--device", "cpu", "--out", str(tmp_path / "out")])
     assert done.exit_code == 2, done.output
     assert message in flat(done.output) and "Traceback" not in done.output

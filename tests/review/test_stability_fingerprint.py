@@ -47,24 +47,24 @@ def fingerprint(path, commit=None):
     return weights_fingerprint(ModelSpec(str(path), device="cpu"), commit)
 
 
-def test_the_recipe_computed_independently(checkpoints):
-    path = checkpoints["llama"]
+def test_the_recipe_computed_independently(stability_models):
+    path = stability_models["llama"]
     files = list(path.glob("*.safetensors"))
     assert fingerprint(path) == independent(files)
     assert fingerprint(path, "abc123") == independent(files, "abc123") != fingerprint(path)
 
 
-def test_same_files_same_fingerprint_other_weights_another(checkpoints):
-    assert fingerprint(checkpoints["llama"]) == fingerprint(checkpoints["llama_copy"])  # a copy elsewhere
+def test_same_files_same_fingerprint_other_weights_another(stability_models):
+    assert fingerprint(stability_models["llama"]) == fingerprint(stability_models["llama_copy"])  # a copy elsewhere
     # The same architecture and config, other weights: the safetensors headers are identical, the bytes not.
-    assert fingerprint(checkpoints["llama_other"]) != fingerprint(checkpoints["llama"])
-    assert fingerprint(checkpoints["gpt2"]) not in (None, fingerprint(checkpoints["llama"]))
+    assert fingerprint(stability_models["llama_other"]) != fingerprint(stability_models["llama"])
+    assert fingerprint(stability_models["gpt2"]) not in (None, fingerprint(stability_models["llama"]))
 
 
-def test_sharded_and_bin_checkpoints(checkpoints, tmp_path):
+def test_sharded_and_bin_checkpoints(stability_models, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(checkpoints["llama"])
+    model = AutoModelForCausalLM.from_pretrained(stability_models["llama"])
     sharded = tmp_path / "sharded"
     model.save_pretrained(sharded, max_shard_size="100KB")
     shards = sorted(sharded.glob("model-*.safetensors"))
@@ -85,21 +85,21 @@ def test_no_weight_files_no_fingerprint(tmp_path):
     assert fingerprint(tmp_path) is None
 
 
-def test_every_result_records_it_and_older_files_read_as_none(runs, checkpoints):
+def test_every_result_records_it_and_older_files_read_as_none(stability_runs, stability_models):
     for name in ("pydoc", "corpus"):
-        result = load_result(runs[name])
-        assert result.model.weights_fingerprint == fingerprint(checkpoints["llama"])
+        result = load_result(stability_runs[name])
+        assert result.model.weights_fingerprint == fingerprint(stability_models["llama"])
         assert result.model.weights_fingerprint.startswith("sha256:")
-    block = json.loads(runs["pydoc"].read_text())["model"]
-    assert block["weights_fingerprint"] == fingerprint(checkpoints["llama"])
+    block = json.loads(stability_runs["pydoc"].read_text())["model"]
+    assert block["weights_fingerprint"] == fingerprint(stability_models["llama"])
     del block["weights_fingerprint"]
     assert ModelInfo.from_dict(block).weights_fingerprint is None
 
 
-def test_a_bad_fingerprint_is_refused(runs):
+def test_a_bad_fingerprint_is_refused(stability_runs):
     from layerprobe.core import ResultError
 
-    block = json.loads(runs["pydoc"].read_text())["model"]
+    block = json.loads(stability_runs["pydoc"].read_text())["model"]
     block["weights_fingerprint"] = 12
     with pytest.raises(ResultError, match="weights_fingerprint must be a string"):
         ModelInfo.from_dict(block, "x.json")

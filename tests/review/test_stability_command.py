@@ -79,8 +79,8 @@ def jaccard(x, y, k):
     return len(a & b) / len(a | b)
 
 
-def test_every_number_of_a_mixed_comparison(runs):
-    paths = [runs["pydoc"], runs["notes"], runs["corpus"]]
+def test_every_number_of_a_mixed_comparison(stability_runs):
+    paths = [stability_runs["pydoc"], stability_runs["notes"], stability_runs["corpus"]]
     result = stability(paths, draws=DRAWS, seed=SEED)
     blocks = list(range(6))
     assert result.blocks == blocks and result.ks == [1, 2, 3]
@@ -114,48 +114,50 @@ def test_every_number_of_a_mixed_comparison(runs):
     assert result.model.num_layers == 6 and result.notes == []
 
 
-def test_the_metric_sets_the_direction(runs):
-    nll = stability([runs["pydoc"], runs["corpus"]], draws=20).inputs[1]
-    top1 = stability([runs["pydoc"], runs["corpus"]], metric="top1_agreement", draws=20).inputs[1]
-    assert nll.higher_is_better is False and nll.scores == source_scores(runs["corpus"])  # +ΔP: loss grows
+def test_the_metric_sets_the_direction(stability_runs):
+    nll = stability([stability_runs["pydoc"], stability_runs["corpus"]], draws=20).inputs[1]
+    top1 = stability([stability_runs["pydoc"], stability_runs["corpus"]], metric="top1_agreement", draws=20).inputs[1]
+    assert nll.higher_is_better is False and nll.scores == source_scores(stability_runs["corpus"])  # +ΔP: loss grows
     assert top1.higher_is_better is True and top1.metric == "top1_agreement"
-    assert top1.scores == source_scores(runs["corpus"], "top1_agreement")  # −ΔP: agreement lost
+    assert top1.scores == source_scores(stability_runs["corpus"], "top1_agreement")  # −ΔP: agreement lost
     assert all(s >= 0 for s in top1.scores)  # removing a block never raises agreement with the full model
 
 
-def test_the_fallback_is_parametric_and_labelled(runs, tmp_path):
-    result = stability([runs["pydoc"], runs["nosamples"]], draws=DRAWS, seed=SEED)
+def test_the_fallback_is_parametric_and_labelled(stability_runs, tmp_path):
+    result = stability([stability_runs["pydoc"], stability_runs["nosamples"]], draws=DRAWS, seed=SEED)
     item = result.inputs[1]
     assert item.resampled == "stderr" and item.units is None
     assert "no per-document values" in item.note and "--log-samples" in item.note and "parametric" in item.note
     assert result.pairs[0].method == "mixed_bootstrap"
     assert any(note.startswith("nosamples: no per-document values") for note in result.notes)
     # Redrawn from N(ΔP-loss, delta_stderr²), after the angular side's windows, from the one generator.
-    data = json.loads(runs["nosamples"].read_text())["tasks"]["corpus"]["metrics"]["nll"]
+    data = json.loads(stability_runs["nosamples"].read_text())["tasks"]["corpus"]["metrics"]["nll"]
     rng = np.random.default_rng(SEED)
-    first = redraw_windows(rng, *units_of(runs["pydoc"]), DRAWS)
+    first = redraw_windows(rng, *units_of(stability_runs["pydoc"]), DRAWS)
     second = rng.normal(item.scores, data["delta_stderr"], size=(DRAWS, 6))
     taus = [stats.kendalltau(a, b).statistic for a, b in zip(first, second, strict=True)]
     assert result.pairs[0].kendall_tau_b_ci95 == pytest.approx(interval(taus), abs=1e-12)
 
-    old = json.loads(runs["pydoc"].read_text())  # an angular.json from before the per-window fields
+    old = json.loads(stability_runs["pydoc"].read_text())  # an angular.json from before the per-window fields
     del old["adjacent_windows"], old["window_positions"]
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "angular.json").write_text(json.dumps(old))
-    both = stability([tmp_path / "old" / "angular.json", runs["nosamples"]], draws=20)
+    both = stability([tmp_path / "old" / "angular.json", stability_runs["nosamples"]], draws=20)
     assert both.pairs[0].method == "parametric_bootstrap"
     assert both.inputs[0].note.startswith("no per-window distances")
 
 
-def test_values_that_do_not_reproduce_the_file_are_not_used(runs, tmp_path):
-    data = json.loads(runs["corpus"].read_text())
+def test_values_that_do_not_reproduce_the_file_are_not_used(stability_runs, tmp_path):
+    data = json.loads(stability_runs["corpus"].read_text())
     metric = data["tasks"]["corpus"]["metrics"]["nll"]
     metric["pruned"] = [metric["baseline"]] * len(metric["pruned"])  # every ΔP 0: ties everywhere
     out = tmp_path / "edited"
     (out / "samples").mkdir(parents=True)
     (out / "prune_drop.json").write_text(json.dumps(data))
-    (out / "samples" / "corpus.jsonl").write_text((runs["corpus"].parent / "samples" / "corpus.jsonl").read_text())
-    result = stability([runs["pydoc"], out / "prune_drop.json"], draws=20)
+    (out / "samples" / "corpus.jsonl").write_text(
+        (stability_runs["corpus"].parent / "samples" / "corpus.jsonl").read_text()
+    )
+    result = stability([stability_runs["pydoc"], out / "prune_drop.json"], draws=20)
     assert "do not reproduce the recorded scores" in result.inputs[1].note
     assert result.pairs[0].kendall_tau_b is None and result.pairs[0].spearman_rho is None
     assert any("all 6 blocks score the same" in note for note in result.notes)
@@ -163,14 +165,14 @@ def test_values_that_do_not_reproduce_the_file_are_not_used(runs, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def other_models(checkpoints, tmp_path_factory):
+def other_models(stability_models, tmp_path_factory):
     root = tmp_path_factory.mktemp("stability-models")
     names = ("llama_copy", "llama_other", "gpt2", "llama_deep")
-    return {name: angular_run(checkpoints[name], root / name, tokens=4 * SEQ) for name in names}
+    return {name: angular_run(stability_models[name], root / name, tokens=4 * SEQ) for name in names}
 
 
-def test_one_model_means_architecture_blocks_and_id_or_fingerprint(runs, other_models, tmp_path):
-    copy = stability([runs["pydoc"], other_models["llama_copy"]], draws=20)  # another path, the same files
+def test_one_model_means_architecture_blocks_and_id_or_fingerprint(stability_runs, other_models, tmp_path):
+    copy = stability([stability_runs["pydoc"], other_models["llama_copy"]], draws=20)  # another path, the same files
     assert copy.inputs[0].model_id != copy.inputs[1].model_id
     assert copy.inputs[0].weights_fingerprint == copy.inputs[1].weights_fingerprint is not None
     refusals = {
@@ -180,37 +182,37 @@ def test_one_model_means_architecture_blocks_and_id_or_fingerprint(runs, other_m
     }
     for name, reason in refusals.items():
         with pytest.raises(LayerprobeError, match="are results of different models") as refused:
-            stability([runs["pydoc"], other_models[name]], draws=20)
+            stability([stability_runs["pydoc"], other_models[name]], draws=20)
         assert reason in refused.value.message and "\n" not in refused.value.message
     old = json.loads(other_models["llama_copy"].read_text())
     del old["model"]["weights_fingerprint"]  # an older file: another id and nothing to match the weights by
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "angular.json").write_text(json.dumps(old))
     with pytest.raises(LayerprobeError, match="no weights fingerprint shows they are the same checkpoint"):
-        stability([runs["pydoc"], tmp_path / "old" / "angular.json"], draws=20)
+        stability([stability_runs["pydoc"], tmp_path / "old" / "angular.json"], draws=20)
 
 
-def test_inputs_that_cannot_be_compared_are_refused(runs, tmp_path):
+def test_inputs_that_cannot_be_compared_are_refused(stability_runs, tmp_path):
     with pytest.raises(LayerprobeError, match="two or more results; got 1"):
-        stability([runs["pydoc"]])
+        stability([stability_runs["pydoc"]])
     with pytest.raises(LayerprobeError, match="--draws must be at least 2"):
-        stability([runs["pydoc"], runs["notes"]], draws=1)
+        stability([stability_runs["pydoc"], stability_runs["notes"]], draws=1)
     with pytest.raises(LayerprobeError, match="has no metric of task corpus 'acc'"):
-        stability([runs["pydoc"], runs["corpus"]], metric="acc")
+        stability([stability_runs["pydoc"], stability_runs["corpus"]], metric="acc")
     with pytest.raises(LayerprobeError, match="has no task 'mmlu'"):
-        stability([runs["pydoc"], runs["corpus"]], task="mmlu")
-    data = json.loads(runs["corpus"].read_text())
+        stability([stability_runs["pydoc"], stability_runs["corpus"]], task="mmlu")
+    data = json.loads(stability_runs["corpus"].read_text())
     data["settings"]["span"] = 2
     (tmp_path / "span.json").write_text(json.dumps(data))
     with pytest.raises(LayerprobeError, match="--span 2 ranks other things than single blocks"):
-        stability([runs["pydoc"], tmp_path / "span.json"])
+        stability([stability_runs["pydoc"], tmp_path / "span.json"])
     with pytest.raises(ResultError, match="No result file"):
-        stability([runs["pydoc"], tmp_path / "missing.json"])
+        stability([stability_runs["pydoc"], tmp_path / "missing.json"])
 
 
-def test_the_command_writes_json_markdown_and_plots(runs, tmp_path, monkeypatch):
+def test_the_command_writes_json_markdown_and_plots(stability_runs, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    paths = [str(runs[name]) for name in ("pydoc", "notes", "last", "corpus", "nosamples")]
+    paths = [str(stability_runs[name]) for name in ("pydoc", "notes", "last", "corpus", "nosamples")]
     done = runner.invoke(app, ["stability", *paths, "--draws", "50"])
     assert done.exit_code == 0, done.output
     (out,) = (tmp_path / "layerprobe-out").iterdir()  # ./layerprobe-out/<model>/, as every command
@@ -248,8 +250,12 @@ def test_the_command_writes_json_markdown_and_plots(runs, tmp_path, monkeypatch)
         (lambda d: d["settings"].__setitem__("draws", 1), r"settings.draws must be an integer ≥ 2"),
     ],
 )
-def test_stability_json_is_validated_on_read(runs, change, message):
-    data = json.loads(json.dumps(stability([runs["pydoc"], runs["notes"], runs["corpus"]], draws=20).to_dict()))
+def test_stability_json_is_validated_on_read(stability_runs, change, message):
+    data = json.loads(
+        json.dumps(
+            stability([stability_runs["pydoc"], stability_runs["notes"], stability_runs["corpus"]], draws=20).to_dict()
+        )
+    )
     StabilityResult.from_dict(data)  # the real one reads back
     change(data)
     with pytest.raises(ResultError, match=message):
@@ -261,10 +267,13 @@ def test_labels_name_each_input_by_its_directory():
 
     from layerprobe.review import unique_labels
 
-    assert unique_labels([Path("runs/c4/angular.json"), Path("runs/wiki/angular.json")]) == ["c4", "wiki"]
-    same_dir = [Path("runs/c4/angular.json"), Path("runs/c4/prune_drop.json")]
+    assert unique_labels([Path("stability_runs/c4/angular.json"), Path("stability_runs/wiki/angular.json")]) == [
+        "c4",
+        "wiki",
+    ]
+    same_dir = [Path("stability_runs/c4/angular.json"), Path("stability_runs/c4/prune_drop.json")]
     assert unique_labels(same_dir) == ["c4/angular", "c4/prune_drop"]
     deeper = [Path("a/x/angular.json"), Path("b/x/angular.json")]
     assert unique_labels(deeper) == ["a/x/angular", "b/x/angular"]
-    twice = [Path("runs/c4/angular.json")] * 2
-    assert unique_labels(twice) == ["runs/c4/angular#1", "runs/c4/angular#2"]
+    twice = [Path("stability_runs/c4/angular.json")] * 2
+    assert unique_labels(twice) == ["stability_runs/c4/angular#1", "stability_runs/c4/angular#2"]

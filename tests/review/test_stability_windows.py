@@ -1,7 +1,7 @@
 """angular.json's per-window adjacent distances: what they hold, that they reproduce the matrix, and their reading.
 
 `adjacent_windows[w][l]` is window w's mean d(x^l, x^(l+1)) over its positions and `window_positions[w]` its
-positions; weighted by them, the windows' mean of each column is `distance[l][l+1]`. Checked on real runs
+positions; weighted by them, the windows' mean of each column is `distance[l][l+1]`. Checked on real stability_runs
 (and against a direct per-window computation from captured states), for a split accumulator (the
 several-ranks path), and through validation on read.
 """
@@ -23,8 +23,8 @@ def read(path):
 
 
 @pytest.mark.parametrize("run", ["pydoc", "notes", "last"])
-def test_weighted_mean_of_the_windows_is_the_adjacent_distance(runs, run):
-    data = read(runs[run])
+def test_weighted_mean_of_the_windows_is_the_adjacent_distance(stability_runs, run):
+    data = read(stability_runs[run])
     rows, counts = np.array(data["adjacent_windows"]), np.array(data["window_positions"])
     blocks = data["model"]["num_layers"]
     assert rows.shape == (data["data"]["windows"], blocks) and len(counts) == len(rows)
@@ -86,9 +86,9 @@ def test_a_window_that_measured_nothing_has_nan():
     assert rows[1] == pytest.approx([0.0, 0.0], abs=1e-3)  # equal states: d = 0 up to arccos's rounding near 1
 
 
-def test_read_back_and_older_files(runs, tmp_path):
-    result = load_result(runs["pydoc"])
-    data = read(runs["pydoc"])
+def test_read_back_and_older_files(stability_runs, tmp_path):
+    result = load_result(stability_runs["pydoc"])
+    data = read(stability_runs["pydoc"])
     assert result.adjacent_windows == data["adjacent_windows"] and result.window_positions == data["window_positions"]
     assert AngularResult.from_dict(result.to_dict()).adjacent_windows == result.adjacent_windows
     for absent in ("missing", None):  # an older file: no fields, or null
@@ -120,8 +120,8 @@ def test_read_back_and_older_files(runs, tmp_path):
         (lambda d: d.__setitem__("adjacent_windows", {"a": 1}), "adjacent_windows must be an array"),
     ],
 )
-def test_bad_per_window_fields_are_refused_naming_the_field(runs, change, message):
-    data = read(runs["pydoc"])
+def test_bad_per_window_fields_are_refused_naming_the_field(stability_runs, change, message):
+    data = read(stability_runs["pydoc"])
     assert data["data"]["windows"] == 16
     change(data)
     with pytest.raises(ResultError, match=message):
