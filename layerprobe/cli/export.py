@@ -10,8 +10,8 @@ from rich.markup import escape
 
 from layerprobe.cli.console import RichProgress, err, out
 from layerprobe.cli.options import Dtype, LayersPath, ModelArg, Quiet, Revision, TrustRemoteCode
-from layerprobe.core import ExportSpec, LayerprobeError, ModelSpec, check_output_dir
-from layerprobe.export import run_export
+from layerprobe.core import ExportSpec, ModelSpec, check_output_dir
+from layerprobe.export import recover_destination, run_export
 
 
 def prune(
@@ -76,9 +76,9 @@ def prune(
     )
     check_output_dir(save, "--save")
     if mergekit_yaml is not None:
-        if mergekit_yaml.is_dir():
-            raise LayerprobeError(f"--mergekit-yaml {mergekit_yaml} is a directory.", hint="Give a file path.")
         check_output_dir(mergekit_yaml.parent, "--mergekit-yaml")
+    for note in recover_destination(spec):  # before anything else can refuse: the user learns it either way
+        err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     progress = RichProgress(quiet)
     with progress.running():
         result = run_export(spec, progress.callbacks())

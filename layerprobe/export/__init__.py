@@ -3,13 +3,16 @@
 This room owns writing a checkpoint without some blocks: `save.py` runs the export, `config.py` writes
 the config of the kept blocks and proves on weightless models that it builds them, `files.py` copies
 the tokenizer and the source's other files, writes the provenance record and the mergekit YAML, and
-moves the finished checkpoint into place. It may import model, results and core, never evaluate,
-measure, prune or anything above them. Importing it does not import torch or transformers (the command
-line imports it at start-up): they are imported inside the functions that need them.
+knows what belongs to the source; `place.py` replaces an existing checkpoint so that one complete
+checkpoint is always there, and recovers what an interrupted export left. It may import model, results
+and core, never evaluate, measure, prune or anything above them. Importing it does not import torch
+or transformers (the command line imports it at start-up): they are imported inside the functions
+that need them.
 """
 
-from layerprobe.export.save import run_export
+from layerprobe.export.save import recover_destination, run_export
 
 __all__ = [
+    "recover_destination",
     "run_export",
 ]

@@ -1,17 +1,19 @@
-"""Everything an exported checkpoint holds besides its weights and config, and how it is put in place.
+"""Everything an exported checkpoint holds besides its weights and config, and what it must never replace.
 
 The tokenizer (saved by transformers, so chat templates and special tokens come along), the source's
 other small files (e.g. a sentence-transformers pooling config), `layerprobe.json` (what was removed
-from which source), the mergekit passthrough YAML, and the final rename that makes a finished
-checkpoint appear at once.
+from which source), the mergekit passthrough YAML, and what the export may never replace (the
+source's folders). Putting the finished checkpoint in place is `place.py`.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import hashlib
+import json
 import os
 import shutil
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -66,20 +68,75 @@ def copy_tokenizer(spec: ExportSpec, directory: Path) -> list[str]:
     return []
 
 
-def copy_other_files(source: Path, directory: Path) -> list[str]:
-    """Copy the source directory's files that the export did not write itself (and no weights or card).
+def copy_other_files(source: Path, directory: Path) -> tuple[list[str], list[str]]:
+    """Copy the source directory's regular files that the export did not write itself (and no weights or card).
 
-    Returns their relative paths. Files already in `directory` (config, tokenizer, …) win.
+    Only what lies inside the checkpoint is copied: a link to a file inside it (a hub snapshot's links
+    into its own blobs) brings that file's content; a link that points outside it, a link to a folder
+    and anything that is not a regular file (a pipe, a device) are skipped. Returns the relative paths
+    copied and the skipped ones described ("tok.json -> /etc/passwd (a link out of the checkpoint)").
+    Files already in `directory` (config, tokenizer, …) win.
     """
-    copied = []
-    for file in sorted(p for p in source.rglob("*") if p.is_file()):
-        relative = file.relative_to(source).as_posix()
-        if any(fnmatch.fnmatch(relative, pattern) for pattern in NOT_COPIED) or (directory / relative).exists():
-            continue
-        (directory / relative).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(file, directory / relative)
-        copied.append(relative)
-    return copied
+    boundary = checkpoint_boundary(source)
+    copied, skipped = [], []
+    for root, folders, names in os.walk(source, followlinks=False):
+        base = Path(root)
+        for folder in sorted(folders):
+            relative = (base / folder).relative_to(source).as_posix()
+            if _not_copied(relative + "/"):
+                folders.remove(folder)
+            elif (base / folder).is_symlink():
+                skipped.append(f"{relative} -> {os.readlink(base / folder)} (a link to a folder, not followed)")
+        folders.sort()
+        for name in sorted(names):
+            file = base / name
+            relative = file.relative_to(source).as_posix()
+            if _not_copied(relative) or (directory / relative).exists():
+                continue
+            real = Path(os.path.realpath(file))
+            if file.is_symlink() and not (real.is_file() and boundary in real.parents):
+                skipped.append(f"{relative} -> {os.readlink(file)} (a link out of the checkpoint)")
+                continue
+            if not stat.S_ISREG(os.stat(real).st_mode):
+                skipped.append(f"{relative} (not a regular file)")
+                continue
+            (directory / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(real, directory / relative)
+            copied.append(relative)
+    return copied, skipped
+
+
+def _not_copied(relative: str) -> bool:
+    return any(fnmatch.fnmatch(relative, pattern) for pattern in NOT_COPIED)
+
+
+def checkpoint_boundary(source: Path) -> Path:
+    """The folder a checkpoint's files may live in: the directory, or a hub snapshot's model cache folder.
+
+    A snapshot (`…/models--org--name/snapshots/<commit>`) holds links into the blobs of its model folder.
+    """
+    real = source.resolve()
+    if real.parent.name == "snapshots" and real.parent.parent.name.startswith("models--"):
+        return real.parent.parent
+    return real
+
+
+def source_places(spec: ExportSpec) -> list[Path]:
+    """Every folder or file the source checkpoint consists of, resolved: what an export may never replace.
+
+    A local directory, and the targets of the links inside it; a hub model's cache folder (snapshots and blobs).
+    """
+    local = Path(spec.model.model).expanduser()
+    if not local.is_dir():
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        return [Path(HF_HUB_CACHE, "models--" + spec.model.model.replace("/", "--")).resolve()]
+    places = [local.resolve(), checkpoint_boundary(local)]
+    for root, folders, names in os.walk(local, followlinks=False):
+        for name in [*folders, *names]:
+            if os.path.islink(os.path.join(root, name)):
+                places.append(Path(os.path.realpath(os.path.join(root, name))))
+    return list(dict.fromkeys(places))
 
 
 def source_directory(spec: ExportSpec) -> tuple[Path | None, list[str]]:
@@ -155,36 +212,27 @@ def kept_ranges(kept: list[int]) -> list[tuple[int, int]]:
 
 
 def mergekit_yaml(spec: ExportSpec, kept: list[int], dtype: str) -> str:
-    """The mergekit passthrough config that stacks the kept layer ranges: the same model, built by mergekit."""
+    """The mergekit passthrough config that stacks the kept layer ranges: the same model, built by mergekit.
+
+    Written by PyYAML (`safe_dump`), so any model path (quotes, a newline, a colon) reads back exactly.
+    """
+    import yaml
+
     model = spec.model.model + (f"@{spec.model.revision}" if spec.model.revision else "")
-    lines = [
-        f"# mergekit passthrough equivalent of: layerprobe prune {spec.model.model} --remove {spec.remove}",
-        "# layer_range is half-open [start, end), 0-based, like layerprobe's block indices.",
-        "slices:",
-    ]
-    for start, end in kept_ranges(kept):
-        lines += ["  - sources:", f"      - model: {_yaml_string(model)}", f"        layer_range: [{start}, {end}]"]
-    lines.append("merge_method: passthrough")
+    config: dict[str, object] = {
+        "slices": [{"sources": [{"model": model, "layer_range": [start, end]}]} for start, end in kept_ranges(kept)],
+        "merge_method": "passthrough",
+    }
     if dtype in ("float32", "bfloat16", "float16"):
-        lines.append(f"dtype: {dtype}")
-    return "\n".join(lines) + "\n"
+        config["dtype"] = dtype
+    header = (
+        f"# mergekit passthrough equivalent of: layerprobe prune {_comment_safe(spec.model.model)} "
+        f"--remove {_comment_safe(spec.remove or '')}\n"
+        "# layer_range is half-open [start, end), 0-based, like layerprobe's block indices.\n"
+    )
+    return header + yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
 
 
-def _yaml_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def move_into_place(tmp: Path, destination: Path) -> None:
-    """Rename the finished checkpoint onto the destination; an old one (--overwrite) goes only after."""
-    old = None
-    if destination.exists():
-        old = destination.parent / f".{destination.name}.layerprobe-old-{os.getpid()}"
-        os.replace(destination, old)
-    try:
-        os.replace(tmp, destination)
-    except BaseException:
-        if old is not None:
-            os.replace(old, destination)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+def _comment_safe(text: str) -> str:
+    """`text` as it may stand in a YAML comment: as is when printable, else JSON-quoted (no line breaks)."""
+    return text if text.isprintable() else json.dumps(text)

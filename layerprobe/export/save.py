@@ -3,10 +3,11 @@
 The weights written are those of the in-memory removal (`model.removed_blocks`) that prune-drop
 measures, so the exported model computes what was measured — the same as a mergekit passthrough of
 the kept layers. Everything that can be refused is refused before a weight is read: bad ranges,
-removing every block, an occupied destination, sublayer removal (no config can say "block l has no
-attention"), and a config that cannot describe the kept blocks (`config.py`). The checkpoint is
-written to a temporary directory next to the destination and renamed into place at the end (`files.py`),
-so a failure leaves nothing half-written.
+removing every block, an occupied destination or one that holds the source, sublayer removal (no
+config can say "block l has no attention"), and a config that cannot describe the kept blocks
+(`config.py`). The checkpoint is written to a temporary directory next to the destination and renamed
+into place at the end (`place.py`), so a failure — a full disk included — leaves nothing half-written,
+and an existing checkpoint being replaced is never lost.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import layerprobe.export.files as files
-from layerprobe.core import ExportSpec, LayerprobeError, UnsupportedModel, parse_layer_ranges
+import layerprobe.export.place as place
+from layerprobe.core import ExportSpec, LayerprobeError, UnsupportedModel, check_output_dir, parse_layer_ranges
 from layerprobe.export.config import ModelClass, build_skeleton, kept_config, model_class_for, verify_kept_config
 from layerprobe.model import (
     Progress,
@@ -35,7 +37,7 @@ from layerprobe.model import (
     translate_load_error,
     translate_weights_error,
 )
-from layerprobe.results import RunDir, write_json, write_text
+from layerprobe.results import ExportPlaces, RunDir, write_json, write_text
 
 if TYPE_CHECKING:
     import torch
@@ -58,9 +60,14 @@ class ExportResult:
 
 
 def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResult:
-    """Check everything cheap, then load, remove the blocks, and write the smaller checkpoint."""
+    """Check everything cheap, then load, remove the blocks, and write the smaller checkpoint.
+
+    Replacing an existing `--save` keeps one complete checkpoint there at every instant (`place.py`);
+    what an interrupted earlier export left beside it is restored or removed first (notes say so).
+    """
     progress = progress or Progress()
-    destination = Path(spec.save).expanduser()
+    destination = destination_of(spec)
+    notes = recover_destination(spec)
     _check_destination(destination, spec)
     progress.stage("Reading config")
     config = load_config(spec.model)
@@ -80,22 +87,40 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
     kept = [i for i in range(num_layers) if i not in set(removed)]
     new_config, changes = kept_config(config, num_layers, kept)
     verify_kept_config(skeleton, stack.path, removed, model_class, new_config, spec.model.trust_remote_code)
-    parameters_before = sum(p.numel() for p in skeleton.parameters())
     del skeleton
 
-    tmp = destination.parent / f".{destination.name}.layerprobe-tmp-{os.getpid()}"
+    progress.stage("Loading weights")
+    model = _load_weights(model_class, spec)
+    # num_parameters() counts a tied embedding/head matrix once, as transformers reports the model.
+    parameters_before = model.num_parameters()
+    with removed_blocks(find_layers(model, stack.path), removed):
+        parameters_after, needed = model.num_parameters(), state_bytes(model)
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    tmp = ExportPlaces(destination).staging(os.getpid())
     shutil.rmtree(tmp, ignore_errors=True)
+    free = _free_bytes(destination.parent)
     try:
-        parameters_after, dtype = _write_weights(spec, model_class, stack.path, removed, new_config, tmp, progress)
-        notes = files.copy_tokenizer(spec, tmp)
-        source, more_notes = files.source_directory(spec)
-        copied = files.copy_other_files(source, tmp) if source is not None else []
-        record = files.record(spec, config, stack.path, removed, kept, changes, dtype, progress)
-        record["parameters"] = {"before": parameters_before, "after": parameters_after}
-        record["copied_files"] = copied
-
-        write_json(RunDir(tmp).export_record, record)
-        files.move_into_place(tmp, destination)
+        try:
+            progress.stage("Writing checkpoint")
+            _save_weights(model, spec, stack.path, removed, new_config, tmp)
+            notes += files.copy_tokenizer(spec, tmp)
+            source, more_notes = files.source_directory(spec)
+            notes += more_notes
+            copied, skipped = files.copy_other_files(source, tmp) if source is not None else ([], [])
+            if skipped:
+                notes.append(f"not copied from the source: {'; '.join(skipped)}")
+            record = files.record(spec, config, stack.path, removed, kept, changes, dtype, progress)
+            record["parameters"] = {"before": parameters_before, "after": parameters_after}
+            record["copied_files"] = copied
+            record["skipped_files"] = skipped
+            write_json(RunDir(tmp).export_record, record)
+            place.sync_tree(tmp)
+        except Exception as exc:
+            translated = place.no_space(exc, tmp, needed, free)
+            if translated is None:
+                raise
+            raise translated from exc
+        place.replace_directory(tmp, destination)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     yaml_path = None
@@ -103,51 +128,100 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
         text = files.mergekit_yaml(spec, kept, dtype)
         yaml_path = write_text(Path(spec.mergekit_yaml).expanduser(), text)
     return ExportResult(
-        destination, removed, kept, changes, parameters_before, parameters_after, record, yaml_path, notes + more_notes
+        destination, removed, kept, changes, parameters_before, parameters_after, record, yaml_path, notes
     )
 
 
-def _write_weights(
+def recover_destination(spec: ExportSpec) -> list[str]:
+    """Restore or clean what an interrupted export into `--save` left (see `place.recover`); one note each.
+
+    `run_export` does it first; the command line calls it earlier to print the notes before any work.
+    """
+    return place.recover(destination_of(spec))
+
+
+def destination_of(spec: ExportSpec) -> Path:
+    """`--save` as an absolute path (not resolved: a link given as --save is replaced, not its target)."""
+    return Path(os.path.abspath(Path(spec.save).expanduser()))
+
+
+def state_bytes(model: PreTrainedModel) -> int:
+    """Bytes of the tensors `save_pretrained` writes: the state dict, a tied matrix counted once."""
+    seen: dict[tuple[int, int, str], int] = {}
+    for tensor in model.state_dict().values():
+        seen[(tensor.data_ptr(), tensor.numel(), str(tensor.dtype))] = tensor.numel() * tensor.element_size()
+    return sum(seen.values())
+
+
+def _free_bytes(directory: Path) -> int | None:
+    """Free bytes on the disk of `directory` (or its nearest existing ancestor); None if it cannot be asked."""
+    for candidate in (directory, *directory.parents):
+        if candidate.is_dir():
+            try:
+                return shutil.disk_usage(candidate).free
+            except OSError:
+                return None
+    return None
+
+
+def _save_weights(
+    model: PreTrainedModel,
     spec: ExportSpec,
-    model_class: ModelClass,
     path: str,
     removed: list[int],
     new_config: PretrainedConfig,
     directory: Path,
-    progress: Progress,
-) -> tuple[int, str]:
-    """Load the model, take the blocks out in memory and save_pretrained it with the kept blocks' config.
-
-    Returns the parameters written and their dtype.
-    """
-    progress.stage("Loading weights")
-    model = _load_weights(model_class, spec)
-    progress.stage("Writing checkpoint")
+) -> None:
+    """Take the blocks out in memory and save_pretrained the model with the kept blocks' config."""
     with removed_blocks(find_layers(model, path), removed), _config_swapped(model, new_config), quiet_transformers():
-        parameters = sum(p.numel() for p in model.parameters())
-        dtype = str(next(model.parameters()).dtype).replace("torch.", "")
         if spec.max_shard_size:
             model.save_pretrained(directory, max_shard_size=spec.max_shard_size)
         else:
             model.save_pretrained(directory)  # transformers' own shard size
-    return parameters, dtype
 
 
 def _check_destination(destination: Path, spec: ExportSpec) -> None:
-    """Refuse a destination that is a file, a non-empty folder (without --overwrite), or inside the source."""
+    """Refuse a destination that is a file, a non-empty folder (without --overwrite), or that holds the source.
+
+    Nothing that holds or contains the source checkpoint is ever replaced: not its directory, not a folder
+    inside it, not a folder above it, nor one holding the files its links point to (a hub cache's blobs).
+    `--mergekit-yaml` may not point into the source, at `--save` itself, or at any existing directory.
+    """
     if destination.exists() and not destination.is_dir():
         raise LayerprobeError(f"--save {destination} is a file.", hint="Pass a directory path.")
+    check_output_dir(destination.parent, "--save")
     if destination.is_dir() and any(destination.iterdir()) and not spec.overwrite:
         raise LayerprobeError(
             f"--save {destination} exists and is not empty.", hint="Pick a new directory, or pass --overwrite."
         )
-    source = Path(spec.model.model).expanduser()
-    if source.is_dir() and (
-        source.resolve() == destination.resolve() or source.resolve() in destination.resolve().parents
-    ):
+    target = destination.resolve()
+    for source in files.source_places(spec):
+        if source == target or source in target.parents:
+            raise LayerprobeError(
+                "--save is the source checkpoint's directory or inside it.", hint="Write to a directory outside it."
+            )
+        if target in source.parents:
+            raise LayerprobeError(
+                f"--save {destination} holds the source checkpoint ({source}): replacing it would delete the source.",
+                hint="Write to a directory outside the source's folders.",
+            )
+    if not spec.mergekit_yaml:
+        return
+    yaml_path = Path(os.path.abspath(Path(spec.mergekit_yaml).expanduser()))
+    if yaml_path == destination or yaml_path.resolve() == target:
         raise LayerprobeError(
-            "--save is the source checkpoint's directory or inside it.", hint="Write to a directory outside it."
+            f"--mergekit-yaml {spec.mergekit_yaml} is the --save directory.", hint="Give a file path beside it."
         )
+    if yaml_path.is_dir():
+        raise LayerprobeError(f"--mergekit-yaml {spec.mergekit_yaml} is a directory.", hint="Give a file path.")
+    resolved = yaml_path.resolve()
+    for source in files.source_places(spec):
+        if resolved == source or source in resolved.parents:
+            raise LayerprobeError(
+                f"--mergekit-yaml {spec.mergekit_yaml} is inside the source checkpoint ({source}): it would overwrite "
+                "or add to the source's files.",
+                hint="Write the YAML outside the source checkpoint.",
+            )
 
 
 def _refuse_sublayers(spec: ExportSpec, config: PretrainedConfig, num_layers: int) -> None:

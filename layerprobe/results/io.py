@@ -118,7 +118,7 @@ def remove_stale_temp_files(directory: Path) -> list[Path]:
         if not match or not entry.is_file(follow_symlinks=False):
             continue
         try:
-            stale = not _pid_alive(int(match[1])) if match[1] else entry.stat().st_mtime < _PROCESS_STARTED
+            stale = not pid_alive(int(match[1])) if match[1] else entry.stat().st_mtime < _PROCESS_STARTED
             if stale:
                 os.unlink(entry.path)
                 removed.append(Path(entry.path))
@@ -127,7 +127,8 @@ def remove_stale_temp_files(directory: Path) -> list[Path]:
     return removed
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` may still be running (ours, or one we may not ask about, counts as running)."""
     if pid == os.getpid():
         return True
     try:

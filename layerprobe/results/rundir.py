@@ -31,6 +31,11 @@ PRUNE_DROP_PARTIAL_SAMPLES = "prune_drop.partial.samples"  # per-document rows w
 SAMPLES_DIR = "samples"  # --log-samples: <out>/samples/<task>.jsonl
 SHARD_JSON = "prune_drop.shard.json"  # prune-drop --shard i/N
 EXPORT_RECORD = "layerprobe.json"  # in an exported checkpoint: what was removed, from which source
+# Beside `prune --save DIR`: DIR.layerprobe-tmp-<pid> (being written), DIR.layerprobe-old (the checkpoint
+# being replaced, complete), DIR.layerprobe-trash-<pid> (the replaced one, being removed).
+EXPORT_STAGING = ".layerprobe-tmp-"
+EXPORT_BACKUP = ".layerprobe-old"
+EXPORT_TRASH = ".layerprobe-trash-"
 STABILITY_JSON = "stability.json"  # layerprobe stability: ranking agreement across several results
 STABILITY_MD = "stability.md"  # the same, as a markdown report
 TRACK_JSON = "track.json"  # `layerprobe track`: the history of several runs
@@ -63,6 +68,46 @@ def curve_name(task: str) -> str:
 def rank_suffix(rank: int, size: int) -> str:
     """What a process of a multi-process launch adds to its own progress files' names ("" when alone)."""
     return "" if size == 1 else f".rank{rank}"
+
+
+@dataclass(frozen=True)
+class ExportPlaces:
+    """The directories beside an export's destination (`prune --save DIR`) while it replaces DIR.
+
+    `staging(pid)` is where a process writes the new checkpoint, `backup` where the checkpoint being
+    replaced waits (always complete: it gets there by one rename), `trash(pid)` where it is removed.
+    """
+
+    destination: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "destination", Path(self.destination))
+
+    def staging(self, pid: int) -> Path:
+        return self.destination.with_name(f"{self.destination.name}{EXPORT_STAGING}{pid}")
+
+    @property
+    def backup(self) -> Path:
+        return self.destination.with_name(f"{self.destination.name}{EXPORT_BACKUP}")
+
+    def trash(self, pid: int) -> Path:
+        return self.destination.with_name(f"{self.destination.name}{EXPORT_TRASH}{pid}")
+
+    def leftovers(self) -> list[tuple[Path, int]]:
+        """The staging and trash directories beside the destination (only names of exactly this pattern), with pids."""
+        pattern = re.compile(
+            re.escape(self.destination.name) + f"(?:{re.escape(EXPORT_STAGING)}|{re.escape(EXPORT_TRASH)})([0-9]+)"
+        )
+        found = []
+        try:
+            entries = sorted(self.destination.parent.iterdir())
+        except OSError:
+            return []
+        for entry in entries:
+            match = pattern.fullmatch(entry.name)
+            if match and entry.is_dir() and not entry.is_symlink():
+                found.append((entry, int(match[1])))
+        return found
 
 
 @dataclass(frozen=True)
