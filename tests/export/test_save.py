@@ -7,9 +7,14 @@ with the source's block, and the config's per-layer patterns with an independent
 
 from __future__ import annotations
 
+import errno
 import inspect
+import json
 import logging
+import os
 import re
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,9 +25,11 @@ from safetensors import safe_open
 import layerprobe.export.save as export
 from layerprobe.core import ExportSpec, ModelSpec
 from layerprobe.core.errors import LayerprobeError, UnsupportedModel
+from layerprobe.export import place
 from layerprobe.export.save import run_export
 from layerprobe.model import find_layers, removed_blocks
 from layerprobe.model.weights import WeightsMismatch
+from layerprobe.results import ExportPlaces, RunDir
 
 AUTO = {"bert": tf.AutoModel, "bert_qa": tf.AutoModelForQuestionAnswering}
 
@@ -280,3 +287,107 @@ def test_export_refuses_a_block_missing_one_weight(tiny_checkpoints, tmp_path):
     with pytest.raises(WeightsMismatch, match=r"layers\.2\.mlp\.up_proj\.weight"):
         run_export(ExportSpec(ModelSpec(str(path)), str(tmp_path / "out"), remove="1"))
     assert not (tmp_path / "out").exists()
+
+
+def _no_weights(monkeypatch):
+    def fail(*_args, **_kwargs):
+        raise AssertionError("weights were loaded before the refusal")
+
+    monkeypatch.setattr(export, "_load_weights", fail)
+
+
+def test_nothing_that_holds_the_source_is_replaced(export_sources, tmp_path, monkeypatch):
+    parent = tmp_path / "models"
+    source = parent / "llama"
+    shutil.copytree(export_sources("llama"), source)
+    config = (source / "config.json").read_text()
+    (tmp_path / "link").symlink_to(source)
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "to-config.yaml").symlink_to(source / "config.json")
+    _no_weights(monkeypatch)
+
+    def refused(match, save, **options):
+        with pytest.raises(LayerprobeError, match=match):
+            run_export(ExportSpec(ModelSpec(str(source)), str(save), remove="1", overwrite=True, **options))
+
+    refused("holds the source checkpoint", parent)
+    refused("holds the source checkpoint", tmp_path)
+    refused("source checkpoint's directory or inside it", tmp_path / "link")
+    refused("source checkpoint's directory or inside it", source / "sub")
+    out = tmp_path / "out"
+    refused("inside the source checkpoint", out, mergekit_yaml=str(source / "config.json"))
+    refused("inside the source checkpoint", out, mergekit_yaml=str(tmp_path / "to-config.yaml"))
+    refused("is the --save directory", out, mergekit_yaml=str(out))
+    refused("is a directory", out, mergekit_yaml=str(tmp_path / "taken"))
+    assert (source / "config.json").read_text() == config and len(list(source.iterdir())) > 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "models", "taken", "to-config.yaml"]
+
+
+def test_a_weight_behind_a_link_is_part_of_the_source(export_sources, tmp_path, monkeypatch):
+    """A checkpoint whose weights are links into another folder: that folder may not be replaced either."""
+    store, source = tmp_path / "store", tmp_path / "ckpt"
+    shutil.copytree(export_sources("llama"), source)
+    store.mkdir()
+    (source / "model.safetensors").rename(store / "model.safetensors")
+    (source / "model.safetensors").symlink_to(store / "model.safetensors")
+    _no_weights(monkeypatch)
+    with pytest.raises(LayerprobeError, match="holds the source checkpoint"):
+        run_export(ExportSpec(ModelSpec(str(source)), str(store), remove="1", overwrite=True))
+    assert (store / "model.safetensors").is_file()
+
+
+def _safetensors_data_bytes(path):
+    """The tensor bytes of a safetensors file: its size less the 8-byte length and the JSON header."""
+    with open(path, "rb") as handle:
+        header = int.from_bytes(handle.read(8), "little")
+    return path.stat().st_size - 8 - header
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EFBIG])
+def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(export_sources, tmp_path, monkeypatch, code):
+    source = str(export_sources("gpt2"))  # tied embedding and head: written once, counted once
+    done = run_export(ExportSpec(ModelSpec(source), str(tmp_path / "done"), remove="1"))
+    needed = _safetensors_data_bytes(tmp_path / "done" / "model.safetensors")
+    real = tf.PreTrainedModel.save_pretrained
+
+    def full(self, directory, **kwargs):
+        real(self, directory, **kwargs)  # the weights land, then the disk is full
+        raise OSError(code, os.strerror(code), str(Path(directory) / "model.safetensors"))
+
+    monkeypatch.setattr(tf.PreTrainedModel, "save_pretrained", full)
+    with pytest.raises(LayerprobeError, match="Nothing was written") as raised:
+        run_export(ExportSpec(ModelSpec(source), str(tmp_path / "done"), remove="2", overwrite=True))
+    message = str(raised.value)
+    assert "model.safetensors" in message and f"needs about {place.human_bytes(needed)}" in message
+    assert ("--max-shard-size" in raised.value.hint) == (code == errno.EFBIG)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["done"]  # no staging folder left
+    assert RunDir(tmp_path / "done").export_record.is_file() and done.removed == [1]
+    assert json.loads((tmp_path / "done" / "layerprobe.json").read_text())["removed_blocks"] == [1]
+
+
+def test_parameters_of_a_tied_model_are_counted_once(tiny_checkpoints, tmp_path):
+    source = tiny_checkpoints["qwen3"]  # tie_word_embeddings: the head is the embedding matrix
+    result = run_export(ExportSpec(ModelSpec(str(source)), str(tmp_path / "out"), remove="1-2"))
+    original = tf.AutoModelForCausalLM.from_pretrained(source)
+    exported = tf.AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert original.get_input_embeddings().weight is original.get_output_embeddings().weight
+    assert result.parameters_before == original.num_parameters()
+    assert result.parameters_after == exported.num_parameters()
+    block = sum(p.numel() for p in find_layers(original).blocks[1].parameters())
+    assert result.parameters_before - result.parameters_after == 2 * block
+    assert result.record["parameters"] == {"before": result.parameters_before, "after": result.parameters_after}
+
+
+def test_replacing_after_an_interrupted_export_restores_first(export_sources, tmp_path):
+    out = tmp_path / "out"
+    spec = dict(model=ModelSpec(str(export_sources("llama"))), save=str(out), remove="1")
+    run_export(ExportSpec(**spec))
+    places = ExportPlaces(out)
+    out.rename(places.backup)  # killed between the two renames: only the backup is there
+    (tmp_path / "out.layerprobe-tmp-999999999").mkdir()  # and the staging folder of a process long gone
+    with pytest.raises(LayerprobeError, match="exists and is not empty"):
+        run_export(ExportSpec(**spec))  # restored first, then refused like any occupied --save
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    result = run_export(ExportSpec(**{**spec, "remove": "2"}, overwrite=True))
+    assert result.notes == [] and tf.AutoConfig.from_pretrained(out).num_hidden_layers == 5
+    assert json.loads(RunDir(out).export_record.read_text())["removed_blocks"] == [2]
