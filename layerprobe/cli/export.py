@@ -36,8 +36,25 @@ def prune(
         str | None,
         typer.Option("--remove-mlp", help="Blocks whose MLP sublayer to drop; refused like --remove-attention."),
     ] = None,
+    from_curve: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            help="A prune_curve.json: remove the set --method chose for --n units (instead of --remove). A set "
+            "that removes a sublayer alone is refused.",
+        ),
+    ] = None,
+    method: Annotated[
+        str | None, typer.Option("--method", help="With --from: the selection method whose set to export.")
+    ] = None,
+    n: Annotated[int | None, typer.Option("--n", help="With --from: the number of units that set removes.")] = None,
     overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace --save if it exists and is not empty (only once written).")
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Replace --save if it exists and is not empty: the old checkpoint goes only once the new one is "
+            "complete, and an interrupted replacement is restored by the next run.",
+        ),
     ] = False,
     mergekit_yaml: Annotated[
         Path | None,
@@ -73,6 +90,9 @@ def prune(
         overwrite=overwrite,
         mergekit_yaml=str(mergekit_yaml) if mergekit_yaml else None,
         max_shard_size=max_shard_size,
+        from_curve=str(from_curve) if from_curve is not None else None,
+        method=method,
+        n=n,
     )
     check_output_dir(save, "--save")
     if mergekit_yaml is not None:

@@ -211,7 +211,7 @@ def kept_ranges(kept: list[int]) -> list[tuple[int, int]]:
     return ranges
 
 
-def mergekit_yaml(spec: ExportSpec, kept: list[int], dtype: str) -> str:
+def mergekit_yaml(spec: ExportSpec, removed: list[int], kept: list[int], dtype: str) -> str:
     """The mergekit passthrough config that stacks the kept layer ranges: the same model, built by mergekit.
 
     Written by PyYAML (`safe_dump`), so any model path (quotes, a newline, a colon) reads back exactly.
@@ -227,10 +227,15 @@ def mergekit_yaml(spec: ExportSpec, kept: list[int], dtype: str) -> str:
         config["dtype"] = dtype
     header = (
         f"# mergekit passthrough equivalent of: layerprobe prune {_comment_safe(spec.model.model)} "
-        f"--remove {_comment_safe(spec.remove or '')}\n"
+        f"--remove {ranges_text(removed)}\n"
         "# layer_range is half-open [start, end), 0-based, like layerprobe's block indices.\n"
     )
     return header + yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
+
+
+def ranges_text(blocks: list[int]) -> str:
+    """Blocks as the range syntax writes them: [4, 5, 6, 9] → '4-6,9'."""
+    return ",".join(f"{a}" if b == a + 1 else f"{a}-{b - 1}" for a, b in kept_ranges(blocks))
 
 
 def _comment_safe(text: str) -> str:

@@ -37,7 +37,7 @@ from layerprobe.model import (
     translate_load_error,
     translate_weights_error,
 )
-from layerprobe.results import ExportPlaces, RunDir, write_json, write_text
+from layerprobe.results import CurveSet, ExportPlaces, RunDir, read_curve_set, write_json, write_text
 
 if TYPE_CHECKING:
     import torch
@@ -68,6 +68,7 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
     progress = progress or Progress()
     destination = destination_of(spec)
     notes = recover_destination(spec)
+    chosen = _read_chosen_set(spec)
     _check_destination(destination, spec)
     progress.stage("Reading config")
     config = load_config(spec.model)
@@ -79,11 +80,13 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
     # The weight files must hold exactly the blocks the config describes, or the export would carry
     # randomly initialised blocks (or silently drop some) into a checkpoint that looks trained.
     check_skeleton_weights(spec.model, skeleton, stack)
-    removed = parse_layer_ranges(spec.remove, num_layers, "--remove")
+    if chosen is not None:
+        removed = _chosen_blocks(chosen, num_layers, notes, spec)
+    else:
+        removed = parse_layer_ranges(spec.remove, num_layers, "--remove")
     if len(removed) == num_layers:
-        raise LayerprobeError(
-            f"--remove {spec.remove!r} removes all {num_layers} blocks.", hint="Keep at least one block."
-        )
+        what = f"--remove {spec.remove!r}" if chosen is None else f"The {chosen.method} set for n = {chosen.n}"
+        raise LayerprobeError(f"{what} removes all {num_layers} blocks.", hint="Keep at least one block.")
     kept = [i for i in range(num_layers) if i not in set(removed)]
     new_config, changes = kept_config(config, num_layers, kept)
     verify_kept_config(skeleton, stack.path, removed, model_class, new_config, spec.model.trust_remote_code)
@@ -113,6 +116,8 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
             record["parameters"] = {"before": parameters_before, "after": parameters_after}
             record["copied_files"] = copied
             record["skipped_files"] = skipped
+            if chosen is not None:
+                record["chosen_set"] = {"from": chosen.source, "method": chosen.method, "n": chosen.n}
             write_json(RunDir(tmp).export_record, record)
             place.sync_tree(tmp)
         except Exception as exc:
@@ -125,7 +130,7 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
         shutil.rmtree(tmp, ignore_errors=True)
     yaml_path = None
     if spec.mergekit_yaml:
-        text = files.mergekit_yaml(spec, kept, dtype)
+        text = files.mergekit_yaml(spec, removed, kept, dtype)
         yaml_path = write_text(Path(spec.mergekit_yaml).expanduser(), text)
     return ExportResult(
         destination, removed, kept, changes, parameters_before, parameters_after, record, yaml_path, notes
@@ -222,6 +227,35 @@ def _check_destination(destination: Path, spec: ExportSpec) -> None:
                 "or add to the source's files.",
                 hint="Write the YAML outside the source checkpoint.",
             )
+
+
+def _read_chosen_set(spec: ExportSpec) -> CurveSet | None:
+    """The set `--from FILE --method NAME --n K` names; refused at once if it removes a sublayer alone."""
+    if spec.from_curve is None or spec.method is None or spec.n is None:
+        return None
+    chosen = read_curve_set(Path(spec.from_curve).expanduser(), spec.method, spec.n)
+    if chosen.sublayers:
+        block, kind = chosen.sublayers[0]
+        what = "attention" if kind == "attention" else "MLP"
+        raise UnsupportedModel(
+            f"The {chosen.method} set for n = {chosen.n} removes sublayers: the checkpoint format cannot express "
+            f"removing the {what} of block {block} alone; export whole blocks.",
+            hint="Pick a method whose sets are whole blocks, or measure the sublayer set in memory with prune-drop.",
+        )
+    return chosen
+
+
+def _chosen_blocks(chosen: CurveSet, num_layers: int, notes: list[str], spec: ExportSpec) -> list[int]:
+    """The set's blocks, once the curve is known to be of a model with this many blocks."""
+    if chosen.num_layers != num_layers:
+        raise LayerprobeError(
+            f"{chosen.source} was measured on a model of {chosen.num_layers} blocks; {spec.model.model} has "
+            f"{num_layers}.",
+            hint="Export from the model the curve was measured on.",
+        )
+    if chosen.model_id is not None and chosen.model_id != spec.model.model:
+        notes.append(f"{chosen.source} was measured on {chosen.model_id}; exporting {spec.model.model}")
+    return chosen.blocks
 
 
 def _refuse_sublayers(spec: ExportSpec, config: PretrainedConfig, num_layers: int) -> None:

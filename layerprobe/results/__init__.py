@@ -8,7 +8,7 @@ run writes).
 """
 
 from layerprobe.results.angular import LAZY_THRESHOLD, AngularResult, AngularSummary, SpanChoice, angular_summary
-from layerprobe.results.curve import CurveMethod, CurveMetric, PruneCurveResult
+from layerprobe.results.curve import CurveMethod, CurveMetric, CurveSet, PruneCurveResult, read_curve_set
 from layerprobe.results.depth import (
     LNS,
     MIX_LN,
@@ -120,6 +120,7 @@ __all__ = [
     "COMPARE_SCHEMA",
     "CurveMethod",
     "CurveMetric",
+    "CurveSet",
     "CurvePoints",
     "DEPTH_JSON",
     "depth_summary",
@@ -164,6 +165,7 @@ __all__ = [
     "PruneProgress",
     "PruneShard",
     "rank_suffix",
+    "read_curve_set",
     "read_json",
     "read_json_lines",
     "Record",

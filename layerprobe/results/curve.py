@@ -2,18 +2,27 @@
 
 Per task and metric, one `CurveMethod` per way of choosing the removed span (Gromov et al.'s angular
 rule, the last blocks, random spans): for n blocks removed, the span [start, start+n) and its score.
+`read_curve_set` reads one method's chosen set for one n (what `prune --from` exports) from this file
+or from its successor `layerprobe/prune-curve@2`, whose `methods.<name>.sets.<n>` list the removed
+blocks and sublayers of every method.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
-from layerprobe.results.io import PRUNE_CURVE_SCHEMA, check_schema
+from layerprobe.core import ResultError
+from layerprobe.results.io import PRUNE_CURVE_SCHEMA, check_schema, read_json, schema_family
 from layerprobe.results.json_types import JSONObject, JSONValue, Record
 from layerprobe.results.provenance import ModelInfo, RunInfo
 from layerprobe.results.validate import Node
 
 POINT_FIELDS = ("n", "start", "score", "stderr", "delta", "delta_stderr")
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -148,3 +157,91 @@ class PruneCurveResult:
             tasks=tasks,
             run=RunInfo.from_dict(root.key("run")),
         )
+
+
+# --- one method's set for n, as `prune --from prune_curve.json --method NAME --n K` exports it ----------
+
+SUBLAYER_NAMES = ("attention", "mlp")
+
+
+@dataclass(frozen=True)
+class CurveSet:
+    """The units one method chose to remove for n, read from a prune_curve.json.
+
+    `blocks`: whole blocks (0-based); `sublayers`: (block, "attention" | "mlp") removed without the rest of
+    their block. `model_id` and `num_layers` say which model the curve was measured on.
+    """
+
+    source: str
+    method: str
+    n: int
+    blocks: list[int]
+    sublayers: list[tuple[int, str]]
+    model_id: str | None
+    num_layers: int
+
+
+def read_curve_set(path: str | os.PathLike[str], method: str, n: int) -> CurveSet:
+    """Read `method`'s set for `n` from a prune_curve.json.
+
+    Schema @2: `methods.<name>.sets.<n>` (`blocks`, and `sublayers` as [block, "attention" | "mlp"] pairs).
+    An older @1 file holds spans only: the span [start, start + n) a span method (angular, last,
+    random_<seed>) chose for n.
+
+    Raises:
+        ResultError: the file is not a prune-curve result, or has no such method or n (the line lists
+            what it has), or a set names a block outside the model's blocks.
+    """
+    source = str(path)
+    root = Node(read_json(path), source)
+    family = schema_family(PRUNE_CURVE_SCHEMA)
+    schema = root.obj().get("schema")
+    model = root.key("model")
+    num_layers = model.key("num_layers").integer(minimum=1)
+    model_id = model.key("id").text(optional=True)
+    if schema == f"{family}@1":
+        spans = _spans_of_v1(root)
+        starts = _pick(spans, method, source, "method")
+        start = _pick(starts, n, source, f"n for method {method!r}")
+        return CurveSet(source, method, n, list(range(start, start + n)), [], model_id, num_layers)
+    if schema != f"{family}@2":
+        raise ResultError(f"{source}: expected a prune-curve result, got schema {schema!r}.")
+    methods = dict(root.key("methods").entries())
+    sets = dict(_pick(methods, method, source, "method").key("sets").entries())
+    chosen = _pick(sets, str(n), source, f"n for method {method!r}")
+    blocks = [item.integer(minimum=0) for item in chosen.key("blocks").items()]
+    sublayers = []
+    if chosen.key("sublayers").given:
+        for item in chosen.key("sublayers").items():
+            pair = item.items()
+            if len(pair) != 2:
+                item.fail('a pair [block, "attention" | "mlp"]', f"got {len(pair)} items")
+            kind = pair[1].text()
+            if kind not in SUBLAYER_NAMES:
+                pair[1].fail('"attention" or "mlp"', f"got {kind!r}")
+            sublayers.append((pair[0].integer(minimum=0), kind))
+    for block in [*blocks, *(b for b, _ in sublayers)]:
+        if block >= num_layers:
+            chosen.fail(f"blocks in 0 … {num_layers - 1} (the model has {num_layers})", f"got block {block}")
+    return CurveSet(source, method, n, sorted(blocks), sublayers, model_id, num_layers)
+
+
+def _spans_of_v1(root: Node) -> dict[str, dict[int, int]]:
+    """Method → n → start, gathered over every task and metric of a prune-curve@1 file (first seen wins)."""
+    spans: dict[str, dict[int, int]] = {}
+    for _task, metrics in root.key("tasks").entries():
+        for _metric, metric in metrics.entries():
+            for name, method in metric.key("methods").entries():
+                ns = [item.integer(minimum=1) for item in method.key("n").items()]
+                starts = [item.integer(minimum=0) for item in method.key("start").items()]
+                for count, start in zip(ns, starts, strict=False):
+                    spans.setdefault(name, {}).setdefault(count, start)
+    return spans
+
+
+def _pick(options: Mapping[K, V], wanted: K, source: str, what: str) -> V:
+    """`options[wanted]`, or a one-line refusal listing what there is."""
+    if wanted not in options:
+        have = ", ".join(str(k) for k in options) or "none"
+        raise ResultError(f"{source} has no {what} {wanted!r}; it has: {have}.")
+    return options[wanted]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import asdict
 
 import numpy as np
 
@@ -254,6 +255,16 @@ def curve_dict() -> dict:
     selection = {"n": [1, 2], "start": [2, 1], "distance": [0.1, 0.2]}
     settings = {"tasks": ["corpus"], "max_fraction": 0.5}
     return PruneCurveResult(model_info(4), settings, selection, {"corpus": {"nll": nll}}, RUN).to_dict()
+
+
+def curve_sets_dict(sets: dict, num_layers: int = 6, model_id: str = "org/m") -> dict:
+    """A prune_curve.json of schema @2 reduced to what `prune --from` reads: the model and each method's sets.
+
+    `sets`: {method: {n: {"blocks": [...], "sublayers": [[block, "attention" | "mlp"], ...]}}}, keys as given.
+    """
+    methods = {name: {"sets": {str(n): chosen for n, chosen in by_n.items()}} for name, by_n in sets.items()}
+    model = asdict(model_info(num_layers, id=model_id))
+    return {"schema": "layerprobe/prune-curve@2", "model": model, "methods": methods}
 
 
 def evaluation_dict() -> dict:
