@@ -10,6 +10,10 @@ import subprocess
 import sys
 
 import pytest
+import torch
+from command_line import assert_one_line_error, invoke
+from factories import curve_dict, curve_sets_dict
+from safetensors import safe_open
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
@@ -59,6 +63,9 @@ def test_cli_prune_help_lists_every_option():
         "--trust-remote-code",
         "--layers-path",
         "--quiet",
+        "--from",
+        "--method",
+        "--n",
     ):
         assert option in result.output
 
@@ -157,3 +164,77 @@ def test_prune_under_a_file_size_limit_is_one_line(export_sources, tmp_path):
     assert len(lines) == 2 and lines[0].startswith("error: ") and "file too large" in lines[0], done.stderr
     assert "needs about" in lines[0] and "--max-shard-size" in lines[1] and "Traceback" not in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def _curve(tmp_path, data, name="prune_curve.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _tensors(directory):
+    with safe_open(directory / "model.safetensors", "pt") as handle:
+        return {key: handle.get_tensor(key) for key in handle.keys()}
+
+
+def test_cli_prune_from_a_curve_exports_that_methods_set(export_sources, tmp_path):
+    source = str(export_sources("llama"))
+    sets = {"greedy": {2: {"blocks": [4, 1], "sublayers": []}}, "angular": {2: {"blocks": [2, 3]}}}
+    curve = _curve(tmp_path, curve_sets_dict(sets, num_layers=6, model_id=source))
+    merge = tmp_path / "merge.yaml"
+    args = ["--from", curve, "--method", "greedy", "--n", 2, "--save", tmp_path / "chosen", "--mergekit-yaml", merge]
+    result = invoke("prune", source, *args, "-q")
+    assert result.exit_code == 0, result.output
+    assert "6 → 4 blocks (removed 1, 4)" in result.output
+    record = json.loads(RunDir(tmp_path / "chosen").export_record.read_text())
+    assert record["removed_blocks"] == [1, 4] and record["kept_blocks"] == [0, 2, 3, 5]
+    assert record["chosen_set"] == {"from": str(curve), "method": "greedy", "n": 2}
+    assert "--remove 1,4" in merge.read_text()
+    by_hand = invoke("prune", source, "--remove", "1,4", "--save", tmp_path / "by-hand", "-q")
+    assert by_hand.exit_code == 0, by_hand.output
+    chosen, expected = _tensors(tmp_path / "chosen"), _tensors(tmp_path / "by-hand")
+    assert chosen.keys() == expected.keys() and all(torch.equal(chosen[k], expected[k]) for k in chosen)
+
+
+def test_cli_prune_from_an_older_curve_takes_the_span(export_sources, tmp_path):
+    curve = _curve(tmp_path, curve_dict())  # 4 blocks; angular chose the span [1, 3) for n = 2
+    out = tmp_path / "out"
+    result = invoke("prune", export_sources("gpt2"), "--from", curve, "--method", "angular", "--n", 2, "--save", out)
+    assert result.exit_code == 0, result.output
+    assert json.loads(RunDir(out).export_record.read_text())["removed_blocks"] == [1, 2]
+    assert "measured on org/m" in result.output  # the curve names another model id: said, not refused
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--method", "blockpruner", "--n", "2"], "cannot express removing the attention of block 3 alone"),
+        (["--method", "sleb", "--n", "2"], "has no method 'sleb'; it has: greedy, blockpruner"),
+        (["--method", "greedy", "--n", "3"], "it has: 2."),
+        (["--method", "greedy"], "--from needs --method and --n"),
+        (["--method", "greedy", "--n", "2", "--remove", "1"], "--from and --remove both say what to remove"),
+    ],
+)
+def test_cli_prune_from_refusals_come_before_loading(export_sources, tmp_path, monkeypatch, options, message):
+    sets = {"greedy": {2: {"blocks": [1, 4]}}, "blockpruner": {2: {"blocks": [], "sublayers": [[3, "attention"]]}}}
+    curve = _curve(tmp_path, curve_sets_dict(sets, num_layers=6))
+    monkeypatch.setattr("layerprobe.export.save._load_weights", _no_loading)
+    out = tmp_path / "out"
+    result = invoke("prune", export_sources("llama"), "--from", curve, *options, "--save", out)
+    assert_one_line_error(result, message, out)
+    assert not out.exists()
+
+
+def test_cli_prune_refuses_a_curve_of_another_block_count(export_sources, tmp_path, monkeypatch):
+    curve = _curve(tmp_path, curve_sets_dict({"greedy": {1: {"blocks": [1]}}}, num_layers=8))
+    monkeypatch.setattr("layerprobe.export.save._load_weights", _no_loading)
+    result = invoke(
+        "prune", export_sources("llama"), "--from", curve, "--method", "greedy", "--n", 1, "--save", tmp_path / "x"
+    )
+    assert_one_line_error(result, "was measured on a model of 8 blocks", tmp_path)
+    result = invoke("prune", export_sources("llama"), "--method", "greedy", "--n", 1, "--save", tmp_path / "x")
+    assert_one_line_error(result, "--method and --n choose a set from a prune_curve.json", tmp_path)
+
+
+def _no_loading(*_args, **_kwargs):
+    raise AssertionError("weights were loaded before the refusal")
