@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
@@ -174,3 +175,14 @@ def print_error(message: str, hint: str | None = None) -> None:
     err.print(f"[bold red]error:[/] {escape(safe_text(message))}", highlight=False, soft_wrap=True)
     if hint:
         err.print(f"[dim]hint: {escape(safe_text(hint))}[/]", highlight=False, soft_wrap=True)
+
+
+def print_task_code(files: list[Path]) -> None:
+    """One line on stderr naming the Python files local task YAMLs will run (lm-eval's `!function`)."""
+    if files:
+        err.print(
+            f"note: the local task YAMLs run Python code (lm-eval's !function): {', '.join(map(str, files))}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
