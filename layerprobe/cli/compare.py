@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from layerprobe.cli.console import err, out
+from layerprobe.cli.console import err, out, safe_text
 from layerprobe.core import LayerprobeError
 from layerprobe.gate import (
     FORMATS,
@@ -77,7 +77,7 @@ def compare(
         out.print(build_table(verdict))
     else:
         text = render(verdict, output_format)
-        typer.echo(text if text.endswith("\n") else text + "\n", nl=False)
+        typer.echo(safe_text(text if text.endswith("\n") else text + "\n"), nl=False)
     if junit is not None:
         try:
             write_text(junit, render_junit(verdict))

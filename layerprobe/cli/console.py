@@ -1,13 +1,20 @@
-"""Rich output of the command line: results on stdout (`out`), progress, warnings and errors on stderr (`err`).
+r"""Rich output of the command line: results on stdout (`out`), progress, warnings and errors on stderr (`err`).
 
 `RichProgress` turns the library's progress callbacks into one bar per stage, `StageSpinner` into one
 transient spinner line for short steps; `print_error` prints a user mistake. Nothing here imports torch.
+
+Both consoles are `SafeConsole`s: whatever they print passes `safe_text`, so a user's string (a path, a
+`--model-args` key, a task name, an error quoting either) can never move the cursor, clear the screen or
+retitle the terminal (its control characters are shown as `\x1b`, `\x0d`…), and no secret is printed
+(core/redact.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
@@ -21,12 +28,37 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.segment import Segment
 from rich.status import Status
 
+from layerprobe.core import scrub
 from layerprobe.model import Progress as LibraryProgress
 
 # Wide enough that nothing is cut when output goes to a pipe or a CI log (rich would assume 80 columns).
 PIPE_WIDTH = 1000
+# C0 controls but newline and tab, DEL, and the C1 controls (U+0080-U+009F: 8-bit CSI and friends).
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _shown(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def safe_text(text: str) -> str:
+    r"""`text` fit for a terminal: control characters shown as `\x1b`, `\x0d`… and no secret (`<redacted>`)."""
+    return _CONTROLS.sub(_shown, scrub(text))
+
+
+class SafeConsole(Console):
+    """A rich console that escapes control characters in the text it prints and removes secrets.
+
+    Rich's own cursor moves and colours (control segments and styles) pass unchanged: only the text
+    of a segment, where a user's string ends up, is escaped.
+    """
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        safe = (segment if segment.control else Segment(safe_text(segment.text), segment.style) for segment in buffer)
+        return scrub(super()._render_buffer(safe))  # also a secret that styles split across segments
 
 
 def make_console(stderr: bool = False) -> Console:
@@ -35,7 +67,7 @@ def make_console(stderr: bool = False) -> Console:
     On a terminal rich fits the window as usual; elsewhere (pipe, file, CI log) lines are soft-wrapped, i.e.
     printed whole, and tables are laid out for a wide page.
     """
-    console = Console(stderr=stderr, soft_wrap=True)
+    console = SafeConsole(stderr=stderr, soft_wrap=True)
     if not console.is_terminal:  # also over an exported COLUMNS=80, which some shells and runners set
         console.size = (PIPE_WIDTH, 25)  # both: with TERM=dumb rich would otherwise fall back to 80 columns
     return console
@@ -137,8 +169,20 @@ def print_error(message: str, hint: str | None = None) -> None:
     """A user mistake: one red line and an optional dim hint, on stderr, printed as text (never as markup).
 
     Messages quote user input (paths, task names, TOML sections such as `[angular]`) that rich would
-    otherwise read as markup tags and silently drop.
+    otherwise read as markup tags and silently drop; their control characters are shown escaped (rich
+    itself would drop a carriage return silently).
     """
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(safe_text(message))}", highlight=False, soft_wrap=True)
     if hint:
-        err.print(f"[dim]hint: {escape(hint)}[/]", highlight=False, soft_wrap=True)
+        err.print(f"[dim]hint: {escape(safe_text(hint))}[/]", highlight=False, soft_wrap=True)
+
+
+def print_task_code(files: list[Path]) -> None:
+    """One line on stderr naming the Python files local task YAMLs will run (lm-eval's `!function`)."""
+    if files:
+        err.print(
+            f"note: the local task YAMLs run Python code (lm-eval's !function): {', '.join(map(str, files))}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )

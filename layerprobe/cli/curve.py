@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from layerprobe.cli.console import RichProgress, out
+from layerprobe.cli.console import RichProgress, out, print_task_code
 from layerprobe.cli.groups import takes_groups
 from layerprobe.cli.options import Corpus, Evaluation, ModelArg, ModelLoading, Output, Tasks, split_task_names
 from layerprobe.core import PruneSpec
@@ -39,7 +39,8 @@ def prune_curve(
 
     Writes prune_curve.json and prune_curve_<task>.png (one line per method).
     """
-    from layerprobe.prune import PruneCurveSpec, run_prune_curve  # lm-eval: only once a run starts
+    from layerprobe.evaluate import local_task_code  # lm-eval: only once a run starts
+    from layerprobe.prune import PruneCurveSpec, run_prune_curve
 
     spec = PruneCurveSpec(
         prune=PruneSpec(
@@ -52,6 +53,7 @@ def prune_curve(
         baseline_seeds=baseline_seeds,
     )
     directory = output.directory(model)
+    print_task_code(local_task_code(list(spec.prune.tasks), spec.prune.include_path))
     progress = RichProgress(output.quiet)
     with progress.running():
         result = run_prune_curve(spec, directory, str(angular) if angular else None, progress.callbacks())

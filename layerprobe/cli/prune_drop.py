@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from layerprobe.cli.console import RichProgress, out
+from layerprobe.cli.console import RichProgress, out, print_task_code
 from layerprobe.cli.groups import takes_groups
 from layerprobe.cli.options import (
     Corpus,
@@ -117,7 +117,8 @@ def prune_drop(
     Writes prune_drop.json and one plot per task (prune_drop_<task>.png). Progress is saved after every
     evaluation; rerun with --resume after an interruption.
     """
-    from layerprobe.prune import run_prune_drop  # lm-eval: only once a run starts
+    from layerprobe.evaluate import local_task_code  # lm-eval: only once a run starts
+    from layerprobe.prune import run_prune_drop
 
     share = Share.parse(shard) if shard is not None else None
     spec = PruneSpec(
@@ -136,6 +137,8 @@ def prune_drop(
     )
     directory = output.directory(model)
     ranks = world()
+    if ranks.is_main:
+        print_task_code(local_task_code(list(spec.tasks), spec.include_path))
     progress = RichProgress(output.quiet or not ranks.is_main)
     with progress.running():
         result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks(), shard=share, world=ranks)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 from rich.table import Table
 
-from layerprobe.cli.console import StageSpinner, err, out
+from layerprobe.cli.console import StageSpinner, err, out, safe_text
 from layerprobe.cli.groups import takes_groups
 from layerprobe.cli.options import History, Quiet, RunDirs
 from layerprobe.core import check_output_dir
@@ -71,7 +71,7 @@ def track(
 def show(result: TrackResult, output_format: str) -> None:
     """The history on stdout in the chosen format."""
     if output_format == "markdown":
-        typer.echo(track_markdown(result), nl=False)
+        typer.echo(safe_text(track_markdown(result)), nl=False)
     elif output_format == "json":
         typer.echo(json.dumps(result.to_dict(), indent=2, allow_nan=True))
     else:

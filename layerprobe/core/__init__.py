@@ -15,6 +15,8 @@ from layerprobe.core.defaults import (
     LOCAL_BUILDERS,
     MAX_TOKENS,
     POSITIONS,
+    REDACTED,
+    RENDEZVOUS_SECONDS,
     SQUAD_TASK,
     UNITS,
 )
@@ -31,6 +33,7 @@ from layerprobe.core.errors import (
     offline_model_hint,
 )
 from layerprobe.core.model_spec import ModelSpec, parse_model_args, quantization_from_flags
+from layerprobe.core.redact import known_secrets, redacted, scrub
 from layerprobe.core.run_specs import AngularSpec, DepthSpec, ExportSpec, PruneSpec, check_ablation
 from layerprobe.core.shares import Share
 
@@ -64,7 +67,12 @@ __all__ = [
     "parse_layer_ranges",
     "parse_memory_size",
     "parse_model_args",
+    "known_secrets",
+    "redacted",
+    "scrub",
     "POSITIONS",
+    "REDACTED",
+    "RENDEZVOUS_SECONDS",
     "PruneSpec",
     "quantization_from_flags",
     "ResultError",

@@ -35,3 +35,13 @@ DEFAULT_SEED = 1234
 # Memory bounds.
 DEFAULT_STATE_BYTES = 2 * 1024**3  # shared engine: recorded block inputs held at once (prune-drop)
 DEFAULT_CHUNK_BYTES = 256 * 1024**2  # angular: fp32 states gathered on one device at once
+
+# Secrets: what a result or the terminal shows instead of a token or password, and where they come from.
+REDACTED = "<redacted>"
+SECRET_KEYS = ("token", "password", "api_key", "secret")  # a --model-args key named so, or ending _<one of>
+SECRET_SUFFIXES = ("_token", "_key", "_password", "_secret")
+SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # environment variables whose value is a secret
+MIN_SECRET_LENGTH = 4  # shorter values (true, 1) are never searched for in text: they would match anything
+
+# Launches of several processes: how long a rank waits for its peers to join before giving up.
+RENDEZVOUS_SECONDS = 30

@@ -14,6 +14,7 @@ from typing import Any, TypeAlias
 
 from layerprobe.core.defaults import ATTN_IMPLEMENTATIONS, DTYPES, QUANTIZATIONS
 from layerprobe.core.errors import LayerprobeError
+from layerprobe.core.redact import redacted, remember_secrets, remember_secrets_in_text
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 # from_pretrained keywords that have their own option: naming them in --model-args too would be ambiguous.
@@ -52,11 +53,17 @@ class ModelSpec:
     name: str | None = None  # the name shown in titles, tables and result JSON, if not `model` (the demo's)
 
     @property
+    def recorded_args(self) -> dict[str, Any]:
+        """`model_args` as results record them: a token's or password's value is `"<redacted>"`."""
+        return redacted(self.model_args)
+
+    @property
     def display_name(self) -> str:
         """How results name the model: `name` when given, else the hub id or path as typed."""
         return self.name or self.model
 
     def __post_init__(self) -> None:
+        remember_secrets(self.model_args)  # before any check quotes them: scrubbed from every file and line
         if not self.model:
             raise LayerprobeError("No model given.", hint="Pass a hub id like gpt2 or a local directory.")
         if self.model.startswith("~"):
@@ -110,6 +117,7 @@ def parse_model_args(text: str | None) -> dict[str, ArgValue]:
     """
     if text is None or not text.strip():
         return {}
+    remember_secrets_in_text(text)  # the errors below quote the text
     parsed: dict[str, ArgValue] = {}
     for part in _split_top_level(text.strip(), ","):
         if not part.strip():

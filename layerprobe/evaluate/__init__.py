@@ -12,10 +12,12 @@ anything above them.
 from layerprobe.evaluate.corpus_metric import CorpusScorer
 from layerprobe.evaluate.paired import paired_columns, paired_delta
 from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers, prepare_tasks
+from layerprobe.evaluate.task_sources import local_task_code
 
 __all__ = [
     "check_tasks_fit_model",
     "CorpusScorer",
+    "local_task_code",
     "make_scorers",
     "paired_columns",
     "paired_delta",

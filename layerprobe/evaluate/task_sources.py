@@ -8,6 +8,9 @@ lm-eval reads its tasks from YAML files: its own ~15k (indexing them takes secon
 - Relative `data_files` / `data_dir` in a local task YAML are resolved against the folder of that YAML
   (lm-eval hands them to `datasets.load_dataset` untouched, which resolves them against the current
   working directory, so a task folder would only work when run from one place).
+- A local task YAML may name Python functions (`!function utils.process_docs`), which lm-eval imports from
+  a `.py` file beside the YAML (`utils.py`; `pkg.utils.fn` from `pkg/utils.py`), i.e. runs.
+  `local_task_code` names those files before the run.
 """
 
 from __future__ import annotations
@@ -81,6 +84,83 @@ def unreadable_yamls(include_path: str | Path | None) -> list[str]:
         if problem is not None:
             found.append(problem)
     return found
+
+
+def _yaml_mapping(path: Path, functions: list[str] | None = None) -> dict[str, Any]:
+    """A task YAML's top-level mapping ({} if unreadable); its `!function` names appended to `functions`."""
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    def tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> None:
+        if suffix == "function" and functions is not None and isinstance(node, yaml.ScalarNode):
+            functions.append(str(loader.construct_scalar(node)))
+
+    _Loader.add_multi_constructor("!", tag)
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _python_files(path: Path, seen: set[Path]) -> list[Path]:
+    """The `.py` files the `!function` tags of a task YAML (and of the YAMLs it includes) import."""
+    path = path.resolve()
+    if path in seen:
+        return []
+    seen.add(path)
+    functions: list[str] = []
+    data = _yaml_mapping(path, functions)
+    # lm-eval imports `a.b.fn` from a/b.py beside the YAML when it exists, else the installed module a.b.
+    beside = [path.parent / f"{name.rpartition('.')[0].replace('.', '/')}.py" for name in functions if "." in name]
+    found = [file for file in beside if file.is_file()]
+    included = data.get("include")
+    if isinstance(included, str):
+        found += _python_files(path.parent / included, seen)
+    return found
+
+
+def _local_names(include_path: Path) -> dict[str, list[Path]]:
+    """Task, group and tag names defined by the YAMLs under `include_path` → the YAML files naming them."""
+    names: dict[str, list[Path]] = {}
+    for path in sorted(include_path.rglob("*.y*ml")):
+        data = _yaml_mapping(path)
+        tags = data.get("tag") if isinstance(data.get("tag"), list) else [data.get("tag")]
+        for name in [data.get("task"), data.get("group"), *tags]:
+            if isinstance(name, str):
+                names.setdefault(name, []).append(path)
+    return names
+
+
+def _members(data: dict[str, Any]) -> list[str]:
+    """The task and group names a group YAML's `task` list refers to."""
+    items = data.get("task") if isinstance(data.get("task"), list) else []
+    named = [item if isinstance(item, str) else item.get("group") or item.get("task") for item in items]
+    return [name for name in named if isinstance(name, str)]
+
+
+def local_task_code(names: list[str], include_path: str | Path | None) -> list[Path]:
+    """The Python files that the local task YAMLs of `names` run (lm-eval's `!function`), in order, each once.
+
+    Local means a task given as a YAML path, or found under `--include-path` (with the members of its
+    groups and the YAMLs they include). Only the YAML text is read: nothing is imported here.
+    """
+    yamls = [Path(name).expanduser() for name in names if is_yaml_file(name)]
+    local = _local_names(Path(include_path).expanduser()) if include_path is not None else {}
+    pending, visited = [name for name in names if name in local], set()
+    while pending:
+        name = pending.pop()
+        if name in visited:
+            continue
+        visited.add(name)
+        for path in local[name]:
+            yamls.append(path)
+            pending += [member for member in _members(_yaml_mapping(path)) if member in local]
+    seen: set[Path] = set()
+    files = [file for path in yamls for file in _python_files(path, seen)]
+    return list(dict.fromkeys(file.resolve() for file in files))
 
 
 # ------------------------------------------------------------------------------------------ task index

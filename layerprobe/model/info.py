@@ -27,7 +27,7 @@ def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:
         block_class=stack.block_class,
         quantization=loaded.quantization,
         attn_implementation=loaded.attn_implementation,
-        model_args=jsonable(loaded.spec.model_args),
+        model_args=jsonable(loaded.spec.recorded_args),  # a token's value is never recorded
         path=loaded.spec.model if loaded.spec.display_name != loaded.spec.model else None,
         weights_fingerprint=weights_fingerprint(loaded.spec, loaded.commit),
     )

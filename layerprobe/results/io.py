@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from layerprobe.core import ResultError
+from layerprobe.core import ResultError, scrub
 from layerprobe.results.json_types import JSONObject, Record
 from layerprobe.results.validate import Node
 
@@ -147,17 +147,18 @@ def write_json(path: str | os.PathLike[str], data: Record) -> Path:
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write a text file atomically (see `atomic_write`): a JUnit report, a YAML recipe."""
+    """Write a text file atomically (see `atomic_write`): a JUnit report, a YAML recipe. No secret is written."""
+    text = scrub(text)  # a token that reached a result by any road (core/redact.py)
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def write_json_lines(path: str | os.PathLike[str], rows: Iterable[Record]) -> Path:
-    """Write one JSON object per line, atomically (a finished `samples/<task>.jsonl`)."""
+    """Write one JSON object per line, atomically (a finished `samples/<task>.jsonl`); no secret is written."""
 
     def write(tmp: Path) -> None:
         with open(tmp, "w", encoding="utf-8") as handle:
             for row in rows:
-                handle.write(json.dumps(row, allow_nan=True) + "\n")
+                handle.write(scrub(json.dumps(row, allow_nan=True)) + "\n")
 
     return atomic_write(path, write)
 

@@ -1,13 +1,15 @@
-"""The console's progress bars: cleared before an error is printed, kept otherwise."""
+"""The console's progress bars (cleared before an error is printed, kept otherwise) and its escaping."""
 
 from __future__ import annotations
 
 import io
 
 import pytest
+from command_line import invoke
 from rich.console import Console
 
 from layerprobe.cli import console
+from layerprobe.core import BUILTIN_CORPUS
 
 
 def test_progress_bar_is_cleared_before_an_error():
@@ -24,3 +26,39 @@ def test_progress_bar_is_cleared_before_an_error():
     with progress.running():
         progress.stage("Loading model", None)
     assert "Loading model" in buffer_ok.getvalue()  # the control: without an error the bar stays
+
+
+def test_safe_text_shows_control_characters_escaped():
+    assert console.safe_text("a\x1b[2Jb\rc\x07d\x9be\tf\ng") == "a\\x1b[2Jb\\x0dc\\x07d\\x9be\tf\ng"
+    assert console.safe_text("plain ünïcode → ok") == "plain ünïcode → ok"
+
+
+def test_a_terminal_keeps_its_colours_but_never_prints_a_users_escape_sequence():
+    buffer = io.StringIO()
+    terminal = console.SafeConsole(file=buffer, force_terminal=True, color_system="standard", width=120)
+    terminal.print("[bold red]error:[/] key 'x\x1b]0;owned\x07' and\x1b[2J", highlight=False)
+    text = buffer.getvalue()
+    assert "\x1b[1;31m" in text  # rich's own style
+    assert "\x1b]0;" not in text and "\x1b[2J" not in text and "\x07" not in text
+    assert "x\\x1b]0;owned" in text and "and\\x1b[2J" in text  # (rich itself drops the bell)
+
+
+@pytest.mark.parametrize("where", ["model-args key", "path"])
+def test_an_escape_sequence_in_user_input_is_shown_escaped_in_errors(tiny_checkpoints, tmp_path, where):
+    hostile = "\x1b[2J\x1b]0;pwned\x07"
+    if where == "path":
+        result = invoke("angular", tmp_path / f"no{hostile}model", "--tokens", 100)
+    else:
+        result = invoke(
+            "angular",
+            tiny_checkpoints["llama"],
+            "--model-args",
+            f"k{hostile}=1",
+            "--dataset",
+            BUILTIN_CORPUS,
+            "--tokens",
+            200,
+        )
+    assert result.exit_code == 2, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert "\\x1b[2J\\x1b]0;pwned\\x07" in result.output

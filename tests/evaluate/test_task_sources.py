@@ -1,0 +1,72 @@
+"""Where local tasks come from: the Python files a local task YAML runs (lm-eval's `!function`)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from command_line import invoke_prune_drop
+from factories import TASKS_DIR
+
+from layerprobe.evaluate.task_sources import local_task_code
+
+HELPERS = "def keep_all(dataset):\n    return dataset\n"
+
+
+@pytest.fixture
+def tasks_with_code(tmp_path):
+    """The test tasks, with the MMLU template and a copy of lp_arc_like (given by path) calling Python."""
+    folder = tmp_path / "tasks"
+    shutil.copytree(TASKS_DIR, folder)
+    template = folder / "_lp_mmlu_template_yaml"
+    template.write_text(template.read_text() + "process_docs: !function helpers.keep_all\n")
+    (folder / "helpers.py").write_text(HELPERS)
+    own = tmp_path / "own"
+    own.mkdir()
+    arc = (folder / "lp_arc_like.yaml").read_text().replace("task: lp_arc_like", "task: lp_arc_code")
+    arc = arc.replace("data/", f"{folder}/data/") + "process_docs: !function code.filters.keep_all\n"
+    (own / "lp_arc_code.yaml").write_text(arc)
+    (own / "code").mkdir()
+    (own / "code" / "filters.py").write_text(HELPERS)
+    return folder, own / "lp_arc_code.yaml"
+
+
+def test_local_task_code_names_the_python_files_a_local_task_runs(tasks_with_code):
+    folder, yaml_path = tasks_with_code
+    helpers = (folder / "helpers.py").resolve()
+    assert local_task_code(["lp_mmlu"], folder) == [helpers]  # group → subjects → included template
+    assert local_task_code(["lp_mmlu_stem"], folder) == [helpers]
+    assert local_task_code(["lp_arc_like"], folder) == []  # the control: no !function
+    assert local_task_code(["lp_arc_like"], None) == []
+    assert local_task_code([str(yaml_path)], None) == [(yaml_path.parent / "code" / "filters.py").resolve()]
+    assert local_task_code([str(yaml_path), "lp_mmlu", "lp_mmlu_stem"], folder) == [
+        (yaml_path.parent / "code" / "filters.py").resolve(),
+        helpers,
+    ]
+
+
+def test_unreadable_or_foreign_yamls_name_nothing(tmp_path):
+    (tmp_path / "broken.yaml").write_text("task: [unclosed\n")
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    (tmp_path / "installed.yaml").write_text("task: c\nprocess_docs: !function json.loads\n")  # not beside it
+    assert local_task_code(["broken", "a", "c"], tmp_path) == []
+
+
+@pytest.mark.slow
+def test_prune_drop_says_which_python_a_local_task_runs(tiny_checkpoints, tasks_with_code, tmp_path):
+    _, yaml_path = tasks_with_code
+    result = invoke_prune_drop(
+        tiny_checkpoints["llama"],
+        "--task",
+        yaml_path,
+        "--limit",
+        2,
+        "--layers",
+        "0",
+        "--quiet",
+        "--out",
+        tmp_path / "o",
+    )
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if line.startswith("note: the local task YAMLs run Python")]
+    assert len(notes) == 1 and str((yaml_path.parent / "code" / "filters.py").resolve()) in notes[0]
