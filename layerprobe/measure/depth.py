@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprobe.core import DepthSpec, UnsupportedModel
@@ -37,7 +38,7 @@ from layerprobe.model import (
     skeleton_stack,
     takes_argument,
 )
-from layerprobe.results import SUBLAYER_KINDS, DepthResult, RunTimer
+from layerprobe.results import SUBLAYER_KINDS, DepthResult, RunTimer, read_pruned_from
 
 if TYPE_CHECKING:
     import torch
@@ -89,6 +90,8 @@ def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedM
         windows = pack_corpus(loaded.tokenizer, spec.corpus, seq_len, progress.on_advance)
     progress.stage("Tracing norm placement", None, "")
     placement, sublayers = detect_placement(stack.root, stack, _trace_ids(windows, loaded.input_device))
+    # An exported checkpoint says which source blocks it kept: `compare` pairs blocks by it.
+    placement = replace(placement, pruned_from=read_pruned_from(spec.model.model, stack.num_layers))
     progress.stage("Measuring", spec.corpus.tokens, "tok")
     accumulator = measure_depth(loaded, stack, windows, spec.positions, spec.batch_size, sublayers, progress.on_advance)
     grad = None

@@ -36,6 +36,7 @@ from layerprobe.results.evaluation import (
     from_rows,
     to_rows,
 )
+from layerprobe.results.export_record import PrunedFrom, read_pruned_from
 from layerprobe.results.io import (
     ANSWERS_SCHEMA,
     COMPARE_SCHEMA,
@@ -146,6 +147,7 @@ __all__ = [
     "MetricScore",
     "MIX_LN",
     "ModelInfo",
+    "PrunedFrom",
     "Node",
     "ORDERS",
     "PARALLEL",
@@ -172,6 +174,7 @@ __all__ = [
     "RESULT_FILES",
     "REPORT_HTML",
     "REVIEWED_FILES",
+    "read_pruned_from",
     "RunDir",
     "ExportPlaces",
     "RunInfo",

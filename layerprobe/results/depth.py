@@ -13,6 +13,7 @@ from typing import Any, TypedDict
 
 import layerprobe.results.validate as v
 from layerprobe.results.angular import ANGULAR_DATA_FIELDS
+from layerprobe.results.export_record import PrunedFrom
 from layerprobe.results.io import DEPTH_SCHEMA, check_schema
 from layerprobe.results.json_types import JSONObject, Record
 from layerprobe.results.provenance import ModelInfo, RunInfo
@@ -79,12 +80,17 @@ class BlockPlacement:
 
 @dataclass(frozen=True)
 class Placement:
-    """Per-block labels and the model-level reading of them."""
+    """Per-block labels and the model-level reading of them.
+
+    `pruned_from` is set when the model is a checkpoint `layerprobe prune` exported: block l is then block
+    `pruned_from.kept_blocks[l]` of its source, which is how `compare` pairs the blocks of the two.
+    """
 
     blocks: list[BlockPlacement]
     pattern: str
     summary: str
     transition: int | None = None
+    pruned_from: PrunedFrom | None = None
 
     @property
     def labels(self) -> list[str]:
@@ -97,6 +103,7 @@ class Placement:
             "transition": self.transition,
             "labels": self.labels,
             "blocks": [b.to_dict() for b in self.blocks],
+            "pruned_from": None if self.pruned_from is None else self.pruned_from.to_dict(),
         }
 
     @classmethod
@@ -106,11 +113,16 @@ class Placement:
         blocks = [BlockPlacement.from_dict(item) for item in node.key("blocks").items()]
         if layers is not None and len(blocks) != layers:
             node.key("blocks").fail(f"an array of L = {layers} blocks", f"got {len(blocks)} items")
+        recorded = node.key("pruned_from")
+        pruned_from = PrunedFrom.from_dict(recorded) if recorded.given else None
+        if pruned_from is not None and len(pruned_from.kept_blocks) != len(blocks):
+            recorded.key("kept_blocks").fail(f"one source block per block ({len(blocks)})")
         return cls(
             blocks=blocks,
             pattern=node.key("pattern").text(),
             summary=node.key("summary").text(),
             transition=node.key("transition").integer(optional=True, minimum=0),
+            pruned_from=pruned_from,
         )
 
 
