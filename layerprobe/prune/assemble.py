@@ -24,6 +24,7 @@ from layerprobe.results import (
     ModelInfo,
     PruneDropResult,
     RunInfo,
+    SequentialStop,
     TaskDrop,
     from_rows,
 )
@@ -126,6 +127,18 @@ def prefix_reuse_status(state: PruneState, tasks: tuple[str, ...], variants: lis
     return "; ".join(sorted(status for status in found if status is not None)) or None
 
 
+def with_stops(drop: MetricDrop, stops: list[SequentialStop | None]) -> MetricDrop:
+    """A sequential run's metric: how each variant stopped, its anytime interval, significance read from it."""
+    intervals = [None if s is None else list(s.interval) for s in stops]
+    return replace(
+        drop,
+        items=[None if s is None else s.items for s in stops],
+        stop=[None if s is None else s.stop for s in stops],
+        delta_cs95=intervals,
+        significant=[None if i is None else i[0] > 0 or i[1] < 0 for i in intervals],
+    )
+
+
 def sequential_columns(base: MetricSamples | None, pruned: list[MetricSamples | None]) -> PairedColumns:
     """`paired_columns` of a sequential run: each variant paired with the baseline on its own documents.
 
@@ -178,11 +191,7 @@ def assemble_task(
         paired = (sequential_columns if sequential else paired_columns)(
             values[None].get(name), [values[layer].get(name) for layer in layers]
         )
-        if sequential:
-            stops = [v.sequential.get(name) for v in variants]
-            intervals = [None if s is None else list(s.interval) for s in stops]
-            paired["significant"] = [None if i is None else i[0] > 0 or i[1] < 0 for i in intervals]
-        metrics[name] = MetricDrop(
+        drop = MetricDrop(
             baseline=base.value,
             baseline_stderr=base.stderr,
             higher_is_better=base.higher_is_better is not False,
@@ -190,16 +199,8 @@ def assemble_task(
             pruned=[p.value for p in pruned],
             stderr=[p.stderr for p in pruned],
             **paired,
-            **(
-                {
-                    "items": [None if s is None else s.items for s in stops],
-                    "stop": [None if s is None else s.stop for s in stops],
-                    "delta_cs95": intervals,
-                }
-                if sequential
-                else {}
-            ),
         )
+        metrics[name] = with_stops(drop, [v.sequential.get(name) for v in variants]) if sequential else drop
     return TaskDrop(
         metrics=metrics,
         num_fewshot=baseline.num_fewshot,

@@ -211,7 +211,7 @@ class TaskRounds:
         """The baseline's and every variant's evaluation once all have stopped (see `MetricDrop` for `pruned`)."""
         used = self.order[: self.rounds * self.round_size]
         base_means = {label: float(np.mean([self._value(BASELINE, label, d) for d in used])) for label in self.labels}
-        out = {BASELINE: self._evaluation(BASELINE, used, base_means, engine, reuse)}
+        out: dict[int | None, Evaluation] = {BASELINE: self._evaluation(BASELINE, used, base_means, engine, reuse)}
         for layer, stops in self.stops.items():
             items = self.order[: next(iter(stops.values())).items]
             means = {
