@@ -107,6 +107,22 @@ def prune_drop(
             "(default: <out>/angular.json when it exists).",
         ),
     ] = None,
+    precision: Annotated[
+        float | None,
+        typer.Option(
+            "--precision",
+            help="Sequential: score documents in a seeded random order, in rounds, and stop each variant once "
+            "its anytime-valid 95 % interval of ΔP has half-width <= H, excludes 0, or the documents run out "
+            "(0-1 scale, e.g. 0.05). lm-eval tasks with per-document metrics in [0, 1] only.",
+        ),
+    ] = PruneSpec.precision,
+    round_size: Annotated[
+        int,
+        typer.Option(
+            "--round-size",
+            help="With --precision: documents scored per round before every running variant is looked at again.",
+        ),
+    ] = PruneSpec.round_size,
     corpus: Corpus,
     loading: ModelLoading,
     max_state_memory: MaxStateMemory = None,
@@ -134,6 +150,8 @@ def prune_drop(
         log_samples=log_samples,
         angular=str(angular) if angular else None,
         corpus=corpus.spec(),
+        precision=precision,
+        round_size=round_size,
     )
     directory = output.directory(model)
     ranks = world()

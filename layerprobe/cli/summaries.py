@@ -107,7 +107,10 @@ def print_prune_summary(result: PruneDropResult) -> None:
         table.add_column(escape(metric_name), justify="right")
         table.add_column("ΔP", justify="right")
         if metric.paired:
-            table.add_column("paired 95 % CI", justify="right")
+            table.add_column("anytime 95 % CI" if metric.sequential else "paired 95 % CI", justify="right")
+        if metric.sequential:
+            table.add_column("documents", justify="right")
+            table.add_column("stop", justify="left")
         sign = 1 if metric.higher_is_better else -1
         order = sorted(range(len(metric.layers)), key=lambda i: sign * metric.delta[i])
         for i in order:
@@ -116,8 +119,11 @@ def print_prune_summary(result: PruneDropResult) -> None:
             if metric.paired:
                 significant = (metric.significant or [None] * len(metric.layers))[i]
                 colour = "dim" if not significant else "red" if sign * delta < 0 else "green"
-                ci = (metric.delta_ci95 or [None] * len(metric.layers))[i]
+                ci = (metric.interval95 or [None] * len(metric.layers))[i]
                 cells += [f"[{colour}]{delta:+.4f}[/]", "—" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"]
+                if metric.sequential:
+                    cells += [str((metric.items or [None] * len(metric.layers))[i] or "—")]
+                    cells += [(metric.stop or [None] * len(metric.layers))[i] or "—"]
             else:
                 colour = "red" if sign * delta < -(metric.baseline_stderr or 0) else "green"
                 cells.append(f"[{colour}]{delta:+.4f}[/]")
@@ -125,6 +131,7 @@ def print_prune_summary(result: PruneDropResult) -> None:
         out.print(table)
         if metric.paired:
             method = "paired bootstrap over documents" if metric.delta_method == "paired_bootstrap" else "paired"
+            method = "sequential, anytime-valid" if metric.sequential else method
             count = sum(bool(s) for s in metric.significant or [])
             out.print(
                 f"{count} of {len(metric.layers)} removals change {metric_name} beyond noise ({method} 95 % CI)",

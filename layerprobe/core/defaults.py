@@ -32,6 +32,11 @@ CORPUS_TASK = "corpus"  # task-free: NLL, KL and top-1 agreement on the angular 
 DEFAULT_DRAWS = 1000
 DEFAULT_SEED = 1234
 
+# Sequential prune-drop (--precision): documents scored per round before every unfinished variant's
+# anytime-valid interval is looked at again. Small rounds stop closer to the earliest possible document;
+# the interval does not depend on the round size (stats/sequential.py), only the overshoot does.
+DEFAULT_ROUND_SIZE = 50
+
 # Memory bounds.
 DEFAULT_STATE_BYTES = 2 * 1024**3  # shared engine: recorded block inputs held at once (prune-drop)
 DEFAULT_CHUNK_BYTES = 256 * 1024**2  # angular: fp32 states gathered on one device at once

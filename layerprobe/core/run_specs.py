@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 
 from layerprobe.core.checks import parse_eval_batch_size
 from layerprobe.core.corpus_spec import CorpusSpec
-from layerprobe.core.defaults import CORPUS_TASK, DEFAULT_CHUNK_BYTES, DEFAULT_STATE_BYTES, ENGINES, POSITIONS, UNITS
+from layerprobe.core.defaults import (
+    CORPUS_TASK,
+    DEFAULT_CHUNK_BYTES,
+    DEFAULT_ROUND_SIZE,
+    DEFAULT_STATE_BYTES,
+    ENGINES,
+    POSITIONS,
+    SQUAD_TASK,
+    UNITS,
+)
 from layerprobe.core.errors import LayerprobeError
 from layerprobe.core.model_spec import ModelSpec
 
@@ -74,8 +83,11 @@ class PruneSpec:
     log_samples: bool = False  # write <out>/samples/<task>.jsonl (per-document values) at the end
     angular: str | None = None  # angular.json to rank-compare with ΔP (None: <out>/angular.json if there)
     corpus: CorpusSpec = field(default_factory=CorpusSpec)  # the windows `--task corpus` scores on
+    precision: float | None = None  # sequential: stop a variant once its anytime 95 % half-width is ≤ this
+    round_size: int = DEFAULT_ROUND_SIZE  # sequential: documents per round
 
     def __post_init__(self) -> None:
+        self._check_sequential()
         if self.max_state_bytes < 1:
             raise LayerprobeError(f"--max-state-memory must be positive, got {self.max_state_bytes} bytes.")
         check_ablation(self.unit, self.span)
@@ -99,6 +111,25 @@ class PruneSpec:
         if self.num_fewshot is not None and self.num_fewshot < 0:
             raise LayerprobeError(f"--num-fewshot must be >= 0, got {self.num_fewshot}.")
         object.__setattr__(self, "batch_size", parse_eval_batch_size(self.batch_size))
+
+    def _check_sequential(self) -> None:
+        """--precision H and --round-size N: values, and the tasks a sequential run can score."""
+        if not isinstance(self.round_size, int) or self.round_size < 1:
+            raise LayerprobeError(f"--round-size must be a positive integer, got {self.round_size!r}.")
+        if self.precision is None:
+            return
+        if not math.isfinite(self.precision) or not 0 < self.precision < 1:
+            raise LayerprobeError(
+                f"--precision must lie in (0, 1), got {self.precision}.",
+                hint="The half-width of ΔP's anytime 95 % interval on the 0-1 scale, e.g. --precision 0.05.",
+            )
+        unbounded = [t for t in self.tasks if t in (SQUAD_TASK, CORPUS_TASK)]
+        if unbounded:
+            raise LayerprobeError(
+                f"--precision scores lm-eval tasks whose per-document metrics lie in [0, 1]; {unbounded[0]} has "
+                "no such metric.",
+                hint=f"Score {unbounded[0]} in a run without --precision.",
+            )
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,18 @@ anything above them.
 """
 
 from layerprobe.evaluate.corpus_metric import CorpusScorer
-from layerprobe.evaluate.paired import paired_columns, paired_delta
+from layerprobe.evaluate.documents import check_sequential_tasks
+from layerprobe.evaluate.paired import PairedColumns, paired_columns, paired_delta
 from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers, prepare_tasks
 from layerprobe.evaluate.task_sources import local_task_code
 
 __all__ = [
+    "check_sequential_tasks",
     "check_tasks_fit_model",
     "CorpusScorer",
     "local_task_code",
     "make_scorers",
+    "PairedColumns",
     "paired_columns",
     "paired_delta",
     "prepare_tasks",

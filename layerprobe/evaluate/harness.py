@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from layerprobe.evaluate.documents import Document, Population, build_population, score_documents
 from layerprobe.evaluate.lm_eval_globals import quiet_lm_eval, seed_everything
 from layerprobe.model import Remover
 from layerprobe.results import Evaluation, MetricSamples, MetricScore
@@ -239,6 +240,26 @@ class HarnessScorer:
         self.loaded, self.stack, self.spec, self.task_sets, self.layers = loaded, stack, spec, task_sets, layers
         self.remover = remover or Remover(stack)
         self.lm = self.make_lm()
+        self.populations: dict[str, Population] = {}
+
+    def population(self, task: str) -> Population:
+        """Every document of `task` and its requests, built once (a sequential run scores them in rounds)."""
+        if task not in self.populations:
+            self.populations[task] = build_population(
+                self.task_sets[task], task, lm_eval_limit(self.spec.limit), self.spec.seed
+            )
+        return self.populations[task]
+
+    def score_documents(self, task: str, documents: list[Document]) -> dict[str, MetricSamples]:
+        """Per-document values of `task`'s metrics for `documents`, on the current variant."""
+        return score_documents(self.lm, self.task_sets[task], self.population(task), documents)
+
+    def restrict(self, layers: list[int]) -> None:
+        """Only `layers` are still scored (the shared engine then computes no other variant)."""
+
+    def reuse_status(self) -> str | None:
+        """The shared engine's prefix reuse ("on", "off", "unavailable: …"); None for this engine."""
+        return None
 
     def make_lm(self) -> HFLM:
         return make_lm(self.loaded.model, self.loaded.tokenizer, self.spec.batch_size)

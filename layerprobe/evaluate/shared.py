@@ -92,7 +92,8 @@ class SharedPrefixLM(HFLM):
     def _loglikelihood_tokens(
         self, requests: list[Request], disable_tqdm: bool = False, override_bs: int | None = None
     ) -> list[Answer]:
-        missing = list(dict.fromkeys(_key(r) for r in requests if _key(r) not in self.store))
+        # A sequential run narrows `layers` as variants stop: a request stored for fewer variants is recomputed.
+        missing = list(dict.fromkeys(_key(r) for r in requests if self.active not in self.store.get(_key(r), {})))
         if missing:
             self._compute(missing)
         return [self.store[_key(r)][self.active] for r in requests]
@@ -313,6 +314,12 @@ class SharedPrefixScorer(HarnessScorer):
 
     def score(self, task: str) -> Evaluation:
         return replace(super().score(task), prefix_reuse=self.lm.prefixes.status)
+
+    def restrict(self, layers: list[int]) -> None:
+        self.lm.layers = sorted(layers)
+
+    def reuse_status(self) -> str | None:
+        return self.lm.prefixes.status
 
     def keep_answers(self, path: Path, fingerprint: dict[str, object], resume: bool) -> AnswerJournal:
         """Save every scored batch to `path` (and, resuming, start from the answers already there)."""

@@ -61,14 +61,15 @@ def _draw_delta_bars(ax: Axes, metric: MetricDrop, metric_name: str) -> None:
     """ΔP bars coloured by what the removal does to the model.
 
     With paired uncertainty (results since issue #10) the error bars are the paired 95 % intervals of
-    ΔP, and a bar is red/blue only when its interval excludes 0, grey otherwise. Older files keep the
-    pruned score's own stderr as error bars and the baseline's noise band around 0.
+    ΔP (a sequential run's: the anytime-valid ones it stopped with), and a bar is red/blue only when its
+    interval excludes 0, grey otherwise. Older files keep the pruned score's own stderr as error bars and
+    the baseline's noise band around 0.
     """
     sign = 1.0 if metric.higher_is_better else -1.0
     if metric.paired:
         significant = metric.significant or [None] * len(metric.layers)
         colors = [_paired_color(sign * d, sig) for d, sig in zip(metric.delta, significant, strict=True)]
-        draw_bars(ax, metric.layers, metric.delta, None, colors, 0.8, None, intervals=metric.delta_ci95)
+        draw_bars(ax, metric.layers, metric.delta, None, colors, 0.8, None, intervals=metric.interval95)
         zero_line(ax, None)
         grey = "not significant (95 % CI spans 0)"
     else:
@@ -87,7 +88,8 @@ def _draw_delta_bars(ax: Axes, metric: MetricDrop, metric_name: str) -> None:
     if MISSING in colors:
         ax.plot([], [], "x", color=MISSING, label="not scored (nan)")
     if metric.paired:
-        ax.errorbar([], [], yerr=[], fmt="none", ecolor="black", elinewidth=0.8, label="paired 95 % CI of ΔP")
+        what = "anytime-valid 95 % CI of ΔP (sequential)" if metric.sequential else "paired 95 % CI of ΔP"
+        ax.errorbar([], [], yerr=[], fmt="none", ecolor="black", elinewidth=0.8, label=what)
     ax.legend(fontsize=8, loc="best")
     layer_axis(ax, metric.layers)
     better = "higher" if metric.higher_is_better else "lower"

@@ -12,12 +12,22 @@ from dataclasses import replace
 from typing import Protocol, TypedDict, cast
 
 from layerprobe.core import CORPUS_TASK, PruneSpec
-from layerprobe.evaluate import paired_columns
+from layerprobe.evaluate import PairedColumns, paired_columns
 from layerprobe.model import Remover
 from layerprobe.prune.agreement import AngularSource, task_agreement
 from layerprobe.prune.samples import SampleRow
 from layerprobe.prune.state import PruneState, corpus_settings
-from layerprobe.results import JSONObject, MetricDrop, ModelInfo, PruneDropResult, RunInfo, TaskDrop, from_rows
+from layerprobe.results import (
+    JSONObject,
+    MetricDrop,
+    MetricSamples,
+    ModelInfo,
+    PruneDropResult,
+    RunInfo,
+    SequentialStop,
+    TaskDrop,
+    from_rows,
+)
 
 
 class RequiredSettings(TypedDict):
@@ -42,6 +52,8 @@ class PruneSettings(RequiredSettings, total=False):
     """The `settings` block of prune_drop.json, which the shards of one run must agree on to be merged."""
 
     corpus: dict[str, object]  # the corpus options of `--task corpus` (`state.corpus_settings`)
+    precision: float  # --precision H of a sequential run (`state.sequential_settings`)
+    round_size: int  # --round-size of a sequential run
 
 
 class RowSource(Protocol):
@@ -71,6 +83,9 @@ def prune_settings(spec: PruneSpec, layers: list[int], remover: Remover) -> Prun
     }
     if CORPUS_TASK in spec.tasks:
         settings["corpus"] = corpus_settings(spec.corpus)
+    if spec.precision is not None:
+        settings["precision"] = spec.precision
+        settings["round_size"] = spec.round_size
     return settings
 
 
@@ -112,6 +127,42 @@ def prefix_reuse_status(state: PruneState, tasks: tuple[str, ...], variants: lis
     return "; ".join(sorted(status for status in found if status is not None)) or None
 
 
+def with_stops(drop: MetricDrop, stops: list[SequentialStop | None]) -> MetricDrop:
+    """A sequential run's metric: how each variant stopped, its anytime interval, significance read from it."""
+    intervals = [None if s is None else list(s.interval) for s in stops]
+    return replace(
+        drop,
+        items=[None if s is None else s.items for s in stops],
+        stop=[None if s is None else s.stop for s in stops],
+        delta_cs95=intervals,
+        significant=[None if i is None else i[0] > 0 or i[1] < 0 for i in intervals],
+    )
+
+
+def sequential_columns(base: MetricSamples | None, pruned: list[MetricSamples | None]) -> PairedColumns:
+    """`paired_columns` of a sequential run: each variant paired with the baseline on its own documents.
+
+    The baseline is scored on every document any variant used; a variant stopped earlier is compared on
+    the first `items` documents only, which are its own. (These are the fixed-n paired fields, kept for
+    reference; the anytime interval `delta_cs95` is the one to read.)
+    """
+    columns = [paired_columns(None if base is None or p is None else restricted(base, p), [p]) for p in pruned]
+    methods = {c["delta_method"] for c in columns if c["delta_method"] is not None}
+    return {
+        "delta_stderr": [c["delta_stderr"][0] for c in columns],
+        "delta_ci95": [c["delta_ci95"][0] for c in columns],
+        "significant": [c["significant"][0] for c in columns],
+        "delta_method": methods.pop() if len(methods) == 1 else None,
+        "bootstrap": None,
+    }
+
+
+def restricted(base: MetricSamples, to: MetricSamples) -> MetricSamples:
+    """`base`'s values on the documents `to` has, only."""
+    values = {task: {d: docs[d] for d in to.values.get(task, {}) if d in docs} for task, docs in base.values.items()}
+    return MetricSamples(base.aggregation, {t: docs for t, docs in values.items() if docs}, base.weight_by_size)
+
+
 def assemble_task(
     state: PruneState,
     task: str,
@@ -134,17 +185,22 @@ def assemble_task(
         for variant, evaluation in zip([None, *layers], [baseline, *variants], strict=True)
     }
     metrics = {}
+    sequential = any(v.sequential for v in variants)
     for name, base in baseline.metrics.items():
         pruned = [v.metrics[name] for v in variants]
-        metrics[name] = MetricDrop(
+        paired = (sequential_columns if sequential else paired_columns)(
+            values[None].get(name), [values[layer].get(name) for layer in layers]
+        )
+        drop = MetricDrop(
             baseline=base.value,
             baseline_stderr=base.stderr,
             higher_is_better=base.higher_is_better is not False,
             layers=list(layers),
             pruned=[p.value for p in pruned],
             stderr=[p.stderr for p in pruned],
-            **paired_columns(values[None].get(name), [values[layer].get(name) for layer in layers]),
+            **paired,
         )
+        metrics[name] = with_stops(drop, [v.sequential.get(name) for v in variants]) if sequential else drop
     return TaskDrop(
         metrics=metrics,
         num_fewshot=baseline.num_fewshot,

@@ -11,10 +11,11 @@ anything; the result is assembled from those records (`assemble.py`), or a shard
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 from layerprobe.core import CORPUS_TASK, LayerprobeError, PruneSpec, Share, parse_layer_ranges
 from layerprobe.data import check_chat_template
-from layerprobe.evaluate import check_tasks_fit_model, make_scorers, prepare_tasks
+from layerprobe.evaluate import check_sequential_tasks, check_tasks_fit_model, make_scorers, prepare_tasks
 from layerprobe.model import (
     EvaluationEvent,
     LoadedModel,
@@ -34,6 +35,7 @@ from layerprobe.model import world as distributed_world
 from layerprobe.prune.agreement import AngularSource, check_angular_fits, find_angular, load_angular_for
 from layerprobe.prune.assemble import assemble_result, prune_settings
 from layerprobe.prune.samples import SampleLog, SampleRow
+from layerprobe.prune.sequential import SequentialScorer, run_sequential_task
 from layerprobe.prune.shards import write_shard
 from layerprobe.prune.state import PruneState, fingerprint, variant_key
 from layerprobe.results import JSONObject, PruneDropResult, RunDir, RunTimer, rank_suffix, to_rows, write_json
@@ -84,8 +86,15 @@ def run_prune_drop(
     tokenizer = load_tokenizer(spec.model) if loaded is None else loaded.tokenizer
     if spec.corpus.chat_template:
         check_chat_template(tokenizer)
+    if spec.precision is not None and (not shard.whole or world.size > 1):
+        raise LayerprobeError(
+            "--precision runs in one process: it cannot be combined with --shard or a multi-process launch yet.",
+            hint="Run the sequential prune-drop as one process (it scores far fewer documents), or drop --precision.",
+        )
     progress.stage("Preparing tasks")
     prepared = prepare_tasks(spec)
+    if spec.precision is not None:
+        check_sequential_tasks(prepared.task_sets)
     if loaded is None:
         progress.stage("Loading model")
         loaded = load_model(spec.model, purpose="head", lm_eval=True, tokenizer=tokenizer)
@@ -118,7 +127,7 @@ def run_prune_drop(
     ]
     progress.stage("Evaluating (task × variant)", remaining, "eval")
     with progress.watching_blocks(stack):
-        for scorer, tasks in scorers:
+        for scorer, tasks in scorers if spec.precision is None else []:
             for layer in variants:
                 pending = [t for t in tasks if not state.has(t, layer)]
                 if not pending:
@@ -131,6 +140,10 @@ def run_prune_drop(
                         if not scorer.reports_progress:
                             progress.on_advance(1)
                         progress.on_evaluation(EvaluationEvent(task, layer, scorer.engine, evaluation, scorer))
+        for scorer, tasks in scorers if spec.precision is not None else []:
+            _run_sequential(
+                spec, cast(SequentialScorer, scorer), tasks, mine_layers, run_dir, suffix, state, samples, progress
+            )
     mine: dict[str, tuple[dict[str, JSONObject], list[SampleRow]]] = {
         t: ({variant_key(v): state.done[t][variant_key(v)] for v in variants}, _rows_of(samples, t, variants))
         for t in spec.tasks
@@ -159,6 +172,38 @@ def run_prune_drop(
     for journal in journals:
         journal.remove()
     return result if world.size == 1 or not shard.whole else world.gather(result)[0]
+
+
+def _run_sequential(
+    spec: PruneSpec,
+    scorer: SequentialScorer,
+    tasks: list[str],
+    layers: list[int],
+    run_dir: RunDir,
+    suffix: str,
+    state: PruneState,
+    samples: SampleLog,
+    progress: Progress,
+) -> None:
+    """--precision: score each task in rounds until every variant has stopped (`sequential.py`)."""
+    assert spec.precision is not None
+    for task in tasks:
+        if all(state.has(task, v) for v in [None, *layers]):
+            continue
+        for variant, evaluation in run_sequential_task(
+            scorer,
+            task,
+            layers,
+            precision=spec.precision,
+            round_size=spec.round_size,
+            seed=spec.seed,
+            run_dir=run_dir,
+            suffix=suffix,
+            state=state,
+            samples=samples,
+        ):
+            progress.on_advance(1)
+            progress.on_evaluation(EvaluationEvent(task, variant, scorer.engine, evaluation, scorer))
 
 
 def _rows_of(samples: SampleLog, task: str, variants: list[int | None]) -> list[SampleRow]:

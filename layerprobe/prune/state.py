@@ -73,7 +73,13 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, object]:
         "span": spec.span,
         "versions": {k: versions.get(k) for k in ("torch", "transformers", "lm_eval")},
         **({"corpus": corpus_settings(spec.corpus)} if CORPUS_TASK in spec.tasks else {}),
+        **sequential_settings(spec),
     }
+
+
+def sequential_settings(spec: PruneSpec) -> dict[str, object]:
+    """`precision` and `round_size` of a sequential run (--precision); nothing for a full run."""
+    return {} if spec.precision is None else {"precision": spec.precision, "round_size": spec.round_size}
 
 
 def corpus_settings(corpus: CorpusSpec) -> dict[str, object]:

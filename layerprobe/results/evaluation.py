@@ -116,8 +116,25 @@ class Evaluation:
     per_sample: dict[str, MetricSamples] = field(default_factory=dict)
     prefix_reuse: str | None = None  # the shared engine's few-shot prefix reuse: "on", "off", "unavailable: …"
     version: str | None = None  # the task's version as lm-eval reports it (a new version may change prompts)
+    sequential: dict[str, SequentialStop] = field(default_factory=dict)  # --precision: metric → how it stopped
 
 
+@dataclass(frozen=True)
+class SequentialStop:
+    """How a sequential run (`--precision`) stopped scoring one metric of one variant.
+
+    Attributes:
+        items: Documents the variant was scored on (the first `items` of the seeded order).
+        stop: "precision" (half-width ≤ H), "settled" (the interval excludes 0) or "exhausted" (all documents).
+        interval: The anytime-valid 95 % interval of ΔP it stopped with (`stats.confidence_interval`).
+    """
+
+    items: int
+    stop: str
+    interval: tuple[float, float]
+
+
+STOP_REASONS = ("precision", "settled", "exhausted")  # why a sequential run stopped scoring a variant
 BASELINE = None  # the variant with no block removed; any other variant is the removed block's index
 
 
@@ -136,6 +153,16 @@ def evaluation_to_dict(evaluation: Evaluation) -> dict[str, object]:
         "version": evaluation.version,
         # How the per-document values (kept in the run's sample log, not here) make up each score.
         "per_sample": {name: found.spec() for name, found in evaluation.per_sample.items()},
+        **(
+            {
+                "sequential": {
+                    name: {"items": stop.items, "stop": stop.stop, "interval": list(stop.interval)}
+                    for name, stop in evaluation.sequential.items()
+                }
+            }
+            if evaluation.sequential
+            else {}
+        ),
     }
 
 
@@ -163,6 +190,15 @@ def evaluation_from_dict(data: JSONObject | Node, source: str = "evaluation") ->
             name: MetricSamples(spec.key("aggregation").text(), {}, spec.key("weight_by_size").flag(optional=True))
             for name, spec in per_sample_node.entries()
         }
+    sequential_node = node.key("sequential")
+    sequential = {
+        name: SequentialStop(
+            entry.key("items").integer(minimum=1),
+            _stop(entry.key("stop")),
+            _pair(entry.key("interval")),
+        )
+        for name, entry in (sequential_node.entries() if sequential_node.given else [])
+    }
     return Evaluation(
         metrics,
         node.key("num_fewshot").integer(optional=True, minimum=0),
@@ -172,4 +208,21 @@ def evaluation_from_dict(data: JSONObject | Node, source: str = "evaluation") ->
         per_sample,
         prefix_reuse=node.key("prefix_reuse").text(optional=True),
         version=node.key("version").text(optional=True),
+        sequential=sequential,
     )
+
+
+def _stop(node: Node) -> str:
+    """One of `STOP_REASONS`."""
+    reason = node.text()
+    if reason not in STOP_REASONS:
+        node.fail(f"one of {', '.join(STOP_REASONS)}", repr(reason))
+    return reason
+
+
+def _pair(node: Node) -> tuple[float, float]:
+    """A [low, high] interval."""
+    values = [item.number() for item in node.items()]
+    if len(values) != 2 or values[0] > values[1]:
+        node.fail("an interval [low, high] with low ≤ high", f"got {values}")
+    return values[0], values[1]

@@ -23,7 +23,8 @@ from layerprobe.results.validate import Node
 
 # The schemas of every JSON file layerprobe writes, by what the file is.
 ANGULAR_SCHEMA = "layerprobe/angular@1"
-PRUNE_DROP_SCHEMA = "layerprobe/prune-drop@1"
+PRUNE_DROP_SCHEMA = "layerprobe/prune-drop@2"  # @2: per variant items, stop, delta_cs95 (--precision)
+PRUNE_DROP_SCHEMA_V1 = "layerprobe/prune-drop@1"  # still read everywhere (the new fields read as absent)
 DEPTH_SCHEMA = "layerprobe/depth@1"
 PRUNE_CURVE_SCHEMA = "layerprobe/prune-curve@1"
 PARTIAL_SCHEMA = "layerprobe/prune-drop-partial@1"  # prune_drop.partial.json: a run's progress (--resume)
@@ -36,6 +37,7 @@ TRACK_SCHEMA = "layerprobe/track@1"  # track.json: the history of several runs (
 SCHEMAS = (
     ANGULAR_SCHEMA,
     PRUNE_DROP_SCHEMA,
+    PRUNE_DROP_SCHEMA_V1,
     DEPTH_SCHEMA,
     PRUNE_CURVE_SCHEMA,
     PARTIAL_SCHEMA,
@@ -53,7 +55,9 @@ def schema_family(schema: str) -> str:
     return schema.split("@")[0]
 
 
-def check_schema(root: Node, expected: str, refusal: str | None = None, hint: str | None = None) -> None:
+def check_schema(
+    root: Node, expected: str, refusal: str | None = None, hint: str | None = None, older: tuple[str, ...] = ()
+) -> None:
     """Refuse a document whose `schema` is not `expected` (a registered schema), naming both.
 
     Args:
@@ -61,9 +65,10 @@ def check_schema(root: Node, expected: str, refusal: str | None = None, hint: st
         expected: One of `SCHEMAS`.
         refusal: The message instead of "<file>: expected a <schema> result, got schema <found>."
         hint: What to do about it.
+        older: Earlier versions of the same file that are still read.
     """
     schema = root.obj().get("schema")
-    if schema != expected:
+    if schema != expected and schema not in older:
         raise ResultError(refusal or f"{root.source}: expected a {expected} result, got schema {schema!r}.", hint=hint)
 
 

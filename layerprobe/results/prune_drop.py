@@ -1,9 +1,9 @@
-"""prune_drop.json (`layerprobe/prune-drop@1`): ΔP(l) = P_pruned(l) − P_original, per task and metric.
+"""prune_drop.json (`layerprobe/prune-drop@2`): ΔP(l) = P_pruned(l) − P_original, per task and metric.
 
 One `MetricDrop` per metric holds the baseline and every pruned variant's score, with the paired
 uncertainty of their difference; a `TaskDrop` holds a task's metrics in the order the evaluator reported
 them (the first is the task's primary metric). The `summary` block is computed here and recomputed when
-a file is read back.
+a file is read back. @2 added the sequential fields (`items`, `stop`, `delta_cs95`); @1 files still read.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass
 from typing import TypedDict, TypeVar
 
 import layerprobe.results.validate as v
-from layerprobe.results.io import PRUNE_DROP_SCHEMA, check_schema
+from layerprobe.results.evaluation import STOP_REASONS
+from layerprobe.results.io import PRUNE_DROP_SCHEMA, PRUNE_DROP_SCHEMA_V1, check_schema
 from layerprobe.results.json_types import JSONObject, Record
 from layerprobe.results.provenance import ModelInfo, RunInfo
 from layerprobe.results.validate import Node
@@ -60,6 +61,11 @@ class MetricDrop:
     per-document values of both variants (`delta_method`: "paired_mean" closed form or
     "paired_bootstrap", with `bootstrap` = {"draws", "seed"}). Files written before they existed read
     back with them None; consumers then fall back to the unpaired stderrs.
+
+    A sequential run (`--precision`) scores each variant on the first `items` documents of a seeded order
+    and records why it stopped (`stop`) and the anytime-valid 95 % interval it stopped with
+    (`delta_cs95`); `pruned` is then the baseline plus the paired mean difference on those documents, so
+    `delta` is that difference. `interval95` is the interval consumers show: `delta_cs95` where present.
     """
 
     baseline: float
@@ -73,10 +79,23 @@ class MetricDrop:
     significant: list[bool | None] | None = None
     delta_method: str | None = None
     bootstrap: dict[str, int] | None = None
+    items: list[int | None] | None = None
+    stop: list[str | None] | None = None
+    delta_cs95: list[list[float] | None] | None = None
 
     @property
     def delta(self) -> list[float]:
         return [p - self.baseline for p in self.pruned]
+
+    @property
+    def sequential(self) -> bool:
+        """Whether this metric comes from a sequential run (`--precision`): anytime intervals per variant."""
+        return self.delta_cs95 is not None
+
+    @property
+    def interval95(self) -> list[list[float] | None] | None:
+        """The 95 % interval of each ΔP to show and gate on: the anytime one where present, else the paired one."""
+        return self.delta_cs95 if self.delta_cs95 is not None else self.delta_ci95
 
     @property
     def paired(self) -> bool:
@@ -97,6 +116,9 @@ class MetricDrop:
             "delta_method": self.delta_method,
             "bootstrap": self.bootstrap,
             "stderr": list(self.stderr),
+            "items": self.items,
+            "stop": self.stop,
+            "delta_cs95": self.delta_cs95,
         }
 
     @classmethod
@@ -126,6 +148,9 @@ class MetricDrop:
             significant=_per_layer(node.key("significant"), layers, lambda n: n.flag(optional=True)),
             delta_method=node.key("delta_method").text(optional=True),
             bootstrap=_bootstrap(node.key("bootstrap")),
+            items=_per_layer(node.key("items"), layers, lambda n: n.integer(optional=True, minimum=1)),
+            stop=_per_layer(node.key("stop"), layers, _stop_reason),
+            delta_cs95=_per_layer(node.key("delta_cs95"), layers, v.interval),
         )
 
 
@@ -204,7 +229,7 @@ class PruneDropResult:
             ResultError: naming `source` and the JSON path of the first bad field.
         """
         root = Node(data, source)
-        check_schema(root, PRUNE_DROP_SCHEMA)
+        check_schema(root, PRUNE_DROP_SCHEMA, older=(PRUNE_DROP_SCHEMA_V1,))
         model = ModelInfo.from_dict(root.key("model"))
         tasks = {name: TaskDrop.from_dict(task) for name, task in root.key("tasks").entries(min_length=1)}
         for name, task in tasks.items():
@@ -272,6 +297,14 @@ def _per_layer(node: Node, layers: list[int], read: Callable[[Node], T]) -> list
     if len(values) != len(layers):
         node.fail(f"an array of {len(layers)} items (one per entry of layers)", f"got {len(values)} items")
     return values
+
+
+def _stop_reason(node: Node) -> str | None:
+    """Why a sequential run stopped scoring a variant (`STOP_REASONS`), or null."""
+    reason = node.text(optional=True)
+    if reason is not None and reason not in STOP_REASONS:
+        node.fail(f"null or one of {', '.join(STOP_REASONS)}", repr(reason))
+    return reason
 
 
 def _bootstrap(node: Node) -> dict[str, int] | None:

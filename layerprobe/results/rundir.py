@@ -28,6 +28,7 @@ DEPTH_JSON = "depth.json"
 PRUNE_CURVE_JSON = "prune_curve.json"
 PRUNE_DROP_PARTIAL_JSON = "prune_drop.partial.json"  # the resume state of a prune-drop (one per rank)
 PRUNE_DROP_PARTIAL_SAMPLES = "prune_drop.partial.samples"  # per-document rows while a run is in progress
+ROUNDS_SUFFIX = ".rounds.jsonl"  # --precision: the rounds scored so far, per task, in the partial samples folder
 SAMPLES_DIR = "samples"  # --log-samples: <out>/samples/<task>.jsonl
 SHARD_JSON = "prune_drop.shard.json"  # prune-drop --shard i/N
 EXPORT_RECORD = "layerprobe.json"  # in an exported checkpoint: what was removed, from which source
@@ -189,6 +190,10 @@ class RunDir:
 
     def partial_sample_file(self, task: str, suffix: str = "") -> Path:
         return self.partial_samples(suffix) / sample_name(task)
+
+    def partial_round_file(self, task: str, suffix: str = "") -> Path:
+        """A sequential run's (--precision) per-round rows of `task`, beside its sample rows."""
+        return self.partial_samples(suffix) / (sample_name(task).removesuffix(".jsonl") + ROUNDS_SUFFIX)
 
     def journal(self, suffix: str = "") -> Path:
         """The shared engine's answer journal (`evaluate/journal.py`), one per process."""

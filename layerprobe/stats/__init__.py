@@ -8,6 +8,7 @@ from layerprobe.stats.multiplicity import Adjusted, adjust_pvalues, bootstrap_pv
 from layerprobe.stats.paired import (
     DEFAULT_DRAWS,
     DEFAULT_SEED,
+    Z95,
     PairedDelta,
     paired_bootstrap,
     paired_mean_stats,
@@ -53,4 +54,5 @@ __all__ = [
     "StopReason",
     "stratified_mean_stats",
     "top_k_overlap",
+    "Z95",
 ]

@@ -14,6 +14,7 @@ from layerprobe.core import ResultError
 from layerprobe.gate.rules.record import RuleResult, change_text, within
 from layerprobe.gate.rules.thresholds import GateRules
 from layerprobe.results import MetricDrop, PruneDropResult
+from layerprobe.stats import Z95
 
 # Settings that, when they differ, make the two runs measure different things: limit, few-shot and task
 # version change the questions. --limit and --num-fewshot are compared per task, as run.
@@ -164,6 +165,8 @@ def _layer_delta_rule(task: str, name: str, base: MetricDrop, cand: MetricDrop, 
     if not paired:
         message += "; unpaired fallback: the pruned scores' own stderrs (no paired ΔP stderrs in a file)"
     stderr_kind = "paired ΔP stderrs" if paired else "pruned scores' stderrs (unpaired fallback)"
+    if paired and (base.sequential or cand.sequential):
+        stderr_kind += " (anytime 95 % interval half-width / 1.96 for a sequential run)"
     return RuleResult(
         "prune_drop",
         "layer_delta",
@@ -210,8 +213,14 @@ def _metric(result: PruneDropResult, task: str, name: str, role: str) -> MetricD
 
 
 def _by_layer(metric: MetricDrop, task: str, role: str, paired: bool) -> dict[int, tuple[float, float | None]]:
-    """Layer → (ΔP, its stderr): the paired `delta_stderr`, or with `paired` False the pruned score's own."""
+    """Layer → (ΔP, its stderr): the paired `delta_stderr`, or with `paired` False the pruned score's own.
+
+    A sequential run's variants (`delta_cs95`) get the stderr their anytime interval stands for, its
+    half-width / 1.96: wider than the fixed-n one, because it holds however early the variant stopped.
+    """
     errors = metric.delta_stderr if paired else metric.stderr
+    if paired and metric.delta_cs95 is not None:
+        errors = [None if cs is None else (cs[1] - cs[0]) / 2 / Z95 for cs in metric.delta_cs95]
     if errors is None or not len(metric.layers) == len(metric.pruned) == len(errors):
         raise ResultError(f"Malformed {role} result: {task} has layers, pruned and stderr of different lengths.")
     return {layer: (delta, se) for layer, delta, se in zip(metric.layers, metric.delta, errors, strict=True)}
