@@ -46,7 +46,7 @@ def recover(destination: Path) -> list[str]:
     places = Places(destination)
     notes = []
     backup = places.backup
-    if backup.is_dir() and not backup.is_symlink():
+    if os.path.lexists(backup):  # a folder, or the link a --save that was a link left
         if not os.path.lexists(destination):
             os.replace(backup, destination)
             sync_directory(destination.parent)
@@ -56,7 +56,7 @@ def recover(destination: Path) -> list[str]:
         elif RunDir(destination).export_record.is_file():
             trash = places.trash(os.getpid())
             os.replace(backup, trash)
-            shutil.rmtree(trash, ignore_errors=True)
+            remove(trash)
             notes.append(f"removed {backup}, the checkpoint an earlier export had replaced with {destination}")
         else:
             notes.append(
@@ -114,13 +114,24 @@ def replace_directory(staging: Path, destination: Path) -> None:
     if backup is not None:
         trash = places.trash(os.getpid())
         os.replace(backup, trash)
-        shutil.rmtree(trash, ignore_errors=True)
+        remove(trash)
 
 
-def no_space(exc: BaseException, fallback: Path, needed: int, free: int | None) -> LayerprobeError | None:
+def remove(path: Path) -> None:
+    """Remove a folder of ours, or the link that stood for one (a --save link is replaced, never its target)."""
+    if path.is_symlink():
+        path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def no_space(
+    exc: BaseException, fallback: Path, needed: int, free: int | None, outcome: str = "Nothing was written."
+) -> LayerprobeError | None:
     """One line for a full disk, a quota or a file-size limit met while writing; None for any other error.
 
-    `needed` is the estimated size of the checkpoint in bytes, `free` the free bytes before the export.
+    `needed` is the estimated size of what was being written in bytes, `free` the free bytes before the
+    export, `outcome` what the user has after it.
     """
     code = getattr(exc, "errno", None)
     if code is None and (match := _OS_ERROR_IN_TEXT.search(str(exc))):
@@ -133,8 +144,7 @@ def no_space(exc: BaseException, fallback: Path, needed: int, free: int | None) 
     if code == errno.EFBIG:
         hint = "A file-size limit (ulimit -f, or the filesystem's) stops it: pass a smaller --max-shard-size."
     return LayerprobeError(
-        f"Cannot write {path}: {NO_SPACE[code]}; the checkpoint needs about {human_bytes(needed)}{available}. "
-        "Nothing was written.",
+        f"Cannot write {path}: {NO_SPACE[code]}; it needs about {human_bytes(needed)}{available}. {outcome}",
         hint=hint,
     )
 

@@ -131,7 +131,14 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
     yaml_path = None
     if spec.mergekit_yaml:
         text = files.mergekit_yaml(spec, removed, kept, dtype)
-        yaml_path = write_text(Path(spec.mergekit_yaml).expanduser(), text)
+        try:
+            yaml_path = write_text(Path(spec.mergekit_yaml).expanduser(), text)
+        except OSError as exc:
+            done = f"The checkpoint at {destination} is complete; the YAML was not written."
+            translated = place.no_space(exc, Path(spec.mergekit_yaml), len(text.encode()), None, done)
+            if translated is None:
+                raise
+            raise translated from exc
     return ExportResult(
         destination, removed, kept, changes, parameters_before, parameters_after, record, yaml_path, notes
     )

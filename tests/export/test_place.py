@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -163,3 +164,19 @@ def test_no_space_names_the_path_and_the_size_needed(tmp_path, exc, says):
 
 def test_human_bytes():
     assert [place.human_bytes(n) for n in (999, 1000, 1_234_567, 5 * 10**9)] == ["999 B", "1.0 kB", "1.2 MB", "5.0 GB"]
+
+
+def test_a_save_given_as_a_link_is_replaced_not_its_target(tmp_path):
+    target, destination, staging = tmp_path / "elsewhere", tmp_path / "pruned", tmp_path / "staging"
+    _write(target, OLD)
+    destination.symlink_to(target, target_is_directory=True)
+    _write(staging, NEW)
+    place.replace_directory(staging, destination)
+    assert not destination.is_symlink() and _read(destination) == NEW and _read(target) == OLD
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "pruned"]
+    # killed between the renames with a link as --save: the link waits as the backup and is put back
+    backup = ExportPlaces(destination).backup
+    shutil.rmtree(destination)
+    backup.symlink_to(target, target_is_directory=True)
+    (note,) = place.recover(destination)
+    assert "restored" in note and destination.is_symlink() and _read(destination) == OLD
