@@ -136,7 +136,7 @@ def prune_drop(
     )
     directory = output.directory(model)
     ranks = world()
-    progress = RichProgress(output.quiet or not ranks.is_main)
+    progress = RichProgress(output.quiet or not ranks.is_main, notes=ranks.is_main)
     with progress.running():
         result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks(), shard=share, world=ranks)
     if not ranks.is_main:

@@ -152,9 +152,15 @@ def run_prune_drop(
             rows = {t: _rows_of(samples, t, shard.of([None, *layers])) for t in spec.tasks}
             write_shard(out_dir, shard, print_, info, settings, state.done, rows, run, angular_path)
         samples.finish(list(spec.tasks), keep=spec.log_samples and shard.whole)
+        if samples.stale_removed:
+            progress.note(
+                f"removed {len(samples.stale_removed)} per-document file(s) an earlier run left in "
+                f"{run_dir.samples_dir} (they described other variants): "
+                + ", ".join(p.name for p in samples.stale_removed)
+            )
     world.barrier()  # the result is on disk before any progress file goes
     if not world.is_main:
-        samples.finish([], keep=False)
+        samples.finish([], keep=False, main=False)
     state.remove()
     for journal in journals:
         journal.remove()

@@ -26,6 +26,17 @@ from layerprobe.results import RunDir, write_json_lines
 SampleRow = dict[str, Any]
 
 
+def is_sample_log(path: Path) -> bool:
+    """Whether `path` is a per-document log layerprobe wrote: its first line is a row naming variant, task, doc_id."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            first = handle.readline()
+        row = json.loads(first)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(row, dict) and {"variant", "task", "doc_id"} <= set(row)
+
+
 class SampleLog:
     """The per-document rows of one run, by task file."""
 
@@ -34,6 +45,7 @@ class SampleLog:
         self.out_dir = Path(out_dir)
         self.run, self.suffix = RunDir(self.out_dir), suffix  # suffix: one folder per rank of a launch
         self.partial = self.run.partial_samples(suffix)
+        self.stale_removed: list[Path] = []  # set by `finish`
 
     @classmethod
     def open(cls, out_dir: Path, resume: bool, suffix: str = "") -> SampleLog:
@@ -94,19 +106,39 @@ class SampleLog:
             self._rewrite(self.run.partial_sample_file(task, self.suffix), kept)
         return set(kept)
 
-    def finish(self, tasks: list[str], keep: bool) -> Path | None:
-        """End of run: write `<out>/samples/<task>.jsonl` (baseline first, then blocks) if `keep`; clean up."""
+    def finish(self, tasks: list[str], keep: bool, main: bool = True) -> Path | None:
+        """End of run: write `<out>/samples/<task>.jsonl` (baseline first, then blocks) if `keep`; clean up.
+
+        The main process also removes the per-document files an earlier run into the same --out left in
+        `samples/` (they describe other variants than the result beside them): only files layerprobe
+        wrote (`is_sample_log`), never anything else; `stale_removed` lists those not replaced by this run's.
+        """
         final = None
+        written = {self.run.sample_file(task) for task in tasks} if keep else set()
+        self.stale_removed = [] if not main else self._remove_stale(written)
         if keep:
             final = self.run.samples_dir
             final.mkdir(parents=True, exist_ok=True)
-            for stale in final.glob("*.jsonl"):  # an earlier run's tasks: never mixed with this run's
-                stale.unlink()
             for task in tasks:
                 self._rewrite(self.run.sample_file(task), self.read(task))
         if self.partial.exists():
             shutil.rmtree(self.partial)
         return final
+
+    def _remove_stale(self, replaced: set[Path]) -> list[Path]:
+        """Delete layerprobe's sample logs in `samples/` (the folder too, once empty); the ones not in `replaced`."""
+        folder = self.run.samples_dir
+        if not folder.is_dir() or folder.is_symlink():
+            return []
+        removed = []
+        for path in sorted(folder.glob("*.jsonl")):
+            if path.is_file() and not path.is_symlink() and is_sample_log(path):
+                path.unlink()
+                if path not in replaced:
+                    removed.append(path)
+        if not any(folder.iterdir()):
+            folder.rmdir()
+        return removed
 
     @staticmethod
     def _rewrite(path: Path, by_variant: dict[int | None, list[SampleRow]]) -> None:

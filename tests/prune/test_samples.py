@@ -106,3 +106,37 @@ def test_without_log_samples_nothing_is_left_but_paired_fields_are_there(tiny_ch
     assert not (tmp_path / SAMPLES_DIR).exists() and not (tmp_path / PARTIAL_DIR).exists()
     acc = result.tasks["lp_arc_like"].metrics["acc"]
     assert acc.paired and len(acc.delta_stderr) == 2 and acc.delta_method == "paired_mean"
+
+
+def test_a_rerun_without_log_samples_removes_only_the_earlier_runs_sample_logs(tmp_path):
+    earlier = SampleLog.open(tmp_path, resume=False)
+    earlier.append("old/task", rows(1))
+    earlier.finish(["old/task"], keep=True)
+    ours = tmp_path / SAMPLES_DIR / "old_task.jsonl"
+    user_lines = tmp_path / SAMPLES_DIR / "my_notes.jsonl"  # not a row log: the user's own file
+    user_lines.write_text('{"note": "keep me"}\n')
+    (tmp_path / SAMPLES_DIR / "README.txt").write_text("mine")
+    assert ours.exists()
+
+    log = SampleLog.open(tmp_path, resume=False)
+    log.append("t", rows(None))
+    assert log.finish(["t"], keep=False) is None
+    assert not ours.exists() and log.stale_removed == [ours]
+    assert user_lines.read_text() == '{"note": "keep me"}\n' and (tmp_path / SAMPLES_DIR / "README.txt").exists()
+
+    # With --log-samples the earlier run's other tasks go as well (the user's files stay); alone, the folder goes.
+    earlier = SampleLog.open(tmp_path, resume=False)
+    earlier.append("old/task", rows(1))
+    earlier.finish(["old/task"], keep=True)
+    log = SampleLog.open(tmp_path, resume=False)
+    log.append("t", rows(None))
+    log.finish(["t"], keep=True)
+    assert not ours.exists() and log.stale_removed == [ours] and user_lines.exists()
+    assert (tmp_path / SAMPLES_DIR / "t.jsonl").exists()
+    user_lines.unlink()
+    (tmp_path / SAMPLES_DIR / "README.txt").unlink()
+    log = SampleLog.open(tmp_path, resume=False)
+    log.finish(["t"], keep=False)
+    assert not (tmp_path / SAMPLES_DIR).exists() and log.stale_removed == [tmp_path / SAMPLES_DIR / "t.jsonl"]
+    # Another process of a launch never touches samples/.
+    SampleLog(tmp_path, ".rank1").finish([], keep=False, main=False)
