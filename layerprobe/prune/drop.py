@@ -33,9 +33,10 @@ from layerprobe.model import (
 from layerprobe.model import world as distributed_world
 from layerprobe.prune.agreement import AngularSource, check_angular_fits, find_angular, load_angular_for
 from layerprobe.prune.assemble import assemble_result, prune_settings
+from layerprobe.prune.resume import finished_result, resumed_line
 from layerprobe.prune.samples import SampleLog, SampleRow
 from layerprobe.prune.shards import write_shard
-from layerprobe.prune.state import PruneState, fingerprint, variant_key
+from layerprobe.prune.state import PruneState, check_state_paths, fingerprint, variant_key
 from layerprobe.results import JSONObject, PruneDropResult, RunDir, RunTimer, rank_suffix, to_rows, write_json
 
 
@@ -50,11 +51,14 @@ def run_prune_drop(
 ) -> PruneDropResult | None:
     """Score the baseline and every selected block removed; write prune_drop.json into `out_dir`.
 
-    `shard` (i of N) scores only that share of the variants and writes prune_drop.shard.json for
-    `layerprobe merge` instead, returning None. Under `accelerate launch`/`torchrun` every rank scores
-    a share of the variants (of the shard's), rank 0 gathers them and writes; every rank returns the result.
+    `shard` (i of N, also 0/1) scores only that share of the variants and writes prune_drop.shard.json
+    for `layerprobe merge` instead, returning None. Under `accelerate launch`/`torchrun` every rank
+    scores a share of the variants (of the shard's), rank 0 gathers them and writes; every rank returns
+    the result. With `resume`, a run that already finished in `out_dir` is returned as it is when it is
+    this very run's (`resume.py`).
     """
     progress = progress or Progress()
+    sharded = shard is not None  # `--shard 0/1` is a shard too: its file is what merge reads
     shard = shard or Share()
     world = world or distributed_world()
     timer = RunTimer()
@@ -68,6 +72,7 @@ def run_prune_drop(
         parse_layer_ranges(spec.layers, skeleton.num_layers)  # fail before minutes of loading
     elif isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
         parse_layer_ranges(spec.layers, config.num_hidden_layers)
+    check_state_paths(out_dir)
     angular_path = find_angular(spec.angular, out_dir)
     known_layers = skeleton.num_layers if skeleton is not None else None
     if known_layers is None and not spec.model.layers_path:
@@ -103,11 +108,19 @@ def run_prune_drop(
     print_ = fingerprint(spec, info)
     out_dir.mkdir(parents=True, exist_ok=True)
     run_dir, suffix = RunDir(out_dir), rank_suffix(world.rank, world.size)  # each rank its own progress files
+    settings = prune_settings(spec, layers, remover)
+    if resume and not sharded and run_dir.prune_drop_json.is_file() and not run_dir.partial_jsons():
+        finished, reuse_line = finished_result(run_dir.prune_drop_json, settings, info)
+        if world.is_main:
+            progress.note(reuse_line)
+        if finished is not None:
+            return finished
     state = PruneState.open(out_dir, print_, resume, run_dir.partial_json(suffix).name)
     samples = SampleLog.open(out_dir, resume, suffix)
-    samples.reconcile(state)
+    unpaired = samples.reconcile(state)
     world.barrier()  # every rank has read the progress files before any rank writes its own
     variants = world.share.of(shard.of([None, *layers]))
+    total = len(spec.tasks) * len(variants)
     remaining = sum(not state.has(t, v) for t in spec.tasks for v in variants)
     mine_layers = [v for v in variants if v is not None]  # this rank's (and shard's) share only
     scorers = make_scorers(loaded, stack, spec, mine_layers, progress, remover, prepared) if remaining else []
@@ -116,6 +129,12 @@ def run_prune_drop(
         for scorer, _ in scorers
         if hasattr(scorer, "keep_answers")
     ]
+    if resume:
+        batches = sum(journal.reused for journal in journals)
+        damaged = state.damaged + unpaired + sum(journal.dropped for journal in journals)
+        line = resumed_line(total - remaining, total, batches, damaged, out_dir)
+        if line is not None:
+            progress.note(line)
     progress.stage("Evaluating (task × variant)", remaining, "eval")
     with progress.watching_blocks(stack):
         for scorer, tasks in scorers:
@@ -126,8 +145,9 @@ def run_prune_drop(
                 with scorer.variant(layer):
                     for task in pending:
                         evaluation = scorer.score(task)
-                        samples.append(task, to_rows(layer, evaluation.per_sample))  # rows first: see samples.py
-                        state.record(task, layer, evaluation)
+                        new_rows = to_rows(layer, evaluation.per_sample)
+                        samples.append(task, new_rows)  # rows first: see samples.py
+                        state.record(task, layer, evaluation, new_rows)
                         if not scorer.reports_progress:
                             progress.on_advance(1)
                         progress.on_evaluation(EvaluationEvent(task, layer, scorer.engine, evaluation, scorer))
@@ -143,15 +163,14 @@ def run_prune_drop(
                 state.done.setdefault(task, {}).update(evaluations)
                 if rank:  # rank 0's rows are in its own log already
                     samples.append(task, rows)
-        settings = prune_settings(spec, layers, remover)
         run = timer.finish(loaded.device_label)
-        if shard.whole:
+        if not sharded:
             result = assemble_result(info, settings, state, run, samples, angular)
             write_json(run_dir.prune_drop_json, result.to_dict())
         else:
             rows = {t: _rows_of(samples, t, shard.of([None, *layers])) for t in spec.tasks}
             write_shard(out_dir, shard, print_, info, settings, state.done, rows, run, angular_path)
-        samples.finish(list(spec.tasks), keep=spec.log_samples and shard.whole)
+        samples.finish(list(spec.tasks), keep=spec.log_samples and not sharded)
         if samples.stale_removed:
             progress.note(
                 f"removed {len(samples.stale_removed)} per-document file(s) an earlier run left in "
@@ -164,7 +183,10 @@ def run_prune_drop(
     state.remove()
     for journal in journals:
         journal.remove()
-    return result if world.size == 1 or not shard.whole else world.gather(result)[0]
+    if world.is_main:  # also a journal the simple engine never opened (a shared run resumed with --engine simple)
+        for leftover in run_dir.journals():
+            leftover.unlink(missing_ok=True)
+    return result if world.size == 1 or sharded else world.gather(result)[0]
 
 
 def _rows_of(samples: SampleLog, task: str, variants: list[int | None]) -> list[SampleRow]:

@@ -44,6 +44,7 @@ from layerprobe.results.io import (
     SHARD_SCHEMA,
     STABILITY_SCHEMA,
     atomic_write,
+    checksum,
     read_json,
     read_json_lines,
     write_json,
@@ -105,6 +106,7 @@ from layerprobe.results.track import (
 from layerprobe.results.validate import Node
 
 __all__ = [
+    "checksum",
     "ALIGNS",
     "ANGULAR_JSON",
     "ANGULAR_KIND",
