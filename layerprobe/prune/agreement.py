@@ -63,6 +63,7 @@ def metric_agreement(
     adjacent: list[float],
     metric: MetricDrop,
     *,
+    span: int = 1,
     k: int | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = DEFAULT_SEED,
@@ -70,8 +71,9 @@ def metric_agreement(
     """The agreement block of one metric (see the module docstring); blocks with a non-finite value are left out.
 
     Args:
-        adjacent: d(x^l, x^(l+1)) for every block l of the model (`summary.adjacent` of angular.json).
-        metric: The metric's ΔP per removed block.
+        adjacent: d(x^l, x^(l+n)) for every start l (n = `span`; for n = 1 `summary.adjacent` of angular.json).
+        metric: The metric's ΔP per removed block (or span).
+        span: n, the blocks each variant removed: recorded as `span`, the distances as `span_distance`.
         k: Blocks compared by the top-k overlap (default: a quarter of the usable blocks).
         draws: Bootstrap draws for rho's interval.
         seed: Seed of that bootstrap.
@@ -90,7 +92,8 @@ def metric_agreement(
     by_loss = [layers[i] for i in sorted(range(len(pairs)), key=lambda i: loss[i])]
     return {
         "layers": layers,
-        "adjacent_distance": distance,  # d(x^l, x^(l+1)) for `layers`: the plot overlays it from here
+        "span": span,
+        "span_distance": distance,  # d(x^l, x^(l+span)) for `layers`: the plot overlays it from here
         "spearman": rho,
         "spearman_ci95": None if ci is None else list(ci),
         "agree_when": "negative" if metric.higher_is_better else "positive",
@@ -110,4 +113,6 @@ def task_agreement(
     With `span` n (prune-drop --span), variant l removed blocks [l, l+n): its distance is d(x^l, x^(l+n)).
     """
     adjacent = [angular.distance[l][l + span] for l in range(angular.num_layers - span + 1)]
-    return {name: {"angular": source, **metric_agreement(adjacent, metric)} for name, metric in metrics.items()}
+    return {
+        name: {"angular": source, **metric_agreement(adjacent, metric, span=span)} for name, metric in metrics.items()
+    }

@@ -59,7 +59,10 @@ from layerprobe.results.prune_drop import (
     PruneDropResult,
     TaskDrop,
     TaskSummary,
+    agreement_distances,
+    agreement_span,
     prune_drop_summary,
+    span_distance_label,
     variant_label,
 )
 from layerprobe.results.prune_state import PruneProgress, PruneShard
@@ -106,6 +109,9 @@ from layerprobe.results.track import (
 from layerprobe.results.validate import Node
 
 __all__ = [
+    "agreement_distances",
+    "agreement_span",
+    "span_distance_label",
     "checksum",
     "ALIGNS",
     "ANGULAR_JSON",

@@ -6,14 +6,18 @@ import json
 import math
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pytest
-from factories import TASKS_DIR, angular_from_adjacent, metric_drop
+from factories import TASKS_DIR, angular_from_adjacent, metric_drop, model_info, prune_drop_result
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
+from layerprobe.cli.summaries import print_agreement
 from layerprobe.core.errors import ResultError
+from layerprobe.plots.delta import prune_drop_figure
 from layerprobe.prune.agreement import default_k, find_angular, load_angular_for, metric_agreement, task_agreement
-from layerprobe.results import write_json
+from layerprobe.results import agreement_distances, agreement_span, write_json
+from layerprobe.review.sections import agreement_body
 
 
 def drop(deltas, higher_is_better=True, layers=None):
@@ -42,7 +46,7 @@ def test_agreement_fields_against_a_hand_computation():
     assert got["top_k"] == default_k(8) == 2
     assert got["most_redundant_by_distance"] == [3, 1] and got["least_harmful_by_delta"] == [3, 1]
     assert got["top_k_overlap"] == 1.0
-    assert got["adjacent_distance"] == adjacent and got["bootstrap"] == {"draws": 400, "seed": 3}
+    assert got["span_distance"] == adjacent and got["span"] == 1 and got["bootstrap"] == {"draws": 400, "seed": 3}
     # A perplexity-like metric: a larger ΔP is the loss, so the measures agree when rho is positive.
     ppl = metric_agreement(adjacent, drop([-d for d in deltas], higher_is_better=False), draws=50)
     assert ppl["agree_when"] == "positive" and ppl["spearman"] == pytest.approx(-got["spearman"], abs=1e-12)
@@ -65,7 +69,7 @@ def test_finding_and_checking_the_angular_file(tmp_path):
     with pytest.raises(ResultError, match="measured 4 blocks; this model has 6"):
         load_angular_for(path, 6)
     block = task_agreement(load_angular_for(path, 4), {"acc": drop([-0.3, 0.0, -0.1, -0.4])}, str(path))
-    assert block["acc"]["angular"] == str(path) and block["acc"]["adjacent_distance"] == [0.3, 0.1, 0.2, 0.4]
+    assert block["acc"]["angular"] == str(path) and block["acc"]["span_distance"] == [0.3, 0.1, 0.2, 0.4]
     assert block["acc"]["spearman"] == pytest.approx(-1.0)
 
 
@@ -76,7 +80,7 @@ def test_cli_finds_angular_json_in_out_prints_agreement_and_logs_samples(tiny_ch
     args += ["--limit", "4", "--batch-size", "4", "--device", "cpu", "--quiet", "--engine", "simple"]
     done = CliRunner().invoke(app, [*args, "--out", str(tmp_path), "--log-samples"], env={"COLUMNS": "250"})
     assert done.exit_code == 0, done.output
-    assert "agreement with angular: Spearman ρ(d(x^l, x^l+1), ΔP acc)" in done.output
+    assert "agreement with angular: Spearman ρ(d(x^l, x^(l+1)), ΔP acc)" in done.output
     assert "paired 95 % CI" in done.output
     data = json.loads((tmp_path / "prune_drop.json").read_text())
     block = data["tasks"]["lp_arc_like"]["agreement"]["acc"]
@@ -89,3 +93,32 @@ def test_cli_finds_angular_json_in_out_prints_agreement_and_logs_samples(tiny_ch
     write_json(other, angular_from_adjacent([0.1] * 6).to_dict())
     refused = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "x"), "--angular", str(other)])
     assert refused.exit_code == 2 and "measured 6 blocks; this model has 4" in refused.output
+
+
+def test_a_span_run_compares_and_labels_the_span_distance(tmp_path, capsys):
+    angular = angular_from_adjacent([0.3, 0.1, 0.2, 0.4])
+    path = write_json(tmp_path / "angular.json", angular.to_dict())
+    block = task_agreement(load_angular_for(path, 4), {"acc": drop([-0.3, 0.0, -0.1], layers=[0, 1, 2])}, "a", span=2)
+    want = [angular.distance[l][l + 2] for l in range(3)]
+    assert block["acc"]["span"] == 2 and block["acc"]["span_distance"] == want
+    assert "adjacent_distance" not in block["acc"]
+    result = prune_drop_result(
+        {"arc": {"acc": drop([-0.3, 0.0, -0.1], layers=[0, 1, 2])}},
+        limit=None,
+        model=model_info(4),
+        agreement=block,
+        settings={"span": 2, "unit": "block"},
+    )
+    print_agreement("acc", block["acc"], agreement_span(block["acc"], result.settings))
+    assert "Spearman ρ(d(x^l, x^(l+2)), ΔP acc)" in capsys.readouterr().out
+    fig = prune_drop_figure(result, "arc")
+    try:
+        assert fig.axes[1].get_ylabel() == r"$d(x^l,\,x^{l+2})$"
+        assert list(fig.axes[1].get_lines()[0].get_ydata()) == want
+    finally:
+        plt.close(fig)
+    assert "d(x^l, x^(l+2))" in agreement_body(result)
+    # A file written before the field was renamed: its adjacent_distance is still read (span from settings).
+    old = {k: v for k, v in block["acc"].items() if k not in ("span", "span_distance")}
+    old["adjacent_distance"] = want
+    assert agreement_distances(old) == want and agreement_span(old, result.settings) == 2
