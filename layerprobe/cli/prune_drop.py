@@ -103,8 +103,9 @@ def prune_drop(
         Path | None,
         typer.Option(
             "--angular",
-            help="angular.json of the same model: rank agreement of d(x^l, x^l+1) with ΔP "
-            "(default: <out>/angular.json when it exists).",
+            help="angular.json of the same model (checked: id or weights fingerprint, architecture, blocks): "
+            "rank agreement of d(x^l, x^(l+n)) with ΔP, n = --span (default: <out>/angular.json when it exists "
+            "and measured this model).",
         ),
     ] = None,
     corpus: Corpus,

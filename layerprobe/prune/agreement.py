@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from layerprobe.core import ResultError
-from layerprobe.results import AngularResult, MetricDrop, RunDir, load_result
+from layerprobe.results import AngularResult, MetricDrop, ModelInfo, RunDir, load_result
 from layerprobe.stats import DEFAULT_DRAWS, DEFAULT_SEED, spearman_bootstrap, top_k_overlap
 
 
@@ -52,6 +52,27 @@ def check_angular_fits(result: AngularResult, path: Path, num_layers: int | None
             f"{path} measured {result.num_layers} blocks; this model has {num_layers}.",
             hint="Pass the angular.json of the same model (layerprobe angular MODEL --out DIR).",
         )
+
+
+def angular_model_mismatch(measured: ModelInfo, info: ModelInfo) -> str | None:
+    """Why an angular result of `measured` is not one of the model `info` describes (None: it is the same model).
+
+    The same weights fingerprint is the same model whatever its id (a hub download and its local copy);
+    different fingerprints are different weights. Where either file lacks a fingerprint, the model id
+    decides. The architecture must match in every case.
+    """
+    reasons = []
+    if measured.architecture != info.architecture:
+        reasons.append(f"architecture {measured.architecture}, this model {info.architecture}")
+    if measured.weights_fingerprint and info.weights_fingerprint:
+        if measured.weights_fingerprint != info.weights_fingerprint:
+            reasons.append(
+                f"weights fingerprint {measured.weights_fingerprint[:19]}…, "
+                f"this model's {info.weights_fingerprint[:19]}…"
+            )
+    elif measured.id != info.id:
+        reasons.append(f"model {measured.id}, this model {info.id}, and no weights fingerprint to match them")
+    return "; ".join(reasons) or None
 
 
 def default_k(count: int) -> int:

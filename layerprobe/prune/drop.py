@@ -31,7 +31,13 @@ from layerprobe.model import (
     skeleton_stack,
 )
 from layerprobe.model import world as distributed_world
-from layerprobe.prune.agreement import AngularSource, check_angular_fits, find_angular, load_angular_for
+from layerprobe.prune.agreement import (
+    AngularSource,
+    angular_model_mismatch,
+    check_angular_fits,
+    find_angular,
+    load_angular_for,
+)
 from layerprobe.prune.assemble import assemble_result, prune_settings
 from layerprobe.prune.resume import finished_result, resumed_line
 from layerprobe.prune.samples import SampleLog, SampleRow
@@ -105,6 +111,16 @@ def run_prune_drop(
     info = model_info(loaded, stack)
     if angular is not None:
         check_angular_fits(angular.result, angular.path, stack.num_layers)
+        mismatch = angular_model_mismatch(angular.result.model, info)
+        if mismatch is not None and spec.angular is not None:
+            raise LayerprobeError(
+                f"{angular.path} measured another model ({mismatch}).",
+                hint="Pass the angular.json of this model (layerprobe angular MODEL --out DIR), or omit --angular.",
+            )
+        if mismatch is not None:  # found in --out, not asked for: the run goes on without the comparison
+            if world.is_main:
+                progress.note(f"{angular.path} measured another model ({mismatch}); no agreement with it is recorded.")
+            angular, angular_path = None, None
     print_ = fingerprint(spec, info)
     out_dir.mkdir(parents=True, exist_ok=True)
     run_dir, suffix = RunDir(out_dir), rank_suffix(world.rank, world.size)  # each rank its own progress files

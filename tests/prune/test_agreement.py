@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
-from factories import TASKS_DIR, angular_from_adjacent, metric_drop, model_info, prune_drop_result
+from factories import TASKS_DIR, angular_from_adjacent, loaded_head, metric_drop, model_info, prune_drop_result
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
 from layerprobe.cli.summaries import print_agreement
 from layerprobe.core.errors import ResultError
+from layerprobe.model.info import model_info as info_of
+from layerprobe.model.stack import find_layers
 from layerprobe.plots.delta import prune_drop_figure
-from layerprobe.prune.agreement import default_k, find_angular, load_angular_for, metric_agreement, task_agreement
-from layerprobe.results import agreement_distances, agreement_span, write_json
+from layerprobe.prune.agreement import (
+    angular_model_mismatch,
+    default_k,
+    find_angular,
+    load_angular_for,
+    metric_agreement,
+    task_agreement,
+)
+from layerprobe.results import ModelInfo, agreement_distances, agreement_span, write_json
 from layerprobe.review.sections import agreement_body
 
 
@@ -73,9 +83,18 @@ def test_finding_and_checking_the_angular_file(tmp_path):
     assert block["acc"]["spearman"] == pytest.approx(-1.0)
 
 
+def measured_by(path) -> ModelInfo:
+    """The model block an angular run of the checkpoint at `path` records."""
+    loaded = loaded_head(path)
+    return info_of(loaded, find_layers(loaded.model))
+
+
 def test_cli_finds_angular_json_in_out_prints_agreement_and_logs_samples(tiny_checkpoints, tmp_path):
     tasks = TASKS_DIR
-    write_json(tmp_path / "angular.json", angular_from_adjacent([0.3, 0.1, 0.2, 0.4]).to_dict())
+    same = dataclasses.replace(
+        angular_from_adjacent([0.3, 0.1, 0.2, 0.4]), model=measured_by(tiny_checkpoints["llama"])
+    )
+    write_json(tmp_path / "angular.json", same.to_dict())
     args = ["prune-drop", str(tiny_checkpoints["llama"]), "--task", "lp_arc_like", "--include-path", str(tasks)]
     args += ["--limit", "4", "--batch-size", "4", "--device", "cpu", "--quiet", "--engine", "simple"]
     done = CliRunner().invoke(app, [*args, "--out", str(tmp_path), "--log-samples"], env={"COLUMNS": "250"})
@@ -93,6 +112,35 @@ def test_cli_finds_angular_json_in_out_prints_agreement_and_logs_samples(tiny_ch
     write_json(other, angular_from_adjacent([0.1] * 6).to_dict())
     refused = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "x"), "--angular", str(other)])
     assert refused.exit_code == 2 and "measured 6 blocks; this model has 4" in refused.output
+
+    # Another model with the same number of blocks: refused when given, withheld (one line) when found in --out.
+    foreign = angular_from_adjacent([0.3, 0.1, 0.2, 0.4], model_id="org/another")
+    write_json(tmp_path / "foreign.json", foreign.to_dict())
+    refused = CliRunner().invoke(
+        app, [*args, "--out", str(tmp_path / "y"), "--angular", str(tmp_path / "foreign.json")]
+    )
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert f"{tmp_path / 'foreign.json'} measured another model (model org/another" in " ".join(refused.output.split())
+    assert not (tmp_path / "y" / "prune_drop.json").exists()
+    write_json(tmp_path / "z" / "angular.json", foreign.to_dict())
+    withheld = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "z")])
+    assert withheld.exit_code == 0, withheld.output
+    assert "measured another model" in withheld.output and "no agreement with it is recorded" in withheld.output
+    assert "agreement with angular" not in withheld.output
+    assert json.loads((tmp_path / "z" / "prune_drop.json").read_text())["tasks"]["lp_arc_like"].get("agreement") is None
+
+
+def test_the_model_of_an_angular_result_is_matched_by_fingerprint_else_by_id():
+    base = model_info(4, weights_fingerprint="sha256:aaaa")
+    assert angular_model_mismatch(base, base) is None
+    copy = dataclasses.replace(base, id="/local/copy")  # the same weights under another name
+    assert angular_model_mismatch(copy, base) is None
+    tuned = dataclasses.replace(base, weights_fingerprint="sha256:bbbb")  # same id, other weights
+    assert "weights fingerprint" in angular_model_mismatch(tuned, base)
+    older = dataclasses.replace(base, id="org/other", weights_fingerprint=None)  # no fingerprint: the id decides
+    assert "model org/other" in angular_model_mismatch(older, base)
+    assert angular_model_mismatch(dataclasses.replace(base, weights_fingerprint=None), base) is None
+    assert "architecture" in angular_model_mismatch(dataclasses.replace(base, architecture="GPT2LMHeadModel"), base)
 
 
 def test_a_span_run_compares_and_labels_the_span_distance(tmp_path, capsys):
