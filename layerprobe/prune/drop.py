@@ -102,7 +102,14 @@ def run_prune_drop(
         loaded = load_model(spec.model, purpose="head", lm_eval=True, tokenizer=tokenizer)
     stack = find_layers(loaded.model, spec.model.layers_path)
     remover = Remover.for_model(loaded.model, stack, spec.unit, spec.span)
-    layers = remover.ablation.starts(stack.num_layers, parse_layer_ranges(spec.layers, stack.num_layers))
+    selected = parse_layer_ranges(spec.layers, stack.num_layers)
+    layers = remover.ablation.starts(stack.num_layers, selected)
+    if spec.layers is not None and len(layers) < len(selected) and layers and world.is_main:
+        left_out = ", ".join(str(l) for l in selected if l not in layers)
+        progress.note(
+            f"--span {spec.span}: start(s) {left_out} cannot hold {spec.span} blocks inside the model's "
+            f"{stack.num_layers} (l ≤ {stack.num_layers - spec.span}); left out."
+        )
     if not layers:
         raise LayerprobeError(
             f"No selected start leaves a span of {spec.span} blocks inside the model's {stack.num_layers}.",
