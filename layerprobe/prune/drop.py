@@ -155,9 +155,7 @@ def run_prune_drop(
     if resume:
         batches = sum(journal.reused for journal in journals)
         damaged = state.damaged + unpaired + sum(journal.dropped for journal in journals)
-        line = resumed_line(total - remaining, total, batches, damaged, out_dir)
-        if line is not None:
-            progress.note(line)
+        progress.note(resumed_line(total - remaining, total, batches, damaged, out_dir))
     progress.stage("Evaluating (task × variant)", remaining, "eval")
     with progress.watching_blocks(stack):
         for scorer, tasks in scorers:

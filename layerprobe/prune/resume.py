@@ -56,10 +56,10 @@ def finished_result(path: Path, settings: PruneSettings, info: ModelInfo) -> tup
     )
 
 
-def resumed_line(reused: int, total: int, batches: int, damaged: int, where: Path) -> str | None:
-    """One line on what a resumed run takes over (None when it takes over nothing and nothing was damaged)."""
+def resumed_line(reused: int, total: int, batches: int, damaged: int, where: Path) -> str:
+    """One line on what a resumed run takes over, and how many damaged records it computes again."""
     if not reused and not batches and not damaged:
-        return None
+        return f"--resume: no unfinished run in {where}; computing all {total} evaluations."
     parts = [f"--resume: reusing {reused} of {total} evaluations from {where}"]
     if batches:
         parts.append(f"and {batches} batch(es) of journaled answers")
