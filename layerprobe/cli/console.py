@@ -80,8 +80,10 @@ err = make_console(stderr=True)
 class RichProgress:
     """Adapts the library's progress callbacks to one rich bar per stage, on stderr."""
 
-    def __init__(self, quiet: bool) -> None:
+    def __init__(self, quiet: bool, notes: bool = True) -> None:
+        """Bars unless `quiet`; the library's notes (one line each, on stderr) unless `notes` is False."""
         self.quiet = quiet
+        self.notes = notes
         self.bar = Progress(
             SpinnerColumn(),
             TextColumn("[bold]{task.description}"),
@@ -121,8 +123,13 @@ class RichProgress:
                 self.task, rate=f"{speed:,.0f} {self.unit}/s" if speed >= 10 else f"{speed:.2g} {self.unit}/s"
             )
 
+    def note(self, text: str) -> None:
+        """One line the library wants read: printed above the bars, also under --quiet."""
+        if self.notes:
+            self.bar.console.print(escape(text), highlight=False)
+
     def callbacks(self) -> LibraryProgress:
-        return LibraryProgress(on_stage=self.stage, on_advance=self.advance)
+        return LibraryProgress(on_stage=self.stage, on_advance=self.advance, on_note=self.note)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[RichProgress]:

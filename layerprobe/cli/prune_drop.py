@@ -103,8 +103,9 @@ def prune_drop(
         Path | None,
         typer.Option(
             "--angular",
-            help="angular.json of the same model: rank agreement of d(x^l, x^l+1) with ΔP "
-            "(default: <out>/angular.json when it exists).",
+            help="angular.json of the same model (checked: id or weights fingerprint, architecture, blocks): "
+            "rank agreement of d(x^l, x^(l+n)) with ΔP, n = --span (default: <out>/angular.json when it exists "
+            "and measured this model).",
         ),
     ] = None,
     precision: Annotated[
@@ -157,7 +158,7 @@ def prune_drop(
     ranks = world()
     if ranks.is_main:
         print_task_code(local_task_code(list(spec.tasks), spec.include_path))
-    progress = RichProgress(output.quiet or not ranks.is_main)
+    progress = RichProgress(output.quiet or not ranks.is_main, notes=ranks.is_main)
     with progress.running():
         result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks(), shard=share, world=ranks)
     if not ranks.is_main:

@@ -18,7 +18,9 @@ from layerprobe.results import (
     AngularSummary,
     DepthResult,
     PruneDropResult,
+    agreement_span,
     depth_summary,
+    span_distance_label,
     variant_label,
 )
 
@@ -139,7 +141,7 @@ def print_prune_summary(result: PruneDropResult) -> None:
             )
         agreement = (task.agreement or {}).get(metric_name)
         if agreement:
-            print_agreement(metric_name, agreement)
+            print_agreement(metric_name, agreement, agreement_span(agreement, result.settings))
         if task.nonfinite:
             err.print(
                 f"[yellow]warning:[/] {escape(name)}: {task.nonfinite} inputs gave NaN/inf outputs over all "
@@ -148,8 +150,8 @@ def print_prune_summary(result: PruneDropResult) -> None:
     out.print(f"engine: {escape(result.engine)}; {result.run.seconds or 0:,.1f} s", highlight=False)
 
 
-def print_agreement(metric_name: str, agreement: dict[str, Any]) -> None:
-    """One line: Spearman ρ between d(x^l, x^(l+1)) and ΔP with its interval, and the top-k overlap."""
+def print_agreement(metric_name: str, agreement: dict[str, Any], span: int = 1) -> None:
+    """One line: Spearman ρ between d(x^l, x^(l+span)) and ΔP with its interval, and the top-k overlap."""
     rho, ci = agreement.get("spearman"), agreement.get("spearman_ci95")
     rho_text = "undefined (a constant side)" if rho is None else f"{rho:+.2f}"
     if ci is not None:
@@ -157,7 +159,7 @@ def print_agreement(metric_name: str, agreement: dict[str, Any]) -> None:
     overlap = agreement.get("top_k_overlap")
     overlap_text = "" if overlap is None else f"; top-{agreement['top_k']} overlap {overlap:.0%}"
     out.print(
-        f"agreement with angular: Spearman ρ(d(x^l, x^l+1), ΔP {metric_name}) = {rho_text} "
+        f"agreement with angular: Spearman ρ({span_distance_label(span)}, ΔP {metric_name}) = {rho_text} "
         f"(the measures agree when ρ is {agreement.get('agree_when', 'negative')}){overlap_text}",
         highlight=False,
     )

@@ -91,12 +91,6 @@ class PruneSpec:
         if self.max_state_bytes < 1:
             raise LayerprobeError(f"--max-state-memory must be positive, got {self.max_state_bytes} bytes.")
         check_ablation(self.unit, self.span)
-        if CORPUS_TASK in self.tasks and (self.unit != "block" or self.span != 1):
-            raise LayerprobeError(
-                f"--task {CORPUS_TASK} scores single removed blocks; it cannot be combined with --unit {self.unit} "
-                f"--span {self.span} yet.",
-                hint="Score the corpus task in its own run (layerprobe prune-curve scores spans on it).",
-            )
         if not self.tasks:
             raise LayerprobeError("No --task given.", hint="e.g. --task mmlu, --task arc_easy or --task squad.")
         if len(set(self.tasks)) != len(self.tasks):

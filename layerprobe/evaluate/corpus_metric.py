@@ -14,6 +14,9 @@ bootstrap with lm-eval's `perplexity` aggregation on the windows' mean log-likel
 Engine ("shared" unless `--engine simple`): per batch of windows, one baseline pass records x^l, the
 input of the first removed block of every variant, and the base model's final hidden states. The
 variant "blocks [l, l+n) removed" then feeds x^l straight to block l+n and runs only the blocks after it.
+With prune-drop's `--span n` a variant l is the span [l, l+n); with `--unit attention|mlp` it is block l
+with that sublayer's output zeroed (`model.Remover`), scored by a full forward pass of the ablated model
+(both engines: nothing before block l changes, but no pass is shared).
 
 Memory: never corpus × vocabulary. Base log-probabilities are recomputed from the kept base final
 hidden states (batch × T × hidden) and compared with the variant's in slices of positions, so at most
@@ -35,7 +38,7 @@ from layerprobe.core import CORPUS_TASK
 from layerprobe.data import batches, pack_corpus
 from layerprobe.evaluate.paired import MEAN
 from layerprobe.evaluate.replay import Replay, head_logits, output_arity
-from layerprobe.model import LayerStack, capture_block_states, removed_blocks
+from layerprobe.model import LayerStack, Remover, capture_block_states, removed_blocks
 from layerprobe.results import Evaluation, MetricSamples, MetricScore
 
 if TYPE_CHECKING:
@@ -69,7 +72,8 @@ def corpus_windows(loaded: LoadedModel, corpus: CorpusSpec) -> list[Window]:
 class CorpusScorer:
     """Scores the `corpus` task for the baseline and every given variant, all computed on first use.
 
-    `variants` are spans of consecutive removed blocks (a block index l means (l,)). The first `score`
+    `variants` are spans of consecutive removed blocks (a block index l means (l,), or [l, l+n) with a
+    `remover` of span n; with a sublayer `remover`, block l's sublayer). The first `score`
     runs the whole corpus once for every variant (shared prefixes), later calls read the per-window
     values back, like the shared-prefix lm-eval engine's store.
     """
@@ -85,10 +89,13 @@ class CorpusScorer:
         batch_size: int | str = 8,  # "auto" (lm-eval's word for prune-drop's other tasks): 8
         engine: str = "shared",
         windows: list[Window] | None = None,
+        remover: Remover | None = None,
     ) -> None:
         self.loaded, self.stack, self.corpus = loaded, stack, corpus
         self.engine = "simple" if engine == "simple" else "shared"
-        self.variants = list(dict.fromkeys(as_span(v) for v in variants if as_span(v)))
+        self.sublayer = remover if remover is not None and remover.ablation.is_sublayer else None
+        self.span_length = remover.ablation.span if remover is not None and self.sublayer is None else 1
+        self.variants = list(dict.fromkeys(self.span_of(v) for v in variants if self.span_of(v)))
         for span in self.variants:
             if list(span) != list(range(span[0], span[0] + len(span))) or span[-1] >= stack.num_layers or span[0] < 0:
                 raise ValueError(f"not a span of consecutive blocks of a {stack.num_layers}-block model: {span}")
@@ -97,9 +104,15 @@ class CorpusScorer:
         self.active: Span = ()
         self.values: dict[Span, dict[str, list[float]]] | None = None
 
+    def span_of(self, variant: int | Span | None) -> Span:
+        """A variant as its removed blocks: None → (), l → [l, l+n) (n: the remover's span), a span as it is."""
+        if isinstance(variant, int):
+            return tuple(range(variant, variant + self.span_length))
+        return as_span(variant)
+
     @contextlib.contextmanager
     def variant(self, layer: int | Span | None) -> Iterator[None]:
-        self.active = as_span(layer)
+        self.active = self.span_of(layer)
         try:
             yield
         finally:
@@ -118,7 +131,7 @@ class CorpusScorer:
         values: dict[Span, dict[str, list[float]]] = {
             s: {m: [] for m in ("nll", "kl", "top1")} for s in [()] + self.variants
         }
-        starts = sorted({span[0] for span in self.variants})
+        starts = sorted({span[0] for span in self.variants}) if self.sublayer is None else []
         for group in batches(self.windows, self.batch_size):
             ids = torch.tensor([w.input_ids for w in group], device=self.loaded.input_device)
             with capture_block_states(self.stack) as states:
@@ -132,6 +145,9 @@ class CorpusScorer:
         return values
 
     def _variant_final(self, span: Span, ids: torch.Tensor, x_start: torch.Tensor | None) -> torch.Tensor:
+        if self.sublayer is not None:  # block span[0] stays, its sublayer's output is zero: a full pass
+            with self.sublayer.variant(span[0]):
+                return self._base_forward(ids)
         if x_start is None:  # the simple engine: the whole model without the span
             with removed_blocks(self.stack, list(span)):
                 return self._base_forward(ids)

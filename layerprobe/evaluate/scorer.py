@@ -125,7 +125,7 @@ def make_scorers(
         scorers.append((SquadTaskScorer(loaded, stack, spec, progress, remover, prepared.squad), [SQUAD_TASK]))
     if CORPUS_TASK in spec.tasks:
         progress.stage("Reading corpus")
-        corpus = CorpusScorer(loaded, stack, spec.corpus, list(layers), spec.batch_size, spec.engine)
+        corpus = CorpusScorer(loaded, stack, spec.corpus, list(layers), spec.batch_size, spec.engine, remover=remover)
         scorers.append((corpus, [CORPUS_TASK]))
     return scorers
 

@@ -26,7 +26,14 @@ from layerprobe.plots.common import (
     save_figure,
     title_name,
 )
-from layerprobe.results import MetricDrop, PruneDropResult, RunDir, variant_label
+from layerprobe.results import (
+    MetricDrop,
+    PruneDropResult,
+    RunDir,
+    agreement_distances,
+    agreement_span,
+    variant_label,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -51,8 +58,8 @@ def prune_drop_figure(result: PruneDropResult, task: str) -> Figure:
     _draw_delta_bars(ax, metric, metric_name)
     ax.set_xlabel(variant_label(result.settings))
     agreement = (result.tasks[task].agreement or {}).get(metric_name)
-    if agreement and agreement.get("adjacent_distance"):
-        _overlay_distance(ax, agreement)
+    if agreement and agreement_distances(agreement):
+        _overlay_distance(ax, agreement, agreement_span(agreement, result.settings))
     ax.set_title(f"{title_name(result.model)} · {task} · {metric_name}\nbaseline = {value_text(metric)}", fontsize=11)
     return fig
 
@@ -105,11 +112,13 @@ def _paired_color(gain: float, significant: bool | None) -> str:
     return HELPFUL if gain >= 0 else HARMFUL
 
 
-def _overlay_distance(ax: Axes, agreement: dict) -> None:
-    """The adjacent angular distance d(x^l, x^(l+1)) on a second y axis, with the rank agreement."""
+def _overlay_distance(ax: Axes, agreement: dict, span: int = 1) -> None:
+    """The angular distance d(x^l, x^(l+n)) of each variant's span on a second y axis, with the rank agreement."""
     twin = ax.twinx()
-    twin.plot(agreement["layers"], agreement["adjacent_distance"], "o-", color="#6c3483", markersize=3, linewidth=1)
-    twin.set_ylabel(r"$d(x^l,\,x^{l+1})$", color="#6c3483")
+    twin.plot(
+        agreement["layers"], agreement_distances(agreement) or [], "o-", color="#6c3483", markersize=3, linewidth=1
+    )
+    twin.set_ylabel(rf"$d(x^l,\,x^{{l+{span}}})$", color="#6c3483")
     twin.tick_params(axis="y", colors="#6c3483")
     rho, ci = agreement.get("spearman"), agreement.get("spearman_ci95")
     if rho is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from layerprobe.core import ResultError
-from layerprobe.results import AngularResult, MetricDrop, RunDir, load_result
+from layerprobe.results import AngularResult, MetricDrop, ModelInfo, RunDir, load_result
 from layerprobe.stats import DEFAULT_DRAWS, DEFAULT_SEED, spearman_bootstrap, top_k_overlap
 
 
@@ -54,6 +54,27 @@ def check_angular_fits(result: AngularResult, path: Path, num_layers: int | None
         )
 
 
+def angular_model_mismatch(measured: ModelInfo, info: ModelInfo) -> str | None:
+    """Why an angular result of `measured` is not one of the model `info` describes (None: it is the same model).
+
+    The same weights fingerprint is the same model whatever its id (a hub download and its local copy);
+    different fingerprints are different weights. Where either file lacks a fingerprint, the model id
+    decides. The architecture must match in every case.
+    """
+    reasons = []
+    if measured.architecture != info.architecture:
+        reasons.append(f"architecture {measured.architecture}, this model {info.architecture}")
+    if measured.weights_fingerprint and info.weights_fingerprint:
+        if measured.weights_fingerprint != info.weights_fingerprint:
+            reasons.append(
+                f"weights fingerprint {measured.weights_fingerprint[:19]}…, "
+                f"this model's {info.weights_fingerprint[:19]}…"
+            )
+    elif measured.id != info.id:
+        reasons.append(f"model {measured.id}, this model {info.id}, and no weights fingerprint to match them")
+    return "; ".join(reasons) or None
+
+
 def default_k(count: int) -> int:
     """How many blocks the top-k overlap compares: a quarter of them, at least one."""
     return max(1, count // 4)
@@ -63,6 +84,7 @@ def metric_agreement(
     adjacent: list[float],
     metric: MetricDrop,
     *,
+    span: int = 1,
     k: int | None = None,
     draws: int = DEFAULT_DRAWS,
     seed: int = DEFAULT_SEED,
@@ -70,8 +92,9 @@ def metric_agreement(
     """The agreement block of one metric (see the module docstring); blocks with a non-finite value are left out.
 
     Args:
-        adjacent: d(x^l, x^(l+1)) for every block l of the model (`summary.adjacent` of angular.json).
-        metric: The metric's ΔP per removed block.
+        adjacent: d(x^l, x^(l+n)) for every start l (n = `span`; for n = 1 `summary.adjacent` of angular.json).
+        metric: The metric's ΔP per removed block (or span).
+        span: n, the blocks each variant removed: recorded as `span`, the distances as `span_distance`.
         k: Blocks compared by the top-k overlap (default: a quarter of the usable blocks).
         draws: Bootstrap draws for rho's interval.
         seed: Seed of that bootstrap.
@@ -90,7 +113,8 @@ def metric_agreement(
     by_loss = [layers[i] for i in sorted(range(len(pairs)), key=lambda i: loss[i])]
     return {
         "layers": layers,
-        "adjacent_distance": distance,  # d(x^l, x^(l+1)) for `layers`: the plot overlays it from here
+        "span": span,
+        "span_distance": distance,  # d(x^l, x^(l+span)) for `layers`: the plot overlays it from here
         "spearman": rho,
         "spearman_ci95": None if ci is None else list(ci),
         "agree_when": "negative" if metric.higher_is_better else "positive",
@@ -110,4 +134,6 @@ def task_agreement(
     With `span` n (prune-drop --span), variant l removed blocks [l, l+n): its distance is d(x^l, x^(l+n)).
     """
     adjacent = [angular.distance[l][l + span] for l in range(angular.num_layers - span + 1)]
-    return {name: {"angular": source, **metric_agreement(adjacent, metric)} for name, metric in metrics.items()}
+    return {
+        name: {"angular": source, **metric_agreement(adjacent, metric, span=span)} for name, metric in metrics.items()
+    }

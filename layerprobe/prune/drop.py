@@ -32,12 +32,19 @@ from layerprobe.model import (
     skeleton_stack,
 )
 from layerprobe.model import world as distributed_world
-from layerprobe.prune.agreement import AngularSource, check_angular_fits, find_angular, load_angular_for
+from layerprobe.prune.agreement import (
+    AngularSource,
+    angular_model_mismatch,
+    check_angular_fits,
+    find_angular,
+    load_angular_for,
+)
 from layerprobe.prune.assemble import assemble_result, prune_settings
+from layerprobe.prune.resume import finished_result, resumed_line
 from layerprobe.prune.samples import SampleLog, SampleRow
 from layerprobe.prune.sequential import SequentialScorer, run_sequential_task
 from layerprobe.prune.shards import write_shard
-from layerprobe.prune.state import PruneState, fingerprint, variant_key
+from layerprobe.prune.state import PruneState, check_state_paths, fingerprint, variant_key
 from layerprobe.results import JSONObject, PruneDropResult, RunDir, RunTimer, rank_suffix, to_rows, write_json
 
 
@@ -52,11 +59,14 @@ def run_prune_drop(
 ) -> PruneDropResult | None:
     """Score the baseline and every selected block removed; write prune_drop.json into `out_dir`.
 
-    `shard` (i of N) scores only that share of the variants and writes prune_drop.shard.json for
-    `layerprobe merge` instead, returning None. Under `accelerate launch`/`torchrun` every rank scores
-    a share of the variants (of the shard's), rank 0 gathers them and writes; every rank returns the result.
+    `shard` (i of N, also 0/1) scores only that share of the variants and writes prune_drop.shard.json
+    for `layerprobe merge` instead, returning None. Under `accelerate launch`/`torchrun` every rank
+    scores a share of the variants (of the shard's), rank 0 gathers them and writes; every rank returns
+    the result. With `resume`, a run that already finished in `out_dir` is returned as it is when it is
+    this very run's (`resume.py`).
     """
     progress = progress or Progress()
+    sharded = shard is not None  # `--shard 0/1` is a shard too: its file is what merge reads
     shard = shard or Share()
     world = world or distributed_world()
     timer = RunTimer()
@@ -70,6 +80,7 @@ def run_prune_drop(
         parse_layer_ranges(spec.layers, skeleton.num_layers)  # fail before minutes of loading
     elif isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
         parse_layer_ranges(spec.layers, config.num_hidden_layers)
+    check_state_paths(out_dir)
     angular_path = find_angular(spec.angular, out_dir)
     known_layers = skeleton.num_layers if skeleton is not None else None
     if known_layers is None and not spec.model.layers_path:
@@ -100,7 +111,14 @@ def run_prune_drop(
         loaded = load_model(spec.model, purpose="head", lm_eval=True, tokenizer=tokenizer)
     stack = find_layers(loaded.model, spec.model.layers_path)
     remover = Remover.for_model(loaded.model, stack, spec.unit, spec.span)
-    layers = remover.ablation.starts(stack.num_layers, parse_layer_ranges(spec.layers, stack.num_layers))
+    selected = parse_layer_ranges(spec.layers, stack.num_layers)
+    layers = remover.ablation.starts(stack.num_layers, selected)
+    if spec.layers is not None and len(layers) < len(selected) and layers and world.is_main:
+        left_out = ", ".join(str(l) for l in selected if l not in layers)
+        progress.note(
+            f"--span {spec.span}: start(s) {left_out} cannot hold {spec.span} blocks inside the model's "
+            f"{stack.num_layers} (l ≤ {stack.num_layers - spec.span}); left out."
+        )
     if not layers:
         raise LayerprobeError(
             f"No selected start leaves a span of {spec.span} blocks inside the model's {stack.num_layers}.",
@@ -109,14 +127,32 @@ def run_prune_drop(
     info = model_info(loaded, stack)
     if angular is not None:
         check_angular_fits(angular.result, angular.path, stack.num_layers)
+        mismatch = angular_model_mismatch(angular.result.model, info)
+        if mismatch is not None and spec.angular is not None:
+            raise LayerprobeError(
+                f"{angular.path} measured another model ({mismatch}).",
+                hint="Pass the angular.json of this model (layerprobe angular MODEL --out DIR), or omit --angular.",
+            )
+        if mismatch is not None:  # found in --out, not asked for: the run goes on without the comparison
+            if world.is_main:
+                progress.note(f"{angular.path} measured another model ({mismatch}); no agreement with it is recorded.")
+            angular, angular_path = None, None
     print_ = fingerprint(spec, info)
     out_dir.mkdir(parents=True, exist_ok=True)
     run_dir, suffix = RunDir(out_dir), rank_suffix(world.rank, world.size)  # each rank its own progress files
+    settings = prune_settings(spec, layers, remover)
+    if resume and not sharded and run_dir.prune_drop_json.is_file() and not run_dir.partial_jsons():
+        finished, reuse_line = finished_result(run_dir.prune_drop_json, settings, info)
+        if world.is_main:
+            progress.note(reuse_line)
+        if finished is not None:
+            return finished
     state = PruneState.open(out_dir, print_, resume, run_dir.partial_json(suffix).name)
     samples = SampleLog.open(out_dir, resume, suffix)
-    samples.reconcile(state)
+    unpaired = samples.reconcile(state)
     world.barrier()  # every rank has read the progress files before any rank writes its own
     variants = world.share.of(shard.of([None, *layers]))
+    total = len(spec.tasks) * len(variants)
     remaining = sum(not state.has(t, v) for t in spec.tasks for v in variants)
     mine_layers = [v for v in variants if v is not None]  # this rank's (and shard's) share only
     scorers = make_scorers(loaded, stack, spec, mine_layers, progress, remover, prepared) if remaining else []
@@ -125,6 +161,10 @@ def run_prune_drop(
         for scorer, _ in scorers
         if hasattr(scorer, "keep_answers")
     ]
+    if resume:
+        batches = sum(journal.reused for journal in journals)
+        damaged = state.damaged + unpaired + sum(journal.dropped for journal in journals)
+        progress.note(resumed_line(total - remaining, total, batches, damaged, out_dir))
     progress.stage("Evaluating (task × variant)", remaining, "eval")
     with progress.watching_blocks(stack):
         for scorer, tasks in scorers if spec.precision is None else []:
@@ -135,8 +175,9 @@ def run_prune_drop(
                 with scorer.variant(layer):
                     for task in pending:
                         evaluation = scorer.score(task)
-                        samples.append(task, to_rows(layer, evaluation.per_sample))  # rows first: see samples.py
-                        state.record(task, layer, evaluation)
+                        new_rows = to_rows(layer, evaluation.per_sample)
+                        samples.append(task, new_rows)  # rows first: see samples.py
+                        state.record(task, layer, evaluation, new_rows)
                         if not scorer.reports_progress:
                             progress.on_advance(1)
                         progress.on_evaluation(EvaluationEvent(task, layer, scorer.engine, evaluation, scorer))
@@ -156,22 +197,30 @@ def run_prune_drop(
                 state.done.setdefault(task, {}).update(evaluations)
                 if rank:  # rank 0's rows are in its own log already
                     samples.append(task, rows)
-        settings = prune_settings(spec, layers, remover)
         run = timer.finish(loaded.device_label)
-        if shard.whole:
+        if not sharded:
             result = assemble_result(info, settings, state, run, samples, angular)
             write_json(run_dir.prune_drop_json, result.to_dict())
         else:
             rows = {t: _rows_of(samples, t, shard.of([None, *layers])) for t in spec.tasks}
             write_shard(out_dir, shard, print_, info, settings, state.done, rows, run, angular_path)
-        samples.finish(list(spec.tasks), keep=spec.log_samples and shard.whole)
+        samples.finish(list(spec.tasks), keep=spec.log_samples and not sharded)
+        if samples.stale_removed:
+            progress.note(
+                f"removed {len(samples.stale_removed)} per-document file(s) an earlier run left in "
+                f"{run_dir.samples_dir} (they described other variants): "
+                + ", ".join(p.name for p in samples.stale_removed)
+            )
     world.barrier()  # the result is on disk before any progress file goes
     if not world.is_main:
-        samples.finish([], keep=False)
+        samples.finish([], keep=False, main=False)
     state.remove()
     for journal in journals:
         journal.remove()
-    return result if world.size == 1 or not shard.whole else world.gather(result)[0]
+    if world.is_main:  # also a journal the simple engine never opened (a shared run resumed with --engine simple)
+        for leftover in run_dir.journals():
+            leftover.unlink(missing_ok=True)
+    return result if world.size == 1 or sharded else world.gather(result)[0]
 
 
 def _run_sequential(

@@ -4,13 +4,15 @@ A prune-drop over a 7B model is hours of GPU time; a crash or Ctrl-C must not co
 Each finished evaluation is written (atomically) to `prune_drop.partial.json`. `--resume` reads it back
 and recomputes nothing already there, but only when the run is the same experiment: same model and
 commit, dtype, few-shot, limit, seed and task sources. Mixing scores of two experiments would give a
-ΔP that measures nothing.
+ΔP that measures nothing. Each record carries a checksum of itself and of its per-document rows: a record
+damaged on disk is dropped and evaluated again (`damaged` counts them; the run says how many).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -20,6 +22,7 @@ from layerprobe.results import (
     JSONObject,
     PruneProgress,
     RunDir,
+    checksum,
     evaluation_from_dict,
     evaluation_to_dict,
     library_versions,
@@ -115,14 +118,44 @@ def files_stat_digest(path: str) -> str:
     return f"{os.path.abspath(path)}@{digest.hexdigest()[:16]}"
 
 
+def check_state_paths(out_dir: Path) -> None:
+    """Refuse, before any weight loads, an --out where a folder sits at the name of a file a run keeps (or the reverse).
+
+    Raises:
+        ResultError: naming the path.
+    """
+    run = RunDir(out_dir)
+    files = [run.partial_json(), run.journal(), run.prune_drop_json, run.shard_json]
+    for path in [*files, *run.partial_jsons()]:
+        if path.is_dir():
+            raise ResultError(
+                f"{path} is a directory; prune-drop keeps a file under that name.",
+                hint="Move that directory away, or use another --out.",
+            )
+    for folder in (run.partial_samples(), run.samples_dir):
+        if folder.exists() and not folder.is_dir():
+            raise ResultError(
+                f"{folder} is a file; prune-drop keeps a folder under that name.",
+                hint="Move that file away, or use another --out.",
+            )
+
+
 class PruneState:
     """Scores by task and variant, with the fingerprint of the experiment that produced them."""
 
-    def __init__(self, path: Path, fingerprint: dict[str, object], done: Recorded | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        fingerprint: dict[str, object],
+        done: Recorded | None = None,
+        checks: dict[str, dict[str, dict[str, str]]] | None = None,
+    ) -> None:
         """A state kept at `path` for the experiment `fingerprint`, holding `done` (nothing: a fresh run)."""
         self.path = path
         self.fingerprint = fingerprint
         self.done: Recorded = done or {}
+        self.checks = checks or {}  # task → variant key → {"record": …, "rows": …} (`results.checksum`)
+        self.damaged = 0  # records read back damaged and dropped (evaluated again)
 
     @classmethod
     def open(cls, out_dir: Path, fingerprint: dict[str, object], resume: bool, name: str = PARTIAL_NAME) -> PruneState:
@@ -140,13 +173,23 @@ class PruneState:
 
     @classmethod
     def _read(cls, path: Path, fingerprint: dict[str, object], resume: bool) -> PruneState:
-        """The state in the progress file at `path`, refused unless resuming the same experiment."""
+        """The state in the progress file at `path`, refused unless resuming the same experiment.
+
+        A file that is not readable JSON at all (random bytes, cut short) counts as one damaged record
+        and starts over; damaged records are dropped (`damaged`).
+        """
         if not resume:  # never overwrite hours of finished evaluations by accident
             raise ResultError(
                 f"{path} holds an unfinished prune-drop run.",
                 hint="Add --resume to continue it, or delete that file (or use another --out) to start over.",
             )
-        progress = PruneProgress.from_dict(read_json(path), str(path))  # every entry validated, once
+        try:
+            data = read_json(path)
+        except ResultError:
+            state = cls(path, fingerprint)
+            state.damaged = 1
+            return state
+        progress, dropped = PruneProgress.salvage(data, str(path))
         stored = progress.fingerprint
         differing = sorted(k for k in set(stored) | set(fingerprint) if stored.get(k) != fingerprint.get(k))
         if differing:
@@ -155,27 +198,45 @@ class PruneState:
                 f"--resume refuses to mix results of a different run ({details}).",
                 hint=f"Use another --out directory, or delete {path} to start over.",
             )
-        return cls(path, fingerprint, progress.done)
+        state = cls(path, fingerprint, progress.done, progress.checks)
+        state.damaged = dropped
+        return state
 
     def adopt(self, other: PruneState) -> None:
         """Take the evaluations `other` holds that this state lacks (kept in memory, written with the next record)."""
+        self.damaged += other.damaged
         for task, variants in other.done.items():
             for key, value in variants.items():
-                self.done.setdefault(task, {}).setdefault(key, value)
+                if key not in self.done.get(task, {}):
+                    self.done.setdefault(task, {})[key] = value
+                    self.checks.setdefault(task, {})[key] = other.checks.get(task, {}).get(key, {})
 
     def has(self, task: str, layer: int | None) -> bool:
         """Whether the evaluation of `task` on variant `layer` is recorded."""
         return variant_key(layer) in self.done.get(task, {})
 
+    def count(self) -> int:
+        """How many (task, variant) evaluations are recorded."""
+        return sum(len(variants) for variants in self.done.values())
+
     def get(self, task: str, layer: int | None) -> Evaluation:
         """The recorded evaluation of `task` on variant `layer` (KeyError if there is none)."""
         return evaluation_from_dict(self.done[task][variant_key(layer)])
 
-    def record(self, task: str, layer: int | None, evaluation: Evaluation) -> None:
-        """Keep one finished evaluation and write the whole state to disk before returning."""
+    def record(
+        self, task: str, layer: int | None, evaluation: Evaluation, rows: Sequence[Mapping[str, object]] | None = None
+    ) -> None:
+        """Keep one finished evaluation (and the checksum of its per-document `rows`); write the state to disk."""
         # evaluation_to_dict builds JSON-ready values only (numbers, strings, lists, dicts).
-        self.done.setdefault(task, {})[variant_key(layer)] = cast(JSONObject, evaluation_to_dict(evaluation))
-        write_json(self.path, PruneProgress(self.fingerprint, self.done).to_dict())
+        entry = cast(JSONObject, evaluation_to_dict(evaluation))
+        key = variant_key(layer)
+        self.done.setdefault(task, {})[key] = entry
+        self.checks.setdefault(task, {})[key] = {"record": checksum(entry), "rows": checksum(rows or [])}
+        write_json(self.path, PruneProgress(self.fingerprint, self.done, self.checks).to_dict())
+
+    def rows_check(self, task: str, layer: int | None) -> str | None:
+        """The checksum of the per-document rows recorded with (task, variant), None if unknown."""
+        return self.checks.get(task, {}).get(variant_key(layer), {}).get("rows")
 
     def variants(self, task: str) -> list[int | None]:
         """The variants recorded for `task` (None: the baseline)."""
@@ -184,6 +245,7 @@ class PruneState:
     def forget(self, task: str, layer: int | None) -> None:
         """Drop one recorded evaluation so that it is evaluated again (its per-document rows are lost)."""
         self.done.get(task, {}).pop(variant_key(layer), None)
+        self.checks.get(task, {}).pop(variant_key(layer), None)
 
     def remove(self) -> None:
         """Delete the progress file: the run's result is written."""

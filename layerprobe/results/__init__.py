@@ -47,6 +47,7 @@ from layerprobe.results.io import (
     STABILITY_SCHEMA,
     atomic_write,
     pid_alive,
+    checksum,
     read_json,
     read_json_lines,
     write_json,
@@ -61,7 +62,10 @@ from layerprobe.results.prune_drop import (
     PruneDropResult,
     TaskDrop,
     TaskSummary,
+    agreement_distances,
+    agreement_span,
     prune_drop_summary,
+    span_distance_label,
     variant_label,
 )
 from layerprobe.results.prune_state import PruneProgress, PruneShard
@@ -109,6 +113,10 @@ from layerprobe.results.track import (
 from layerprobe.results.validate import Node
 
 __all__ = [
+    "agreement_distances",
+    "agreement_span",
+    "span_distance_label",
+    "checksum",
     "ALIGNS",
     "ANGULAR_JSON",
     "ANGULAR_KIND",

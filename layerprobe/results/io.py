@@ -9,6 +9,7 @@ layerprobe writes (`layerprobe/<kind>@<version>`) is registered in `SCHEMAS` and
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -166,6 +167,16 @@ def write_json_lines(path: str | os.PathLike[str], rows: Iterable[Record]) -> Pa
                 handle.write(scrub(json.dumps(row, allow_nan=True)) + "\n")
 
     return atomic_write(path, write)
+
+
+def checksum(value: object) -> str:
+    """The first 16 hex digits of the sha256 of `value`'s canonical JSON (sorted keys, no spaces, NaN allowed).
+
+    Resume state carries one per record, so a record damaged on disk (a flipped byte, a hand edit, a
+    truncated copy) is recognised and computed again instead of being trusted.
+    """
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=True, ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:16]
 
 
 def read_json_lines(path: str | os.PathLike[str]) -> list[JSONObject]:

@@ -3,20 +3,27 @@
 Both hold finished evaluations in `evaluation_to_dict`'s form, by task and variant key ("baseline" or
 a removed block's index), with the fingerprint of the experiment that produced them. They are read
 back hours later, maybe after a hand edit or a truncated copy, so they are validated field by field
-like every result file: a bad one is one line naming the file and the JSON path, before any work.
+like every result file: a bad shard is one line naming the file and the JSON path, before any work.
+
+The progress file is resume state, not a result: each record carries a checksum (`checks`: of the
+evaluation and of its per-document rows), and `PruneProgress.salvage` keeps only the records that are
+intact, so whatever was damaged is computed again (the caller says how many) instead of failing the run.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
+from layerprobe.core import ResultError
 from layerprobe.results.evaluation import evaluation_from_dict
-from layerprobe.results.io import PARTIAL_SCHEMA, SHARD_SCHEMA, check_schema
+from layerprobe.results.io import PARTIAL_SCHEMA, SHARD_SCHEMA, check_schema, checksum
 from layerprobe.results.json_types import JSONObject, Record
 from layerprobe.results.provenance import ModelInfo, RunInfo
 from layerprobe.results.validate import Node
 
 Done = dict[str, dict[str, JSONObject]]  # task → variant key → evaluation (`evaluation_to_dict`'s form)
+# task → variant key → {"record": checksum of the evaluation, "rows": checksum of its per-document rows}
+Checks = dict[str, dict[str, dict[str, str]]]
 
 
 def read_done(node: Node, tasks: list[str] | None = None) -> Done:
@@ -37,13 +44,17 @@ def read_done(node: Node, tasks: list[str] | None = None) -> Done:
 
 @dataclass(frozen=True)
 class PruneProgress:
-    """prune_drop.partial.json: the evaluations a prune-drop has finished, and which experiment they belong to."""
+    """prune_drop.partial.json: the evaluations a prune-drop has finished, and which experiment they belong to.
+
+    `checks` holds, per record, the checksum of the evaluation and of its per-document rows (`io.checksum`).
+    """
 
     fingerprint: Record
     done: Done
+    checks: Checks = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        return {"schema": PARTIAL_SCHEMA, "fingerprint": self.fingerprint, "done": self.done}
+        return {"schema": PARTIAL_SCHEMA, "fingerprint": self.fingerprint, "done": self.done, "checks": self.checks}
 
     @classmethod
     def from_dict(cls, data: JSONObject, source: str) -> PruneProgress:
@@ -58,7 +69,71 @@ class PruneProgress:
         return cls(
             fingerprint=fingerprint.obj() if fingerprint.present else {},
             done=read_done(done) if done.present else {},
+            checks=_read_checks(root.key("checks")),
         )
+
+    @classmethod
+    def salvage(cls, data: JSONObject, source: str) -> tuple[PruneProgress, int]:
+        """The intact records of a progress file, and how many were dropped as damaged.
+
+        A record is kept only if it reads as an evaluation and its checksum matches (a record without one,
+        of an older file, is dropped too): a wrong shape, a string or NaN where a number belongs, or an
+        edited number means that (task, variant) is evaluated again. The file's schema and fingerprint are
+        still checked strictly: they decide whether it belongs to this run at all.
+
+        Raises:
+            ResultError: another file's schema, or a fingerprint that is not an object.
+        """
+        root = Node(data, source)
+        check_schema(root, PARTIAL_SCHEMA, refusal=f"{source} is not a prune-drop progress file.")
+        fingerprint = root.key("fingerprint")
+        checks = _read_checks(root.key("checks"))
+        done: Done = {}
+        kept: Checks = {}
+        dropped = 0
+        block: object = root.key("done").value if root.key("done").present else {}
+        if not isinstance(block, dict):
+            return cls(fingerprint.obj() if fingerprint.present else {}, {}, {}), 1
+        for task, variants in block.items():
+            if not isinstance(variants, dict):
+                dropped += len(variants) if isinstance(variants, list) and variants else 1
+                continue
+            for key, entry in variants.items():
+                check = checks.get(task, {}).get(key, {})
+                if not (key == "baseline" or (key.isascii() and key.isdigit())) or not _intact(
+                    entry, check.get("record"), f"{source}: done.{task}.{key}"
+                ):
+                    dropped += 1
+                    continue
+                done.setdefault(task, {})[key] = entry
+                kept.setdefault(task, {})[key] = check
+        return cls(fingerprint.obj() if fingerprint.present else {}, done, kept), dropped
+
+
+def _intact(entry: object, expected: str | None, source: str) -> bool:
+    """Whether `entry` reads as an evaluation and has the checksum `expected`."""
+    if not isinstance(entry, dict) or expected is None or checksum(entry) != expected:
+        return False
+    try:
+        evaluation_from_dict(entry, source)
+    except ResultError:
+        return False
+    return True
+
+
+def _read_checks(node: Node) -> Checks:
+    """The `checks` block, keeping only well-formed entries (a damaged one just leaves its record unchecked)."""
+    value = node.value if node.present else None
+    if not isinstance(value, dict):
+        return {}
+    checks: Checks = {}
+    for task, variants in value.items():
+        if not isinstance(variants, dict):
+            continue
+        for key, check in variants.items():
+            if isinstance(check, dict):
+                checks.setdefault(task, {})[key] = {k: v for k, v in check.items() if isinstance(v, str)}
+    return checks
 
 
 @dataclass(frozen=True)

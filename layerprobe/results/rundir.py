@@ -199,6 +199,10 @@ class RunDir:
         """The shared engine's answer journal (`evaluate/journal.py`), one per process."""
         return self.path / f"prune_drop.answers{suffix}.jsonl"
 
+    def journals(self) -> list[Path]:
+        """Every process's answer journal in the directory, sorted (what a finished run removes)."""
+        return sorted(p for p in self.path.glob("prune_drop.answers*.jsonl") if p.is_file())
+
     @property
     def shard_json(self) -> Path:
         return self.path / SHARD_JSON

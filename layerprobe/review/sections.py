@@ -19,7 +19,9 @@ from layerprobe.results import (
     PruneCurveResult,
     PruneDropResult,
     RunInfo,
+    agreement_span,
     depth_summary,
+    span_distance_label,
 )
 from layerprobe.review.heatmap import heatmap_svg
 from layerprobe.review.runs import RunResults
@@ -165,7 +167,10 @@ def drop_body(result: PruneDropResult, prefix: str) -> str:
 
 
 def agreement_body(result: PruneDropResult) -> str:
-    """Per task and metric: Spearman ρ between d(x^l, x^(l+1)) and ΔP with its 95 % interval, and the top-k overlap."""
+    """Per task and metric: Spearman ρ between d(x^l, x^(l+n)) and ΔP with its 95 % interval, and the top-k overlap.
+
+    n is the run's span (`--span`): the distance column says which distance was compared.
+    """
     rows = []
     for task, drop in result.tasks.items():
         for metric, record in (drop.agreement or {}).items():
@@ -175,8 +180,9 @@ def agreement_body(result: PruneDropResult) -> str:
             if isinstance(ci, list) and len(ci) == 2:
                 shown += f" [{ci[0]:+.2f}, {ci[1]:+.2f}]"
             overlap = record.get("top_k_overlap")
+            label = span_distance_label(agreement_span(record, result.settings))
             rows.append(
-                f'<tr><td>{esc(task)}</td><td>{esc(metric)}</td><td class="num">{esc(shown)}</td>'
+                f'<tr><td>{esc(task)}</td><td>{esc(metric)}</td><td>{esc(label)}</td><td class="num">{esc(shown)}</td>'
                 f'<td>{esc(record.get("agree_when"))}</td><td class="num">{esc(record.get("top_k"))}</td>'
                 f'<td class="num">{esc(number(overlap if isinstance(overlap, int | float) else None, 2))}</td>'
                 f"<td>{esc(record.get('most_redundant_by_distance'))}</td><td>{esc(record.get('least_harmful_by_delta'))}</td></tr>"
@@ -187,7 +193,7 @@ def agreement_body(result: PruneDropResult) -> str:
             "in its --out (or --angular).</p>"
         )
     return (
-        '<div class="scroll"><table class="agreement"><thead><tr><th>task</th><th>metric</th>'
+        '<div class="scroll"><table class="agreement"><thead><tr><th>task</th><th>metric</th><th>d</th>'
         '<th class="num">Spearman ρ(d, ΔP) [95 % CI]</th><th>agree when ρ is</th><th class="num">k</th>'
         '<th class="num">top-k overlap</th><th>most redundant by d</th><th>least harmful by ΔP</th></tr></thead><tbody>'
         + "".join(rows)

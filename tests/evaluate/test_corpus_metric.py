@@ -12,6 +12,7 @@ from reference import corpus_reference, deleted_span_float64
 from layerprobe.core import BUILTIN_CORPUS, CorpusSpec, ModelSpec
 from layerprobe.data import build_windows, iter_documents
 from layerprobe.evaluate.corpus_metric import CorpusScorer, corpus_windows
+from layerprobe.model.ablation import Remover
 from layerprobe.model.load import load_model
 from layerprobe.model.stack import find_layers
 
@@ -67,3 +68,33 @@ def test_corpus_scorer_rejects_non_spans(tiny_checkpoints):
     loaded = load_model(ModelSpec(str(tiny_checkpoints["llama"]), device="cpu"), purpose="head")
     with pytest.raises(ValueError):
         CorpusScorer(loaded, find_layers(loaded.model), CORPUS, [(0, 2)], windows=[])
+
+
+def test_corpus_scores_spans_and_sublayers_of_a_remover(tiny_checkpoints, tmp_path):
+    """prune-drop's --span n and --unit attention on --task corpus: variant l is [l, l+n), or block l's attention."""
+    path = tiny_checkpoints["llama"]
+    loaded = load_model(ModelSpec(str(path), dtype="float32", device="cpu"), purpose="head")
+    stack = find_layers(loaded.model)
+    base64 = tf.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64).eval()
+    spans = Remover.for_model(loaded.model, stack, "block", 2)
+    scorer = CorpusScorer(loaded, stack, CORPUS, [None, 0, 2], batch_size=2, engine="shared", remover=spans)
+    assert scorer.variants == [(0, 1), (2, 3)]
+    with scorer.variant(2):
+        got = scorer.score("corpus").per_sample["kl"].values["corpus"]
+    ref = corpus_reference(base64, deleted_span_float64(path, "llama", (2, 3), tmp_path / "span"), scorer.windows)
+    assert [got[i] for i in range(5)] == pytest.approx(ref["kl"], abs=2e-5)
+
+    attention = Remover.for_model(loaded.model, stack, "attention")
+    scorer = CorpusScorer(loaded, stack, CORPUS, [None, 1], batch_size=2, engine="shared", remover=attention)
+    with scorer.variant(1):
+        evaluation = scorer.score("corpus")
+    zeroed = tf.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64).eval()
+    with torch.no_grad():  # the reference: block 1's attention output projection set to zero
+        zeroed.model.layers[1].self_attn.o_proj.weight.zero_()
+    ref = corpus_reference(base64, zeroed, scorer.windows)
+    for name, key in (("nll", "nll"), ("kl", "kl"), ("top1_agreement", "top1")):
+        got = evaluation.per_sample[name].values["corpus"]
+        assert [got[i] for i in range(5)] == pytest.approx(ref[key], abs=2e-5), name
+    assert evaluation.metrics["kl"].value > 1e-4
+    with scorer.variant(None):
+        assert scorer.score("corpus").metrics["kl"].value == pytest.approx(0, abs=1e-6)

@@ -31,6 +31,7 @@ from layerprobe.results import (
     RunInfo,
     Spread,
     TaskDrop,
+    checksum,
     evaluation_to_dict,
 )
 
@@ -284,8 +285,10 @@ def shard_dict() -> dict:
 
 
 def partial_dict() -> dict:
-    """A valid progress file (--resume) with the baseline and block 1 of task arc done."""
-    return PruneProgress({"model": "m"}, {"arc": {"baseline": evaluation_dict(), "1": evaluation_dict()}}).to_dict()
+    """A valid progress file (--resume) with the baseline and block 1 of task arc done (no per-document rows)."""
+    done = {"arc": {"baseline": evaluation_dict(), "1": evaluation_dict()}}
+    check = {"record": checksum(evaluation_dict()), "rows": checksum([])}
+    return PruneProgress({"model": "m"}, done, {"arc": {"baseline": dict(check), "1": dict(check)}}).to_dict()
 
 
 def edited(data: dict, path: str, value) -> dict:

@@ -30,11 +30,12 @@ from factories import (
 from reference import counted_block_rows, lm_eval_reference, load_without_block, physically_deleted
 from watching import assert_same_answers, sample_responses
 
-from layerprobe.core import AngularSpec, CorpusSpec, ModelSpec, PruneSpec
+from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec, PruneSpec
 from layerprobe.core.errors import TaskError
 from layerprobe.data.squad import load_squad
 from layerprobe.evaluate.squad import SquadScorer
 from layerprobe.measure.angular import run_angular
+from layerprobe.model.progress import Progress
 from layerprobe.model.stack import find_layers
 from layerprobe.prune.drop import run_prune_drop
 
@@ -260,3 +261,30 @@ def test_llama4_text_uses_the_shared_engine_and_reports_the_angular_layer_path(t
             results["auto"][1][("lp_arc_like", variant)], results["simple"][1][("lp_arc_like", variant)]
         )
     assert loaded.model.config.num_hidden_layers == 4
+
+
+def test_corpus_task_with_a_span_and_a_sublayer_unit_and_starts_that_cannot_hold_a_span(tiny_checkpoints, tmp_path):
+    path = tiny_checkpoints["llama"]
+    loaded = loaded_head(path)
+    corpus = CorpusSpec(BUILTIN_CORPUS, tokens=72, seq_len=16)
+    notes: list[str] = []
+    spans = run_prune_drop(
+        prune_spec(path, tasks=("corpus",), layers="0,2,3", span=3, corpus=corpus, engine="auto"),
+        tmp_path / "span",
+        loaded=loaded,
+        progress=Progress(on_note=notes.append),
+    )
+    assert notes == ["--span 3: start(s) 2, 3 cannot hold 3 blocks inside the model's 4 (l ≤ 1); left out."]
+    kl = spans.tasks["corpus"].metrics["kl"]
+    assert spans.settings["span"] == 3 and kl.layers == [0] and kl.pruned[0] > 1e-4
+    attention = run_prune_drop(
+        prune_spec(path, tasks=("corpus",), layers="1", unit="attention", corpus=corpus),
+        tmp_path / "attention",
+        loaded=loaded,
+    )
+    assert attention.settings["unit"] == "attention" and attention.tasks["corpus"].metrics["kl"].pruned[0] > 1e-4
+    # Different ablations of one block give different scores (a span or a sublayer is not block 1 alone).
+    block = run_prune_drop(
+        prune_spec(path, tasks=("corpus",), layers="1", corpus=corpus), tmp_path / "b", loaded=loaded
+    )
+    assert block.tasks["corpus"].metrics["kl"].pruned[0] != attention.tasks["corpus"].metrics["kl"].pruned[0]

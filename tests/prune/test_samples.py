@@ -11,7 +11,8 @@ from factories import loaded_head, prune_spec
 from layerprobe.model.progress import Progress
 from layerprobe.prune.drop import run_prune_drop
 from layerprobe.prune.samples import SampleLog
-from layerprobe.prune.state import PARTIAL_NAME
+from layerprobe.prune.state import PARTIAL_NAME, PruneState
+from layerprobe.results.evaluation import Evaluation, MetricScore
 from layerprobe.results.rundir import PRUNE_DROP_PARTIAL_SAMPLES as PARTIAL_DIR
 from layerprobe.results.rundir import SAMPLES_DIR
 from layerprobe.results.rundir import sample_name as file_name
@@ -106,3 +107,64 @@ def test_without_log_samples_nothing_is_left_but_paired_fields_are_there(tiny_ch
     assert not (tmp_path / SAMPLES_DIR).exists() and not (tmp_path / PARTIAL_DIR).exists()
     acc = result.tasks["lp_arc_like"].metrics["acc"]
     assert acc.paired and len(acc.delta_stderr) == 2 and acc.delta_method == "paired_mean"
+
+
+def test_a_rerun_without_log_samples_removes_only_the_earlier_runs_sample_logs(tmp_path):
+    earlier = SampleLog.open(tmp_path, resume=False)
+    earlier.append("old/task", rows(1))
+    earlier.finish(["old/task"], keep=True)
+    ours = tmp_path / SAMPLES_DIR / "old_task.jsonl"
+    user_lines = tmp_path / SAMPLES_DIR / "my_notes.jsonl"  # not a row log: the user's own file
+    user_lines.write_text('{"note": "keep me"}\n')
+    (tmp_path / SAMPLES_DIR / "README.txt").write_text("mine")
+    assert ours.exists()
+
+    log = SampleLog.open(tmp_path, resume=False)
+    log.append("t", rows(None))
+    assert log.finish(["t"], keep=False) is None
+    assert not ours.exists() and log.stale_removed == [ours]
+    assert user_lines.read_text() == '{"note": "keep me"}\n' and (tmp_path / SAMPLES_DIR / "README.txt").exists()
+
+    # With --log-samples the earlier run's other tasks go as well (the user's files stay); alone, the folder goes.
+    earlier = SampleLog.open(tmp_path, resume=False)
+    earlier.append("old/task", rows(1))
+    earlier.finish(["old/task"], keep=True)
+    log = SampleLog.open(tmp_path, resume=False)
+    log.append("t", rows(None))
+    log.finish(["t"], keep=True)
+    assert not ours.exists() and log.stale_removed == [ours] and user_lines.exists()
+    assert (tmp_path / SAMPLES_DIR / "t.jsonl").exists()
+    user_lines.unlink()
+    (tmp_path / SAMPLES_DIR / "README.txt").unlink()
+    log = SampleLog.open(tmp_path, resume=False)
+    log.finish(["t"], keep=False)
+    assert not (tmp_path / SAMPLES_DIR).exists() and log.stale_removed == [tmp_path / SAMPLES_DIR / "t.jsonl"]
+    # Another process of a launch never touches samples/.
+    SampleLog(tmp_path, ".rank1").finish([], keep=False, main=False)
+
+
+@pytest.mark.parametrize("damage", ["deleted row", "edited row", "added row", "wrong shape", "bytes"])
+def test_rows_that_no_longer_match_their_checksum_send_their_evaluation_back(tmp_path, damage):
+    evaluation = Evaluation({"acc": MetricScore(0.5, 0.1, True, 3)}, 0, 3, "simple")
+    state = PruneState.open(tmp_path, {"model": "m"}, resume=False)
+    log = SampleLog.open(tmp_path, resume=False)
+    for variant in (None, 2):
+        log.append("t", rows(variant))
+        state.record("t", variant, evaluation, rows(variant))
+    path = tmp_path / PARTIAL_DIR / "t.jsonl"
+    lines = path.read_text().splitlines()
+    assert len(lines) == 6
+    changed = {
+        "deleted row": lines[:4] + lines[5:],
+        "edited row": lines[:4] + [lines[4].replace("1.0", "0.0")] + lines[5:],
+        "added row": lines + [json.dumps({"variant": 2, "task": "t", "doc_id": 9, "acc": 1.0})],
+        "wrong shape": lines[:4] + ['{"variant": "two", "doc_id": 1}'] + lines[5:],
+        "bytes": lines[:4] + ["\udcff\x00garbage"] + lines[5:],
+    }[damage]
+    path.write_text("\n".join(changed) + "\n", errors="surrogateescape")
+
+    resumed = PruneState.open(tmp_path, {"model": "m"}, resume=True)
+    assert resumed.damaged == 0 and resumed.variants("t") == [None, 2]
+    assert SampleLog.open(tmp_path, resume=True).reconcile(resumed) == 1
+    assert resumed.variants("t") == [None]  # block 2 is evaluated again; the baseline's rows are intact
+    assert set(SampleLog(tmp_path).read("t")) == {None}

@@ -61,3 +61,13 @@ def test_shards_merged_equal_one_unsharded_run_and_bad_sets_are_refused(tiny_che
     with pytest.raises(ResultError, match="different runs .*limit"):
         merge_shards([tmp_path / "s0", tmp_path / "other", tmp_path / "s2"], tmp_path / "m4")
     assert not any((tmp_path / m).exists() for m in ("m2", "m3", "m4"))
+
+
+def test_shard_0_of_1_writes_its_shard_and_merge_makes_the_result(tiny_checkpoints, tmp_path):
+    path = tiny_checkpoints["llama"]
+    loaded = loaded_head(path)
+    spec = spec_for(path, tasks=("lp_arc_like",), layers="0,3", limit=2)
+    assert run_prune_drop(spec, tmp_path / "s0", loaded=loaded, shard=Share(0, 1)) is None
+    assert (tmp_path / "s0" / SHARD_JSON).exists() and not (tmp_path / "s0" / "prune_drop.json").exists()
+    whole = run_prune_drop(spec, tmp_path / "whole", loaded=loaded)
+    assert comparable(merge_shards([tmp_path / "s0"], tmp_path / "merged")) == comparable(whole)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -164,3 +165,80 @@ def test_fingerprint_separates_loading_options(tmp_path):
         state.remove()
     bounded = PruneSpec(model=ModelSpec("org/m"), tasks=("lp_arc_like",), max_state_bytes=2**20)
     assert fingerprint(bounded, model_info(2, **loaded)) != plain
+
+
+# ------------------------------------------------------------------ damaged resume state, end to end
+def interrupted_after(k: int, recorded: list) -> Progress:
+    def on_evaluation(event):
+        recorded.append((event.task, event.variant))
+        if len(recorded) == k:
+            raise KeyboardInterrupt
+
+    return Progress(on_evaluation=on_evaluation)
+
+
+def test_damaged_resume_state_is_recomputed_and_the_resumed_result_equals_a_clean_run(tiny_checkpoints, tmp_path):
+    path = tiny_checkpoints["llama"]
+    loaded = loaded_head(path)
+    spec = resume_spec(path, tasks=("lp_arc_like",), engine="shared", prefix_reuse=False, layers="0,3", batch_size=2)
+    full = run_prune_drop(spec, tmp_path / "full", loaded=loaded)
+
+    out, recorded = tmp_path / "damaged", []
+    with pytest.raises(KeyboardInterrupt):
+        run_prune_drop(spec, out, loaded=loaded, progress=interrupted_after(2, recorded))
+    assert recorded == [("lp_arc_like", None), ("lp_arc_like", 0)]
+    # An edited number in the progress file (still valid JSON), a deleted per-document row of the
+    # baseline, and an edited answer in the shared engine's journal.
+    partial = json.loads((out / PARTIAL_NAME).read_text())
+    partial["done"]["lp_arc_like"]["0"]["metrics"]["acc"]["value"] += 0.25
+    (out / PARTIAL_NAME).write_text(json.dumps(partial))
+    rows = out / "prune_drop.partial.samples" / "lp_arc_like.jsonl"
+    lines = rows.read_text().splitlines()
+    rows.write_text("\n".join(lines[1:]) + "\n")
+    journal = out / "prune_drop.answers.jsonl"
+    header, first, *rest = journal.read_text().splitlines()
+    line = json.loads(first)
+    line["answers"]["baseline"][0][0] -= 1.0
+    journal.write_text("\n".join([header, json.dumps(line), *rest]) + "\n")
+
+    notes, recorded = [], []
+    progress = Progress(on_note=notes.append, on_evaluation=lambda e: recorded.append((e.task, e.variant)))
+    resumed = run_prune_drop(spec, out, resume=True, loaded=loaded, progress=progress)
+    assert recorded == [("lp_arc_like", None), ("lp_arc_like", 0), ("lp_arc_like", 3)]
+    assert comparable(resumed) == comparable(full)
+    assert notes == [
+        f"--resume: reusing 0 of 3 evaluations from {out} and {len(rest)} batch(es) of journaled answers; "
+        "computing 3; 3 damaged record(s) of the resume state dropped and computed again."
+    ]
+
+    # --resume on the finished run: reused as it is, nothing evaluated, and said so.
+    notes.clear(), recorded.clear()
+    again = run_prune_drop(spec, out, resume=True, loaded=loaded, progress=progress)
+    assert recorded == [] and comparable(again) == comparable(full)
+    assert notes == [
+        f"--resume: {out / RESULT} is already this run's finished result; reused as it is "
+        "(3 evaluations, nothing recomputed)."
+    ]
+    # ... but not the finished result of another run (here: another --limit).
+    notes = []
+    other = run_prune_drop(
+        dataclasses.replace(spec, limit=1),
+        out,
+        resume=True,
+        loaded=loaded,
+        progress=Progress(on_note=notes.append),
+    )
+    assert other.settings["limit"] == 1 and "is the finished result of a different run (limit differ)" in notes[0]
+
+
+def test_a_shared_run_resumed_with_the_simple_engine_leaves_no_journal_behind(tiny_checkpoints, tmp_path):
+    path = tiny_checkpoints["llama"]
+    loaded = loaded_head(path)
+    shared = resume_spec(path, tasks=("lp_arc_like",), engine="shared", layers="3")
+    with pytest.raises(KeyboardInterrupt):
+        run_prune_drop(shared, tmp_path, loaded=loaded, progress=interrupted_after(1, []))
+    assert (tmp_path / "prune_drop.answers.jsonl").exists()
+    run_prune_drop(resume_spec(path, tasks=("lp_arc_like",), layers="3"), tmp_path, resume=True, loaded=loaded)
+    assert not list(tmp_path.glob("prune_drop.answers*")) and not list(tmp_path.glob("prune_drop.partial*"))
+    # The next fresh run into that --out is not refused.
+    assert run_prune_drop(shared, tmp_path, loaded=loaded).engine == "shared"

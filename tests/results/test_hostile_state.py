@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
 from layerprobe.core import ResultError
-from layerprobe.prune.state import PruneState
+from layerprobe.prune.state import PruneState, check_state_paths
 from layerprobe.results import PruneProgress, PruneShard, read_json, write_json
 
 runner = CliRunner()
@@ -62,31 +62,71 @@ def test_a_shard_round_trips_and_a_foreign_file_is_refused(tmp_path):
     assert result.exit_code == 2 and f"{other} is not a prune-drop shard." in " ".join(result.stderr.split())
 
 
-PARTIAL_CASES = [
-    ("done", [], "done must be an object, got an array of 0 items"),
-    ("done.arc", "x", 'done.arc must be an object, got "x"'),
-    ("done.arc.1", None, "done.arc.1 must be an object, got null"),
-    ("done.arc.1.metrics", {}, "done.arc.1.metrics must be a non-empty object, got an object of 0 members"),
-    ("done.arc.1.engine", 3, "done.arc.1.engine must be a string, got 3"),
-    ("done.arc.1.per_sample", {"acc": {}}, "done.arc.1.per_sample.acc.aggregation must be present, missing"),
-    ("fingerprint", "m", 'fingerprint must be an object, got "m"'),
+# Resume state is not a result: a damaged record is dropped (and evaluated again), never a traceback.
+PARTIAL_CASES = [  # (where, new value, records dropped, records kept of the two)
+    ("done.arc.1", None, 1, 1),
+    ("done.arc.1.metrics", {}, 1, 1),
+    ("done.arc.1.metrics.acc.value", "x", 1, 1),  # a string where a number belongs
+    ("done.arc.1.metrics.acc.value", float("nan"), 1, 1),  # NaN: still valid JSON, but not what was recorded
+    ("done.arc.1.metrics.acc.value", 0.75, 1, 1),  # an edited number: the checksum tells
+    ("done.arc.1.engine", 3, 1, 1),
+    ("done.arc.1.per_sample", {"acc": {}}, 1, 1),
+    ("checks.arc.1.record", "0" * 16, 1, 1),
+    ("checks.arc.1", None, 1, 1),  # no checksum: not trusted
+    ("checks", [], 2, 0),
+    ("done.arc", "x", 1, 0),
+    ("done.arc", [1, 2], 2, 0),
+    ("done", [], 1, 0),
 ]
 
 
 @pytest.mark.parametrize(
-    ("path", "value", "message"), PARTIAL_CASES, ids=[c[0] + "=" + repr(c[1]) for c in PARTIAL_CASES]
+    ("path", "value", "dropped", "remaining"), PARTIAL_CASES, ids=[c[0] + "=" + repr(c[1]) for c in PARTIAL_CASES]
 )
-def test_hostile_progress_file_names_file_and_field(tmp_path, path, value, message):
-    bad = write_json(tmp_path / "prune_drop.partial.json", edited(partial_dict(), path, value))
-    with pytest.raises(ResultError) as caught:
+def test_a_damaged_progress_record_is_dropped_and_counted(tmp_path, path, value, dropped, remaining):
+    write_json(tmp_path / "prune_drop.partial.json", edited(partial_dict(), path, value))
+    state = PruneState.open(tmp_path, {"model": "m"}, resume=True)
+    assert state.damaged == dropped
+    assert state.count() == remaining
+    assert {k for v in state.done.values() for k in v} <= {"baseline", "1"}
+    for layer in state.variants("arc"):
+        assert state.get("arc", layer).metrics["acc"].value == 0.5  # what was recorded, never the edit
+
+
+def test_an_unreadable_progress_file_starts_over_and_a_foreign_one_is_refused(tmp_path):
+    path = tmp_path / "prune_drop.partial.json"
+    path.write_bytes(bytes(range(256)) * 4)  # random bytes
+    state = PruneState.open(tmp_path, {"model": "m"}, resume=True)
+    assert state.count() == 0 and state.damaged == 1
+    path.write_text('{"schema": "layerprobe/prune-drop-partial@1", "done": ')  # cut short
+    assert PruneState.open(tmp_path, {"model": "m"}, resume=True).damaged == 1
+    write_json(path, edited(partial_dict(), "fingerprint", "m"))
+    with pytest.raises(ResultError, match='fingerprint must be an object, got "m"'):
         PruneState.open(tmp_path, {"model": "m"}, resume=True)
-    assert str(caught.value.message) == f"{bad}: {message}"
+    write_json(path, {**partial_dict(), "fingerprint": {"model": "other"}})
+    with pytest.raises(ResultError, match="different run"):
+        PruneState.open(tmp_path, {"model": "m"}, resume=True)
+
+
+def test_a_directory_in_place_of_a_state_file_is_one_line(tmp_path):
+    (tmp_path / "prune_drop.partial.json").mkdir()
+    with pytest.raises(ResultError, match="prune_drop.partial.json is a directory"):
+        check_state_paths(tmp_path)
+    (tmp_path / "prune_drop.partial.json").rmdir()
+    (tmp_path / "prune_drop.answers.jsonl").mkdir()
+    with pytest.raises(ResultError, match="prune_drop.answers.jsonl is a directory"):
+        check_state_paths(tmp_path)
+    (tmp_path / "prune_drop.answers.jsonl").rmdir()
+    (tmp_path / "prune_drop.partial.samples").write_text("x")
+    with pytest.raises(ResultError, match="prune_drop.partial.samples is a file"):
+        check_state_paths(tmp_path)
 
 
 def test_a_progress_file_round_trips(tmp_path):
     path = write_json(tmp_path / "prune_drop.partial.json", partial_dict())
     assert PruneProgress.from_dict(read_json(path), str(path)).to_dict() == json.loads(path.read_text())
     state = PruneState.open(tmp_path, {"model": "m"}, resume=True)
+    assert state.damaged == 0
     assert state.variants("arc") == [None, 1] and state.get("arc", 1).metrics["acc"].value == 0.5
     write_json(tmp_path / "prune_drop.partial.json", {**partial_dict(), "schema": "layerprobe/prune-drop-shard@1"})
     with pytest.raises(ResultError, match="is not a prune-drop progress file"):
