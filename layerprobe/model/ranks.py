@@ -18,7 +18,11 @@ exit (after an error) is taken down before the interpreter ends, so no rank dies
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -79,8 +83,6 @@ class World:
 
 def leave() -> None:
     """Take this process's process group and rendezvous store down (nothing when there are none)."""
-    import sys
-
     dist = sys.modules.get("torch.distributed")  # never imported here just to find nothing to do
     if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
@@ -178,7 +180,9 @@ def _meet(rank: int, size: int, address: str, port: int) -> Any:
 
     timeout = rendezvous_timeout()
     try:
-        store, _rank, _size = next(dist.rendezvous("env://", rank, size, timeout=timeout))
+        with _native_stderr_held() as held:  # c10d logs every failed connect, with a C++ stack trace
+            store, _rank, _size = next(dist.rendezvous("env://", rank, size, timeout=timeout))
+        sys.stderr.write("".join(held))  # met: whatever it said is shown after all
     except (RuntimeError, OSError, ValueError) as exc:  # DistStoreError / DistNetworkError are RuntimeErrors
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if rank == 0:
@@ -190,3 +194,20 @@ def _meet(rank: int, size: int, address: str, port: int) -> Any:
             hint=_LAUNCH_HINT + f" On a slow cluster, allow more time with {RENDEZVOUS_ENV}=120.",
         ) from None
     return store
+
+
+@contextlib.contextmanager
+def _native_stderr_held() -> Iterator[list[str]]:
+    """While inside, what native code writes to file descriptor 2 is held back; the list then holds it."""
+    said: list[str] = []
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as held:
+        saved = os.dup(2)
+        try:
+            os.dup2(held.fileno(), 2)
+            yield said
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            said.append(held.read().decode("utf-8", errors="replace"))
