@@ -75,3 +75,10 @@ def test_bench_memory_runs(tmp_path):
         str(tmp_path / "model"),
     )
     assert "prune-drop:shared" in out and "angular / bare forward wall time" in out
+
+
+@pytest.mark.slow
+def test_bench_two_ranks_runs_clean():
+    """Two CPU ranks under `accelerate launch`, twice (the benchmark's default is 30): every run exits clean."""
+    out = _run("bench_two_ranks.py", "--runs", "2")
+    assert "clean: 2/2" in out, out

@@ -45,6 +45,7 @@ def measure_and_report(spec: AngularSpec, directory: Path, quiet: bool) -> None:
     progress = RichProgress(quiet or not ranks.is_main)
     with progress.running():
         result = run_angular(spec, progress.callbacks(), world=ranks)
+    ranks.finish()  # every rank done: leave the launch together (no rank dies in teardown)
     if not ranks.is_main:
         return
     json_path = write_json(RunDir(directory).angular_json, result.to_dict())

@@ -30,7 +30,7 @@ from layerprobe.cli import (
     stability,
     track,
 )
-from layerprobe.cli.console import err, print_error
+from layerprobe.cli.console import err, print_error, quiet_libraries
 from layerprobe.cli.groups import Command
 from layerprobe.core import LayerprobeError
 
@@ -51,7 +51,8 @@ def friendly_errors(command: Command) -> Command:
     @functools.wraps(command)
     def wrapper(*args: object, **kwargs: object) -> None:
         try:
-            command(*args, **kwargs)
+            with quiet_libraries(kwargs.get("quiet") is True):  # --quiet: no library warning lines either
+                command(*args, **kwargs)
         except LayerprobeError as exc:
             print_error(exc.message, exc.hint)  # escaped, one line each also in a pipe or log
             raise typer.Exit(exc.exit_code) from None

@@ -12,7 +12,10 @@ retitle the terminal (its control characters are shown as `\x1b`, `\x0d`…), an
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import sys
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -193,3 +196,37 @@ def print_task_code(files: list[Path]) -> None:
             markup=False,
             soft_wrap=True,
         )
+
+
+# Python warnings that libraries print as lines of their own (deprecations, "you may want to…" notes).
+QUIET_WARNINGS = (FutureWarning, UserWarning, DeprecationWarning)
+
+
+@contextlib.contextmanager
+def quiet_libraries(quiet: bool) -> Iterator[None]:
+    """Under `--quiet`: no library warning lines (Python warnings of `QUIET_WARNINGS`, transformers' log).
+
+    Errors still print. transformers reads `TRANSFORMERS_VERBOSITY` when first imported, which a command
+    does later (never here: `--help` stays light); an already imported transformers is set directly.
+    """
+    if not quiet:
+        yield
+        return
+    saved = os.environ.get("TRANSFORMERS_VERBOSITY")
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+    hf_logging = getattr(sys.modules.get("transformers.utils.logging"), "set_verbosity", None)
+    level = sys.modules["transformers.utils.logging"].get_verbosity() if hf_logging else None
+    try:
+        with warnings.catch_warnings():
+            for category in QUIET_WARNINGS:
+                warnings.simplefilter("ignore", category)
+            if hf_logging is not None:
+                hf_logging(40)  # logging.ERROR
+            yield
+    finally:
+        if hf_logging is not None and level is not None:
+            hf_logging(level)
+        if saved is None:
+            os.environ.pop("TRANSFORMERS_VERBOSITY", None)
+        else:
+            os.environ["TRANSFORMERS_VERBOSITY"] = saved

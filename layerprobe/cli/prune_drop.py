@@ -161,6 +161,7 @@ def prune_drop(
     progress = RichProgress(output.quiet or not ranks.is_main, notes=ranks.is_main)
     with progress.running():
         result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks(), shard=share, world=ranks)
+    ranks.finish()  # every rank done: leave the launch together (no rank dies in teardown)
     if not ranks.is_main:
         return
     if result is None:

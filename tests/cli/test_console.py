@@ -1,12 +1,19 @@
-"""The console's progress bars (cleared before an error is printed, kept otherwise) and its escaping."""
+"""The console: progress bars (cleared before an error is printed, kept otherwise), escaping, --quiet."""
 
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
 
 import pytest
 from command_line import invoke
+from factories import TASKS_DIR
 from rich.console import Console
+from transformers.utils import logging as hf_logging
 
 from layerprobe.cli import console
 from layerprobe.core import BUILTIN_CORPUS
@@ -62,3 +69,41 @@ def test_an_escape_sequence_in_user_input_is_shown_escaped_in_errors(tiny_checkp
     assert result.exit_code == 2, result.output
     assert "\x1b" not in result.output and "\x07" not in result.output
     assert "\\x1b[2J\\x1b]0;pwned\\x07" in result.output
+
+
+def test_quiet_silences_library_warnings_and_transformers_logs_only_while_asked():
+    before = hf_logging.get_verbosity()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with console.quiet_libraries(True):
+            warnings.warn("hidden", FutureWarning, stacklevel=1)
+            warnings.warn("hidden too", UserWarning, stacklevel=1)
+            assert hf_logging.get_verbosity() == hf_logging.ERROR
+            assert os.environ["TRANSFORMERS_VERBOSITY"] == "error"
+        with console.quiet_libraries(False):
+            warnings.warn("shown", FutureWarning, stacklevel=1)
+    assert [str(w.message) for w in seen] == ["shown"]
+    assert hf_logging.get_verbosity() == before
+
+
+@pytest.mark.slow
+def test_quiet_prune_drop_prints_no_warning_lines(tiny_checkpoints, tmp_path):
+    """The shared engine's pass trips a transformers deprecation: printed without --quiet, never with it."""
+    command = [sys.executable, "-m", "layerprobe", "prune-drop", str(tiny_checkpoints["llama"]), "--task"]
+    command += ["lp_arc_like", "--include-path", str(TASKS_DIR), "--limit", "2", "--layers", "0", "--device", "cpu"]
+    env = {k: v for k, v in os.environ.items() if k != "TRANSFORMERS_VERBOSITY"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
+    runs = {}
+    for quiet in (True, False):
+        flags = ["--quiet"] if quiet else []
+        runs[quiet] = subprocess.run(
+            [*command, *flags, "--out", str(tmp_path / str(quiet))],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert runs[quiet].returncode == 0, runs[quiet].stderr[-3000:]
+    assert "Warning" in runs[False].stderr  # the control: there is a warning to silence
+    assert "Warning" not in runs[True].stderr and "deprecated" not in runs[True].stderr, runs[True].stderr
+    assert runs[True].stderr.strip() == ""

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from factories import SHARD_SETTINGS, loaded_head, prune_spec
 from watching import angular_json
 
-from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, LayerprobeError, ModelSpec
 from layerprobe.measure.angular import run_angular
+from layerprobe.model import World, world
+from layerprobe.model.ranks import RENDEZVOUS_ENV, launch_environment
 from layerprobe.prune.drop import run_prune_drop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,3 +118,72 @@ def test_accelerate_launch_angular_cli_on_two_cpu_ranks_writes_one_result(tiny_c
     assert written["distance"] == one.distance
     assert json.dumps(written["distance_stderr"]) == json.dumps(one.distance_stderr)
     assert written["data"]["positions_averaged"] == one.data["positions_averaged"] == 2048
+
+
+LAUNCH_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", RENDEZVOUS_ENV)
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"WORLD_SIZE": "2"}, "WORLD_SIZE=2 is set, but RANK, MASTER_ADDR, MASTER_PORT are not"),
+        ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "29500"}, "but MASTER_ADDR is not"),
+        ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' is not a number"),
+        ({"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, "RANK=2 is outside WORLD_SIZE=2"),
+        ({"WORLD_SIZE": "2", "RANK": "x", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, "RANK='x' is not a whole number"),
+        ({"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "h", "MASTER_PORT": "0"}, "MASTER_PORT=0 are not valid"),
+    ],
+)
+def test_an_inconsistent_launch_environment_is_one_line(monkeypatch, variables, message):
+    for name in LAUNCH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(LayerprobeError, match=re.escape(message)) as caught:
+        world()
+    assert "accelerate launch" in (caught.value.hint or "")
+
+
+def test_a_launch_environment_is_read_and_no_launch_is_one_process(monkeypatch):
+    for name in LAUNCH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert launch_environment() is None and world() == World()
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert launch_environment() is None
+    variables = {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29501"}
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert launch_environment() == (3, 4, "node0", 29501)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stale", ["WORLD_SIZE alone", "no peer at MASTER_ADDR", "no rank 0"])
+def test_a_stale_world_size_is_one_line_and_exit_2_within_seconds(tiny_checkpoints, tmp_path, stale):
+    """A WORLD_SIZE left in the shell: refused before anything loads, or after a short rendezvous, never a hang."""
+    env = {k: v for k, v in _env().items() if k not in LAUNCH_VARIABLES}
+    env["WORLD_SIZE"] = "2"
+    if stale != "WORLD_SIZE alone":
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0" if "peer" in stale else "1")
+        env[RENDEZVOUS_ENV] = "3"
+    command = [sys.executable, "-m", "layerprobe", "angular", str(tiny_checkpoints["llama"]), "--dataset"]
+    command += [BUILTIN_CORPUS, "--tokens", "256", "--quiet", "--out", str(tmp_path / "a")]
+    start = time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert (
+        len(lines) == 2 and lines[0].startswith("error: WORLD_SIZE=2") and lines[1].startswith("hint: Unset WORLD_SIZE")
+    )
+    assert {"WORLD_SIZE alone": "not started by a launcher", "no peer at MASTER_ADDR": "did not join"}.get(
+        stale, "rank 0 could not be reached"
+    ) in lines[0]
+    assert "within 3 s" in lines[0] or stale == "WORLD_SIZE alone"
+    assert not (tmp_path / "a").exists()
+    # Seconds, not the 30-minute (or 7-day) wait of a process group: the interpreter's start dominates here.
+    assert time.monotonic() - start < 200
