@@ -1,7 +1,8 @@
 """The closing summaries of angular, depth and prune-drop: a heading, a table and one line, on stdout.
 
 Warnings about the result (non-finite states, unmeasured entries) go to stderr. Every value printed
-comes from the result object; nothing is recomputed here.
+comes from the result object; every interval printed is a 95 % interval (± 1.96 stderr where the result
+records a stderr), labelled as such.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from layerprobe.results import (
     depth_summary,
     variant_label,
 )
+from layerprobe.stats import Z95
 
 
 def print_angular_summary(result: AngularResult) -> None:
@@ -39,17 +41,19 @@ def print_angular_summary(result: AngularResult) -> None:
     )  # a heading line, not a table title: titles wrap to the table's width
     table = Table()
     table.add_column("block l", justify="right")
-    table.add_column("d(x^l, x^l+1)" + (" ± stderr" if adjacent_se else ""), justify="right")
+    table.add_column("d(x^l, x^l+1)", justify="right")
+    if adjacent_se:
+        table.add_column("95 % CI", justify="right")
     table.add_column("", justify="left")
     width = 30
     for layer, value in enumerate(adjacent):
         if not math.isfinite(value):
-            table.add_row(str(layer), "unmeasured", "[yellow]non-finite states[/]")
+            table.add_row(str(layer), "unmeasured", *([""] if adjacent_se else []), "[yellow]non-finite states[/]")
             continue
         bar = "█" * max(0, round(value * width * 2))
         lazy = " [yellow]lazy[/]" if layer in summary["lazy_layers"] else ""
-        text = f"{value:.4f}" + (f" ± {adjacent_se[layer]:.4f}" if adjacent_se else "")
-        table.add_row(str(layer), text, f"[cyan]{bar[:width]}[/]{lazy}")
+        interval = [interval_text(value, adjacent_se[layer])] if adjacent_se else []
+        table.add_row(str(layer), f"{value:.4f}", *interval, f"[cyan]{bar[:width]}[/]{lazy}")
     out.print(table)
     out.print(
         f"{_most_similar_text(summary)}; {summary['lazy_count']} of {len(adjacent)} blocks below "
@@ -79,7 +83,7 @@ def _most_similar_text(summary: AngularSummary) -> str:
     layer = choice["layer"]
     se = choice.get("stderr")
     text = f"most similar adjacent pair: x^{layer} → x^{layer + 1} (d = {choice['distance']:.4f}"
-    text += f" ± {se:.4f})" if se is not None and math.isfinite(se) else ")"
+    text += f", 95 % CI {interval_text(choice['distance'], se)})" if se is not None and math.isfinite(se) else ")"
     if choice.get("clear") is True:
         text += ", a clear choice"
     elif choice.get("clear") is False:
@@ -92,14 +96,15 @@ def print_prune_summary(result: PruneDropResult) -> None:
     """A PruneDropResult on stdout: per task, the baseline and a table of removed blocks by ΔP, worst first.
 
     With paired uncertainty, each ΔP shows its paired 95 % interval and is coloured (red: hurts, green:
-    helps) only when that interval excludes 0; older results colour against the baseline's stderr.
+    helps) only when that interval excludes 0; older results colour against the baseline's 95 % interval.
     """
     for name, task in result.tasks.items():
         metric_name = task.primary_metric
         metric = task.metrics[metric_name]
-        se = f" ± {metric.baseline_stderr:.4f}" if metric.baseline_stderr is not None else ""
+        se = metric.baseline_stderr
+        ci = f" (95 % CI {interval_text(metric.baseline, se)})" if se is not None and math.isfinite(se) else ""
         out.print(
-            f"[bold]{escape(f'{result.model.label} · {name} · {metric_name}')}[/]: baseline {metric.baseline:.4f}{se}",
+            f"[bold]{escape(f'{result.model.label} · {name} · {metric_name}')}[/]: baseline {metric.baseline:.4f}{ci}",
             highlight=False,
         )
         table = Table()
@@ -116,10 +121,13 @@ def print_prune_summary(result: PruneDropResult) -> None:
             if metric.paired:
                 significant = (metric.significant or [None] * len(metric.layers))[i]
                 colour = "dim" if not significant else "red" if sign * delta < 0 else "green"
-                ci = (metric.delta_ci95 or [None] * len(metric.layers))[i]
-                cells += [f"[{colour}]{delta:+.4f}[/]", "—" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"]
+                paired_ci = (metric.delta_ci95 or [None] * len(metric.layers))[i]
+                cells += [
+                    f"[{colour}]{delta:+.4f}[/]",
+                    "—" if paired_ci is None else f"[{paired_ci[0]:+.4f}, {paired_ci[1]:+.4f}]",
+                ]
             else:
-                colour = "red" if sign * delta < -(metric.baseline_stderr or 0) else "green"
+                colour = "red" if sign * delta < -Z95 * (metric.baseline_stderr or 0) else "green"
                 cells.append(f"[{colour}]{delta:+.4f}[/]")
             table.add_row(*cells)
         out.print(table)
@@ -139,6 +147,13 @@ def print_prune_summary(result: PruneDropResult) -> None:
                 "evaluations (scored as unanswerable; try --dtype float32)"
             )
     out.print(f"engine: {escape(result.engine)}; {result.run.seconds or 0:,.1f} s", highlight=False)
+
+
+def interval_text(value: float, stderr: float | None) -> str:
+    """The 95 % interval value ± 1.96 stderr as `[low, high]` (4 decimals); "—" without a finite stderr."""
+    if stderr is None or not math.isfinite(stderr):
+        return "—"
+    return f"[{value - Z95 * stderr:.4f}, {value + Z95 * stderr:.4f}]"
 
 
 def print_agreement(metric_name: str, agreement: dict[str, Any]) -> None:

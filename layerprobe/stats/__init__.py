@@ -8,6 +8,7 @@ from layerprobe.stats.multiplicity import Adjusted, adjust_pvalues, bootstrap_pv
 from layerprobe.stats.paired import (
     DEFAULT_DRAWS,
     DEFAULT_SEED,
+    Z95,
     PairedDelta,
     paired_bootstrap,
     paired_mean_stats,
@@ -27,6 +28,7 @@ from layerprobe.stats.ranking import (
 from layerprobe.stats.sequential import ConfidenceSequence, StopReason, scoring_order, stop_reason
 
 __all__ = [
+    "Z95",
     "adjust_pvalues",
     "Adjusted",
     "BlockScores",
