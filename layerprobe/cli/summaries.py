@@ -18,11 +18,16 @@ from layerprobe.results import (
     AngularResult,
     AngularSummary,
     DepthResult,
+    MetricDrop,
     PruneDropResult,
     depth_summary,
     variant_label,
 )
 from layerprobe.stats import Z95
+
+# Shown beside the primary metric when a task reports them (`--task corpus`: KL and top-1 agreement
+# beside NLL), each pruned model's value with its paired 95 % interval.
+COMPANION_COLUMNS = {"kl": "KL(base ‖ pruned) [95 % CI]", "top1_agreement": "top-1 agreement [95 % CI]"}
 
 
 def print_angular_summary(result: AngularResult) -> None:
@@ -113,6 +118,9 @@ def print_prune_summary(result: PruneDropResult) -> None:
         table.add_column("ΔP", justify="right")
         if metric.paired:
             table.add_column("paired 95 % CI", justify="right")
+        companions = {n: task.metrics[n] for n in COMPANION_COLUMNS if n in task.metrics and n != metric_name}
+        for companion in companions:
+            table.add_column(COMPANION_COLUMNS[companion], justify="right")
         sign = 1 if metric.higher_is_better else -1
         order = sorted(range(len(metric.layers)), key=lambda i: sign * metric.delta[i])
         for i in order:
@@ -129,6 +137,7 @@ def print_prune_summary(result: PruneDropResult) -> None:
             else:
                 colour = "red" if sign * delta < -Z95 * (metric.baseline_stderr or 0) else "green"
                 cells.append(f"[{colour}]{delta:+.4f}[/]")
+            cells += [_companion_cell(other, metric.layers[i]) for other in companions.values()]
             table.add_row(*cells)
         out.print(table)
         if metric.paired:
@@ -147,6 +156,18 @@ def print_prune_summary(result: PruneDropResult) -> None:
                 "evaluations (scored as unanswerable; try --dtype float32)"
             )
     out.print(f"engine: {escape(result.engine)}; {result.run.seconds or 0:,.1f} s", highlight=False)
+
+
+def _companion_cell(metric: MetricDrop, layer: int) -> str:
+    """A companion metric's value for the variant `layer`, with its paired 95 % interval when recorded."""
+    if layer not in metric.layers:
+        return "—"
+    i = metric.layers.index(layer)
+    value = metric.pruned[i]
+    ci = (metric.delta_ci95 or [None] * len(metric.layers))[i]
+    if ci is None:
+        return f"{value:.4f}"
+    return f"{value:.4f} [{metric.baseline + ci[0]:.4f}, {metric.baseline + ci[1]:.4f}]"
 
 
 def interval_text(value: float, stderr: float | None) -> str:

@@ -48,20 +48,68 @@ def plot_prune_drop(result: PruneDropResult, out_dir: Path) -> list[Path]:
     return paths
 
 
+# Metrics shown under the primary metric's ΔP when a task reports them (`--task corpus`): how far each
+# pruned model's next-token distribution is from the full model's, in two readings.
+COMPANION_METRICS = {
+    "kl": "KL(P_base ‖ P_pruned), nats",
+    "top1_agreement": "top-1 agreement with\nthe full model",
+}
+
+
 def prune_drop_figure(result: PruneDropResult, task: str) -> Figure:
-    """Build the ΔP figure of one task's primary metric (returned open, so tests can inspect it)."""
+    """Build the ΔP figure of one task's primary metric (returned open, so tests can inspect it).
+
+    A task that also reports `COMPANION_METRICS` (the corpus task: KL and top-1 agreement beside NLL)
+    gets one panel per companion under the ΔP bars, each pruned model's value with its paired 95 %
+    interval.
+    """
     metric_name = result.tasks[task].primary_metric
     metric = result.tasks[task].metrics[metric_name]
-    fig, ax = pyplot().subplots(
-        figsize=(float(np.clip(3.5 + 0.13 * len(metric.layers), 7.0, 14.0)), 4.8), layout="constrained"
+    companions = [name for name in COMPANION_METRICS if name in result.tasks[task].metrics and name != metric_name]
+    width = float(np.clip(3.5 + 0.13 * len(metric.layers), 7.0, 14.0))
+    fig, axes = pyplot().subplots(
+        1 + len(companions),
+        1,
+        figsize=(width, 4.8 + 2.6 * len(companions)),
+        layout="constrained",
+        squeeze=False,
+        sharex=True,
+        gridspec_kw={"height_ratios": [1.6] + [1.0] * len(companions)},
     )
+    ax = axes[0][0]
     _draw_delta_bars(ax, metric, metric_name)
     ax.set_xlabel(variant_label(result.settings))
     agreement = (result.tasks[task].agreement or {}).get(metric_name)
     if agreement and agreement.get("adjacent_distance"):
         _overlay_distance(ax, agreement)
     ax.set_title(f"{title_name(result.model)} · {task} · {metric_name}\nbaseline = {value_text(metric)}", fontsize=11)
+    for row, name in zip(axes[1:], companions, strict=True):
+        _draw_companion(row[0], result.tasks[task].metrics[name], name)
+        row[0].set_xlabel(variant_label(result.settings))
+    if companions:
+        ax.tick_params(labelbottom=True)
     return fig
+
+
+def _draw_companion(ax: Axes, metric: MetricDrop, name: str) -> None:
+    """Each pruned model's value of a companion metric, with its paired 95 % interval (baseline + ΔP's)."""
+    if metric.paired and metric.delta_ci95 is not None:
+        intervals = [
+            None if ci is None else (metric.baseline + ci[0], metric.baseline + ci[1]) for ci in metric.delta_ci95
+        ]
+        label = "paired 95 % CI"
+    else:
+        intervals = normal_intervals(metric.pruned, metric.stderr)
+        label = "95 % CI (± 1.96 stderr)"
+    if draw_bars(ax, metric.layers, metric.pruned, None, "#6c7a89", 0.8, None, intervals):
+        ax.errorbar([], [], yerr=[], fmt="none", ecolor="black", elinewidth=0.8, label=label)
+    ax.axhline(
+        metric.baseline, color="black", linewidth=0.8, linestyle="--", label=f"full model ({metric.baseline:.4g})"
+    )
+    ax.legend(fontsize=8, loc="best")
+    layer_axis(ax, metric.layers)
+    ax.set_ylabel(COMPANION_METRICS[name], fontsize=9)
+    ax.set_title(f"{name} of each pruned model", fontsize=10, loc="left")
 
 
 def _draw_delta_bars(ax: Axes, metric: MetricDrop, metric_name: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from factories import angular_from_walk, paired_arc_result
+from factories import angular_from_walk, corpus_prune_result, paired_arc_result
 from rich.console import Console
 
 from layerprobe.cli import summaries
@@ -50,3 +50,20 @@ def test_prune_summary_prints_the_baseline_with_its_95_percent_interval(monkeypa
     low, high = metric.baseline - z * metric.baseline_stderr, metric.baseline + z * metric.baseline_stderr
     text = stream.getvalue()
     assert f"baseline {metric.baseline:.4f} (95 % CI [{low:.4f}, {high:.4f}])" in text and "±" not in text
+
+
+def test_the_corpus_task_prints_kl_and_top1_agreement_beside_nll(monkeypatch):
+    result = corpus_prune_result()
+    stream = io.StringIO()
+    monkeypatch.setattr(summaries, "out", Console(file=stream, width=250))
+    summaries.print_prune_summary(result)
+    lines = stream.getvalue().splitlines()
+    header = next(line for line in lines if "KL(base ‖ pruned)" in line)
+    assert "top-1 agreement" in header and "nll" in header
+    kl, top1 = result.tasks["corpus"].metrics["kl"], result.tasks["corpus"].metrics["top1_agreement"]
+    for i, layer in enumerate(kl.layers):
+        row = next(line for line in lines if line.strip("│ ").startswith(f"{layer} ") and "│" in line)
+        lo, hi = kl.delta_ci95[i]
+        assert f"{kl.pruned[i]:.4f} [{kl.baseline + lo:.4f}, {kl.baseline + hi:.4f}]" in row
+        lo, hi = top1.delta_ci95[i]
+        assert f"{top1.pruned[i]:.4f} [{top1.baseline + lo:.4f}, {top1.baseline + hi:.4f}]" in row

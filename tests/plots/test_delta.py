@@ -8,7 +8,14 @@ import math
 import matplotlib.pyplot as plt
 import pytest
 from drawn import PDF_MAGIC, PNG_MAGIC, band_limits, delta_bars, errorbar_spans, file_magic, legend_texts
-from factories import metric_drop, model_info, paired_arc_result, prune_drop_result, random_prune_result
+from factories import (
+    corpus_prune_result,
+    metric_drop,
+    model_info,
+    paired_arc_result,
+    prune_drop_result,
+    random_prune_result,
+)
 from matplotlib.colors import to_rgba
 from matplotlib.container import BarContainer, ErrorbarContainer
 
@@ -113,3 +120,27 @@ def test_prune_drop_figure_title_marks_quantization():
     )
     assert "bitsandbytes-8bit" in prune_drop_figure(labelled, "lp_arc_like").axes[0].get_title()
     assert "bitsandbytes" not in prune_drop_figure(plain, "lp_arc_like").axes[0].get_title()
+
+
+@pytest.mark.usefixtures("no_leaked_figures")
+def test_the_corpus_task_plots_kl_and_top1_agreement_beside_nll():
+    result = corpus_prune_result()
+    metrics = result.tasks["corpus"].metrics
+    fig = prune_drop_figure(result, "corpus")
+    try:
+        main, kl_ax, top1_ax = fig.axes
+        assert "nll" in main.get_title()
+        for ax, name in ((kl_ax, "kl"), (top1_ax, "top1_agreement")):
+            metric = metrics[name]
+            assert [b.get_height() for b in delta_bars(ax)] == pytest.approx(metric.pruned)
+            expected = [(metric.baseline + lo, metric.baseline + hi) for lo, hi in metric.delta_ci95]
+            assert errorbar_spans(ax) == [pytest.approx(span) for span in expected]
+            assert "paired 95 % CI" in legend_texts(ax) and name in ax.get_title(loc="left")
+        assert "KL" in kl_ax.get_ylabel() and "top-1" in top1_ax.get_ylabel()
+    finally:
+        plt.close(fig)
+    other = prune_drop_figure(random_prune_result(4), "arc_easy")
+    try:
+        assert len(other.axes) == 1  # only the corpus metrics have companions
+    finally:
+        plt.close(other)
