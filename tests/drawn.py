@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib.collections import PathCollection
-from matplotlib.container import BarContainer
+from matplotlib.container import BarContainer, ErrorbarContainer
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PDF_MAGIC = b"%PDF-"
@@ -85,3 +85,25 @@ def file_magic(path: Path, magic: bytes) -> bool:
 
 def delta_bars(ax) -> BarContainer:
     return next(c for c in ax.containers if isinstance(c, BarContainer) and len(c) > 1)
+
+
+def errorbar_spans(ax) -> list[tuple[float, float]]:
+    """(low, high) of every vertical error bar drawn on `ax`, in drawing order."""
+    spans = []
+    for container in ax.containers:
+        if isinstance(container, ErrorbarContainer) and container.lines[2]:
+            spans += [(float(s[0][1]), float(s[1][1])) for s in container.lines[2][0].get_segments()]
+    return spans
+
+
+def band_limits(ax, label: str) -> tuple[float, float]:
+    """The y extent of the one horizontal band labelled `label`."""
+    bands = [p for p in ax.patches if p.get_label() == label]
+    assert len(bands) == 1, [p.get_label() for p in ax.patches]
+    ys = bands[0].get_path().transformed(bands[0].get_patch_transform()).vertices[:, 1]
+    return float(min(ys)), float(max(ys))
+
+
+def legend_texts(ax) -> list[str]:
+    legend = ax.get_legend()
+    return [] if legend is None else [t.get_text() for t in legend.get_texts()]

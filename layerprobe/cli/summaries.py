@@ -1,7 +1,8 @@
 """The closing summaries of angular, depth and prune-drop: a heading, a table and one line, on stdout.
 
 Warnings about the result (non-finite states, unmeasured entries) go to stderr. Every value printed
-comes from the result object; nothing is recomputed here.
+comes from the result object; every interval printed is a 95 % interval (± 1.96 stderr where the result
+records a stderr), labelled as such.
 """
 
 from __future__ import annotations
@@ -17,12 +18,18 @@ from layerprobe.results import (
     AngularResult,
     AngularSummary,
     DepthResult,
+    MetricDrop,
     PruneDropResult,
     agreement_span,
     depth_summary,
     span_distance_label,
     variant_label,
 )
+from layerprobe.stats import Z95
+
+# Shown beside the primary metric when a task reports them (`--task corpus`: KL and top-1 agreement
+# beside NLL), each pruned model's value with its paired 95 % interval.
+COMPANION_COLUMNS = {"kl": "KL(base ‖ pruned) [95 % CI]", "top1_agreement": "top-1 agreement [95 % CI]"}
 
 
 def print_angular_summary(result: AngularResult) -> None:
@@ -41,17 +48,19 @@ def print_angular_summary(result: AngularResult) -> None:
     )  # a heading line, not a table title: titles wrap to the table's width
     table = Table()
     table.add_column("block l", justify="right")
-    table.add_column("d(x^l, x^l+1)" + (" ± stderr" if adjacent_se else ""), justify="right")
+    table.add_column("d(x^l, x^l+1)", justify="right")
+    if adjacent_se:
+        table.add_column("95 % CI", justify="right")
     table.add_column("", justify="left")
     width = 30
     for layer, value in enumerate(adjacent):
         if not math.isfinite(value):
-            table.add_row(str(layer), "unmeasured", "[yellow]non-finite states[/]")
+            table.add_row(str(layer), "unmeasured", *([""] if adjacent_se else []), "[yellow]non-finite states[/]")
             continue
         bar = "█" * max(0, round(value * width * 2))
         lazy = " [yellow]lazy[/]" if layer in summary["lazy_layers"] else ""
-        text = f"{value:.4f}" + (f" ± {adjacent_se[layer]:.4f}" if adjacent_se else "")
-        table.add_row(str(layer), text, f"[cyan]{bar[:width]}[/]{lazy}")
+        interval = [interval_text(value, adjacent_se[layer])] if adjacent_se else []
+        table.add_row(str(layer), f"{value:.4f}", *interval, f"[cyan]{bar[:width]}[/]{lazy}")
     out.print(table)
     out.print(
         f"{_most_similar_text(summary)}; {summary['lazy_count']} of {len(adjacent)} blocks below "
@@ -81,7 +90,7 @@ def _most_similar_text(summary: AngularSummary) -> str:
     layer = choice["layer"]
     se = choice.get("stderr")
     text = f"most similar adjacent pair: x^{layer} → x^{layer + 1} (d = {choice['distance']:.4f}"
-    text += f" ± {se:.4f})" if se is not None and math.isfinite(se) else ")"
+    text += f", 95 % CI {interval_text(choice['distance'], se)})" if se is not None and math.isfinite(se) else ")"
     if choice.get("clear") is True:
         text += ", a clear choice"
     elif choice.get("clear") is False:
@@ -94,14 +103,15 @@ def print_prune_summary(result: PruneDropResult) -> None:
     """A PruneDropResult on stdout: per task, the baseline and a table of removed blocks by ΔP, worst first.
 
     With paired uncertainty, each ΔP shows its paired 95 % interval and is coloured (red: hurts, green:
-    helps) only when that interval excludes 0; older results colour against the baseline's stderr.
+    helps) only when that interval excludes 0; older results colour against the baseline's 95 % interval.
     """
     for name, task in result.tasks.items():
         metric_name = task.primary_metric
         metric = task.metrics[metric_name]
-        se = f" ± {metric.baseline_stderr:.4f}" if metric.baseline_stderr is not None else ""
+        se = metric.baseline_stderr
+        ci = f" (95 % CI {interval_text(metric.baseline, se)})" if se is not None and math.isfinite(se) else ""
         out.print(
-            f"[bold]{escape(f'{result.model.label} · {name} · {metric_name}')}[/]: baseline {metric.baseline:.4f}{se}",
+            f"[bold]{escape(f'{result.model.label} · {name} · {metric_name}')}[/]: baseline {metric.baseline:.4f}{ci}",
             highlight=False,
         )
         table = Table()
@@ -113,6 +123,9 @@ def print_prune_summary(result: PruneDropResult) -> None:
         if metric.sequential:
             table.add_column("documents", justify="right")
             table.add_column("stop", justify="left")
+        companions = {n: task.metrics[n] for n in COMPANION_COLUMNS if n in task.metrics and n != metric_name}
+        for companion in companions:
+            table.add_column(COMPANION_COLUMNS[companion], justify="right")
         sign = 1 if metric.higher_is_better else -1
         order = sorted(range(len(metric.layers)), key=lambda i: sign * metric.delta[i])
         for i in order:
@@ -127,8 +140,9 @@ def print_prune_summary(result: PruneDropResult) -> None:
                     cells += [str((metric.items or [None] * len(metric.layers))[i] or "—")]
                     cells += [(metric.stop or [None] * len(metric.layers))[i] or "—"]
             else:
-                colour = "red" if sign * delta < -(metric.baseline_stderr or 0) else "green"
+                colour = "red" if sign * delta < -Z95 * (metric.baseline_stderr or 0) else "green"
                 cells.append(f"[{colour}]{delta:+.4f}[/]")
+            cells += [_companion_cell(other, metric.layers[i]) for other in companions.values()]
             table.add_row(*cells)
         out.print(table)
         if metric.paired:
@@ -148,6 +162,25 @@ def print_prune_summary(result: PruneDropResult) -> None:
                 "evaluations (scored as unanswerable; try --dtype float32)"
             )
     out.print(f"engine: {escape(result.engine)}; {result.run.seconds or 0:,.1f} s", highlight=False)
+
+
+def _companion_cell(metric: MetricDrop, layer: int) -> str:
+    """A companion metric's value for the variant `layer`, with its paired 95 % interval when recorded."""
+    if layer not in metric.layers:
+        return "—"
+    i = metric.layers.index(layer)
+    value = metric.pruned[i]
+    ci = (metric.delta_ci95 or [None] * len(metric.layers))[i]
+    if ci is None:
+        return f"{value:.4f}"
+    return f"{value:.4f} [{metric.baseline + ci[0]:.4f}, {metric.baseline + ci[1]:.4f}]"
+
+
+def interval_text(value: float, stderr: float | None) -> str:
+    """The 95 % interval value ± 1.96 stderr as `[low, high]` (4 decimals); "—" without a finite stderr."""
+    if stderr is None or not math.isfinite(stderr):
+        return "—"
+    return f"[{value - Z95 * stderr:.4f}, {value + Z95 * stderr:.4f}]"
 
 
 def print_agreement(metric_name: str, agreement: dict[str, Any], span: int = 1) -> None:

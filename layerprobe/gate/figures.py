@@ -17,10 +17,12 @@ from layerprobe.gate.verdict import Verdict
 from layerprobe.plots import (
     DIFF_CMAP,
     DISTANCE_LABEL,
+    PAIRED_INTERVAL,
     draw_bars,
     draw_heatmap,
     effect_color,
     layer_axis,
+    normal_intervals,
     pyplot,
     save_figure,
     short_name,
@@ -34,26 +36,35 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def plot_compare_angular(baseline: AngularResult, candidate: AngularResult, out_path: Path) -> Path:
+def plot_compare_angular(baseline: AngularResult, candidate: AngularResult, out_path: Path) -> list[Path]:
     """Baseline heatmap, candidate heatmap, and candidate − baseline over the blocks both models have.
 
     A pruned candidate has fewer blocks than its baseline, so the difference is taken by block index over
     the first min(L) blocks; the panel title says so, because index k no longer names the same weights.
+    Written as `out_path` (PNG) and the same name with `.pdf`.
     """
-    return save_figure(compare_angular_figure(baseline, candidate), Path(out_path))[0]
+    return save_figure(compare_angular_figure(baseline, candidate), *_png_and_pdf(out_path))
 
 
-def plot_compare_prune_drop(baseline: PruneDropResult, candidate: PruneDropResult, out_path: Path) -> Path:
+def plot_compare_prune_drop(baseline: PruneDropResult, candidate: PruneDropResult, out_path: Path) -> list[Path]:
     """Per common task, grouped ΔP bars of baseline and candidate, and their difference by layer index.
+
+    Every error bar and band is a 95 % interval, labelled in the legends. Written as `out_path` (PNG)
+    and the same name with `.pdf`.
 
     Raises:
         ResultError: the two results share no task scored with the same primary metric.
     """
-    return save_figure(compare_prune_drop_figure(baseline, candidate), Path(out_path))[0]
+    return save_figure(compare_prune_drop_figure(baseline, candidate), *_png_and_pdf(out_path))
+
+
+def _png_and_pdf(out_path: Path) -> tuple[Path, Path]:
+    path = Path(out_path)
+    return path, path.with_suffix(".pdf")
 
 
 def plot_verdict(verdict: Verdict, out_dir: str | Path | None = None) -> list[Path]:
-    """Draw compare.png (compare_<kind>.png when several kinds) next to the candidate, or in `out_dir`."""
+    """Draw compare.png and .pdf (compare_<kind>.* when several kinds) next to the candidate, or in `out_dir`."""
     paths = []
     for comp in verdict.comparisons:
         if comp.kind == "depth":  # its own figure (depth.png) already shows both curves' shape
@@ -62,9 +73,9 @@ def plot_verdict(verdict: Verdict, out_dir: str | Path | None = None) -> list[Pa
         figure = directory.plot("compare", comp.kind if len(verdict.comparisons) > 1 else None)
         baseline, candidate = comp.baseline_result, comp.candidate_result
         if isinstance(baseline, AngularResult) and isinstance(candidate, AngularResult):
-            paths.append(plot_compare_angular(baseline, candidate, figure))
+            paths += plot_compare_angular(baseline, candidate, figure)
         elif isinstance(baseline, PruneDropResult) and isinstance(candidate, PruneDropResult):
-            paths.append(plot_compare_prune_drop(baseline, candidate, figure))
+            paths += plot_compare_prune_drop(baseline, candidate, figure)
     return paths
 
 
@@ -113,10 +124,25 @@ def compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropRes
         gridspec_kw={"width_ratios": [3, 2]},
     )
     for (task, metric_name, base, cand), (ax_bars, ax_diff) in zip(rows, axes, strict=True):
+        drawn = []
         for metric, offset, label, color in ((base, -0.2, "baseline", "#7f8c8d"), (cand, 0.2, "candidate", "#e67e22")):
-            errors = metric.delta_stderr if metric.paired else metric.stderr  # paired ΔP stderr where recorded
-            draw_bars(ax_bars, np.asarray(metric.layers) + offset, metric.delta, errors, color, 0.4, label)
+            drawn.append(
+                draw_bars(
+                    ax_bars,
+                    np.asarray(metric.layers) + offset,
+                    metric.delta,
+                    None,
+                    color,
+                    0.4,
+                    label,
+                    _intervals(metric),
+                )
+            )
         zero_line(ax_bars, base.baseline_stderr)
+        if any(drawn):
+            paired = base.paired and cand.paired
+            interval = PAIRED_INTERVAL if paired else "95 % CI of ΔP (paired where recorded, else ± 1.96 stderr)"
+            ax_bars.errorbar([], [], yerr=[], fmt="none", ecolor="black", elinewidth=0.8, label=interval)
         ax_bars.legend(fontsize=8, loc="best")
         ax_bars.set_title(
             f"{task} · {metric_name}: ΔP per removed layer\nbaseline model {value_text(base)}"
@@ -130,7 +156,19 @@ def compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropRes
         after = dict(zip(cand.layers, cand.delta, strict=True))
         diff = [after[layer] - before[layer] for layer in shared]
         colors = [effect_color(d if base.higher_is_better else -d) for d in diff]
-        draw_bars(ax_diff, shared, diff, _combined_stderr(base, cand, shared), colors, 0.8, None)
+        if draw_bars(
+            ax_diff, shared, diff, None, colors, 0.8, None, normal_intervals(diff, _combined_stderr(base, cand, shared))
+        ):
+            ax_diff.errorbar(
+                [],
+                [],
+                yerr=[],
+                fmt="none",
+                ecolor="black",
+                elinewidth=0.8,
+                label="95 % CI: ± 1.96 √(se_base² + se_cand²)",
+            )
+            ax_diff.legend(fontsize=8, loc="best")
         zero_line(ax_diff, None)
         layer_axis(ax_diff, shared)
         ax_diff.set_ylabel("ΔP(candidate) − ΔP(baseline)")
@@ -140,6 +178,13 @@ def compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropRes
         fontsize=11,
     )
     return fig
+
+
+def _intervals(metric: MetricDrop) -> list[tuple[float, float] | None] | list[list[float] | None]:
+    """The 95 % interval of each ΔP: the paired one where recorded, else ± 1.96 × the pruned score's stderr."""
+    if metric.paired and metric.delta_ci95 is not None:
+        return metric.delta_ci95
+    return normal_intervals(metric.delta, metric.stderr)
 
 
 def _combined_stderr(base: MetricDrop, cand: MetricDrop, layers: list[int]) -> list[float | None]:

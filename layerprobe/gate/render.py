@@ -65,10 +65,12 @@ def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
                         "thresholds": r.thresholds,
                         "baseline": r.baseline,
                         "candidate": r.candidate,
-                        "change": r.change,
-                        "limit": r.limit,
-                        "difference": r.difference,
+                        "change": r.difference,  # candidate − baseline, as every output shows it
+                        "difference": r.difference,  # the same number, under its name in older files
                         "worse_if": r.worse_if,
+                        "worsening": r.change,  # how much worse (positive = worse): passed ⇔ worsening ≤ limit
+                        "limit": r.limit,
+                        "ratio": r.change if r.scale == "ratio" else None,
                         "scale": r.scale,
                         "passed": r.passed,
                         "message": r.message,
@@ -230,9 +232,10 @@ def _cells(r: RuleResult) -> list[str]:
     """baseline, candidate, candidate − baseline, the direction that is worse, and the allowed change."""
     count = r.rule == "lazy_blocks"
     bound = "≤" if r.worse_if == "higher" else "≥"
-    if r.scale == "ratio":  # a factor, not a difference: shown as ×ratio against ≤ ×limit
-        ratio = "—" if r.change is None else f"×{_num(r.change)}"
-        return [_num(r.baseline), _num(r.candidate), ratio, r.worse_if, f"{bound} ×{_num(r.limit)}"]
+    if r.scale == "ratio":  # bounded as a factor: the difference, then ×ratio, against ≤ ×limit
+        ratio = "" if r.change is None else f" (×{_num(r.change)})"
+        change = _num(r.difference, signed=True) + ratio
+        return [_num(r.baseline), _num(r.candidate), change, r.worse_if, f"{bound} ×{_num(r.limit)}"]
     return [
         _num(r.baseline, count),
         _num(r.candidate, count),

@@ -10,7 +10,16 @@ figures with the helpers listed here.
 
 from layerprobe.plots.common import effect_color, layer_axis, pyplot, save_figure, short_name
 from layerprobe.plots.curve import plot_prune_curve, prune_curve_figure
-from layerprobe.plots.delta import draw_bars, plot_prune_drop, prune_drop_figure, value_text, zero_line
+from layerprobe.plots.delta import (
+    BASELINE_BAND,
+    PAIRED_INTERVAL,
+    draw_bars,
+    normal_intervals,
+    plot_prune_drop,
+    prune_drop_figure,
+    value_text,
+    zero_line,
+)
 from layerprobe.plots.depth import depth_figure, plot_depth
 from layerprobe.plots.heatmap import DIFF_CMAP, DISTANCE_LABEL, HEATMAP_CMAP, draw_heatmap, plot_angular, span_matrix
 from layerprobe.plots.inline import figure_svg
@@ -19,6 +28,9 @@ from layerprobe.plots.stability import plot_stability
 from layerprobe.plots.track import plot_track, track_figures
 
 __all__ = [
+    "BASELINE_BAND",
+    "PAIRED_INTERVAL",
+    "normal_intervals",
     "depth_figure",
     "DIFF_CMAP",
     "DISTANCE_LABEL",

@@ -1,9 +1,10 @@
 """ΔP bars: what removing each layer does to a task's score, coloured by whether it hurts, helps or is noise.
 
-With paired uncertainty (results since issue #10) the error bars are the paired 95 % intervals of ΔP and
-a bar is red or blue only when its interval excludes 0; older files keep the pruned scores' own stderrs
-and the baseline's noise band around 0. `draw_bars`, `zero_line` and `value_text` also draw the gate's
-baseline-vs-candidate bars, so a compare plot looks like the plots of the runs it compares.
+With paired uncertainty the error bars are the paired 95 % intervals of ΔP and a bar is red or blue only
+when its interval excludes 0; older files draw the pruned scores' own 95 % intervals (± 1.96 stderr) and
+the baseline's 95 % band around 0. Every interval drawn is a 95 % interval, and the legend says so.
+`draw_bars`, `zero_line` and `value_text` also draw the gate's baseline-vs-candidate bars, so a compare
+plot looks like the plots of the runs it compares.
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ from layerprobe.results import (
     agreement_span,
     variant_label,
 )
+from layerprobe.stats import Z95
+
+# Every interval a figure draws is a 95 % interval; these are its labels.
+BASELINE_BAND = "baseline 95 % CI (± 1.96 stderr)"
+OWN_INTERVAL = "95 % CI of the pruned score (± 1.96 stderr)"
+PAIRED_INTERVAL = "paired 95 % CI of ΔP"
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -41,50 +48,99 @@ if TYPE_CHECKING:
 
 
 def plot_prune_drop(result: PruneDropResult, out_dir: Path) -> list[Path]:
-    """Draw one `prune_drop_<task>.png` per task from its primary (first-reported) metric."""
+    """Draw `prune_drop_<task>.png` and `.pdf` per task from its primary (first-reported) metric."""
     paths: list[Path] = []
     for task, path in zip(result.tasks, RunDir(out_dir).task_plots("prune_drop", result.tasks), strict=True):
-        paths += save_figure(prune_drop_figure(result, task), path)
+        paths += save_figure(prune_drop_figure(result, task), path, path.with_suffix(".pdf"))
     return paths
 
 
+# Metrics shown under the primary metric's ΔP when a task reports them (`--task corpus`): how far each
+# pruned model's next-token distribution is from the full model's, in two readings.
+COMPANION_METRICS = {
+    "kl": "KL(P_base ‖ P_pruned), nats",
+    "top1_agreement": "top-1 agreement with\nthe full model",
+}
+
+
 def prune_drop_figure(result: PruneDropResult, task: str) -> Figure:
-    """Build the ΔP figure of one task's primary metric (returned open, so tests can inspect it)."""
+    """Build the ΔP figure of one task's primary metric (returned open, so tests can inspect it).
+
+    A task that also reports `COMPANION_METRICS` (the corpus task: KL and top-1 agreement beside NLL)
+    gets one panel per companion under the ΔP bars, each pruned model's value with its paired 95 %
+    interval.
+    """
     metric_name = result.tasks[task].primary_metric
     metric = result.tasks[task].metrics[metric_name]
-    fig, ax = pyplot().subplots(
-        figsize=(float(np.clip(3.5 + 0.13 * len(metric.layers), 7.0, 14.0)), 4.8), layout="constrained"
+    companions = [name for name in COMPANION_METRICS if name in result.tasks[task].metrics and name != metric_name]
+    width = float(np.clip(3.5 + 0.13 * len(metric.layers), 7.0, 14.0))
+    fig, axes = pyplot().subplots(
+        1 + len(companions),
+        1,
+        figsize=(width, 4.8 + 2.6 * len(companions)),
+        layout="constrained",
+        squeeze=False,
+        sharex=True,
+        gridspec_kw={"height_ratios": [1.6] + [1.0] * len(companions)},
     )
+    ax = axes[0][0]
     _draw_delta_bars(ax, metric, metric_name)
     ax.set_xlabel(variant_label(result.settings))
     agreement = (result.tasks[task].agreement or {}).get(metric_name)
     if agreement and agreement_distances(agreement):
         _overlay_distance(ax, agreement, agreement_span(agreement, result.settings))
     ax.set_title(f"{title_name(result.model)} · {task} · {metric_name}\nbaseline = {value_text(metric)}", fontsize=11)
+    for row, name in zip(axes[1:], companions, strict=True):
+        _draw_companion(row[0], result.tasks[task].metrics[name], name)
+        row[0].set_xlabel(variant_label(result.settings))
+    if companions:
+        ax.tick_params(labelbottom=True)
     return fig
+
+
+def _draw_companion(ax: Axes, metric: MetricDrop, name: str) -> None:
+    """Each pruned model's value of a companion metric, with its paired 95 % interval (baseline + ΔP's)."""
+    if metric.paired and metric.delta_ci95 is not None:
+        intervals = [
+            None if ci is None else (metric.baseline + ci[0], metric.baseline + ci[1]) for ci in metric.delta_ci95
+        ]
+        label = "paired 95 % CI"
+    else:
+        intervals = normal_intervals(metric.pruned, metric.stderr)
+        label = "95 % CI (± 1.96 stderr)"
+    if draw_bars(ax, metric.layers, metric.pruned, None, "#6c7a89", 0.8, None, intervals):
+        ax.errorbar([], [], yerr=[], fmt="none", ecolor="black", elinewidth=0.8, label=label)
+    ax.axhline(
+        metric.baseline, color="black", linewidth=0.8, linestyle="--", label=f"full model ({metric.baseline:.4g})"
+    )
+    ax.legend(fontsize=8, loc="best")
+    layer_axis(ax, metric.layers)
+    ax.set_ylabel(COMPANION_METRICS[name], fontsize=9)
+    ax.set_title(f"{name} of each pruned model", fontsize=10, loc="left")
 
 
 def _draw_delta_bars(ax: Axes, metric: MetricDrop, metric_name: str) -> None:
     """ΔP bars coloured by what the removal does to the model.
 
-    With paired uncertainty (results since issue #10) the error bars are the paired 95 % intervals of
-    ΔP (a sequential run's: the anytime-valid ones it stopped with), and a bar is red/blue only when its
-    interval excludes 0, grey otherwise. Older files keep the pruned score's own stderr as error bars and
-    the baseline's noise band around 0.
+    With paired uncertainty the error bars are the paired 95 % intervals of ΔP (a sequential run's: the
+    anytime-valid ones it stopped with), and a bar is red/blue only when its interval excludes 0, grey
+    otherwise. Older files draw the pruned score's own 95 % interval (± 1.96 stderr) as error bars and the
+    baseline's 95 % band around 0, grey within it.
     """
     sign = 1.0 if metric.higher_is_better else -1.0
     if metric.paired:
         significant = metric.significant or [None] * len(metric.layers)
         colors = [_paired_color(sign * d, sig) for d, sig in zip(metric.delta, significant, strict=True)]
-        draw_bars(ax, metric.layers, metric.delta, None, colors, 0.8, None, intervals=metric.interval95)
+        drawn = draw_bars(ax, metric.layers, metric.delta, None, colors, 0.8, None, intervals=metric.interval95)
         zero_line(ax, None)
-        grey = "not significant (95 % CI spans 0)"
+        grey, interval = "not significant (95 % CI spans 0)", PAIRED_INTERVAL
     else:
         noise = metric.baseline_stderr
-        colors = [effect_color(sign * delta, noise) for delta in metric.delta]
-        draw_bars(ax, metric.layers, metric.delta, metric.stderr, colors, 0.8, None)
+        colors = [effect_color(sign * delta, _band(noise)) for delta in metric.delta]
+        intervals = normal_intervals(metric.delta, metric.stderr)
+        drawn = draw_bars(ax, metric.layers, metric.delta, None, colors, 0.8, None, intervals)
         zero_line(ax, noise)
-        grey = "within baseline ± stderr"
+        grey, interval = "within the baseline's 95 % CI", OWN_INTERVAL
     for color, label in (
         (HARMFUL, "removal hurts"),
         (WITHIN_NOISE, grey),
@@ -94,9 +150,10 @@ def _draw_delta_bars(ax: Axes, metric: MetricDrop, metric_name: str) -> None:
             ax.bar([np.nan], [np.nan], color=color, label=label)
     if MISSING in colors:
         ax.plot([], [], "x", color=MISSING, label="not scored (nan)")
-    if metric.paired:
-        what = "anytime-valid 95 % CI of ΔP (sequential)" if metric.sequential else "paired 95 % CI of ΔP"
-        ax.errorbar([], [], yerr=[], fmt="none", ecolor="black", elinewidth=0.8, label=what)
+    if drawn:
+        if metric.sequential:
+            interval = "anytime-valid 95 % CI of ΔP (sequential)"
+        ax.errorbar([], [], yerr=[], fmt="none", ecolor="black", elinewidth=0.8, label=interval)
     ax.legend(fontsize=8, loc="best")
     layer_axis(ax, metric.layers)
     better = "higher" if metric.higher_is_better else "lower"
@@ -135,11 +192,12 @@ def draw_bars(
     width: float,
     label: str | None,
     intervals: Sequence[Sequence[float] | None] | None = None,
-) -> None:
-    """Bars with error bars only where a stderr (or an interval) exists, and an × where the score is missing.
+) -> bool:
+    """Bars with error bars only where an interval (or a stderr) exists, and an × where the score is missing.
 
-    `intervals`, when given, are (low, high) per bar and replace the symmetric ± stderr error bars;
-    without either, no bar has an error bar.
+    `intervals` are (low, high) per bar: pass 95 % intervals (`normal_intervals` for ± 1.96 stderr), the
+    one convention of every figure. `stderrs` draws symmetric ± stderr bars instead (kept for callers that
+    label them). Without either, no bar has an error bar. Returns whether any error bar was drawn.
     """
     x, y = np.asarray(xs, dtype=float), np.asarray(deltas, dtype=float)
     ax.bar(x, np.nan_to_num(y), width=width, color=color, label=label)
@@ -158,16 +216,34 @@ def draw_bars(
         ax.errorbar(x[has], y[has], yerr=yerr, fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
     if (~np.isfinite(y)).any():
         ax.plot(x[~np.isfinite(y)], np.zeros((~np.isfinite(y)).sum()), "x", color=MISSING)
+    return bool(has.any())
 
 
 def zero_line(ax: Axes, noise: float | None) -> None:
-    """The y = 0 line, with the baseline's ± stderr band around it when `noise` is a positive number."""
+    """The y = 0 line, with the baseline's 95 % band (± 1.96 × `noise`, its stderr) when that is positive."""
     ax.axhline(0.0, color="black", linewidth=0.8)
-    if noise is not None and math.isfinite(noise) and noise > 0:
-        ax.axhspan(-noise, noise, color="#f9e79f", linewidth=0, zorder=0, label="± baseline stderr")
+    half = _band(noise)
+    if half is not None and half > 0:
+        ax.axhspan(-half, half, color="#f9e79f", linewidth=0, zorder=0, label=BASELINE_BAND)
+
+
+def normal_intervals(
+    values: Sequence[float], stderrs: Sequence[float | None] | None
+) -> list[tuple[float, float] | None]:
+    """Value ± 1.96 stderr per entry: the 95 % interval `draw_bars` draws (None where no stderr is finite)."""
+    per_value = [None] * len(values) if stderrs is None else stderrs
+    return [
+        None if se is None or not math.isfinite(se) else (v - Z95 * se, v + Z95 * se)
+        for v, se in zip(values, per_value, strict=True)
+    ]
+
+
+def _band(stderr: float | None) -> float | None:
+    return None if stderr is None or not math.isfinite(stderr) else Z95 * stderr
 
 
 def value_text(metric: MetricDrop) -> str:
-    """The full model's score for a title: `0.5123 ± 0.012` (no ± when its stderr is unknown)."""
-    noise = "" if metric.baseline_stderr is None else f" ± {metric.baseline_stderr:.2g}"
+    """The full model's score for a title with its 95 % CI: `0.5123 ± 0.024 (95 % CI)` (no ± without a stderr)."""
+    half = _band(metric.baseline_stderr)
+    noise = "" if half is None else f" ± {half:.2g} (95 % CI)"
     return f"{metric.baseline:.4g}{noise}"

@@ -3,8 +3,10 @@
 Four panels under a strip of per-block placement labels: (a) residual RMS ‖x^l‖/√d and the variance
 across hidden units vs depth, (b) each block's relative update ‖x^(l+1) − x^l‖/‖x^l‖, (c) attention vs
 MLP relative contribution ‖f‖/‖r‖, (d) gradient norms per block and sublayer (with --grad). Values span
-orders of magnitude across depth (the Curse of Depth is a growth law), so y axes are logarithmic; bands
-are ± one standard deviation over positions, clipped at the smallest positive value.
+orders of magnitude across depth (the Curse of Depth is a growth law), so y axes are logarithmic, with
+plain-number tick labels that never repeat (`DistinctLabels`), linear steps within a decade; bands are
+± one standard deviation over positions (a spread, not an interval), clipped at the smallest positive
+value. Without --grad, panel (d) suggests it only for a model whose gradient `depth --grad` can measure.
 """
 
 from __future__ import annotations
@@ -18,6 +20,13 @@ import numpy as np
 
 from layerprobe.plots.common import pyplot, save_figure, short_name
 from layerprobe.results import DepthResult, RunDir, Spread
+
+# The model kinds (`ModelInfo.kind`) whose loss `depth --grad` differentiates, and what it needs of each.
+GRAD_ADVICE = {
+    "causal-lm": "not measured (run with --grad)",
+    "encoder": "not measured (--grad needs a checkpoint\nsaved with its trained masked-LM head)",
+}
+NO_GRAD = "not measured (--grad needs a\nlanguage-modelling loss: causal LM or masked LM)"
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -55,6 +64,9 @@ def depth_figure(result: DepthResult) -> Figure:
     for ax in axes[1:]:
         ax.set_xlabel("block l")
         _integer_ticks(ax, result.num_layers)
+    for ax in fig.axes:
+        if ax.get_yscale() == "log":
+            log_ticks(ax)
     tokens = result.data.get("tokens")
     tokens = f"{tokens:,}" if isinstance(tokens, int) else tokens
     fig.suptitle(f"{short_name(result.model.id)} · {tokens} tokens · {result.placement.summary}", fontsize=11)
@@ -114,7 +126,8 @@ def _draw_grad(ax: Axes, result: DepthResult) -> None:
     ax.set_title(r"(d) gradient norm $\|\nabla_{\theta_l} \bar{\mathcal{L}}\|$", fontsize=10, loc="left")
     grad = result.grad
     if grad is None:
-        ax.text(0.5, 0.5, "not measured (run with --grad)", ha="center", va="center", transform=ax.transAxes)
+        advice = GRAD_ADVICE.get(result.model.kind, NO_GRAD)
+        ax.text(0.5, 0.5, advice, ha="center", va="center", transform=ax.transAxes, fontsize=9)
         ax.set_yticks([])
         return
     x = np.arange(len(grad.block))
@@ -124,7 +137,17 @@ def _draw_grad(ax: Axes, result: DepthResult) -> None:
         if values:
             ax.plot(x, _positive(values), "s--", color=colour, label=kind if kind == "attention" else "MLP", ms=3)
     ax.set_yscale("log")
-    ax.set_ylabel(f"{grad.loss} loss, {grad.positions:,} positions")
+    ax.set_ylabel(r"gradient norm $\|\nabla_{\theta}\,\bar{\mathcal{L}}\|_2$")
+    ax.text(
+        0.99,
+        0.02,
+        f"of the mean {grad.loss} loss {grad.mean_loss:.3g} over {grad.positions:,} positions",
+        ha="right",
+        va="bottom",
+        fontsize=7,
+        transform=ax.transAxes,
+        color="#555555",
+    )
     ax.legend(fontsize=8)
 
 
@@ -145,6 +168,39 @@ def _positive(values: Sequence[float | None]) -> np.ndarray:
     array = np.asarray([v if v is not None else math.nan for v in values], dtype=float)
     array[~(array > 0)] = math.nan
     return array
+
+
+def log_ticks(ax: Axes) -> None:
+    """Tick a logarithmic y axis so that every label is a distinct plain number.
+
+    Where two or more powers of ten are in view, ticks sit at them (unlabelled minor ticks between);
+    otherwise, where matplotlib would label minor ticks that round alike ("1×10⁰" several times), at about
+    five evenly spaced values instead. Labels use the fewest significant digits (2 to 8) that keep them
+    distinct.
+    """
+    from matplotlib.ticker import FixedFormatter, FixedLocator, LogLocator, MaxNLocator, NullFormatter, NullLocator
+
+    low, high = ax.get_ylim()
+    if not (low > 0 and high > low):
+        return
+    ticks = [float(t) for t in LogLocator(base=10).tick_values(low, high) if low <= t <= high]
+    narrow = len(ticks) < 2  # less than a decade shown: evenly spaced values instead
+    if narrow:
+        ticks = [float(t) for t in MaxNLocator(nbins=5).tick_values(low, high) if low <= t <= high and t > 0]
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(FixedFormatter(distinct_labels(ticks)))
+    ax.yaxis.set_minor_locator(NullLocator() if narrow else LogLocator(base=10, subs=tuple(range(2, 10))))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylim(low, high)
+
+
+def distinct_labels(values: Sequence[float]) -> list[str]:
+    """Plain-number labels with the fewest significant digits (2 to 8) that make them all distinct."""
+    for digits in range(2, 9):
+        labels = [f"{v:.{digits}g}" for v in values]
+        if len(set(labels)) == len(labels):
+            return labels
+    return labels
 
 
 def _integer_ticks(ax: Axes, count: int) -> None:

@@ -89,11 +89,13 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], object]) 
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temp_files(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    _WRITING.add(tmp.name)
     try:
         write(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+        _WRITING.discard(tmp.name)
     return path
 
 
@@ -101,13 +103,17 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], object]) 
 _TEMP_NAME = re.compile(r"^\..+\.(?:(\d+)-)?[0-9a-f]{8}\.tmp$")
 _PROCESS_STARTED = time.time()
 _CLEANED: set[Path] = set()
+_WRITING: set[str] = set()  # the temporary names this process is writing right now
 
 
 def remove_stale_temp_files(directory: Path) -> list[Path]:
     """Remove temporary files of `atomic_write` that no live writer holds; once per directory and process.
 
-    A file counts as stale when its pid is not a running process, or, for the pid-less names of earlier
-    versions, when it is older than this process. Only names of `atomic_write`'s own pattern are touched.
+    A file counts as stale when its pid is not a running process; when that pid is this process's own
+    but the file is not one it is writing (a killed run that had the same pid: containers reuse low pids);
+    when the process now holding that pid started after the file was last written (the pid was reused);
+    or, for the pid-less names of earlier versions, when it is older than this process. Only names of
+    `atomic_write`'s own pattern are touched.
     """
     directory = Path(directory)
     key = directory.resolve()
@@ -124,13 +130,36 @@ def remove_stale_temp_files(directory: Path) -> list[Path]:
         if not match or not entry.is_file(follow_symlinks=False):
             continue
         try:
-            stale = not pid_alive(int(match[1])) if match[1] else entry.stat().st_mtime < _PROCESS_STARTED
+            modified = entry.stat(follow_symlinks=False).st_mtime
+            stale = _orphaned(entry.name, int(match[1]), modified) if match[1] else modified < _PROCESS_STARTED
             if stale:
                 os.unlink(entry.path)
                 removed.append(Path(entry.path))
         except OSError:  # another process removed it first, or it is not ours to remove
             continue
     return removed
+
+
+def _orphaned(name: str, pid: int, modified: float) -> bool:
+    """Whether no live writer holds the temporary file `name` of process `pid`, last written at `modified`."""
+    if pid == os.getpid():
+        return name not in _WRITING
+    if not pid_alive(pid):
+        return True
+    started = _process_start(pid)
+    return started is not None and started > modified + 1.0  # 1 s: the clocks' granularity
+
+
+def _process_start(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), from /proc on Linux; None where unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(
+            float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
+        )
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def pid_alive(pid: int) -> bool:

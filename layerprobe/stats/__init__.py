@@ -28,6 +28,7 @@ from layerprobe.stats.ranking import (
 from layerprobe.stats.sequential import ConfidenceSequence, StopReason, scoring_order, stop_reason
 
 __all__ = [
+    "Z95",
     "adjust_pvalues",
     "Adjusted",
     "BlockScores",

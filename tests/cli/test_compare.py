@@ -63,7 +63,7 @@ def test_cli_exit_one_on_regression_with_markdown_only_on_stdout(tmp_path):
     assert result.exit_code == 1, result.output
     assert result.stdout.startswith("### ❌ layerprobe compare: regression")
     assert "compare.png" not in result.stdout and "wrote" in result.stderr
-    assert (tmp_path / "c" / "compare.png").is_file()
+    assert (tmp_path / "c" / "compare.png").is_file() and (tmp_path / "c" / "compare.pdf").is_file()
     assert cli(base, cand, "--max-drop", "0.05", "--format", "markdown", "--no-plot").exit_code == 0
 
 

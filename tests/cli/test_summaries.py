@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from factories import angular_from_walk
+from factories import angular_from_walk, corpus_prune_result, paired_arc_result
 from rich.console import Console
 
 from layerprobe.cli import summaries
@@ -33,5 +33,37 @@ def test_console_summary_never_calls_an_unmeasured_pair_most_similar(monkeypatch
     choice = angular_summary(result.distance, stderr=result.distance_stderr)["most_redundant"]["1"]
     line = next(line for line in printed["out"].getvalue().splitlines() if "most similar" in line)
     assert f"x^{choice['layer']} → x^{choice['layer'] + 1}" in line
-    assert f"± {choice['stderr']:.4f}" in line
+    z = 1.959963984540054
+    low, high = choice["distance"] - z * choice["stderr"], choice["distance"] + z * choice["stderr"]
+    assert f"95 % CI [{low:.4f}, {high:.4f}]" in line and "±" not in printed["out"].getvalue()
+    rows = [row for row in printed["out"].getvalue().splitlines() if "95 % CI" in row]
+    assert rows  # the table's interval column is labelled as the 95 % CI
     assert ("a clear choice" in line) == choice["clear"] and ("not clear" in line) == (not choice["clear"])
+
+
+def test_prune_summary_prints_the_baseline_with_its_95_percent_interval(monkeypatch):
+    result, metric = paired_arc_result()
+    stream = io.StringIO()
+    monkeypatch.setattr(summaries, "out", Console(file=stream, width=200))
+    summaries.print_prune_summary(result)
+    z = 1.959963984540054
+    low, high = metric.baseline - z * metric.baseline_stderr, metric.baseline + z * metric.baseline_stderr
+    text = stream.getvalue()
+    assert f"baseline {metric.baseline:.4f} (95 % CI [{low:.4f}, {high:.4f}])" in text and "±" not in text
+
+
+def test_the_corpus_task_prints_kl_and_top1_agreement_beside_nll(monkeypatch):
+    result = corpus_prune_result()
+    stream = io.StringIO()
+    monkeypatch.setattr(summaries, "out", Console(file=stream, width=250))
+    summaries.print_prune_summary(result)
+    lines = stream.getvalue().splitlines()
+    header = next(line for line in lines if "KL(base ‖ pruned)" in line)
+    assert "top-1 agreement" in header and "nll" in header
+    kl, top1 = result.tasks["corpus"].metrics["kl"], result.tasks["corpus"].metrics["top1_agreement"]
+    for i, layer in enumerate(kl.layers):
+        row = next(line for line in lines if line.strip("│ ").startswith(f"{layer} ") and "│" in line)
+        lo, hi = kl.delta_ci95[i]
+        assert f"{kl.pruned[i]:.4f} [{kl.baseline + lo:.4f}, {kl.baseline + hi:.4f}]" in row
+        lo, hi = top1.delta_ci95[i]
+        assert f"{top1.pruned[i]:.4f} [{top1.baseline + lo:.4f}, {top1.baseline + hi:.4f}]" in row

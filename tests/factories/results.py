@@ -343,3 +343,15 @@ def paired_arc_result(higher_is_better=True, agreement=False) -> tuple[PruneDrop
     )
     block = {"acc": metric_agreement([0.4, 0.1, 0.2, 0.3], metric, draws=50)} if agreement else None
     return prune_drop_result({"arc": {"acc": metric}}, limit=None, model=model_info(4), agreement=block), metric
+
+
+def corpus_prune_result() -> PruneDropResult:
+    """A `--task corpus` result of a 4-block model: NLL (primary), perplexity, KL and top-1 agreement, paired."""
+    se = [0.01, 0.02, 0.01, 0.03]
+    metrics = {
+        "nll": metric_drop(2.0, [2.5, 2.1, 2.05, 3.0], hib=False, paired_se=se),
+        "perplexity": metric_drop(7.39, [12.2, 8.2, 7.8, 20.1], hib=False, paired_se=se),
+        "kl": metric_drop(0.0, [0.40, 0.08, 0.03, 0.9], hib=False, baseline_stderr=0.0, paired_se=se),
+        "top1_agreement": metric_drop(1.0, [0.70, 0.93, 0.97, 0.52], baseline_stderr=0.0, paired_se=se),
+    }
+    return prune_drop_result({"corpus": metrics}, 4, limit=None)

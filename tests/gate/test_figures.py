@@ -7,8 +7,20 @@ import math
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
-from drawn import PNG_MAGIC, assert_drawn_matrix, delta_bars, expected_cells, expected_minima, file_magic, marked_minima
-from factories import angular_from_walk, random_prune_result
+from drawn import (
+    PDF_MAGIC,
+    PNG_MAGIC,
+    assert_drawn_matrix,
+    band_limits,
+    delta_bars,
+    errorbar_spans,
+    expected_cells,
+    expected_minima,
+    file_magic,
+    legend_texts,
+    marked_minima,
+)
+from factories import angular_from_walk, paired_arc_result, random_prune_result
 from matplotlib.container import BarContainer
 
 from layerprobe.core.errors import ResultError
@@ -19,10 +31,18 @@ from layerprobe.gate.verdict import compare_paths
 
 def test_plots_are_written_next_to_the_candidate_or_in_out(tmp_path, mixed_verdict):
     paths = plot_verdict(mixed_verdict)
-    assert sorted(p.name for p in paths) == ["compare_angular.png", "compare_prune_drop.png"]
-    assert all(p.parent == tmp_path / "cand" and p.read_bytes()[:4] == b"\x89PNG" for p in paths)
+    assert sorted(p.name for p in paths) == [
+        "compare_angular.pdf",
+        "compare_angular.png",
+        "compare_prune_drop.pdf",
+        "compare_prune_drop.png",
+    ]
+    for path in paths:
+        assert path.parent == tmp_path / "cand"
+        assert file_magic(path, PNG_MAGIC if path.suffix == ".png" else PDF_MAGIC)
     single = compare_paths(tmp_path / "base" / "angular.json", tmp_path / "cand" / "angular.json")
-    assert plot_verdict(single, tmp_path / "plots") == [tmp_path / "plots" / "compare.png"]
+    plots = tmp_path / "plots"
+    assert plot_verdict(single, plots) == [plots / "compare.png", plots / "compare.pdf"]
 
 
 @pytest.mark.usefixtures("no_leaked_figures")
@@ -55,8 +75,8 @@ def test_compare_angular_differences_over_the_common_layers(tmp_path, base_layer
         assert marked_minima(heatmaps[2]) == {}
     finally:
         plt.close(fig)
-    path = figures.plot_compare_angular(baseline, candidate, tmp_path / "compare.png")
-    assert path == tmp_path / "compare.png" and file_magic(path, PNG_MAGIC)
+    png, pdf = figures.plot_compare_angular(baseline, candidate, tmp_path / "compare.png")
+    assert png == tmp_path / "compare.png" and file_magic(png, PNG_MAGIC) and file_magic(pdf, PDF_MAGIC)
 
 
 @pytest.mark.usefixtures("no_leaked_figures")
@@ -79,8 +99,8 @@ def test_compare_prune_drop_with_a_pruned_candidate(tmp_path):
         assert "mmlu" in bars_ax.get_title()
     finally:
         plt.close(fig)
-    path = figures.plot_compare_prune_drop(baseline, candidate, tmp_path / "compare.png")
-    assert file_magic(path, PNG_MAGIC)
+    png, pdf = figures.plot_compare_prune_drop(baseline, candidate, tmp_path / "compare.png")
+    assert file_magic(png, PNG_MAGIC) and file_magic(pdf, PDF_MAGIC) and pdf == tmp_path / "compare.pdf"
 
 
 @pytest.mark.usefixtures("no_leaked_figures")
@@ -89,4 +109,37 @@ def test_compare_prune_drop_without_a_common_task_is_a_user_error(tmp_path):
         figures.plot_compare_prune_drop(
             random_prune_result(4, ("a",)), random_prune_result(4, ("b",)), tmp_path / "c.png"
         )
-    assert not (tmp_path / "c.png").exists()
+    assert not (tmp_path / "c.png").exists() and not (tmp_path / "c.pdf").exists()
+
+
+@pytest.mark.usefixtures("no_leaked_figures")
+def test_compare_prune_drop_draws_95_percent_intervals_and_labels_them():
+    z = 1.959963984540054
+    baseline, base_metric = paired_arc_result()
+    candidate = random_prune_result(4, tasks=("arc",), seed=3)  # unpaired: the pruned scores' own stderrs
+    cand_metric = candidate.tasks["arc"].metrics["acc"]
+    fig = figures.compare_prune_drop_figure(baseline, candidate)
+    try:
+        bars_ax, diff_ax = fig.axes
+        spans = errorbar_spans(bars_ax)
+        expected = [tuple(ci) for ci in base_metric.delta_ci95] + [
+            (d - z * s, d + z * s)
+            for d, s in zip(cand_metric.delta, cand_metric.stderr, strict=True)
+            if s is not None and math.isfinite(d)
+        ]
+        assert spans == [pytest.approx(span) for span in expected]
+        low, high = band_limits(bars_ax, "baseline 95 % CI (± 1.96 stderr)")
+        assert (low, high) == pytest.approx((-z * base_metric.baseline_stderr, z * base_metric.baseline_stderr))
+        assert any("95 % CI" in text for text in legend_texts(bars_ax) if "baseline" not in text)
+        assert not errorbar_spans(diff_ax)  # the candidate has no paired stderrs: no combined interval
+    finally:
+        plt.close(fig)
+    both, _ = paired_arc_result()
+    fig = figures.compare_prune_drop_figure(baseline, both)
+    try:
+        diff_ax = fig.axes[1]
+        se = base_metric.delta_stderr
+        assert errorbar_spans(diff_ax) == [pytest.approx((-z * math.hypot(s, s), z * math.hypot(s, s))) for s in se]
+        assert "95 % CI: ± 1.96 √(se_base² + se_cand²)" in legend_texts(diff_ax)
+    finally:
+        plt.close(fig)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from factories import (
     GATE_ADJACENT,
     angular_from_adjacent,
     arc_acc_result,
+    depth_dict,
     gate_baseline_prune,
     metric_drop,
     prune_drop_result,
@@ -31,6 +33,7 @@ from layerprobe.gate.render import (
     verdict_to_dict,
 )
 from layerprobe.gate.verdict import Verdict, compare_paths, compare_results
+from layerprobe.results import DepthResult
 
 
 def test_json_output_parses_back_with_every_rule_and_threshold(mixed_verdict):
@@ -144,7 +147,7 @@ def test_change_column_is_candidate_minus_baseline_with_the_worse_direction():
     fell = compare_results(angular_from_adjacent([0.5, 0.4, 0.3]), angular_from_adjacent([0.5, 0.1, 0.1]), GateRules())
     lazy, mean = fell.results
     assert (lazy.difference, lazy.worse_if) == (2, "higher")
-    assert mean.worse_if == "lower" and mean.difference < 0 and mean.change > 0  # change stays "how much worse"
+    assert mean.worse_if == "lower" and mean.difference < 0 and mean.change > 0  # `change` is "how much worse"
     score = compare_results(arc_acc_result(0.70), arc_acc_result(0.65), GateRules()).results[0]
     assert score.worse_if == "lower" and round(score.difference, 9) == -0.05
     table = render_table(verdict_of(fell))
@@ -157,4 +160,45 @@ def test_change_column_is_candidate_minus_baseline_with_the_worse_direction():
     markdown = render_markdown(verdict_of(fell))
     assert "| change (cand − base) | worse if | allowed change |" in markdown
     entry = verdict_to_dict(verdict_of(fell))["comparisons"][0]["results"][1]
-    assert entry["worse_if"] == "lower" and entry["difference"] == mean.difference and entry["change"] == mean.change
+    assert entry["worse_if"] == "lower" and entry["difference"] == entry["change"] == mean.difference
+    assert entry["worsening"] == mean.change
+
+
+def _signed(value: float) -> str:
+    return f"{int(value):+d}" if float(value).is_integer() and abs(value) >= 1 else f"{value:+.4f}"
+
+
+def test_every_output_shows_the_change_as_candidate_minus_baseline():
+    """Rules whose worse direction is lower, higher, and a ratio rule: the sign is the same in all four outputs."""
+    fell = compare_results(angular_from_adjacent([0.5, 0.4, 0.3]), angular_from_adjacent([0.5, 0.1, 0.1]), GateRules())
+    score = compare_results(arc_acc_result(0.70), arc_acc_result(0.65), GateRules())
+    base = DepthResult.from_dict(depth_dict())
+    grown = replace(base, rms=replace(base.rms, mean=[1.0, 1.0, 1.5]), summary=None)
+    depth = compare_results(base, grown, GateRules())
+    verdict = verdict_of(fell, score, depth)
+    expected = {}
+    for r in verdict.results:
+        if r.baseline is not None and r.candidate is not None:
+            expected[r.name] = r.candidate - r.baseline  # independent of RuleResult.difference
+    assert {"mean_adjacent", "lazy_blocks", "baseline_score[arc/acc]", "rms_growth"} <= set(expected)
+    assert expected["mean_adjacent"] < 0 < expected["lazy_blocks"] and expected["rms_growth"] > 0
+    assert expected["baseline_score[arc/acc]"] < 0
+    entries = {e["name"]: e for c in verdict_to_dict(verdict)["comparisons"] for e in c["results"]}
+    table = render_table(verdict, width=220).splitlines()
+    markdown = render_markdown(verdict).splitlines()
+    header = next(line for line in markdown if "change (cand − base)" in line).split(" | ")
+    column = header.index("change (cand − base)")
+    junit = {c.get("name"): c for c in ET.fromstring(render_junit(verdict)).iter("testcase")}
+    for name, change in expected.items():
+        shown = _signed(change)
+        assert entries[name]["change"] == pytest.approx(change), name  # JSON
+        assert (entries[name]["change"] > 0) == (change > 0)
+        row = next(line for line in table if f"· {name}" in line)  # terminal
+        assert shown in row, (name, shown, row)
+        md_row = next(line for line in markdown if f"`{name}`" in line).split(" | ")  # markdown
+        assert md_row[column].startswith(shown), (name, md_row[column])
+        case = junit[name]  # JUnit
+        body = "".join(node.text or "" for node in case)
+        assert f"change (candidate − baseline) {shown}" in body, (name, body)
+    assert entries["rms_growth"]["ratio"] == pytest.approx(1.5) and entries["rms_growth"]["worsening"] == 1.5
+    assert "+0.5000 (×1.5000)" in next(line for line in table if "· rms_growth" in line)

@@ -7,8 +7,15 @@ import math
 
 import matplotlib.pyplot as plt
 import pytest
-from drawn import PNG_MAGIC, delta_bars, file_magic
-from factories import metric_drop, model_info, paired_arc_result, prune_drop_result, random_prune_result
+from drawn import PDF_MAGIC, PNG_MAGIC, band_limits, delta_bars, errorbar_spans, file_magic, legend_texts
+from factories import (
+    corpus_prune_result,
+    metric_drop,
+    model_info,
+    paired_arc_result,
+    prune_drop_result,
+    random_prune_result,
+)
 from matplotlib.colors import to_rgba
 from matplotlib.container import BarContainer, ErrorbarContainer
 
@@ -30,25 +37,29 @@ def test_prune_drop_bars_are_the_deltas_coloured_by_harm(higher_is_better):
         assert [bar.get_x() + bar.get_width() / 2 for bar in bars] == pytest.approx(metric.layers)
         assert heights == pytest.approx([d if math.isfinite(d) else 0.0 for d in metric.delta])
         harmful, helpful = 0, 0
+        z = 1.959963984540054  # the two-sided 95 % normal quantile
         for bar, delta in zip(bars, metric.delta, strict=True):
             color = bar.get_facecolor()
-            if not math.isfinite(delta) or abs(delta) < metric.baseline_stderr:
+            if not math.isfinite(delta) or abs(delta) < z * metric.baseline_stderr:
+                assert not math.isfinite(delta) or color == pytest.approx(to_rgba(WITHIN_NOISE))
                 continue
             hurts = delta < 0 if higher_is_better else delta > 0
             expected = HARMFUL if hurts else HELPFUL
             assert color == pytest.approx(to_rgba(expected))
             harmful, helpful = harmful + hurts, helpful + (not hurts)
         assert harmful and helpful
-        errorbars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
-        segments = errorbars[0].lines[2][0].get_segments()
-        with_stderr = [s is not None and math.isfinite(d) for s, d in zip(metric.stderr, metric.delta, strict=True)]
-        assert len(segments) == sum(with_stderr)
-        assert f"{metric.baseline:.4g} ± {metric.baseline_stderr:.2g}" in ax.get_title()
+        # Every error bar is the pruned score's 95 % interval, ΔP ± 1.96 stderr, and the legend says so.
+        expected_spans = [
+            (d - z * s, d + z * s)
+            for d, s in zip(metric.delta, metric.stderr, strict=True)
+            if s is not None and math.isfinite(d)
+        ]
+        assert errorbar_spans(ax) == [pytest.approx(span) for span in expected_spans]
+        assert "95 % CI of the pruned score (± 1.96 stderr)" in legend_texts(ax)
+        assert f"{metric.baseline:.4g} ± {z * metric.baseline_stderr:.2g} (95 % CI)" in ax.get_title()
         assert "arc_easy" in ax.get_title() and "acc" in ax.get_title()
-        band = [p for p in ax.patches if p.get_label() == "± baseline stderr"]
-        assert len(band) == 1
-        ys = band[0].get_path().transformed(band[0].get_patch_transform()).vertices[:, 1]
-        assert (min(ys), max(ys)) == pytest.approx((-metric.baseline_stderr, metric.baseline_stderr))
+        low, high = band_limits(ax, "baseline 95 % CI (± 1.96 stderr)")
+        assert (low, high) == pytest.approx((-z * metric.baseline_stderr, z * metric.baseline_stderr))
     finally:
         plt.close(fig)
 
@@ -57,11 +68,12 @@ def test_prune_drop_bars_are_the_deltas_coloured_by_harm(higher_is_better):
 def test_prune_drop_file_names_are_safe_and_distinct(tmp_path):
     tasks = ("mmlu", "hendrycks/math algebra", "a/b", "a_b", "../../etc")
     paths = plot_prune_drop(random_prune_result(80, tasks=tasks), tmp_path)
-    assert len(paths) == len(tasks) == len({p.name for p in paths})
+    assert len(paths) == 2 * len(tasks) == len({p.name for p in paths})
     for path in paths:
         assert path.parent == tmp_path
         assert all(ch.isalnum() or ch in "._-" for ch in path.name), path.name
-        assert file_magic(path, PNG_MAGIC)
+        assert file_magic(path, PNG_MAGIC if path.suffix == ".png" else PDF_MAGIC)
+    assert {p.with_suffix("") for p in paths if p.suffix == ".pdf"} == {p.with_suffix("") for p in paths}
     assert tmp_path / "prune_drop_hendrycks_math_algebra.png" in paths
     assert figure_name("mmlu/abstract algebra") == "mmlu_abstract_algebra"
 
@@ -82,7 +94,7 @@ def test_bars_are_coloured_only_when_the_paired_interval_excludes_zero(higher_is
         assert spans == [pytest.approx(tuple(i)) for i in sorted(map(tuple, metric.delta_ci95))]
         labels = [t.get_text() for t in ax.get_legend().get_texts()]
         assert "not significant (95 % CI spans 0)" in labels and "paired 95 % CI of ΔP" in labels
-        assert not [p for p in ax.patches if p.get_label() == "± baseline stderr"]
+        assert not [p for p in ax.patches if "baseline" in str(p.get_label())]
         assert len(fig.axes) == 1  # no angular result, no second axis
     finally:
         plt.close(fig)
@@ -108,3 +120,27 @@ def test_prune_drop_figure_title_marks_quantization():
     )
     assert "bitsandbytes-8bit" in prune_drop_figure(labelled, "lp_arc_like").axes[0].get_title()
     assert "bitsandbytes" not in prune_drop_figure(plain, "lp_arc_like").axes[0].get_title()
+
+
+@pytest.mark.usefixtures("no_leaked_figures")
+def test_the_corpus_task_plots_kl_and_top1_agreement_beside_nll():
+    result = corpus_prune_result()
+    metrics = result.tasks["corpus"].metrics
+    fig = prune_drop_figure(result, "corpus")
+    try:
+        main, kl_ax, top1_ax = fig.axes
+        assert "nll" in main.get_title()
+        for ax, name in ((kl_ax, "kl"), (top1_ax, "top1_agreement")):
+            metric = metrics[name]
+            assert [b.get_height() for b in delta_bars(ax)] == pytest.approx(metric.pruned)
+            expected = [(metric.baseline + lo, metric.baseline + hi) for lo, hi in metric.delta_ci95]
+            assert errorbar_spans(ax) == [pytest.approx(span) for span in expected]
+            assert "paired 95 % CI" in legend_texts(ax) and name in ax.get_title(loc="left")
+        assert "KL" in kl_ax.get_ylabel() and "top-1" in top1_ax.get_ylabel()
+    finally:
+        plt.close(fig)
+    other = prune_drop_figure(random_prune_result(4), "arc_easy")
+    try:
+        assert len(other.axes) == 1  # only the corpus metrics have companions
+    finally:
+        plt.close(other)

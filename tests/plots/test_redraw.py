@@ -21,7 +21,8 @@ def test_plot_result_round_trips_through_json(tmp_path, kind):
     json_path = write_json(tmp_path / f"{kind}.json", result.to_dict())
     paths = redraw(json_path)
     assert paths and all(p.parent == tmp_path for p in paths)
-    expected = ["angular.png", "angular.pdf"] if kind == "angular" else ["prune_drop_mmlu_x.png"]
+    stem = "angular" if kind == "angular" else "prune_drop_mmlu_x"
+    expected = [f"{stem}.png", f"{stem}.pdf"]
     assert [p.name for p in paths] == expected
     assert all(file_magic(p, PDF_MAGIC if p.suffix == ".pdf" else PNG_MAGIC) for p in paths)
     elsewhere = redraw(json_path, tmp_path / "plots")

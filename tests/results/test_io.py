@@ -126,3 +126,38 @@ def test_atomic_write_leaves_nothing_behind_when_writing_fails(tmp_path):
     with pytest.raises(OSError, match="disk full"):
         atomic_write(target, half_then_fail)
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["kept.json"]
+
+
+def test_temp_files_whose_pid_was_reused_are_removed_by_the_next_write(tmp_path):
+    """A killed run's pid now belongs to this process (a container restarts at the same pid) or to a
+    process that started after the file was written: the file has no writer, so the next write removes it."""
+    ours = tmp_path / f".angular.json.{os.getpid()}-0a1b2c3d.tmp"  # same pid as this process, not being written
+    ours.write_text("half")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        reused = tmp_path / f".depth.json.{sleeper.pid}-0a1b2c3d.tmp"
+        reused.write_text("half")
+        os.utime(reused, (time.time() - 3600, time.time() - 3600))  # written long before the sleeper started
+        held = tmp_path / f".prune_drop.json.{sleeper.pid}-1a2b3c4d.tmp"
+        held.write_text("being written")  # written after the sleeper started: it may be its file
+        other = tmp_path / ".notes.12-0a1b2c3d.txt"  # not our pattern
+        other.write_text("x")
+        results_io._CLEANED.discard(tmp_path.resolve())
+        write_json(tmp_path / "angular.json", {"schema": "x"})
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([held.name, other.name, "angular.json"])
+    finally:
+        sleeper.kill()
+        sleeper.wait(timeout=30)
+
+
+def test_a_write_in_progress_keeps_its_own_temp_file(tmp_path):
+    seen = []
+
+    def inner(tmp):
+        tmp.write_text("half")
+        results_io._CLEANED.discard(tmp_path.resolve())
+        write_json(tmp_path / "other.json", {"schema": "x"})  # a nested write into the same directory
+        seen.append(tmp.exists())
+
+    atomic_write(tmp_path / "angular.json", inner)
+    assert seen == [True] and sorted(p.name for p in tmp_path.iterdir()) == ["angular.json", "other.json"]

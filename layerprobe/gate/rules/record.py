@@ -24,7 +24,8 @@ class RuleResult:
     `change` is how much worse the candidate is in the rule's own units (positive = worse) and `limit`
     the largest change that passes, so every rule reads the same way: passed ⇔ change ≤ limit. People
     read `difference` (candidate − baseline) with `worse_if` ("higher" or "lower": which sign of the
-    difference counts against the candidate); that is what the table and markdown show.
+    difference counts against the candidate); that is what every output (table, markdown, JSON `change`,
+    JUnit) shows as the change, and `change` itself is written as `worsening`.
     """
 
     kind: str
@@ -46,10 +47,9 @@ class RuleResult:
     def difference(self) -> float | None:
         """The candidate minus the baseline, in the rule's units (None when either is missing).
 
-        For a "ratio" rule it is candidate / baseline, the quantity its limit bounds.
+        Every output shows this as the change, so its sign always reads candidate − baseline; for a
+        "ratio" rule the ratio candidate / baseline (which its limit bounds) is shown beside it.
         """
-        if self.scale == "ratio":
-            return self.change
         if self.baseline is None or self.candidate is None:
             return None
         if self.baseline == self.candidate:  # equal infinities are no change, as in `change`
