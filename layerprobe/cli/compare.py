@@ -49,6 +49,13 @@ def compare(
     se_factor: Annotated[
         float | None, typer.Option(help="A layer's ΔP may worsen by this × combined stderr (default 2.0).")
     ] = None,
+    max_drop_upper: Annotated[
+        float | None,
+        typer.Option(
+            help="Non-inferiority margin: pass only when the one-sided 95 % upper bound of a task's full-model "
+            "accuracy drop, from both runs' paired answers (prune-drop --log-samples), is at most this (default: off)."
+        ),
+    ] = None,
     max_rms_growth: Annotated[
         float | None, typer.Option(help="depth: RMS(x^L)/RMS(x^0) may grow by this factor over the baseline's (1.25).")
     ] = None,
@@ -70,6 +77,7 @@ def compare(
         adjacent_tolerance=adjacent_tolerance,
         max_drop=max_drop,
         se_factor=se_factor,
+        max_drop_upper=max_drop_upper,
         max_rms_growth=max_rms_growth,
     )
     verdict = compare_paths(baseline, candidate, rules)

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from layerprobe.cli.console import err, out
+from layerprobe.core import DEFAULT_MULTIPLICITY
 from layerprobe.results import (
     AngularResult,
     AngularSummary,
@@ -127,7 +128,8 @@ def print_prune_summary(result: PruneDropResult) -> None:
             method = "paired bootstrap over documents" if metric.delta_method == "paired_bootstrap" else "paired"
             count = sum(bool(s) for s in metric.significant or [])
             out.print(
-                f"{count} of {len(metric.layers)} removals change {metric_name} beyond noise ({method} 95 % CI)",
+                f"{count} of {len(metric.layers)} removals change {metric_name} beyond noise "
+                f"({_significance_text(result, method)})",
                 highlight=False,
             )
         agreement = (task.agreement or {}).get(metric_name)
@@ -139,6 +141,18 @@ def print_prune_summary(result: PruneDropResult) -> None:
                 "evaluations (scored as unanswerable; try --dtype float32)"
             )
     out.print(f"engine: {escape(result.engine)}; {result.run.seconds or 0:,.1f} s", highlight=False)
+
+
+MULTIPLICITY_NAMES = {"holm": "Holm-adjusted", "bh": "BH-adjusted (false discovery rate)", "none": "unadjusted"}
+
+
+def _significance_text(result: PruneDropResult, method: str) -> str:
+    """How the `significant` flags were decided: the adjustment and its family, or the plain 95 % CI of older files."""
+    family = result.family
+    if family is None:
+        return f"{method} 95 % CI"
+    adjustment = str(result.settings.get("multiplicity") or DEFAULT_MULTIPLICITY)
+    return f"{MULTIPLICITY_NAMES.get(adjustment, adjustment)}, family of {family} tests; {method} p-values"
 
 
 def print_agreement(metric_name: str, agreement: dict[str, Any]) -> None:

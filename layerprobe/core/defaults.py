@@ -32,6 +32,11 @@ CORPUS_TASK = "corpus"  # task-free: NLL, KL and top-1 agreement on the angular 
 DEFAULT_DRAWS = 1000
 DEFAULT_SEED = 1234
 
+# Significance over many comparisons (stats/multiplicity.py): prune-drop's flags and compare's McNemar tests.
+MULTIPLICITY_METHODS = ("holm", "bh", "none")  # family-wise error (Holm), false discovery rate (BH), unadjusted
+DEFAULT_MULTIPLICITY = "holm"
+SIGNIFICANCE_LEVEL = 0.05  # a flag is set where the (adjusted) p-value is below it
+
 # Memory bounds.
 DEFAULT_STATE_BYTES = 2 * 1024**3  # shared engine: recorded block inputs held at once (prune-drop)
 DEFAULT_CHUNK_BYTES = 256 * 1024**2  # angular: fp32 states gathered on one device at once

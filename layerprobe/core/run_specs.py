@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 
 from layerprobe.core.checks import parse_eval_batch_size
 from layerprobe.core.corpus_spec import CorpusSpec
-from layerprobe.core.defaults import CORPUS_TASK, DEFAULT_CHUNK_BYTES, DEFAULT_STATE_BYTES, ENGINES, POSITIONS, UNITS
+from layerprobe.core.defaults import (
+    CORPUS_TASK,
+    DEFAULT_CHUNK_BYTES,
+    DEFAULT_MULTIPLICITY,
+    DEFAULT_STATE_BYTES,
+    ENGINES,
+    MULTIPLICITY_METHODS,
+    POSITIONS,
+    UNITS,
+)
 from layerprobe.core.errors import LayerprobeError
 from layerprobe.core.model_spec import ModelSpec
 
@@ -74,10 +83,15 @@ class PruneSpec:
     log_samples: bool = False  # write <out>/samples/<task>.jsonl (per-document values) at the end
     angular: str | None = None  # angular.json to rank-compare with ΔP (None: <out>/angular.json if there)
     corpus: CorpusSpec = field(default_factory=CorpusSpec)  # the windows `--task corpus` scores on
+    multiplicity: str = DEFAULT_MULTIPLICITY  # how `significant` is adjusted over variants × tasks × metrics
 
     def __post_init__(self) -> None:
         if self.max_state_bytes < 1:
             raise LayerprobeError(f"--max-state-memory must be positive, got {self.max_state_bytes} bytes.")
+        if self.multiplicity not in MULTIPLICITY_METHODS:
+            raise LayerprobeError(
+                f"Unknown --multiplicity {self.multiplicity!r}.", hint=f"Use one of {', '.join(MULTIPLICITY_METHODS)}."
+            )
         check_ablation(self.unit, self.span)
         if CORPUS_TASK in self.tasks and (self.unit != "block" or self.span != 1):
             raise LayerprobeError(

@@ -11,13 +11,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Protocol, TypedDict, cast
 
-from layerprobe.core import CORPUS_TASK, PruneSpec
+from layerprobe.core import CORPUS_TASK, DEFAULT_MULTIPLICITY, SIGNIFICANCE_LEVEL, PruneSpec
 from layerprobe.evaluate import paired_columns
 from layerprobe.model import Remover
 from layerprobe.prune.agreement import AngularSource, task_agreement
 from layerprobe.prune.samples import SampleRow
 from layerprobe.prune.state import PruneState, corpus_settings
 from layerprobe.results import JSONObject, MetricDrop, ModelInfo, PruneDropResult, RunInfo, TaskDrop, from_rows
+from layerprobe.stats import adjust_pvalues
 
 
 class RequiredSettings(TypedDict):
@@ -42,6 +43,7 @@ class PruneSettings(RequiredSettings, total=False):
     """The `settings` block of prune_drop.json, which the shards of one run must agree on to be merged."""
 
     corpus: dict[str, object]  # the corpus options of `--task corpus` (`state.corpus_settings`)
+    multiplicity: str  # how `significant` is adjusted: "holm", "bh" or "none" (absent in older shards: holm)
 
 
 class RowSource(Protocol):
@@ -68,6 +70,7 @@ def prune_settings(spec: PruneSpec, layers: list[int], remover: Remover) -> Prun
         "span": spec.span,
         "sublayers": remover.module_paths(),
         "prefix_reuse": spec.prefix_reuse,
+        "multiplicity": spec.multiplicity,
     }
     if CORPUS_TASK in spec.tasks:
         settings["corpus"] = corpus_settings(spec.corpus)
@@ -85,25 +88,61 @@ def assemble_result(
     """prune_drop.json from a state holding every (task, variant) of the run and their per-document rows."""
     tasks, layers = settings["tasks"], settings["layers"]
     engines = sorted({state.get(t, v).engine for t in tasks for v in [None, *layers]})
+    multiplicity = settings.get("multiplicity", DEFAULT_MULTIPLICITY)
     return PruneDropResult(
         model=info,
         engine="+".join(engines),
-        settings=dict(settings),
-        tasks={
-            # A sublayer's ΔP is not what a block's angular distance predicts: no agreement block for it.
-            task: assemble_task(
-                state,
-                task,
-                layers,
-                settings["limit"],
-                samples,
-                None if settings.get("unit", "block") != "block" else angular,
-                settings.get("span", 1),
-            )
-            for task in tasks
-        },
+        settings={**settings, "multiplicity": multiplicity},
+        tasks=adjust_significance(
+            {
+                # A sublayer's ΔP is not what a block's angular distance predicts: no agreement block for it.
+                task: assemble_task(
+                    state,
+                    task,
+                    layers,
+                    settings["limit"],
+                    samples,
+                    None if settings.get("unit", "block") != "block" else angular,
+                    settings.get("span", 1),
+                )
+                for task in tasks
+            },
+            multiplicity,
+        ),
         run=replace(run, prefix_reuse=prefix_reuse_status(state, tuple(tasks), [None, *layers])),
     )
+
+
+def adjust_significance(tasks: dict[str, TaskDrop], method: str) -> dict[str, TaskDrop]:
+    """Every metric's `p_adjusted` and `significant`, adjusted over all variants × tasks × metrics of the run.
+
+    The family is every p-value the run has (`MetricDrop.p_value`; missing ones are left out of it);
+    `significant` becomes adjusted p < 0.05 (None where no p-value exists). Nothing measured changes.
+    """
+    places = [
+        (task, name, i)
+        for task, drop in tasks.items()
+        for name, metric in drop.metrics.items()
+        for i in range(len(metric.layers))
+    ]
+    raw = [_pvalues(tasks[t].metrics[m])[i] for t, m, i in places]
+    adjusted = dict(zip(places, adjust_pvalues(raw, method).pvalues, strict=True))
+    out = {}
+    for task, drop in tasks.items():
+        metrics = {}
+        for name, metric in drop.metrics.items():
+            found = [adjusted[task, name, i] for i in range(len(metric.layers))]
+            metrics[name] = replace(
+                metric,
+                p_adjusted=found,
+                significant=[None if p is None else p < SIGNIFICANCE_LEVEL for p in found],
+            )
+        out[task] = replace(drop, metrics=metrics)
+    return out
+
+
+def _pvalues(metric: MetricDrop) -> list[float | None]:
+    return metric.p_value if metric.p_value is not None else [None] * len(metric.layers)
 
 
 def prefix_reuse_status(state: PruneState, tasks: tuple[str, ...], variants: list[int | None]) -> str | None:

@@ -33,6 +33,7 @@ SETTINGS_FIELDS: dict[str, v.Kind] = {
     "batch_size": v.text_or_integer(optional=True),
     "unit": v.text(default="block"),
     "span": v.integer(default=1, minimum=1),
+    "multiplicity": v.text(optional=True),  # absent in files written before flags were adjusted
 }
 
 
@@ -60,6 +61,11 @@ class MetricDrop:
     per-document values of both variants (`delta_method`: "paired_mean" closed form or
     "paired_bootstrap", with `bootstrap` = {"draws", "seed"}). Files written before they existed read
     back with them None; consumers then fall back to the unpaired stderrs.
+
+    `p_value` is each difference's two-sided p-value and `p_adjusted` the same adjusted over every
+    variant × task × metric of the run (the method is the run's `settings.multiplicity`); `significant`
+    is then `p_adjusted < 0.05`. Files written before p-values read back with both None and their
+    `significant` as stored (the unadjusted 95 % interval excluding 0).
     """
 
     baseline: float
@@ -73,6 +79,8 @@ class MetricDrop:
     significant: list[bool | None] | None = None
     delta_method: str | None = None
     bootstrap: dict[str, int] | None = None
+    p_value: list[float | None] | None = None
+    p_adjusted: list[float | None] | None = None
 
     @property
     def delta(self) -> list[float]:
@@ -94,6 +102,8 @@ class MetricDrop:
             "delta_stderr": self.delta_stderr,
             "delta_ci95": self.delta_ci95,
             "significant": self.significant,
+            "p_value": self.p_value,
+            "p_adjusted": self.p_adjusted,
             "delta_method": self.delta_method,
             "bootstrap": self.bootstrap,
             "stderr": list(self.stderr),
@@ -124,6 +134,8 @@ class MetricDrop:
             delta_stderr=_per_layer(node.key("delta_stderr"), layers, lambda n: n.number(optional=True)),
             delta_ci95=_per_layer(node.key("delta_ci95"), layers, v.interval),
             significant=_per_layer(node.key("significant"), layers, lambda n: n.flag(optional=True)),
+            p_value=_per_layer(node.key("p_value"), layers, _probability),
+            p_adjusted=_per_layer(node.key("p_adjusted"), layers, _probability),
             delta_method=node.key("delta_method").text(optional=True),
             bootstrap=_bootstrap(node.key("bootstrap")),
         )
@@ -181,6 +193,13 @@ class PruneDropResult:
     tasks: dict[str, TaskDrop]
     run: RunInfo
     summary: dict[str, TaskSummary] | None = None
+
+    @property
+    def family(self) -> int | None:
+        """m, how many p-values the `significant` flags were adjusted over (None for files without p-values)."""
+        pvalues = [p for t in self.tasks.values() for m in t.metrics.values() for p in m.p_value or []]
+        has_pvalues = any(m.p_value is not None for t in self.tasks.values() for m in t.metrics.values())
+        return sum(p is not None for p in pvalues) if has_pvalues else None
 
     def to_dict(self) -> dict[str, object]:
         tasks = {name: t.to_dict() for name, t in self.tasks.items()}
@@ -244,7 +263,8 @@ def prune_drop_summary(tasks: dict[str, TaskDrop]) -> dict[str, TaskSummary]:
             "baseline_stderr": noise,
             "layers_within_stderr": within,
             "most_harmful": worst,
-            # Blocks whose paired 95 % interval of ΔP excludes 0; None for files without paired stderrs.
+            # Blocks flagged significant: adjusted p < 0.05 over the run's family (the paired 95 % interval
+            # excluding 0 in files without p-values); None for files without paired stderrs.
             "significant_layers": None
             if metric.significant is None
             else [l for l, sig in zip(metric.layers, metric.significant, strict=True) if sig],
@@ -272,6 +292,11 @@ def _per_layer(node: Node, layers: list[int], read: Callable[[Node], T]) -> list
     if len(values) != len(layers):
         node.fail(f"an array of {len(layers)} items (one per entry of layers)", f"got {len(values)} items")
     return values
+
+
+def _probability(node: Node) -> float | None:
+    """A p-value: a finite number in [0, 1], or null where no test could be made."""
+    return node.number(optional=True, finite=True, low=0.0, high=1.0)
 
 
 def _bootstrap(node: Node) -> dict[str, int] | None:
