@@ -89,8 +89,12 @@ class RichProgress:
                 self.task, rate=f"{speed:,.0f} {self.unit}/s" if speed >= 10 else f"{speed:.2g} {self.unit}/s"
             )
 
+    def note(self, text: str) -> None:
+        """A line above the bars, on stderr (also under --quiet: it says how the run is done)."""
+        err.print(f"note: {escape(text)}", highlight=False, soft_wrap=True)
+
     def callbacks(self) -> LibraryProgress:
-        return LibraryProgress(on_stage=self.stage, on_advance=self.advance)
+        return LibraryProgress(on_stage=self.stage, on_advance=self.advance, on_note=self.note)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[RichProgress]:

@@ -52,7 +52,8 @@ class Progress:
     `on_stage(name, total, unit)` starts a stage of `total` units (None: unknown), e.g. tokens or
     evaluations; `on_advance(n)` reports n more units done (a fraction of one evaluation for SQuAD,
     which advances window by window). `on_evaluation(EvaluationEvent)` and `on_block(BlockEvent)`
-    report every evaluation and every block pass of prune-drop's evaluations.
+    report every evaluation and every block pass of prune-drop's evaluations. `on_note(text)` gets a
+    line worth telling the user (the CLI prints it on stderr).
     """
 
     def __init__(
@@ -61,15 +62,21 @@ class Progress:
         on_advance: Callable[[float], None] | None = None,
         on_evaluation: Callable[[EvaluationEvent], None] | None = None,
         on_block: Callable[[BlockEvent], None] | None = None,
+        on_note: Callable[[str], None] | None = None,
     ) -> None:
         self.on_stage = on_stage or (lambda _name, _total, _unit: None)
         self.on_advance = on_advance or (lambda _n: None)
         self.on_evaluation = on_evaluation or (lambda _event: None)
         self.on_block = on_block
+        self.on_note = on_note or (lambda _text: None)
 
     def stage(self, name: str, total: int | None = None, unit: str = "") -> None:
         """Start a stage (ends the previous one)."""
         self.on_stage(name, total, unit)
+
+    def note(self, text: str) -> None:
+        """One line a user should read about how the work is done (e.g. why an engine was chosen)."""
+        self.on_note(text)
 
     @contextlib.contextmanager
     def watching_blocks(self, stack: LayerStack) -> Iterator[None]:
