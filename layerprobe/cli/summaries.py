@@ -18,6 +18,7 @@ from layerprobe.results import (
     AngularResult,
     AngularSummary,
     DepthResult,
+    FlipRate,
     PruneDropResult,
     depth_summary,
     variant_label,
@@ -109,6 +110,9 @@ def print_prune_summary(result: PruneDropResult) -> None:
         table.add_column("ΔP", justify="right")
         if metric.paired:
             table.add_column("paired 95 % CI", justify="right")
+        flips = task.flip_rate or {}
+        for filter_name in flips:
+            table.add_column(escape(f"answers changed ({filter_name})"), justify="right")
         sign = 1 if metric.higher_is_better else -1
         order = sorted(range(len(metric.layers)), key=lambda i: sign * metric.delta[i])
         for i in order:
@@ -122,6 +126,7 @@ def print_prune_summary(result: PruneDropResult) -> None:
             else:
                 colour = "red" if sign * delta < -(metric.baseline_stderr or 0) else "green"
                 cells.append(f"[{colour}]{delta:+.4f}[/]")
+            cells += [_flip_cell(rate, metric.layers[i]) for rate in flips.values()]
             table.add_row(*cells)
         out.print(table)
         if metric.paired:
@@ -141,6 +146,15 @@ def print_prune_summary(result: PruneDropResult) -> None:
                 "evaluations (scored as unanswerable; try --dtype float32)"
             )
     out.print(f"engine: {escape(result.engine)}; {result.run.seconds or 0:,.1f} s", highlight=False)
+
+
+def _flip_cell(rate: FlipRate, layer: int) -> str:
+    """`0.40 [0.20, 0.64]`: the share of answers that differ from the full model's, with its Wilson 95 % interval."""
+    if layer not in rate.layers:
+        return "—"
+    k = rate.layers.index(layer)
+    low, high = rate.ci95[k]
+    return f"{rate.rate[k]:.2f} [{low:.2f}, {high:.2f}]"
 
 
 MULTIPLICITY_NAMES = {"holm": "Holm-adjusted", "bh": "BH-adjusted (false discovery rate)", "none": "unadjusted"}

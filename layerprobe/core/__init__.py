@@ -3,6 +3,7 @@
 from layerprobe.core.checks import check_output_dir, parse_eval_batch_size, parse_layer_ranges, parse_memory_size
 from layerprobe.core.corpus_spec import CorpusSpec
 from layerprobe.core.defaults import (
+    ANSWER,
     BUILTIN_CORPUS,
     CORPUS_TASK,
     DEFAULT_CHUNK_BYTES,
@@ -38,6 +39,7 @@ from layerprobe.core.run_specs import AngularSpec, DepthSpec, ExportSpec, PruneS
 from layerprobe.core.shares import Share
 
 __all__ = [
+    "ANSWER",
     "AngularSpec",
     "BUILTIN_CORPUS",
     "check_ablation",

@@ -11,14 +11,24 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Protocol, TypedDict, cast
 
-from layerprobe.core import CORPUS_TASK, DEFAULT_MULTIPLICITY, SIGNIFICANCE_LEVEL, PruneSpec
+from layerprobe.core import ANSWER, CORPUS_TASK, DEFAULT_MULTIPLICITY, SIGNIFICANCE_LEVEL, PruneSpec
 from layerprobe.evaluate import paired_columns
 from layerprobe.model import Remover
 from layerprobe.prune.agreement import AngularSource, task_agreement
 from layerprobe.prune.samples import SampleRow
 from layerprobe.prune.state import PruneState, corpus_settings
-from layerprobe.results import JSONObject, MetricDrop, ModelInfo, PruneDropResult, RunInfo, TaskDrop, from_rows
-from layerprobe.stats import adjust_pvalues
+from layerprobe.results import (
+    FlipRate,
+    JSONObject,
+    MetricDrop,
+    MetricSamples,
+    ModelInfo,
+    PruneDropResult,
+    RunInfo,
+    TaskDrop,
+    from_rows,
+)
+from layerprobe.stats import adjust_pvalues, wilson_interval
 
 
 class RequiredSettings(TypedDict):
@@ -113,6 +123,34 @@ def assemble_result(
     )
 
 
+def flip_rates(values: dict[int | None, dict[str, MetricSamples]], layers: list[int]) -> dict[str, FlipRate] | None:
+    """Per filter of a generating task: how many documents' answers differ from the full model's, per variant.
+
+    The answers are the "answer,<filter>" samples the harness keeps for generating tasks (None for other
+    tasks). A filter whose variants do not answer exactly the baseline's documents is left out.
+    """
+    out = {}
+    for label, base in values[None].items():
+        if base.aggregation != ANSWER:
+            continue
+        docs = [(task, doc) for task in sorted(base.values) for doc in base.values[task]]
+        flips = []
+        for layer in layers:
+            other = values[layer].get(label)
+            if other is None or {t: set(d) for t, d in other.values.items()} != {
+                t: set(d) for t, d in base.values.items()
+            }:
+                break
+            flips.append(sum(other.values[t][d] != base.values[t][d] for t, d in docs))
+        else:
+            if docs:
+                intervals = [wilson_interval(k, len(docs)) or (0.0, 1.0) for k in flips]
+                out[label.split(",", 1)[1]] = FlipRate(
+                    list(layers), flips, len(docs), [k / len(docs) for k in flips], [list(c) for c in intervals]
+                )
+    return out or None
+
+
 def adjust_significance(tasks: dict[str, TaskDrop], method: str) -> dict[str, TaskDrop]:
     """Every metric's `p_adjusted` and `significant`, adjusted over all variants × tasks × metrics of the run.
 
@@ -191,6 +229,7 @@ def assemble_task(
         samples=baseline.samples,
         nonfinite=baseline.nonfinite + sum(v.nonfinite for v in variants),
         version=baseline.version,
+        flip_rate=flip_rates(values, layers),
         # task_agreement builds JSON-ready values only (numbers, strings, lists of them).
         agreement=None
         if angular is None

@@ -54,6 +54,7 @@ from layerprobe.results.json_types import JSONObject, JSONValue, Record
 from layerprobe.results.load import load_gated_result, load_result
 from layerprobe.results.provenance import ModelInfo, RunInfo, RunTimer, jsonable, library_versions
 from layerprobe.results.prune_drop import (
+    FlipRate,
     MetricDrop,
     PruneDropResult,
     TaskDrop,
@@ -127,6 +128,7 @@ __all__ = [
     "evaluation_to_dict",
     "EXPORT_RECORD",
     "EXPORT_SCHEMA",
+    "FlipRate",
     "from_rows",
     "GradNorms",
     "INDEPENDENT_BLOCKS",

@@ -142,6 +142,44 @@ class MetricDrop:
 
 
 @dataclass(frozen=True)
+class FlipRate:
+    """For one filter of a generating task: per removed unit, the share of documents whose answer changed.
+
+    `flips[k]` of `documents` answers (after the filter) differ from the full model's with `layers[k]`
+    removed; `rate[k]` = flips / documents and `ci95[k]` its Wilson 95 % interval.
+    """
+
+    layers: list[int]
+    flips: list[int]
+    documents: int
+    rate: list[float]
+    ci95: list[list[float]]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "layers": list(self.layers),
+            "flips": list(self.flips),
+            "documents": self.documents,
+            "rate": list(self.rate),
+            "ci95": [list(c) for c in self.ci95],
+        }
+
+    @classmethod
+    def from_dict(cls, data: JSONObject | Node, source: str = "flip_rate") -> FlipRate:
+        node = Node.of(data, source)
+        layers = [item.integer(minimum=0) for item in node.key("layers").items()]
+        documents = node.key("documents").integer(minimum=1)
+        flips = _per_layer(node.key("flips"), layers, lambda n: n.integer(minimum=0)) or []
+        rate = _per_layer(node.key("rate"), layers, lambda n: n.number(finite=True, low=0.0, high=1.0)) or []
+        ci95 = _per_layer(node.key("ci95"), layers, v.interval) or []
+        if any(f > documents for f in flips):
+            node.key("flips").fail(f"counts of at most documents = {documents}", str(flips))
+        if len(flips) != len(layers) or len(rate) != len(layers) or any(c is None for c in ci95):
+            node.fail("flips, rate and ci95 with one entry per layer")
+        return cls(layers, flips, documents, rate, [c for c in ci95 if c is not None])
+
+
+@dataclass(frozen=True)
 class TaskDrop:
     """All metrics lm-eval (or the SQuAD scorer) reported for one task, in the order it reported them."""
 
@@ -152,6 +190,7 @@ class TaskDrop:
     nonfinite: int = 0  # evaluations' inputs with NaN/inf model outputs (SQuAD windows): counted, never hidden
     version: str | None = None  # lm-eval's version of the task (None for squad or older files)
     agreement: dict[str, JSONObject] | None = None  # metric → agreement with an angular result (#10)
+    flip_rate: dict[str, FlipRate] | None = None  # generating tasks: filter → answers changed per variant
 
     @property
     def primary_metric(self) -> str:
@@ -168,6 +207,8 @@ class TaskDrop:
         }
         if self.agreement is not None:
             out["agreement"] = self.agreement
+        if self.flip_rate is not None:
+            out["flip_rate"] = {name: rate.to_dict() for name, rate in self.flip_rate.items()}
         return out
 
     @classmethod
@@ -177,7 +218,9 @@ class TaskDrop:
         metrics = {name: MetricDrop.from_dict(metric) for name, metric in node.key("metrics").entries(min_length=1)}
         agreement = node.key("agreement")  # metric → its agreement record, read by prune/agreement.py's code
         by_metric = {name: record.obj() for name, record in agreement.entries()} if agreement.given else None
-        return cls(metrics=metrics, agreement=by_metric, **fields)
+        flips = node.key("flip_rate")
+        flip_rate = {name: FlipRate.from_dict(item) for name, item in flips.entries()} if flips.given else None
+        return cls(metrics=metrics, agreement=by_metric, flip_rate=flip_rate, **fields)
 
 
 @dataclass(frozen=True)

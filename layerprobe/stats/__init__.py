@@ -15,6 +15,7 @@ from layerprobe.stats.paired import (
     stratified_mean_stats,
     top_k_overlap,
 )
+from layerprobe.stats.proportion import wilson_interval
 from layerprobe.stats.ranking import (
     BlockScores,
     RankingStability,
@@ -53,4 +54,5 @@ __all__ = [
     "StopReason",
     "stratified_mean_stats",
     "top_k_overlap",
+    "wilson_interval",
 ]

@@ -1,4 +1,4 @@
-"""prune_drop.json's significance: p-values per variant × task × metric, adjusted over the whole run.
+"""prune_drop.json's significance (p-values adjusted over the whole run) and flip rates of generating tasks.
 
 The flags are checked against a direct computation written here (Holm by hand, Benjamini–Hochberg by
 scipy.stats.false_discovery_control) on the p-values of a real tiny run, and each closed-form p-value
@@ -7,16 +7,19 @@ against the normal test of its own paired ΔP and stderr.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
+import transformers as tf
 from factories import GATE_PRUNED, acc_drop, arc_result, loaded_head, prune_spec
 from factories.stability import corpus
+from reference import lm_eval_reference, physically_deleted
 from scipy import stats
 
 from layerprobe.prune.assemble import adjust_significance
 from layerprobe.prune.drop import run_prune_drop
-from layerprobe.results import load_result, write_json
+from layerprobe.results import RunDir, load_result, write_json
 
 
 def hand_holm(pvalues: list[float]) -> list[float]:
@@ -124,3 +127,61 @@ def test_old_files_without_p_values_keep_their_stored_flags(tmp_path):
     back = load_result(write_json(tmp_path / "old.json", old))
     assert back.tasks["arc"].metrics["acc"].significant == metric.significant
     assert back.tasks["arc"].metrics["acc"].p_value is None and back.family is None
+
+
+# --------------------------------------------------------------------- flip rates of a generating task
+@pytest.mark.slow
+def test_flip_rates_equal_a_direct_count_on_lm_eval_run_directly_on_physically_pruned_models(
+    tiny_checkpoints, tasks_with_generation, tmp_path
+):
+    path = tiny_checkpoints["llama"]
+    spec = prune_spec(
+        path,
+        tasks=("lp_gsm",),
+        layers="0,3",
+        limit=8,
+        num_fewshot=None,
+        include_path=str(tasks_with_generation),
+        engine="auto",
+        log_samples=True,
+    )
+    result = run_prune_drop(spec, tmp_path, loaded=loaded_head(path))
+    assert result.engine == "simple"
+    tokenizer = tf.AutoTokenizer.from_pretrained(path)
+    models = {None: tf.AutoModelForCausalLM.from_pretrained(path).eval()}
+    models |= {layer: physically_deleted(path, "llama", layer) for layer in (0, 3)}
+    samples = {  # lm-eval itself, on the untouched model and on models rebuilt without the block
+        variant: lm_eval_reference(
+            model, tokenizer, ["lp_gsm"], tasks_dir=tasks_with_generation, limit=8, log_samples=True
+        )
+        for variant, model in models.items()
+    }
+    task = result.tasks["lp_gsm"]
+    for name, metric in task.metrics.items():  # the same scores
+        key = name if "," in name else f"{name},none"
+        assert metric.baseline == samples[None]["results"]["lp_gsm"][key]
+        assert metric.pruned == [samples[layer]["results"]["lp_gsm"][key] for layer in (0, 3)]
+    rows = read_jsonl(RunDir(tmp_path).sample_file("lp_gsm"))
+    assert set(task.flip_rate) == {"strict-match", "flexible-extract"}
+    for filter_name, rate in task.flip_rate.items():
+        answers = {
+            variant: {
+                s["doc_id"]: s["filtered_resps"][0] for s in logged["samples"]["lp_gsm"] if s["filter"] == filter_name
+            }
+            for variant, logged in samples.items()
+        }
+        logged = {(r["variant"], r["doc_id"]): r[f"answer,{filter_name}"] for r in rows}
+        assert logged == {(v, d): a for v, by_doc in answers.items() for d, a in by_doc.items()}  # same generations
+        flips = [sum(answers[layer][d] != answers[None][d] for d in answers[None]) for layer in (0, 3)]
+        assert rate.layers == [0, 3] and rate.flips == flips and rate.documents == 8
+        assert rate.rate == [k / 8 for k in flips]
+        for k, (low, high) in zip(flips, rate.ci95, strict=True):
+            want = stats.binomtest(k, 8).proportion_ci(confidence_level=0.95, method="wilson")
+            assert (low, high) == pytest.approx((want.low, want.high), abs=1e-12)
+    assert any(task.flip_rate["flexible-extract"].flips)  # a removal changes some answers: the count can fail
+    back = load_result(tmp_path / "prune_drop.json").tasks["lp_gsm"].flip_rate
+    assert {n: r.to_dict() for n, r in back.items()} == {n: r.to_dict() for n, r in task.flip_rate.items()}
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
