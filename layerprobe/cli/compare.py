@@ -56,6 +56,13 @@ def compare(
             "accuracy drop, from both runs' paired answers (prune-drop --log-samples), is at most this (default: off)."
         ),
     ] = None,
+    max_flip_rate: Annotated[
+        float | None,
+        typer.Option(
+            help="Generating tasks: the share of documents whose full-model answer (per filter) changed between "
+            "the runs may be at most this; needs prune-drop --log-samples on both sides (default: off)."
+        ),
+    ] = None,
     max_rms_growth: Annotated[
         float | None, typer.Option(help="depth: RMS(x^L)/RMS(x^0) may grow by this factor over the baseline's (1.25).")
     ] = None,
@@ -78,6 +85,7 @@ def compare(
         max_drop=max_drop,
         se_factor=se_factor,
         max_drop_upper=max_drop_upper,
+        max_flip_rate=max_flip_rate,
         max_rms_growth=max_rms_growth,
     )
     verdict = compare_paths(baseline, candidate, rules)

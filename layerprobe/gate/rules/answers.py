@@ -7,6 +7,8 @@ exact_match) and every variant both evaluated — the full model, and each commo
 accuracy change is tested with the exact McNemar test (`stats.mcnemar`), and the p-values are adjusted
 with Holm over every test of the comparison. The rule `max_drop_upper` asks for non-inferiority of the
 full model: it passes only when the one-sided 95 % upper bound of the accuracy drop is within the margin.
+The rule `max_flip_rate` caps, per generating task and filter, the share of documents whose full-model
+answer after the filter differs between the two runs.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from layerprobe.core import DEFAULT_MULTIPLICITY, SIGNIFICANCE_LEVEL, ResultError
+from layerprobe.core import ANSWER, DEFAULT_MULTIPLICITY, SIGNIFICANCE_LEVEL, ResultError
 from layerprobe.gate.rules.record import RuleResult, within
 from layerprobe.gate.rules.thresholds import GateRules
 from layerprobe.results import Node, PruneDropResult, RunDir, read_json_lines
-from layerprobe.stats import McNemar, adjust_pvalues, mcnemar
+from layerprobe.stats import McNemar, adjust_pvalues, mcnemar, wilson_interval
 
 # Per variant (None: the full model), per document (leaf task, doc id): right (True) or wrong.
 Answers = dict[int | None, dict[tuple[str, str], bool]]
@@ -130,7 +132,7 @@ def answer_tests(
         )
         for (task, metric, variant, test, right), p in zip(found, adjusted, strict=True)
     ]
-    results = []
+    results = [] if rules.max_flip_rate is None else flip_rate_rules(common, paths, rules.max_flip_rate)
     if rules.max_drop_upper is not None:
         for task in (t for t in baseline.tasks if t in candidate.tasks):
             full = next((t for t in tests if t.task == task and t.variant is None), None)
@@ -142,6 +144,74 @@ def answer_tests(
                 )
             results.append(_non_inferiority(full, rules.max_drop_upper))
     return (AnswerTests(tests) if found or any_samples else None), results, notes
+
+
+def flip_rate_rules(tasks: list[str], paths: tuple[Path, Path], cap: float) -> list[RuleResult]:
+    """Per generating task and filter: the share of documents whose full-model answer changed ≤ `cap`.
+
+    Raises:
+        ResultError: a task has no per-document answers after a filter on both sides.
+    """
+    results = []
+    for task in tasks:
+        base, cand = (_filtered_answers(path, task) for path in paths)
+        shared = [name for name in base if name in cand]
+        if not shared and (base or cand):
+            raise ResultError(
+                f"max_flip_rate needs both runs' per-document answers of generating task {task}, after the same "
+                "filters; only one run has them.",
+                hint="Run prune-drop with --log-samples for baseline and candidate.",
+            )
+        for name in shared:
+            if base[name].keys() != cand[name].keys():
+                raise ResultError(f"{task}: the two runs answered different documents; flip rate not defined.")
+            flips = sum(base[name][d] != cand[name][d] for d in base[name])
+            documents = len(base[name])
+            rate = flips / documents
+            low, high = wilson_interval(flips, documents) or (0.0, 1.0)
+            results.append(
+                RuleResult(
+                    "prune_drop",
+                    "flip_rate",
+                    f"{task}/{name}",
+                    f"share of documents whose full-model answer ({name}) changed ≤ {cap:g}",
+                    {"max_flip_rate": cap},
+                    0.0,
+                    rate,
+                    rate,
+                    cap,
+                    within(rate, cap),
+                    f"{flips} of {documents} answers changed ({rate:.4f}, Wilson 95 % [{low:.4f}, {high:.4f}]); "
+                    f"allowed ≤ {cap:g}",
+                    {"flips": flips, "documents": documents, "ci95": [low, high]},
+                    worse_if="higher",
+                )
+            )
+    if not results:
+        raise ResultError(
+            "max_flip_rate needs both runs' per-document answers of a generating (generate_until) task; "
+            f"none of {', '.join(tasks)} has them.",
+            hint="Run prune-drop with --log-samples for baseline and candidate on a generating task.",
+        )
+    return results
+
+
+def _filtered_answers(path: Path, task: str) -> dict[str, dict[tuple[str, str], object]]:
+    """Filter → the full model's answer per document, from samples/<task>.jsonl beside `path` (empty: none)."""
+    sample_file = RunDir(path.parent).sample_file(task)
+    if not sample_file.is_file():
+        return {}
+    out: dict[str, dict[tuple[str, str], object]] = {}
+    prefix = f"{ANSWER},"
+    for number, row in enumerate(read_json_lines(sample_file), start=1):
+        node = Node(row, f"{sample_file}:{number}")
+        if node.key("variant").integer(optional=True, minimum=0) is not None:
+            continue
+        doc = (node.key("task").text(), repr(node.key("doc_id").value))
+        for key, value in row.items():
+            if key.startswith(prefix):
+                out.setdefault(key[len(prefix) :], {})[doc] = value
+    return out
 
 
 def _non_inferiority(full: AnswerTest, margin: float) -> RuleResult:

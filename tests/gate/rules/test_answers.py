@@ -120,3 +120,38 @@ def test_non_inferiority_without_samples_is_a_one_line_error_and_plain_runs_have
     assert compare_paths(base_dir, cand_dir).comparisons[0].answers is None
     with pytest.raises(ResultError, match="max_drop_upper needs both runs' per-document answers"):
         compare_paths(base_dir, cand_dir, load_rules(max_drop_upper=0.02))
+
+
+def write_generation_run(root, name, answers_by_filter: dict[str, list[str]]):
+    """A run of a generating task gsm: exact_match and every filter's answers per document, full model only."""
+    directory = root / name
+    result = prune_drop_result({"gsm": {"exact_match": metric_drop(0.1, [0.1] * 4)}})
+    write_json(directory / "prune_drop.json", result.to_dict())
+    rows = []
+    for doc in range(DOCS):
+        row = {"variant": None, "task": "gsm", "doc_id": doc, "exact_match": 0.0}
+        row |= {f"answer,{f}": values[doc] for f, values in answers_by_filter.items()}
+        rows.append(row)
+    sample_file = RunDir(directory).sample_file("gsm")
+    sample_file.parent.mkdir(parents=True, exist_ok=True)
+    sample_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return directory
+
+
+def test_max_flip_rate_caps_the_share_of_changed_full_model_answers_per_filter(tmp_path):
+    strict = [str(d % 7) for d in range(DOCS)]
+    flexible = [f"x{d}" for d in range(DOCS)]
+    base = write_generation_run(tmp_path, "base", {"strict-match": strict, "flexible-extract": flexible})
+    changed = [a if d % 5 else "[invalid]" for d, a in enumerate(strict)]  # 12 of 60 answers change
+    cand = write_generation_run(tmp_path, "cand", {"strict-match": changed, "flexible-extract": flexible})
+    verdict = compare_paths(base, cand, load_rules(max_flip_rate=0.1))
+    rules = {r.name: r for r in verdict.results if r.rule == "flip_rate"}
+    assert set(rules) == {"flip_rate[gsm/strict-match]", "flip_rate[gsm/flexible-extract]"}
+    strict_rule = rules["flip_rate[gsm/strict-match]"]
+    assert strict_rule.candidate == 12 / DOCS and strict_rule.details["flips"] == 12 and not strict_rule.passed
+    want = stats.binomtest(12, DOCS).proportion_ci(method="wilson")
+    assert strict_rule.details["ci95"] == pytest.approx([want.low, want.high], abs=1e-12)
+    assert rules["flip_rate[gsm/flexible-extract]"].passed and rules["flip_rate[gsm/flexible-extract]"].change == 0
+    assert compare_paths(base, cand, load_rules(max_flip_rate=0.2)).passed
+    with pytest.raises(ResultError, match="max_flip_rate needs both runs' per-document answers"):
+        compare_paths(*runs(tmp_path / "acc")[2:], load_rules(max_flip_rate=0.1))
