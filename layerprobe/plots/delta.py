@@ -26,7 +26,7 @@ from layerprobe.plots.common import (
     save_figure,
     title_name,
 )
-from layerprobe.results import MetricDrop, PruneDropResult, RunDir, variant_label
+from layerprobe.results import FlipRate, MetricDrop, PruneDropResult, RunDir, variant_label
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -45,9 +45,16 @@ def prune_drop_figure(result: PruneDropResult, task: str) -> Figure:
     """Build the ΔP figure of one task's primary metric (returned open, so tests can inspect it)."""
     metric_name = result.tasks[task].primary_metric
     metric = result.tasks[task].metrics[metric_name]
-    fig, ax = pyplot().subplots(
-        figsize=(float(np.clip(3.5 + 0.13 * len(metric.layers), 7.0, 14.0)), 4.8), layout="constrained"
-    )
+    flips = result.tasks[task].flip_rate
+    width = float(np.clip(3.5 + 0.13 * len(metric.layers), 7.0, 14.0))
+    if flips:  # a generating task: a second panel with the share of answers that changed, per filter
+        fig, (ax, lower) = pyplot().subplots(
+            2, 1, figsize=(width, 7.2), layout="constrained", sharex=True, height_ratios=(2, 1)
+        )
+        _draw_flip_rates(lower, flips)
+        lower.set_xlabel(variant_label(result.settings))
+    else:
+        fig, ax = pyplot().subplots(figsize=(width, 4.8), layout="constrained")
     _draw_delta_bars(ax, metric, metric_name)
     ax.set_xlabel(variant_label(result.settings))
     agreement = (result.tasks[task].agreement or {}).get(metric_name)
@@ -70,7 +77,9 @@ def _draw_delta_bars(ax: Axes, metric: MetricDrop, metric_name: str) -> None:
         colors = [_paired_color(sign * d, sig) for d, sig in zip(metric.delta, significant, strict=True)]
         draw_bars(ax, metric.layers, metric.delta, None, colors, 0.8, None, intervals=metric.delta_ci95)
         zero_line(ax, None)
-        grey = "not significant (95 % CI spans 0)"
+        grey = (
+            "not significant (95 % CI spans 0)" if metric.p_adjusted is None else "not significant (adjusted p ≥ 0.05)"
+        )
     else:
         noise = metric.baseline_stderr
         colors = [effect_color(sign * delta, noise) for delta in metric.delta]
@@ -92,6 +101,22 @@ def _draw_delta_bars(ax: Axes, metric: MetricDrop, metric_name: str) -> None:
     layer_axis(ax, metric.layers)
     better = "higher" if metric.higher_is_better else "lower"
     ax.set_ylabel(f"ΔP = pruned − baseline\n({metric_name}, {better} is better)")
+
+
+FLIP_MARKERS = ("o", "s", "^", "D", "v")
+
+
+def _draw_flip_rates(ax: Axes, flips: dict[str, FlipRate]) -> None:
+    """Per filter, the share of documents whose answer differs from the full model's, with Wilson 95 % intervals."""
+    offsets = np.linspace(-0.15, 0.15, len(flips)) if len(flips) > 1 else [0.0]
+    for (name, rate), offset, marker in zip(flips.items(), offsets, FLIP_MARKERS * len(flips), strict=False):
+        x = np.asarray(rate.layers, dtype=float) + offset
+        low = [r - c[0] for r, c in zip(rate.rate, rate.ci95, strict=True)]
+        high = [c[1] - r for r, c in zip(rate.rate, rate.ci95, strict=True)]
+        ax.errorbar(x, rate.rate, yerr=[low, high], fmt=marker, markersize=4, capsize=2, linewidth=0.8, label=name)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel("answers changed\n(share of documents)")
+    ax.legend(fontsize=8, loc="best", title="filter (Wilson 95 %)", title_fontsize=8)
 
 
 def _paired_color(gain: float, significant: bool | None) -> str:
