@@ -213,7 +213,7 @@ def render_junit(verdict: Verdict) -> str:
                 ET.SubElement(case, "system-out").text = f"{r.message}\n{body}"
             else:
                 ET.SubElement(case, "failure", message=r.message, type="regression").text = body
-        if c.notes or c.answers is not None:
+        if c.notes or _answer_lines(c):
             ET.SubElement(suite, "system-out").text = "\n".join([*_answer_lines(c), *c.notes])
     if verdict.skipped:
         suite = ET.SubElement(
@@ -249,7 +249,7 @@ def _answers_heading(c: KindComparison) -> str:
 
 def _answer_lines(c: KindComparison) -> list[str]:
     """One line per McNemar test under its heading (nothing without per-document answers)."""
-    if c.answers is None:
+    if c.answers is None or not c.answers.tests:
         return []
     return [_answers_heading(c)] + [
         f"  {t.label}: {t.test.documents} documents, {t.test.losses} lost, {t.test.gains} gained, "
