@@ -191,18 +191,21 @@ def corpus_reference(base, variant, windows) -> dict[str, list[float]]:
     return out
 
 
-def lm_eval_reference(model, tokenizer, tasks, batch_size: int = 4, seed: int = 1234, **settings) -> dict:
+def lm_eval_reference(
+    model, tokenizer, tasks, batch_size: int = 4, seed: int = 1234, tasks_dir=TASKS_DIR, **settings
+) -> dict:
     """lm-eval's own entry point on `model`: a fresh HFLM and freshly built local tasks, every RNG seeded.
 
-    `settings` go to `simple_evaluate` (limit, num_fewshot, log_samples, bootstrap_iters: 1000 unless given).
+    `settings` go to `simple_evaluate` (limit, num_fewshot, log_samples, bootstrap_iters: 1000 unless given);
+    `tasks_dir` is the include path of the local task YAMLs.
     """
     import lm_eval
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(TASKS_DIR)  # plain lm-eval resolves the YAMLs' relative data_files against the cwd
-        manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
+        patch.chdir(tasks_dir)  # plain lm-eval resolves the YAMLs' relative data_files against the cwd
+        manager = TaskManager(include_path=str(tasks_dir), include_defaults=False)
         lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
         return lm_eval.simple_evaluate(
             model=lm,

@@ -37,7 +37,13 @@ class Spy:
         self.scorers: list = []
         self.block_rows = 0
         self.advances: list[float] = []
-        self.progress = Progress(on_advance=self.advances.append, on_evaluation=self._evaluated, on_block=self._block)
+        self.notes: list[str] = []
+        self.progress = Progress(
+            on_advance=self.advances.append,
+            on_evaluation=self._evaluated,
+            on_block=self._block,
+            on_note=self.notes.append,
+        )
 
     def reset(self) -> None:
         self.__init__()

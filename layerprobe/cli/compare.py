@@ -49,6 +49,20 @@ def compare(
     se_factor: Annotated[
         float | None, typer.Option(help="A layer's ΔP may worsen by this × combined stderr (default 2.0).")
     ] = None,
+    max_drop_upper: Annotated[
+        float | None,
+        typer.Option(
+            help="Non-inferiority margin: pass only when the one-sided 95 % upper bound of a task's full-model "
+            "accuracy drop, from both runs' paired answers (prune-drop --log-samples), is at most this (default: off)."
+        ),
+    ] = None,
+    max_flip_rate: Annotated[
+        float | None,
+        typer.Option(
+            help="Generating tasks: the share of documents whose full-model answer (per filter) changed between "
+            "the runs may be at most this; needs prune-drop --log-samples on both sides (default: off)."
+        ),
+    ] = None,
     max_rms_growth: Annotated[
         float | None, typer.Option(help="depth: RMS(x^L)/RMS(x^0) may grow by this factor over the baseline's (1.25).")
     ] = None,
@@ -70,6 +84,8 @@ def compare(
         adjacent_tolerance=adjacent_tolerance,
         max_drop=max_drop,
         se_factor=se_factor,
+        max_drop_upper=max_drop_upper,
+        max_flip_rate=max_flip_rate,
         max_rms_growth=max_rms_growth,
     )
     verdict = compare_paths(baseline, candidate, rules)

@@ -127,9 +127,9 @@ class RichProgress:
             )
 
     def note(self, text: str) -> None:
-        """One line the library wants read: printed above the bars, also under --quiet."""
+        """One line the library wants read: on stderr, above the bars, also under --quiet."""
         if self.notes:
-            self.bar.console.print(escape(text), highlight=False)
+            err.print(f"note: {escape(text)}", highlight=False, soft_wrap=True)
 
     def callbacks(self) -> LibraryProgress:
         return LibraryProgress(on_stage=self.stage, on_advance=self.advance, on_note=self.note)

@@ -20,15 +20,17 @@ from layerprobe.cli.options import (
     split_task_names,
 )
 from layerprobe.cli.summaries import print_prune_summary
-from layerprobe.core import DEFAULT_STATE_BYTES, ENGINES, PruneSpec, Share, parse_memory_size
+from layerprobe.core import DEFAULT_STATE_BYTES, ENGINES, MULTIPLICITY_METHODS, PruneSpec, Share, parse_memory_size
 from layerprobe.model import world
 from layerprobe.plots import plot_prune_drop
 from layerprobe.results import PruneDropResult, RunDir
 
 if TYPE_CHECKING:  # mypy reads the choice as the str it is; Typer lists and checks the Literal's values
     Engine = str
+    Multiplicity = str
 else:
     Engine = Literal[ENGINES]
+    Multiplicity = Literal[MULTIPLICITY_METHODS]
 
 
 @takes_groups
@@ -124,6 +126,15 @@ def prune_drop(
             help="With --precision: documents scored per round before every running variant is looked at again.",
         ),
     ] = PruneSpec.round_size,
+    multiplicity: Annotated[
+        Multiplicity,
+        typer.Option(
+            "--multiplicity",
+            help="How the significance flags allow for testing every variant × task × metric of the run: holm "
+            "(family-wise error 5 %), bh (false discovery rate 5 %, Benjamini–Hochberg) or none (each test at 5 %). "
+            "Only the flags and p_adjusted change; every measured number is the same.",
+        ),
+    ] = PruneSpec.multiplicity,
     corpus: Corpus,
     loading: ModelLoading,
     max_state_memory: MaxStateMemory = None,
@@ -153,6 +164,7 @@ def prune_drop(
         corpus=corpus.spec(),
         precision=precision,
         round_size=round_size,
+        multiplicity=multiplicity,
     )
     directory = output.directory(model)
     ranks = world()

@@ -14,10 +14,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from layerprobe.cli.console import err, out
+from layerprobe.core import DEFAULT_MULTIPLICITY
 from layerprobe.results import (
     AngularResult,
     AngularSummary,
     DepthResult,
+    FlipRate,
     MetricDrop,
     PruneDropResult,
     agreement_span,
@@ -126,6 +128,9 @@ def print_prune_summary(result: PruneDropResult) -> None:
         companions = {n: task.metrics[n] for n in COMPANION_COLUMNS if n in task.metrics and n != metric_name}
         for companion in companions:
             table.add_column(COMPANION_COLUMNS[companion], justify="right")
+        flips = task.flip_rate or {}
+        for filter_name in flips:
+            table.add_column(escape(f"answers changed ({filter_name})"), justify="right")
         sign = 1 if metric.higher_is_better else -1
         order = sorted(range(len(metric.layers)), key=lambda i: sign * metric.delta[i])
         for i in order:
@@ -134,8 +139,11 @@ def print_prune_summary(result: PruneDropResult) -> None:
             if metric.paired:
                 significant = (metric.significant or [None] * len(metric.layers))[i]
                 colour = "dim" if not significant else "red" if sign * delta < 0 else "green"
-                ci = (metric.interval95 or [None] * len(metric.layers))[i]
-                cells += [f"[{colour}]{delta:+.4f}[/]", "—" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"]
+                interval = (metric.interval95 or [None] * len(metric.layers))[i]
+                cells += [
+                    f"[{colour}]{delta:+.4f}[/]",
+                    "—" if interval is None else f"[{interval[0]:+.4f}, {interval[1]:+.4f}]",
+                ]
                 if metric.sequential:
                     cells += [str((metric.items or [None] * len(metric.layers))[i] or "—")]
                     cells += [(metric.stop or [None] * len(metric.layers))[i] or "—"]
@@ -143,6 +151,7 @@ def print_prune_summary(result: PruneDropResult) -> None:
                 colour = "red" if sign * delta < -Z95 * (metric.baseline_stderr or 0) else "green"
                 cells.append(f"[{colour}]{delta:+.4f}[/]")
             cells += [_companion_cell(other, metric.layers[i]) for other in companions.values()]
+            cells += [_flip_cell(rate, metric.layers[i]) for rate in flips.values()]
             table.add_row(*cells)
         out.print(table)
         if metric.paired:
@@ -150,7 +159,8 @@ def print_prune_summary(result: PruneDropResult) -> None:
             method = "sequential, anytime-valid" if metric.sequential else method
             count = sum(bool(s) for s in metric.significant or [])
             out.print(
-                f"{count} of {len(metric.layers)} removals change {metric_name} beyond noise ({method} 95 % CI)",
+                f"{count} of {len(metric.layers)} removals change {metric_name} beyond noise "
+                f"({_significance_text(result, method)})",
                 highlight=False,
             )
         agreement = (task.agreement or {}).get(metric_name)
@@ -181,6 +191,27 @@ def interval_text(value: float, stderr: float | None) -> str:
     if stderr is None or not math.isfinite(stderr):
         return "—"
     return f"[{value - Z95 * stderr:.4f}, {value + Z95 * stderr:.4f}]"
+
+
+def _flip_cell(rate: FlipRate, layer: int) -> str:
+    """`0.40 [0.20, 0.64]`: the share of answers that differ from the full model's, with its Wilson 95 % interval."""
+    if layer not in rate.layers:
+        return "—"
+    k = rate.layers.index(layer)
+    low, high = rate.ci95[k]
+    return f"{rate.rate[k]:.2f} [{low:.2f}, {high:.2f}]"
+
+
+MULTIPLICITY_NAMES = {"holm": "Holm-adjusted", "bh": "BH-adjusted (false discovery rate)", "none": "unadjusted"}
+
+
+def _significance_text(result: PruneDropResult, method: str) -> str:
+    """How the `significant` flags were decided: the adjustment and its family, or the plain 95 % CI of older files."""
+    family = result.family
+    if family is None:
+        return f"{method} 95 % CI"
+    adjustment = str(result.settings.get("multiplicity") or DEFAULT_MULTIPLICITY)
+    return f"{MULTIPLICITY_NAMES.get(adjustment, adjustment)}, family of {family} tests; {method} p-values"
 
 
 def print_agreement(metric_name: str, agreement: dict[str, Any], span: int = 1) -> None:

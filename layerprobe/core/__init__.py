@@ -3,11 +3,13 @@
 from layerprobe.core.checks import check_output_dir, parse_eval_batch_size, parse_layer_ranges, parse_memory_size
 from layerprobe.core.corpus_spec import CorpusSpec
 from layerprobe.core.defaults import (
+    ANSWER,
     BUILTIN_CORPUS,
     CORPUS_TASK,
     DEFAULT_CHUNK_BYTES,
     DEFAULT_DATASET,
     DEFAULT_DRAWS,
+    DEFAULT_MULTIPLICITY,
     DEFAULT_ROUND_SIZE,
     DEFAULT_SEED,
     DEFAULT_STATE_BYTES,
@@ -15,9 +17,11 @@ from layerprobe.core.defaults import (
     ENGINES,
     LOCAL_BUILDERS,
     MAX_TOKENS,
+    MULTIPLICITY_METHODS,
     POSITIONS,
     REDACTED,
     RENDEZVOUS_SECONDS,
+    SIGNIFICANCE_LEVEL,
     SQUAD_TASK,
     UNITS,
 )
@@ -39,6 +43,7 @@ from layerprobe.core.run_specs import AngularSpec, DepthSpec, ExportSpec, PruneS
 from layerprobe.core.shares import Share
 
 __all__ = [
+    "ANSWER",
     "AngularSpec",
     "BUILTIN_CORPUS",
     "check_ablation",
@@ -50,6 +55,7 @@ __all__ = [
     "DEFAULT_DATASET",
     "DEFAULT_DRAWS",
     "DEFAULT_ROUND_SIZE",
+    "DEFAULT_MULTIPLICITY",
     "DEFAULT_SEED",
     "DEFAULT_STATE_BYTES",
     "DepthSpec",
@@ -61,6 +67,7 @@ __all__ = [
     "LayerprobeError",
     "LOCAL_BUILDERS",
     "MAX_TOKENS",
+    "MULTIPLICITY_METHODS",
     "ModelNotFound",
     "ModelSpec",
     "OFFLINE_HINT",
@@ -79,6 +86,7 @@ __all__ = [
     "quantization_from_flags",
     "ResultError",
     "Share",
+    "SIGNIFICANCE_LEVEL",
     "SQUAD_TASK",
     "TaskError",
     "UNITS",

@@ -36,6 +36,13 @@ DEFAULT_SEED = 1234
 # anytime-valid interval is looked at again. Small rounds stop closer to the earliest possible document;
 # the interval does not depend on the round size (stats/sequential.py), only the overshoot does.
 DEFAULT_ROUND_SIZE = 50
+# Significance over many comparisons (stats/multiplicity.py): prune-drop's flags and compare's McNemar tests.
+MULTIPLICITY_METHODS = ("holm", "bh", "none")  # family-wise error (Holm), false discovery rate (BH), unadjusted
+DEFAULT_MULTIPLICITY = "holm"
+SIGNIFICANCE_LEVEL = 0.05  # a flag is set where the (adjusted) p-value is below it
+# A generating task's per-document answer after each filter, kept as the sample label "answer,<filter>"
+# (aggregation "answer"): what flip rates (answers that differ from the full model's) are counted from.
+ANSWER = "answer"
 
 # Memory bounds.
 DEFAULT_STATE_BYTES = 2 * 1024**3  # shared engine: recorded block inputs held at once (prune-drop)

@@ -15,9 +15,11 @@ from layerprobe.core.corpus_spec import CorpusSpec
 from layerprobe.core.defaults import (
     CORPUS_TASK,
     DEFAULT_CHUNK_BYTES,
+    DEFAULT_MULTIPLICITY,
     DEFAULT_ROUND_SIZE,
     DEFAULT_STATE_BYTES,
     ENGINES,
+    MULTIPLICITY_METHODS,
     POSITIONS,
     SQUAD_TASK,
     UNITS,
@@ -85,11 +87,16 @@ class PruneSpec:
     corpus: CorpusSpec = field(default_factory=CorpusSpec)  # the windows `--task corpus` scores on
     precision: float | None = None  # sequential: stop a variant once its anytime 95 % half-width is ≤ this
     round_size: int = DEFAULT_ROUND_SIZE  # sequential: documents per round
+    multiplicity: str = DEFAULT_MULTIPLICITY  # how `significant` is adjusted over variants × tasks × metrics
 
     def __post_init__(self) -> None:
         self._check_sequential()
         if self.max_state_bytes < 1:
             raise LayerprobeError(f"--max-state-memory must be positive, got {self.max_state_bytes} bytes.")
+        if self.multiplicity not in MULTIPLICITY_METHODS:
+            raise LayerprobeError(
+                f"Unknown --multiplicity {self.multiplicity!r}.", hint=f"Use one of {', '.join(MULTIPLICITY_METHODS)}."
+            )
         check_ablation(self.unit, self.span)
         if not self.tasks:
             raise LayerprobeError("No --task given.", hint="e.g. --task mmlu, --task arc_easy or --task squad.")

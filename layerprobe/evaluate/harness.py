@@ -22,8 +22,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from layerprobe.core import ANSWER
 from layerprobe.evaluate.documents import Document, Population, build_population, score_documents
 from layerprobe.evaluate.lm_eval_globals import quiet_lm_eval, seed_everything
+from layerprobe.evaluate.tasks import GENERATION
 from layerprobe.model import Remover
 from layerprobe.results import Evaluation, MetricSamples, MetricScore
 
@@ -145,7 +147,8 @@ def per_sample_values(
 
     Each logged sample of a leaf task carries its `doc_id`, the `filter` its responses went through and
     one value per metric (what `process_results` returned, before aggregation). Labels follow `task_scores`:
-    the bare metric name for the "none" filter, `metric,filter` otherwise.
+    the bare metric name for the "none" filter, `metric,filter` otherwise. A generating task also gets
+    its answers after each filter, `answer,<filter>` (aggregation "answer"), from which flip rates count.
     """
     leaves = task_set.members[name]
     group = task_set.loaded["groups"].get(task_set.result_names[name])
@@ -164,12 +167,23 @@ def per_sample_values(
                     continue
                 aggregations.setdefault(label, getattr(functions.get(metric), "__name__", "mean"))
                 values.setdefault(label, {}).setdefault(leaf, {})[sample["doc_id"]] = sample[metric]
+            if task_set.output_types[leaf] == GENERATION:  # the answer after the filter: for flip rates
+                label = f"{ANSWER},{filter_name}"
+                aggregations[label] = ANSWER
+                values.setdefault(label, {}).setdefault(leaf, {})[sample["doc_id"]] = filtered_answer(sample)
     return {
         label: MetricSamples(
             aggregations[label], docs, None if group is None else weight_by_size.get(label.split(",")[0], True)
         )
         for label, docs in values.items()
     }
+
+
+def filtered_answer(sample: dict[str, Any]) -> object:
+    """A logged sample's answer after its filter: the one filtered response (a list if a filter kept several)."""
+    responses = sample.get("filtered_resps", [])
+    answer = responses[0] if isinstance(responses, list) and len(responses) == 1 else responses
+    return answer if isinstance(answer, str | int | float) or answer is None else [str(a) for a in answer]
 
 
 def task_scores(results: dict[str, Any], group_map: dict[str, list[str]], name: str) -> TaskScores:

@@ -40,7 +40,8 @@ class PairedColumns(TypedDict):
 
     delta_stderr: list[float | None]
     delta_ci95: list[list[float] | None]
-    significant: list[bool | None]
+    significant: list[bool | None]  # unadjusted here; prune/assemble.py replaces it by the run's adjusted flags
+    p_value: list[float | None]  # two-sided, unadjusted (`stats.PairedDelta.pvalue`)
     delta_method: str | None  # "paired_mean" or "paired_bootstrap" when every block used the same
     bootstrap: dict[str, int] | None  # {"draws", "seed"} when a bootstrap was used
 
@@ -106,8 +107,8 @@ def paired_columns(
 ) -> PairedColumns:
     """The paired fields of one metric over every removed block, as stored next to `delta`.
 
-    Returns `delta_stderr`, `delta_ci95`, `significant` (one entry per block, None where the values do
-    not pair), `delta_method` and `bootstrap` ({"draws", "seed"} when a bootstrap was used, else None).
+    Returns `delta_stderr`, `delta_ci95`, `significant`, `p_value` (one entry per block, None where the
+    values do not pair), `delta_method` and `bootstrap` ({"draws", "seed"} when a bootstrap was used, else None).
     """
     found = [None if base is None or p is None else paired_delta(base, p, draws=draws, seed=seed) for p in pruned]
     methods = {d.method for d in found if d is not None}
@@ -117,6 +118,7 @@ def paired_columns(
         "delta_stderr": [None if d is None else d.stderr for d in found],
         "delta_ci95": [None if d is None or d.ci95 is None else list(d.ci95) for d in found],
         "significant": [None if d is None else d.significant for d in found],
+        "p_value": [None if d is None else d.pvalue for d in found],
         "delta_method": methods.pop() if len(methods) == 1 else None,
         "bootstrap": None if settings is None else {k: v for k, v in settings.items() if v is not None},
     }

@@ -120,7 +120,8 @@ def make_scorers(
     harness_tasks = [t for t in spec.tasks if t not in (SQUAD_TASK, CORPUS_TASK)]
     scorers: list[tuple[Scorer, list[str]]] = []
     if harness_tasks:
-        scorers.append((_harness_scorer(loaded, stack, spec, prepared.task_sets, layers, remover), harness_tasks))
+        harness = _harness_scorer(loaded, stack, spec, prepared.task_sets, layers, remover, progress)
+        scorers.append((harness, harness_tasks))
     if SQUAD_TASK in spec.tasks:
         scorers.append((SquadTaskScorer(loaded, stack, spec, progress, remover, prepared.squad), [SQUAD_TASK]))
     if CORPUS_TASK in spec.tasks:
@@ -137,8 +138,12 @@ def _harness_scorer(
     task_sets: dict[str, TaskSet],
     layers: list[int],
     remover: Remover | None = None,
+    progress: Progress | None = None,
 ) -> Scorer:
-    """The simple engine, or the shared-prefix one where it applies (see evaluate/shared.py)."""
+    """The simple engine, or the shared-prefix one where it applies (see evaluate/shared.py).
+
+    When `--engine auto` falls back to the simple engine, `progress.note` says why in one line.
+    """
     if spec.engine == "simple":
         return HarnessScorer(loaded, stack, spec, task_sets, layers, remover)
 
@@ -147,4 +152,6 @@ def _harness_scorer(
         return SharedPrefixScorer(loaded, stack, spec, task_sets, layers, remover)
     if spec.engine == "shared":
         raise TaskError(f"--engine shared cannot score this run: {reason}.", hint="Use --engine simple.")
+    if progress is not None:
+        progress.note(f"simple engine (one full evaluation per variant), not the shared-prefix one: {reason}")
     return HarnessScorer(loaded, stack, spec, task_sets, layers, remover)

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from layerprobe.core import LayerprobeError
 from layerprobe.gate.rules.record import RuleResult
-from layerprobe.gate.verdict import Verdict
+from layerprobe.gate.verdict import KindComparison, Verdict
 from layerprobe.results import COMPARE_SCHEMA
 
 # The numeric columns of the table and the markdown: the change is candidate − baseline, and "worse if"
@@ -79,6 +79,7 @@ def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
                     for r in c.results
                 ],
                 "notes": c.notes,
+                "mcnemar": None if c.answers is None else c.answers.to_dict(),
             }
             for c in verdict.comparisons
         ],
@@ -116,6 +117,7 @@ def build_table(verdict: Verdict) -> Group:
         else Text.from_markup(f"[bold green]pass:[/] all {len(verdict.results)} rules passed")
     ]
     lines += [Text(f"FAIL {r.kind} {r.name}: {r.message}", style="red") for r in verdict.failed]
+    lines += [Text(line) for c in verdict.comparisons for line in _answer_lines(c)]
     lines += [Text(f"note: {n}", style="dim") for n in _notes(verdict)]
     return Group(*sides, table, *lines)
 
@@ -150,6 +152,20 @@ def render_markdown(verdict: Verdict) -> str:
             out.append("| " + " | ".join(_md(cell) for cell in cells) + " |")
     out.append("")
     out += [f"- ❌ **{r.kind} · {_md(r.name)}**: {_md(r.message)}" for r in verdict.failed]
+    for c in verdict.comparisons:
+        if c.answers is not None and c.answers.tests:
+            out += [
+                "",
+                _answers_heading(c),
+                "",
+                "| test | documents | lost | gained | Δ accuracy | p | p (Holm) | drop ≤ (95 %) |",
+            ]
+            out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+            out += [
+                f"| `{_md(t.label)}` | {t.test.documents} | {t.test.losses} | {t.test.gains} | {t.test.delta:+.4f} "
+                f"| {_p(t.test.pvalue)} | {_p(t.p_adjusted)} | {t.test.drop_upper:.4f} |"
+                for t in c.answers.tests
+            ]
     notes = _notes(verdict)
     if notes:
         out += ["", "<details><summary>notes</summary>", "", *[f"- {_md(n)}" for n in notes], "", "</details>"]
@@ -199,8 +215,8 @@ def render_junit(verdict: Verdict) -> str:
                 ET.SubElement(case, "system-out").text = f"{r.message}\n{body}"
             else:
                 ET.SubElement(case, "failure", message=r.message, type="regression").text = body
-        if c.notes:
-            ET.SubElement(suite, "system-out").text = "\n".join(c.notes)
+        if c.notes or _answer_lines(c):
+            ET.SubElement(suite, "system-out").text = "\n".join([*_answer_lines(c), *c.notes])
     if verdict.skipped:
         suite = ET.SubElement(
             root,
@@ -222,6 +238,32 @@ def render_junit(verdict: Verdict) -> str:
 
 
 # --- helpers -------------------------------------------------------------------------------------------
+
+
+def _answers_heading(c: KindComparison) -> str:
+    """What the McNemar lines are: the test, the adjustment and its family."""
+    assert c.answers is not None
+    return (
+        f"{c.kind}: paired answers, exact McNemar test per task and variant "
+        f"(Holm-adjusted, family of {c.answers.family} tests)"
+    )
+
+
+def _answer_lines(c: KindComparison) -> list[str]:
+    """One line per McNemar test under its heading (nothing without per-document answers)."""
+    if c.answers is None or not c.answers.tests:
+        return []
+    return [_answers_heading(c)] + [
+        f"  {t.label}: {t.test.documents} documents, {t.test.losses} lost, {t.test.gains} gained, "
+        f"Δ accuracy {t.test.delta:+.4f}, p = {_p(t.test.pvalue)}, Holm p = {_p(t.p_adjusted)}, "
+        f"drop ≤ {t.test.drop_upper:.4f} ({t.test.level:.0%} one-sided)"
+        for t in c.answers.tests
+    ]
+
+
+def _p(value: float) -> str:
+    """A p-value with 3 significant digits (tiny ones in scientific notation)."""
+    return f"{value:.3g}"
 
 
 def _notes(verdict: Verdict) -> list[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from layerprobe.core import ResultError
 from layerprobe.gate.rules.angular import angular_notes, angular_rules
+from layerprobe.gate.rules.answers import AnswerTests, answer_tests
 from layerprobe.gate.rules.depth import depth_notes, depth_rules
 from layerprobe.gate.rules.prune_drop import prune_drop_notes, prune_drop_rules
 from layerprobe.gate.rules.record import RuleResult
@@ -53,6 +54,7 @@ class KindComparison:
     candidate: Side
     results: list[RuleResult]
     notes: list[str]
+    answers: AnswerTests | None = None  # prune-drop with per-document answers on both sides: McNemar tests
     baseline_result: ComparedResult | None = field(repr=False, compare=False, default=None)
     candidate_result: ComparedResult | None = field(repr=False, compare=False, default=None)
 
@@ -110,6 +112,7 @@ def compare_results(
 ) -> KindComparison:
     """Apply the rules of the results' kind. Layers are matched by index; a change in L is noted."""
     kind = _kind(baseline)
+    answers = None
     if _kind(candidate) != kind:
         raise ResultError(
             f"Cannot compare a {kind} result ({baseline_path}) with a {_kind(candidate)} result ({candidate_path}).",
@@ -124,7 +127,9 @@ def compare_results(
         results, notes = depth_rules(baseline, candidate, rules.max_rms_growth), depth_notes(baseline, candidate)
     elif isinstance(baseline, PruneDropResult) and isinstance(candidate, PruneDropResult):
         results, notes = prune_drop_rules(baseline, candidate, rules)
-        notes += prune_drop_notes(baseline, candidate)
+        answers, inferiority, answer_notes = answer_tests(baseline, candidate, (baseline_path, candidate_path), rules)
+        results += inferiority
+        notes += answer_notes + prune_drop_notes(baseline, candidate)
     else:  # e.g. two prune_curve.json: load_result reads them, but the gate has no rules for them
         raise TypeError(f"compare has no rules for {type(baseline).__name__}")
     sides = [_side(path, result) for path, result in ((baseline_path, baseline), (candidate_path, candidate))]
@@ -136,7 +141,7 @@ def compare_results(
             f"({sides[1].num_layers - sides[0].num_layers:+d}); per-layer values are matched by index "
             f"over blocks 0–{common - 1}, whole-stack rules use each model's own L",
         )
-    return KindComparison(kind, sides[0], sides[1], results, notes, baseline, candidate)
+    return KindComparison(kind, sides[0], sides[1], results, notes, answers, baseline, candidate)
 
 
 # --- helpers -------------------------------------------------------------------------------------------

@@ -70,13 +70,13 @@ class Progress:
         self.on_block = on_block
         self.on_note = on_note or (lambda _text: None)
 
-    def note(self, text: str) -> None:
-        """Tell the user one line (the library never prints it itself)."""
-        self.on_note(text)
-
     def stage(self, name: str, total: int | None = None, unit: str = "") -> None:
         """Start a stage (ends the previous one)."""
         self.on_stage(name, total, unit)
+
+    def note(self, text: str) -> None:
+        """One line a user should read about how the work is done (e.g. why an engine was chosen)."""
+        self.on_note(text)
 
     @contextlib.contextmanager
     def watching_blocks(self, stack: LayerStack) -> Iterator[None]:

@@ -28,6 +28,7 @@ from layerprobe.plots.common import (
     title_name,
 )
 from layerprobe.results import (
+    FlipRate,
     MetricDrop,
     PruneDropResult,
     RunDir,
@@ -73,27 +74,33 @@ def prune_drop_figure(result: PruneDropResult, task: str) -> Figure:
     metric_name = result.tasks[task].primary_metric
     metric = result.tasks[task].metrics[metric_name]
     companions = [name for name in COMPANION_METRICS if name in result.tasks[task].metrics and name != metric_name]
+    flips = result.tasks[task].flip_rate  # a generating task: a panel with the share of answers that changed
+    panels = 1 + len(companions) + (1 if flips else 0)
     width = float(np.clip(3.5 + 0.13 * len(metric.layers), 7.0, 14.0))
     fig, axes = pyplot().subplots(
-        1 + len(companions),
+        panels,
         1,
-        figsize=(width, 4.8 + 2.6 * len(companions)),
+        figsize=(width, 4.8 + 2.6 * (panels - 1)),
         layout="constrained",
         squeeze=False,
         sharex=True,
-        gridspec_kw={"height_ratios": [1.6] + [1.0] * len(companions)},
+        gridspec_kw={"height_ratios": [1.6] + [1.0] * (panels - 1)},
     )
     ax = axes[0][0]
+    if flips:
+        lower = axes[-1][0]
+        _draw_flip_rates(lower, flips)
+        lower.set_xlabel(variant_label(result.settings))
     _draw_delta_bars(ax, metric, metric_name)
     ax.set_xlabel(variant_label(result.settings))
     agreement = (result.tasks[task].agreement or {}).get(metric_name)
     if agreement and agreement_distances(agreement):
         _overlay_distance(ax, agreement, agreement_span(agreement, result.settings))
     ax.set_title(f"{title_name(result.model)} · {task} · {metric_name}\nbaseline = {value_text(metric)}", fontsize=11)
-    for row, name in zip(axes[1:], companions, strict=True):
+    for row, name in zip(axes[1 : 1 + len(companions)], companions, strict=True):
         _draw_companion(row[0], result.tasks[task].metrics[name], name)
         row[0].set_xlabel(variant_label(result.settings))
-    if companions:
+    if panels > 1:
         ax.tick_params(labelbottom=True)
     return fig
 
@@ -133,7 +140,10 @@ def _draw_delta_bars(ax: Axes, metric: MetricDrop, metric_name: str) -> None:
         colors = [_paired_color(sign * d, sig) for d, sig in zip(metric.delta, significant, strict=True)]
         drawn = draw_bars(ax, metric.layers, metric.delta, None, colors, 0.8, None, intervals=metric.interval95)
         zero_line(ax, None)
-        grey, interval = "not significant (95 % CI spans 0)", PAIRED_INTERVAL
+        grey = (
+            "not significant (95 % CI spans 0)" if metric.p_adjusted is None else "not significant (adjusted p ≥ 0.05)"
+        )
+        interval = PAIRED_INTERVAL
     else:
         noise = metric.baseline_stderr
         colors = [effect_color(sign * delta, _band(noise)) for delta in metric.delta]
@@ -158,6 +168,22 @@ def _draw_delta_bars(ax: Axes, metric: MetricDrop, metric_name: str) -> None:
     layer_axis(ax, metric.layers)
     better = "higher" if metric.higher_is_better else "lower"
     ax.set_ylabel(f"ΔP = pruned − baseline\n({metric_name}, {better} is better)")
+
+
+FLIP_MARKERS = ("o", "s", "^", "D", "v")
+
+
+def _draw_flip_rates(ax: Axes, flips: dict[str, FlipRate]) -> None:
+    """Per filter, the share of documents whose answer differs from the full model's, with Wilson 95 % intervals."""
+    offsets = np.linspace(-0.15, 0.15, len(flips)) if len(flips) > 1 else [0.0]
+    for (name, rate), offset, marker in zip(flips.items(), offsets, FLIP_MARKERS * len(flips), strict=False):
+        x = np.asarray(rate.layers, dtype=float) + offset
+        low = [r - c[0] for r, c in zip(rate.rate, rate.ci95, strict=True)]
+        high = [c[1] - r for r, c in zip(rate.rate, rate.ci95, strict=True)]
+        ax.errorbar(x, rate.rate, yerr=[low, high], fmt=marker, markersize=4, capsize=2, linewidth=0.8, label=name)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel("answers changed\n(share of documents)")
+    ax.legend(fontsize=8, loc="best", title="filter (Wilson 95 %)", title_fontsize=8)
 
 
 def _paired_color(gain: float, significant: bool | None) -> str:

@@ -11,13 +11,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Protocol, TypedDict, cast
 
-from layerprobe.core import CORPUS_TASK, PruneSpec
+from layerprobe.core import ANSWER, CORPUS_TASK, DEFAULT_MULTIPLICITY, SIGNIFICANCE_LEVEL, PruneSpec
 from layerprobe.evaluate import PairedColumns, paired_columns
 from layerprobe.model import Remover
 from layerprobe.prune.agreement import AngularSource, task_agreement
 from layerprobe.prune.samples import SampleRow
 from layerprobe.prune.state import PruneState, corpus_settings
 from layerprobe.results import (
+    FlipRate,
     JSONObject,
     MetricDrop,
     MetricSamples,
@@ -28,6 +29,7 @@ from layerprobe.results import (
     TaskDrop,
     from_rows,
 )
+from layerprobe.stats import adjust_pvalues, wilson_interval
 
 
 class RequiredSettings(TypedDict):
@@ -54,6 +56,7 @@ class PruneSettings(RequiredSettings, total=False):
     corpus: dict[str, object]  # the corpus options of `--task corpus` (`state.corpus_settings`)
     precision: float  # --precision H of a sequential run (`state.sequential_settings`)
     round_size: int  # --round-size of a sequential run
+    multiplicity: str  # how `significant` is adjusted: "holm", "bh" or "none" (absent in older shards: holm)
 
 
 class RowSource(Protocol):
@@ -80,6 +83,7 @@ def prune_settings(spec: PruneSpec, layers: list[int], remover: Remover) -> Prun
         "span": spec.span,
         "sublayers": remover.module_paths(),
         "prefix_reuse": spec.prefix_reuse,
+        "multiplicity": spec.multiplicity,
     }
     if CORPUS_TASK in spec.tasks:
         settings["corpus"] = corpus_settings(spec.corpus)
@@ -100,25 +104,96 @@ def assemble_result(
     """prune_drop.json from a state holding every (task, variant) of the run and their per-document rows."""
     tasks, layers = settings["tasks"], settings["layers"]
     engines = sorted({state.get(t, v).engine for t in tasks for v in [None, *layers]})
+    multiplicity = settings.get("multiplicity", DEFAULT_MULTIPLICITY)
     return PruneDropResult(
         model=info,
         engine="+".join(engines),
-        settings=dict(settings),
-        tasks={
-            # A sublayer's ΔP is not what a block's angular distance predicts: no agreement block for it.
-            task: assemble_task(
-                state,
-                task,
-                layers,
-                settings["limit"],
-                samples,
-                None if settings.get("unit", "block") != "block" else angular,
-                settings.get("span", 1),
-            )
-            for task in tasks
-        },
+        settings={**settings, "multiplicity": multiplicity},
+        tasks=adjust_significance(
+            {
+                # A sublayer's ΔP is not what a block's angular distance predicts: no agreement block for it.
+                task: assemble_task(
+                    state,
+                    task,
+                    layers,
+                    settings["limit"],
+                    samples,
+                    None if settings.get("unit", "block") != "block" else angular,
+                    settings.get("span", 1),
+                )
+                for task in tasks
+            },
+            multiplicity,
+        ),
         run=replace(run, prefix_reuse=prefix_reuse_status(state, tuple(tasks), [None, *layers])),
     )
+
+
+def flip_rates(values: dict[int | None, dict[str, MetricSamples]], layers: list[int]) -> dict[str, FlipRate] | None:
+    """Per filter of a generating task: how many documents' answers differ from the full model's, per variant.
+
+    The answers are the "answer,<filter>" samples the harness keeps for generating tasks (None for other
+    tasks). A filter whose variants do not answer exactly the baseline's documents is left out.
+    """
+    out = {}
+    for label, base in values[None].items():
+        if base.aggregation != ANSWER:
+            continue
+        docs = [(task, doc) for task in sorted(base.values) for doc in base.values[task]]
+        flips = []
+        for layer in layers:
+            other = values[layer].get(label)
+            if other is None or {t: set(d) for t, d in other.values.items()} != {
+                t: set(d) for t, d in base.values.items()
+            }:
+                break
+            flips.append(sum(other.values[t][d] != base.values[t][d] for t, d in docs))
+        else:
+            if docs:
+                intervals = [wilson_interval(k, len(docs)) or (0.0, 1.0) for k in flips]
+                out[label.split(",", 1)[1]] = FlipRate(
+                    list(layers), flips, len(docs), [k / len(docs) for k in flips], [list(c) for c in intervals]
+                )
+    return out or None
+
+
+def adjust_significance(tasks: dict[str, TaskDrop], method: str) -> dict[str, TaskDrop]:
+    """Every metric's `p_adjusted` and `significant`, adjusted over all variants × tasks × metrics of the run.
+
+    The family is every p-value the run has (`MetricDrop.p_value`; missing ones are left out of it);
+    `significant` becomes adjusted p < 0.05 (None where no p-value exists). Nothing measured changes.
+    A sequential run's metrics (`--precision`) keep the flags of their anytime-valid intervals (interval
+    excludes 0, each at 95 %): their fixed-n p-values would not be valid at a data-dependent stopping time,
+    so they are neither recorded nor adjusted.
+    """
+    places = [
+        (task, name, i)
+        for task, drop in tasks.items()
+        for name, metric in drop.metrics.items()
+        if not metric.sequential
+        for i in range(len(metric.layers))
+    ]
+    raw = [_pvalues(tasks[t].metrics[m])[i] for t, m, i in places]
+    adjusted = dict(zip(places, adjust_pvalues(raw, method).pvalues, strict=True))
+    out = {}
+    for task, drop in tasks.items():
+        metrics = {}
+        for name, metric in drop.metrics.items():
+            if metric.sequential:
+                metrics[name] = metric
+                continue
+            found = [adjusted[task, name, i] for i in range(len(metric.layers))]
+            metrics[name] = replace(
+                metric,
+                p_adjusted=found,
+                significant=[None if p is None else p < SIGNIFICANCE_LEVEL for p in found],
+            )
+        out[task] = replace(drop, metrics=metrics)
+    return out
+
+
+def _pvalues(metric: MetricDrop) -> list[float | None]:
+    return metric.p_value if metric.p_value is not None else [None] * len(metric.layers)
 
 
 def prefix_reuse_status(state: PruneState, tasks: tuple[str, ...], variants: list[int | None]) -> str | None:
@@ -152,6 +227,7 @@ def sequential_columns(base: MetricSamples | None, pruned: list[MetricSamples | 
         "delta_stderr": [c["delta_stderr"][0] for c in columns],
         "delta_ci95": [c["delta_ci95"][0] for c in columns],
         "significant": [c["significant"][0] for c in columns],
+        "p_value": [None] * len(columns),  # fixed-n p-values are not valid at a sequential stopping time
         "delta_method": methods.pop() if len(methods) == 1 else None,
         "bootstrap": None,
     }
@@ -208,6 +284,7 @@ def assemble_task(
         samples=baseline.samples,
         nonfinite=baseline.nonfinite + sum(v.nonfinite for v in variants),
         version=baseline.version,
+        flip_rate=flip_rates(values, layers),
         # task_agreement builds JSON-ready values only (numbers, strings, lists of them).
         agreement=None
         if angular is None

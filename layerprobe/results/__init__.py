@@ -46,8 +46,8 @@ from layerprobe.results.io import (
     SHARD_SCHEMA,
     STABILITY_SCHEMA,
     atomic_write,
-    pid_alive,
     checksum,
+    pid_alive,
     read_json,
     read_json_lines,
     write_json,
@@ -58,6 +58,7 @@ from layerprobe.results.json_types import JSONObject, JSONValue, Record
 from layerprobe.results.load import load_gated_result, load_result
 from layerprobe.results.provenance import ModelInfo, RunInfo, RunTimer, jsonable, library_versions
 from layerprobe.results.prune_drop import (
+    FlipRate,
     MetricDrop,
     PruneDropResult,
     TaskDrop,
@@ -140,6 +141,7 @@ __all__ = [
     "evaluation_to_dict",
     "EXPORT_RECORD",
     "EXPORT_SCHEMA",
+    "FlipRate",
     "from_rows",
     "GradNorms",
     "INDEPENDENT_BLOCKS",

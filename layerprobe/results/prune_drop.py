@@ -34,6 +34,7 @@ SETTINGS_FIELDS: dict[str, v.Kind] = {
     "batch_size": v.text_or_integer(optional=True),
     "unit": v.text(default="block"),
     "span": v.integer(default=1, minimum=1),
+    "multiplicity": v.text(optional=True),  # absent in files written before flags were adjusted
 }
 
 
@@ -66,6 +67,10 @@ class MetricDrop:
     and records why it stopped (`stop`) and the anytime-valid 95 % interval it stopped with
     (`delta_cs95`); `pruned` is then the baseline plus the paired mean difference on those documents, so
     `delta` is that difference. `interval95` is the interval consumers show: `delta_cs95` where present.
+    `p_value` is each difference's two-sided p-value and `p_adjusted` the same adjusted over every
+    variant × task × metric of the run (the method is the run's `settings.multiplicity`); `significant`
+    is then `p_adjusted < 0.05`. Files written before p-values read back with both None and their
+    `significant` as stored (the unadjusted 95 % interval excluding 0).
     """
 
     baseline: float
@@ -82,6 +87,8 @@ class MetricDrop:
     items: list[int | None] | None = None
     stop: list[str | None] | None = None
     delta_cs95: list[list[float] | None] | None = None
+    p_value: list[float | None] | None = None
+    p_adjusted: list[float | None] | None = None
 
     @property
     def delta(self) -> list[float]:
@@ -113,6 +120,8 @@ class MetricDrop:
             "delta_stderr": self.delta_stderr,
             "delta_ci95": self.delta_ci95,
             "significant": self.significant,
+            "p_value": self.p_value,
+            "p_adjusted": self.p_adjusted,
             "delta_method": self.delta_method,
             "bootstrap": self.bootstrap,
             "stderr": list(self.stderr),
@@ -146,12 +155,52 @@ class MetricDrop:
             delta_stderr=_per_layer(node.key("delta_stderr"), layers, lambda n: n.number(optional=True)),
             delta_ci95=_per_layer(node.key("delta_ci95"), layers, v.interval),
             significant=_per_layer(node.key("significant"), layers, lambda n: n.flag(optional=True)),
+            p_value=_per_layer(node.key("p_value"), layers, _probability),
+            p_adjusted=_per_layer(node.key("p_adjusted"), layers, _probability),
             delta_method=node.key("delta_method").text(optional=True),
             bootstrap=_bootstrap(node.key("bootstrap")),
             items=_per_layer(node.key("items"), layers, lambda n: n.integer(optional=True, minimum=1)),
             stop=_per_layer(node.key("stop"), layers, _stop_reason),
             delta_cs95=_per_layer(node.key("delta_cs95"), layers, v.interval),
         )
+
+
+@dataclass(frozen=True)
+class FlipRate:
+    """For one filter of a generating task: per removed unit, the share of documents whose answer changed.
+
+    `flips[k]` of `documents` answers (after the filter) differ from the full model's with `layers[k]`
+    removed; `rate[k]` = flips / documents and `ci95[k]` its Wilson 95 % interval.
+    """
+
+    layers: list[int]
+    flips: list[int]
+    documents: int
+    rate: list[float]
+    ci95: list[list[float]]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "layers": list(self.layers),
+            "flips": list(self.flips),
+            "documents": self.documents,
+            "rate": list(self.rate),
+            "ci95": [list(c) for c in self.ci95],
+        }
+
+    @classmethod
+    def from_dict(cls, data: JSONObject | Node, source: str = "flip_rate") -> FlipRate:
+        node = Node.of(data, source)
+        layers = [item.integer(minimum=0) for item in node.key("layers").items()]
+        documents = node.key("documents").integer(minimum=1)
+        flips = _per_layer(node.key("flips"), layers, lambda n: n.integer(minimum=0)) or []
+        rate = _per_layer(node.key("rate"), layers, lambda n: n.number(finite=True, low=0.0, high=1.0)) or []
+        ci95 = _per_layer(node.key("ci95"), layers, v.interval) or []
+        if any(f > documents for f in flips):
+            node.key("flips").fail(f"counts of at most documents = {documents}", str(flips))
+        if len(flips) != len(layers) or len(rate) != len(layers) or any(c is None for c in ci95):
+            node.fail("flips, rate and ci95 with one entry per layer")
+        return cls(layers, flips, documents, rate, [c for c in ci95 if c is not None])
 
 
 @dataclass(frozen=True)
@@ -165,6 +214,7 @@ class TaskDrop:
     nonfinite: int = 0  # evaluations' inputs with NaN/inf model outputs (SQuAD windows): counted, never hidden
     version: str | None = None  # lm-eval's version of the task (None for squad or older files)
     agreement: dict[str, JSONObject] | None = None  # metric → agreement with an angular result (#10)
+    flip_rate: dict[str, FlipRate] | None = None  # generating tasks: filter → answers changed per variant
 
     @property
     def primary_metric(self) -> str:
@@ -181,6 +231,8 @@ class TaskDrop:
         }
         if self.agreement is not None:
             out["agreement"] = self.agreement
+        if self.flip_rate is not None:
+            out["flip_rate"] = {name: rate.to_dict() for name, rate in self.flip_rate.items()}
         return out
 
     @classmethod
@@ -190,7 +242,9 @@ class TaskDrop:
         metrics = {name: MetricDrop.from_dict(metric) for name, metric in node.key("metrics").entries(min_length=1)}
         agreement = node.key("agreement")  # metric → its agreement record, read by prune/agreement.py's code
         by_metric = {name: record.obj() for name, record in agreement.entries()} if agreement.given else None
-        return cls(metrics=metrics, agreement=by_metric, **fields)
+        flips = node.key("flip_rate")
+        flip_rate = {name: FlipRate.from_dict(item) for name, item in flips.entries()} if flips.given else None
+        return cls(metrics=metrics, agreement=by_metric, flip_rate=flip_rate, **fields)
 
 
 @dataclass(frozen=True)
@@ -206,6 +260,13 @@ class PruneDropResult:
     tasks: dict[str, TaskDrop]
     run: RunInfo
     summary: dict[str, TaskSummary] | None = None
+
+    @property
+    def family(self) -> int | None:
+        """m, how many p-values the `significant` flags were adjusted over (None for files without p-values)."""
+        pvalues = [p for t in self.tasks.values() for m in t.metrics.values() for p in m.p_value or []]
+        has_pvalues = any(m.p_value is not None for t in self.tasks.values() for m in t.metrics.values())
+        return sum(p is not None for p in pvalues) if has_pvalues else None
 
     def to_dict(self) -> dict[str, object]:
         tasks = {name: t.to_dict() for name, t in self.tasks.items()}
@@ -269,7 +330,8 @@ def prune_drop_summary(tasks: dict[str, TaskDrop]) -> dict[str, TaskSummary]:
             "baseline_stderr": noise,
             "layers_within_stderr": within,
             "most_harmful": worst,
-            # Blocks whose paired 95 % interval of ΔP excludes 0; None for files without paired stderrs.
+            # Blocks flagged significant: adjusted p < 0.05 over the run's family (the paired 95 % interval
+            # excluding 0 in files without p-values); None for files without paired stderrs.
             "significant_layers": None
             if metric.significant is None
             else [l for l, sig in zip(metric.layers, metric.significant, strict=True) if sig],
@@ -305,6 +367,11 @@ def _stop_reason(node: Node) -> str | None:
     if reason is not None and reason not in STOP_REASONS:
         node.fail(f"null or one of {', '.join(STOP_REASONS)}", repr(reason))
     return reason
+
+
+def _probability(node: Node) -> float | None:
+    """A p-value: a finite number in [0, 1], or null where no test could be made."""
+    return node.number(optional=True, finite=True, low=0.0, high=1.0)
 
 
 def _bootstrap(node: Node) -> dict[str, int] | None:

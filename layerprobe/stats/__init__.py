@@ -16,6 +16,7 @@ from layerprobe.stats.paired import (
     stratified_mean_stats,
     top_k_overlap,
 )
+from layerprobe.stats.proportion import wilson_interval
 from layerprobe.stats.ranking import (
     BlockScores,
     RankingStability,
@@ -56,4 +57,5 @@ __all__ = [
     "stratified_mean_stats",
     "top_k_overlap",
     "Z95",
+    "wilson_interval",
 ]

@@ -20,12 +20,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
+from layerprobe.core import MULTIPLICITY_METHODS
+
 Method = Literal["holm", "bh", "none"]
-METHODS: tuple[Method, ...] = ("holm", "bh", "none")
+METHODS = cast(tuple[Method, ...], MULTIPLICITY_METHODS)  # the choices have one home: core/defaults.py
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class Adjusted:
         left_out: Indices of the inputs that were missing (None or NaN) and so left out.
     """
 
-    method: Method
+    method: str
     pvalues: tuple[float | None, ...]
     tested: int
     left_out: tuple[int, ...]
@@ -49,7 +51,7 @@ class Adjusted:
         return tuple(None if p is None else p <= alpha for p in self.pvalues)
 
 
-def adjust_pvalues(pvalues: Sequence[float | None], method: Method = "holm") -> Adjusted:
+def adjust_pvalues(pvalues: Sequence[float | None], method: str = "holm") -> Adjusted:
     """Holm or Benjamini–Hochberg adjusted p-values of a family of tests, missing values left out.
 
     With the m present p-values sorted ascending, p_(1) ≤ … ≤ p_(m):

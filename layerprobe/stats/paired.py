@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from layerprobe.core import DEFAULT_DRAWS, DEFAULT_SEED
+from layerprobe.stats.multiplicity import bootstrap_pvalue, normal_pvalue
 
 Z95 = 1.959963984540054  # two-sided 95 % quantile of the standard normal
 
@@ -40,6 +41,9 @@ class PairedDelta:
         method: "paired_mean" (closed form) or "paired_bootstrap".
         draws: Bootstrap draws (None for the closed form).
         seed: Bootstrap seed (None for the closed form).
+        pvalue: Two-sided p-value of "no difference", unadjusted: the normal (Wald) test of delta/stderr for
+            the closed form, the bootstrap test of the draws (`multiplicity.bootstrap_pvalue`) for a
+            bootstrap; None where no interval exists.
     """
 
     delta: float
@@ -48,6 +52,7 @@ class PairedDelta:
     method: str
     draws: int | None = None
     seed: int | None = None
+    pvalue: float | None = None
 
     @property
     def significant(self) -> bool | None:
@@ -140,12 +145,13 @@ def paired_bootstrap(
     if len(finite) < 2:
         return PairedDelta(delta, None, None, "paired_bootstrap", draws, seed)
     low, high = np.percentile(finite, [2.5, 97.5])
-    return PairedDelta(delta, float(finite.std(ddof=1)), (float(low), float(high)), "paired_bootstrap", draws, seed)
+    stderr, pvalue = float(finite.std(ddof=1)), bootstrap_pvalue(delta, finite)
+    return PairedDelta(delta, stderr, (float(low), float(high)), "paired_bootstrap", draws, seed, pvalue)
 
 
 def _normal(delta: float, stderr: float | None) -> PairedDelta:
     ci = None if stderr is None else (delta - Z95 * stderr, delta + Z95 * stderr)
-    return PairedDelta(delta, stderr, ci, "paired_mean")
+    return PairedDelta(delta, stderr, ci, "paired_mean", pvalue=normal_pvalue(delta, stderr))
 
 
 # ------------------------------------------------------------------------------------ rank agreement

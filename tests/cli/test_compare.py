@@ -130,3 +130,13 @@ def test_format_json_and_markdown_end_with_a_newline(tmp_path):
         result = invoke("compare", base, base, "--format", fmt, "--no-plot")
         assert result.exit_code == 0, result.output
         assert result.stdout.endswith("}\n" if fmt == "json" else "\n")
+
+
+def test_cli_max_drop_upper_without_per_document_answers_is_exit_two_in_one_line(tmp_path):
+    base = write_result(tmp_path, "b/prune_drop.json", gate_baseline_prune())
+    cand = write_result(tmp_path, "c/prune_drop.json", gate_baseline_prune())
+    assert cli(base, cand, "--no-plot").exit_code == 0  # the rule is off by default
+    result = cli(base, cand, "--max-drop-upper", "0.02", "--no-plot")
+    assert result.exit_code == 2
+    assert "max_drop_upper needs both runs' per-document answers for arc_easy" in result.output
+    assert "--log-samples" in result.output

@@ -100,6 +100,9 @@ def test_cli_run_writes_json_plots_and_table_with_the_documented_schema(tiny_che
     assert {"id", "revision", "commit", "dtype", "model_type", "block_class"} <= model.keys()
     assert data["settings"]["layers"] == [0, 3] and data["settings"]["limit"] == 2
     assert data["settings"]["num_fewshot"] == 2 and data["settings"]["tasks"] == list(TASKS)
+    assert data["settings"]["multiplicity"] == "holm"  # the default: flags keep the family-wise error at 5 %
+    family = sum(p is not None for t in data["tasks"].values() for m in t["metrics"].values() for p in m["p_value"])
+    assert family > 6 and f"(Holm-adjusted, family of {family} tests; paired p-values)" in flat
     assert {"started_at", "seconds", "versions", "device"} <= data["run"].keys()
     assert list(data["tasks"]) == list(TASKS)
     expected_metrics = {
@@ -121,6 +124,8 @@ def test_cli_run_writes_json_plots_and_table_with_the_documented_schema(tiny_che
                 "delta_stderr",
                 "delta_ci95",
                 "significant",
+                "p_value",
+                "p_adjusted",
                 "delta_method",
                 "bootstrap",
                 "stderr",
@@ -155,9 +160,13 @@ def test_prune_drop_refuses_a_tokenizer_lm_eval_cannot_use_before_loading(tiny_c
 
 def test_prune_drop_corpus_cli(tiny_checkpoints, tmp_path):
     args = [str(tiny_checkpoints["llama"]), "--task", "corpus", "--dataset", BUILTIN_CORPUS, "--tokens", "48"]
-    result = invoke("prune-drop", *args, "--seq-len", "16", "--device", "cpu", "--out", tmp_path)
+    result = invoke(
+        "prune-drop", *args, "--seq-len", "16", "--device", "cpu", "--multiplicity", "bh", "--out", tmp_path
+    )
     assert result.exit_code == 0, result.output
+    assert "BH-adjusted (false discovery rate), family of 16 tests" in " ".join(result.output.split())
     data = json.loads((tmp_path / "prune_drop.json").read_text())
+    assert data["settings"]["multiplicity"] == "bh"
     metrics = data["tasks"]["corpus"]["metrics"]
     assert set(metrics) == {"nll", "perplexity", "kl", "top1_agreement"}
     assert metrics["kl"]["baseline"] == pytest.approx(0, abs=1e-6) and metrics["top1_agreement"]["baseline"] == 1
@@ -167,7 +176,11 @@ def test_prune_drop_corpus_cli(tiny_checkpoints, tmp_path):
 
 def test_cli_unit_and_span_errors_are_one_line(tiny_checkpoints, tmp_path):
     path = str(tiny_checkpoints["llama"])
-    for extra, message in ((["--unit", "head"], "Unknown --unit"), (["--unit", "mlp", "--span", "2"], "--span")):
+    for extra, message in (
+        (["--unit", "head"], "Unknown --unit"),
+        (["--unit", "mlp", "--span", "2"], "--span"),
+        (["--multiplicity", "bonferroni"], "--multiplicity"),
+    ):
         result = invoke("prune-drop", path, "--task", "lp_arc_like", *extra, "--out", tmp_path)
         assert result.exit_code == 2, result.output
         assert message in result.output

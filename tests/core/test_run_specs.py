@@ -18,6 +18,7 @@ from layerprobe.core.errors import LayerprobeError
         ({"num_fewshot": -1}, "--num-fewshot"),
         ({"batch_size": 0}, "--batch-size"),
         ({"batch_size": "max"}, "--batch-size"),
+        ({"multiplicity": "bonferroni"}, "Unknown --multiplicity"),
     ],
 )
 def test_prune_spec_validation(kwargs, message):

@@ -181,13 +181,17 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def hand_bootstrap(base: list, pruned: list, aggregate) -> tuple[float, list[float]]:
+def hand_bootstrap(base: list, pruned: list, aggregate) -> tuple[float, list[float], float]:
+    """stderr, percentile 95 % interval and two-sided p-value of the paired bootstrap, written out here."""
     rng = np.random.default_rng(DEFAULT_SEED)
     diffs = []
     for _ in range(DEFAULT_DRAWS):
         pick = [int(i) for i in rng.integers(0, len(base), size=len(base))]
         diffs.append(aggregate([pruned[i] for i in pick]) - aggregate([base[i] for i in pick]))
-    return float(np.std(diffs, ddof=1)), [float(v) for v in np.percentile(diffs, [2.5, 97.5])]
+    delta = aggregate(pruned) - aggregate(base)
+    other = sum(d <= 0 for d in diffs) if delta > 0 else sum(d >= 0 for d in diffs)
+    pvalue = 1.0 if delta == 0 else min(1.0, 2 * (1 + other) / (len(diffs) + 1))
+    return float(np.std(diffs, ddof=1)), [float(v) for v in np.percentile(diffs, [2.5, 97.5])], pvalue
 
 
 @pytest.mark.slow
@@ -238,15 +242,18 @@ def test_prune_drop_paired_fields_and_samples_equal_lm_eval_on_physically_pruned
                 base = [v for leaf in leaves for _, v in sorted(by_doc(reference[None], leaf, metric).items())]
                 pruned = [v for leaf in leaves for _, v in sorted(by_doc(reference[layer], leaf, metric).items())]
                 if metric in aggregations:
-                    se, ci = hand_bootstrap([tuple(v) for v in base], [tuple(v) for v in pruned], aggregations[metric])
+                    se, ci, p = hand_bootstrap(
+                        [tuple(v) for v in base], [tuple(v) for v in pruned], aggregations[metric]
+                    )
                     assert drop.delta_method == "paired_bootstrap" and drop.bootstrap == {"draws": 1000, "seed": 1234}
                     assert drop.delta_stderr[k] == pytest.approx(se, rel=1e-3)
                     assert drop.delta_ci95[k] == pytest.approx(ci, rel=1e-3)
+                    assert drop.p_value[k] == pytest.approx(p, rel=1e-12)
                 else:
                     assert drop.delta_method == "paired_mean" and drop.bootstrap is None
                     assert drop.delta_stderr[k] == pytest.approx(hand_paired_stderr(base, pruned), rel=1e-9, abs=1e-15)
-                ci = drop.delta_ci95[k]
-                assert drop.significant[k] == (ci[0] > 0 or ci[1] < 0)
+                # significant: the run's Holm-adjusted p-value below 0.05 (tests/prune/test_assemble.py)
+                assert drop.significant[k] == (drop.p_adjusted[k] < 0.05)
     mmlu = result.tasks["lp_mmlu"].metrics["acc"]
     assert any(se > 0 for se in mmlu.delta_stderr)  # some answers changed: not a trivially zero stderr
     # The paired stderr is narrower than the unpaired combination the gate used to apply.

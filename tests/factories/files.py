@@ -39,10 +39,49 @@ metadata:
 """
 
 
+# GSM8K-shaped: generate_until with a strict and a flexible answer extractor (GSM8K's own filter names;
+# the flexible one here keeps the last word, so a random tiny model's answers can differ), so that flip
+# rates are counted per filter.
+GSM_YAML = """\
+task: lp_gsm
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: data/arc_like_test.jsonl
+output_type: generate_until
+test_split: test
+doc_to_text: "Question: {{question}}\\nAnswer:"
+doc_to_target: "{{choices.label.index(answerKey)}}"
+generation_kwargs:
+  until: ["\\n"]
+  max_gen_toks: 4
+  do_sample: false
+filter_list:
+  - name: strict-match
+    filter:
+      - function: regex
+        regex_pattern: '#### (\\-?[0-9\\.\\,]+)' 
+      - function: take_first
+  - name: flexible-extract
+    filter:
+      - function: regex
+        group_select: -1
+        regex_pattern: '(\\S+)' 
+      - function: take_first
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: 1.0
+"""
+
+
 def tasks_with_generation(folder: Path) -> Path:
-    """The local tasks plus a tiny generate_until task (lp_gen), in one include path."""
+    """The local tasks plus two tiny generate_until tasks (lp_gen; lp_gsm with two filters), in one include path."""
     shutil.copytree(TASKS_DIR, folder)
     (folder / "lp_gen.yaml").write_text(GENERATION_YAML)
+    (folder / "lp_gsm.yaml").write_text(GSM_YAML)
     return folder
 
 

@@ -4,6 +4,7 @@ bars and the adjacent angular distance overlaid; safe, distinct file names; quan
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import pytest
@@ -21,6 +22,7 @@ from matplotlib.container import BarContainer, ErrorbarContainer
 
 from layerprobe.plots.common import HARMFUL, HELPFUL, WITHIN_NOISE
 from layerprobe.plots.delta import plot_prune_drop, prune_drop_figure
+from layerprobe.results import FlipRate
 from layerprobe.results.rundir import figure_name
 
 
@@ -144,3 +146,26 @@ def test_the_corpus_task_plots_kl_and_top1_agreement_beside_nll():
         assert len(other.axes) == 1  # only the corpus metrics have companions
     finally:
         plt.close(other)
+
+
+def test_a_generating_task_gets_a_panel_of_flip_rates_per_filter_with_their_intervals():
+    result = random_prune_result(4)
+    rates = {
+        "strict-match": FlipRate(
+            [0, 1, 2, 3], [0, 2, 5, 1], 10, [0.0, 0.2, 0.5, 0.1], [[0.0, 0.28], [0.06, 0.51], [0.24, 0.76], [0.02, 0.4]]
+        ),
+        "flexible-extract": FlipRate([0, 1, 2, 3], [1, 1, 1, 1], 10, [0.1] * 4, [[0.02, 0.4]] * 4),
+    }
+    task = replace(result.tasks["arc_easy"], flip_rate=rates)
+    fig = prune_drop_figure(replace(result, tasks={"arc_easy": task}), "arc_easy")
+    try:
+        lower = fig.axes[1]
+        containers = [c for c in lower.containers if isinstance(c, ErrorbarContainer)]
+        assert [c.get_label() for c in containers] == ["strict-match", "flexible-extract"]
+        ys = list(containers[0].lines[0].get_ydata())
+        assert ys == pytest.approx(rates["strict-match"].rate)
+        segments = containers[0].lines[2][0].get_segments()  # the vertical error bars: the Wilson intervals
+        got = [v for s in segments for v in (s[0][1], s[1][1])]
+        assert got == pytest.approx([v for c in rates["strict-match"].ci95 for v in c])
+    finally:
+        plt.close(fig)

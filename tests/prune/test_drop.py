@@ -145,6 +145,10 @@ def test_engine_auto_falls_back_to_simple_for_generation_and_shared_refuses(
     )
     result = run_prune_drop(spec, tmp_path / "auto", loaded=loaded, progress=spy.progress)
     assert result.engine == "simple" and [s.engine for s in spy.scorers] == ["simple"]
+    assert spy.notes == [  # one line says why the shared engine is not used
+        "simple engine (one full evaluation per variant), not the shared-prefix one: task lp_gen generates text "
+        "(only loglikelihood-type tasks share prefixes)"
+    ]
     assert json.loads((tmp_path / "auto" / RESULT).read_text())["engine"] == "simple"
     assert list(result.tasks["lp_gen"].metrics) == ["exact_match"]
     # Without a generation task, auto picks the shared engine.

@@ -21,7 +21,7 @@ from layerprobe.results import LAZY_THRESHOLD
 # The rules file's sections and the thresholds each may set (also the layout of `GateRules.to_dict`).
 SECTIONS = {
     "angular": ("lazy_threshold", "max_lazy_increase", "adjacent_tolerance"),
-    "prune_drop": ("max_drop", "se_factor", "metric", "metrics"),
+    "prune_drop": ("max_drop", "se_factor", "metric", "metrics", "max_drop_upper", "max_flip_rate"),
     "depth": ("max_rms_growth",),
 }
 
@@ -43,6 +43,10 @@ class GateRules:
             adjacent_distance, floored at adjacent_tolerance).
         metric: metric gated for every task instead of the task's primary (first) one.
         metrics: per-task metric, overriding `metric`.
+        max_drop_upper: non-inferiority margin: the one-sided 95 % upper bound of the full model's accuracy
+            drop, from both runs' paired per-document answers, must be at most this (None: no such rule).
+        max_flip_rate: generating tasks: the share of documents whose full-model answer (after each of the
+            task's filters) differs between the two runs may be at most this (None: no such rule).
         sources: threshold name → "rules file" or "flag"; absent means the default.
     """
 
@@ -53,6 +57,8 @@ class GateRules:
     se_factor: float = 2.0
     metric: str | None = None
     metrics: dict[str, str] = field(default_factory=dict)
+    max_drop_upper: float | None = None
+    max_flip_rate: float | None = None
     max_rms_growth: float = 1.25  # depth: RMS(x^L)/RMS(x^0) may grow by this factor over the baseline's
     sources: dict[str, str] = field(default_factory=dict)
 
