@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import pytest
-from factories import angular_from_walk
+from factories import angular_from_walk, paired_arc_result
 from rich.console import Console
 
 from layerprobe.cli import summaries
@@ -35,3 +36,21 @@ def test_console_summary_never_calls_an_unmeasured_pair_most_similar(monkeypatch
     assert f"x^{choice['layer']} → x^{choice['layer'] + 1}" in line
     assert f"± {choice['stderr']:.4f}" in line
     assert ("a clear choice" in line) == choice["clear"] and ("not clear" in line) == (not choice["clear"])
+
+
+def test_a_sequential_prune_drop_table_shows_the_anytime_interval_documents_and_stop(monkeypatch):
+    result, metric = paired_arc_result()
+    sequential = replace(
+        metric,
+        items=[20, 60, 400, 40],
+        stop=["settled", "precision", "exhausted", "settled"],
+        delta_cs95=[[-0.45, -0.15], [-0.07, 0.03], [-0.02, 0.1], [0.01, 0.2]],
+    )
+    result = replace(result, tasks={"arc": replace(result.tasks["arc"], metrics={"acc": sequential})})
+    stream = io.StringIO()
+    monkeypatch.setattr(summaries, "out", Console(file=stream, width=200))
+    summaries.print_prune_summary(result)
+    text = stream.getvalue()
+    assert "anytime 95 % CI" in text and "documents" in text and "stop" in text
+    assert "[-0.4500, -0.1500]" in text and "exhausted" in text and "[-0.40" not in text
+    assert "sequential, anytime-valid 95 % CI" in text

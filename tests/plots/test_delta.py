@@ -4,6 +4,7 @@ bars and the adjacent angular distance overlaid; safe, distinct file names; quan
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import pytest
@@ -108,3 +109,20 @@ def test_prune_drop_figure_title_marks_quantization():
     )
     assert "bitsandbytes-8bit" in prune_drop_figure(labelled, "lp_arc_like").axes[0].get_title()
     assert "bitsandbytes" not in prune_drop_figure(plain, "lp_arc_like").axes[0].get_title()
+
+
+def test_a_sequential_runs_error_bars_are_its_anytime_intervals():
+    result, metric = paired_arc_result()
+    anytime = [[d - 0.2, d + 0.1] for d in metric.delta]
+    sequential = replace(metric, items=[10] * 4, stop=["settled"] * 4, delta_cs95=anytime)
+    fig = prune_drop_figure(
+        replace(result, tasks={"arc": replace(result.tasks["arc"], metrics={"acc": sequential})}), "arc"
+    )
+    try:
+        ax = fig.axes[0]
+        errorbar = next(c for c in ax.containers if isinstance(c, ErrorbarContainer) and c.lines[2])
+        spans = sorted((float(s[0][1]), float(s[1][1])) for s in errorbar.lines[2][0].get_segments())
+        assert spans == [pytest.approx(tuple(i)) for i in sorted(map(tuple, anytime))]
+        assert "anytime-valid 95 % CI of ΔP (sequential)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    finally:
+        plt.close(fig)
