@@ -75,3 +75,26 @@ def test_bench_memory_runs(tmp_path):
         str(tmp_path / "model"),
     )
     assert "prune-drop:shared" in out and "angular / bare forward wall time" in out
+
+
+@pytest.mark.slow
+def test_bench_sequential_runs(tmp_path):
+    out = _run(
+        "bench_sequential.py",
+        "--docs",
+        "80",
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--round-size",
+        "20",
+        "--projection-runs",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+    )
+    assert "documents scored (baseline included)" in out and "full-run ΔP inside the interval" in out
+    assert "Projection: MMLU 5-shot" in out and (tmp_path / "sequential.md").exists()
