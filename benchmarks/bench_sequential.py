@@ -4,7 +4,8 @@ Builds an MMLU-shaped local lm-eval group (4 subjects, --docs questions in all, 
 gold answers are the base model's own argmax choices, so the baseline scores 100 % and every removed
 block costs exactly the answers it changes. The model is a LLaMA-shaped random checkpoint (built here,
 no network) in which every second block is made nearly lazy (its attention and MLP output projections
-scaled by --lazy-scale), so ΔP spreads from ≈ 0 to large losses, as in real models.
+scaled by --lazy-scale) and the others strong (× --strong-scale), so ΔP spreads from ≈ 0 to large
+losses, as in real models.
 
 Then, in one process on one loaded model, prune-drop runs twice with the same settings: sequentially
 (`--precision`, first) and in full. It prints and writes (`--out`) a table:
@@ -14,7 +15,7 @@ Then, in one process on one loaded model, prune-drop runs twice with the same se
 and a projection for full MMLU 5-shot (14,042 questions) on a 7B model (32 blocks), from the same
 confidence sequence on simulated paired outcomes under the assumptions printed with it.
 
-    python benchmarks/bench_sequential.py                        # 8 blocks, hidden 256, 1,600 questions
+    python benchmarks/bench_sequential.py                        # 4 blocks, hidden 64, 1,600 questions
     python benchmarks/bench_sequential.py --docs 400 --layers 4 --hidden 64     # a quick smoke run
 """
 
@@ -79,8 +80,8 @@ def write_task(folder: Path, docs: int, answers: dict[tuple[str, int], int] | No
         for split, count in (("test", per_subject), ("dev", 5)):
             rows = []
             for i in range(count):
-                question = " ".join(rng.choice(words) for _ in range(rng.randint(8, 16))) + "?"
-                choices = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 3))) for _ in range(4)]
+                question = " ".join(rng.choice(words) for _ in range(rng.randint(4, 8))) + "?"
+                choices = [rng.choice(words) for _ in range(4)]
                 gold = (answers or {}).get((name, i), 0) if split == "test" else rng.randrange(4)
                 rows.append(json.dumps({"question": question, "choices": choices, "answer": gold}))
             (folder / f"{name}_{split}.jsonl").write_text("\n".join(rows) + "\n")
@@ -108,14 +109,14 @@ def base_choices(loaded, folder: Path, fewshot: int, seed: int, batch: int) -> d
     return {doc: int(np.argmax(values)) for doc, values in by_doc.items()}
 
 
-def make_lazy(path: Path, scale: float) -> None:
-    """Scale the output projections of every second block (1, 3, …) so their removal changes little."""
+def spread_blocks(path: Path, lazy: float, strong: float) -> None:
+    """Scale the output projections of blocks 1, 3, … by `lazy` (removal changes little) and 0, 2, … by `strong`."""
     model = tf.AutoModelForCausalLM.from_pretrained(path)
     with torch.no_grad():
         for index, block in enumerate(model.model.layers):
-            if index % 2 == 1:
-                block.self_attn.o_proj.weight.mul_(scale)
-                block.mlp.down_proj.weight.mul_(scale)
+            scale = lazy if index % 2 == 1 else strong
+            block.self_attn.o_proj.weight.mul_(scale)
+            block.mlp.down_proj.weight.mul_(scale)
     model.save_pretrained(path)
 
 
@@ -185,14 +186,15 @@ def projection(precision: float, round_size: int, gpu_hours_per_pass: float, run
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=1600, help="questions in the task (4 subjects)")
-    parser.add_argument("--layers", type=int, default=8, help="blocks of the built model")
-    parser.add_argument("--hidden", type=int, default=256, help="hidden size of the built model")
+    parser.add_argument("--layers", type=int, default=4, help="blocks of the built model")
+    parser.add_argument("--hidden", type=int, default=64, help="hidden size of the built model")
     parser.add_argument("--vocab", type=int, default=2048, help="BPE vocabulary of the built model")
-    parser.add_argument("--lazy-scale", type=float, default=0.05, help="output scale of every second block")
+    parser.add_argument("--lazy-scale", type=float, default=0.05, help="output scale of blocks 1, 3, …")
+    parser.add_argument("--strong-scale", type=float, default=4.0, help="output scale of blocks 0, 2, …")
     parser.add_argument("--num-fewshot", type=int, default=0, help="few-shot examples per question")
     parser.add_argument("--precision", type=float, default=0.05)
     parser.add_argument("--round-size", type=int, default=50)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--gpu-hours-per-pass", type=float, default=0.5, help="projection: one full MMLU pass")
@@ -203,7 +205,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         model_dir = build_model(root / "model", args.layers, args.hidden, args.vocab)
-        make_lazy(model_dir, args.lazy_scale)
+        spread_blocks(model_dir, args.lazy_scale, args.strong_scale)
         spec_model = ModelSpec(str(model_dir), device=args.device, dtype="float32")
         loaded = load_model(spec_model, purpose="head", lm_eval=True)
         write_task(root / "tasks_draft", args.docs, None)
@@ -236,8 +238,8 @@ def main() -> None:
     full_docs = (len(full_metric.layers) + 1) * (full.tasks[TASK].samples or 0)
     blocks = len(full_metric.layers)
     lines = [
-        f"Model: LLaMA-shaped random, {args.layers} blocks, hidden {args.hidden} (blocks 1, 3, … lazy: outputs × "
-        f"{args.lazy_scale}), {args.device}; task: {TASK}, {full.tasks[TASK].samples} questions, 4 choices, "
+        f"Model: LLaMA-shaped random, {args.layers} blocks, hidden {args.hidden} (blocks 1, 3, … outputs × "
+        f"{args.lazy_scale}, blocks 0, 2, … × {args.strong_scale}), {args.device}; task: {TASK}, {full.tasks[TASK].samples} questions, 4 choices, "
         f"{args.num_fewshot}-shot, gold = the base model's choice (baseline {full_metric.baseline:.3f}); "
         f"engine {full.engine}; --precision {args.precision} --round-size {args.round_size}.",
         "",
