@@ -54,7 +54,8 @@ fewshot_split: dev
 fewshot_config:
   sampler: first_n
 output_type: multiple_choice
-doc_to_text: "{{question.strip()}}\\nA. {{choices[0]}}\\nB. {{choices[1]}}\\nC. {{choices[2]}}\\nD. {{choices[3]}}\\nAnswer:"
+doc_to_text: "{{question.strip()}}\\nA. {{choices[0]}}\\nB. {{choices[1]}}\\nC. {{choices[2]}}\\nD. \\
+  {{choices[3]}}\\nAnswer:"
 doc_to_choice: ["A", "B", "C", "D"]
 doc_to_target: answer
 metric_list:
@@ -239,7 +240,8 @@ def main() -> None:
     blocks = len(full_metric.layers)
     lines = [
         f"Model: LLaMA-shaped random, {args.layers} blocks, hidden {args.hidden} (blocks 1, 3, … outputs × "
-        f"{args.lazy_scale}, blocks 0, 2, … × {args.strong_scale}), {args.device}; task: {TASK}, {full.tasks[TASK].samples} questions, 4 choices, "
+        f"{args.lazy_scale}, blocks 0, 2, … × {args.strong_scale}), {args.device}; task: {TASK}, "
+        f"{full.tasks[TASK].samples} questions, 4 choices, "
         f"{args.num_fewshot}-shot, gold = the base model's choice (baseline {full_metric.baseline:.3f}); "
         f"engine {full.engine}; --precision {args.precision} --round-size {args.round_size}.",
         "",
@@ -256,7 +258,8 @@ def main() -> None:
         "",
         "| measure | sequential | full | ratio | target |",
         "|---|---|---|---|---|",
-        f"| documents scored (baseline included) | {seq_docs:,} | {full_docs:,} | {seq_docs / full_docs:.3f} | ≤ 0.25 |",
+        f"| documents scored (baseline included) | {seq_docs:,} | {full_docs:,} | {seq_docs / full_docs:.3f} "
+        "| ≤ 0.25 |",
         f"| wall time (s) | {seq_seconds:.1f} | {full_seconds:.1f} | {seq_seconds / full_seconds:.3f} | ≤ 0.5 |",
         f"| full-run ΔP inside the interval | {sum(inside)} of {blocks} | | | ≥ {blocks - 1} of {blocks} |",
         "",
