@@ -11,19 +11,26 @@ full run gives other values. Resume after a kill and the two engines must give t
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
 from factories import TASKS_DIR, prune_spec
 
 import layerprobe.evaluate.harness as harness
-from layerprobe.core import LayerprobeError, TaskError
+from layerprobe.core import LayerprobeError, Share, TaskError
 from layerprobe.evaluate.tasks import build_tasks
 from layerprobe.prune.drop import run_prune_drop
+from layerprobe.prune.sequential import longer_baseline, with_baseline
+from layerprobe.prune.shards import merge_shards
 from layerprobe.results import PruneDropResult
 from layerprobe.stats.sequential import confidence_interval, scoring_order, stop_reason
 
+ROOT = Path(__file__).resolve().parents[2]
 TASKS = ("lp_mmlu", "lp_arc_like")  # a size-weighted group of two subjects (30 documents) and a task (15)
 SEQUENTIAL = dict(tasks=TASKS, layers="0-3", limit=None, num_fewshot=2, precision=0.2, round_size=4)
 
@@ -190,8 +197,57 @@ def test_a_perplexity_task_is_refused_before_any_weight_loads(tiny_checkpoints, 
         run_prune_drop(sequential_spec(tiny_checkpoints["llama"], tasks=("lp_pydoc_ppl",)), tmp_path)
 
 
-def test_precision_with_shards_is_refused(tiny_checkpoints, tmp_path):
-    from layerprobe.core import Share
+@pytest.mark.slow
+def test_shards_of_a_sequential_run_merge_into_the_one_process_result(runs):
+    shards = []
+    for i in range(2):
+        out = runs["root"] / f"shard{i}"
+        assert run_prune_drop(sequential_spec(runs["path"]), out, shard=Share.parse(f"{i}/2")) is None
+        shards.append(out)
+    merged = merge_shards(shards, runs["root"] / "merged")
+    assert merged.to_dict()["tasks"] == runs["simple"].to_dict()["tasks"]
 
-    with pytest.raises(LayerprobeError, match="cannot be combined with --shard"):
-        run_prune_drop(sequential_spec(tiny_checkpoints["llama"]), tmp_path, shard=Share.parse("0/2"))
+
+@pytest.mark.slow
+def test_two_ranks_of_a_sequential_run_write_the_one_process_result(runs, tmp_path):
+    out = tmp_path / "ranks"
+    script = tmp_path / "ranks.py"
+    script.write_text(
+        RANK_SCRIPT.format(tests=str(ROOT / "tests"), model=str(runs["path"]), settings=SEQUENTIAL, out=str(out))
+    )
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    launched = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    written = json.loads((out / "prune_drop.json").read_text())
+    assert written["tasks"] == runs["simple"].to_dict()["tasks"]
+
+
+RANK_SCRIPT = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+sys.path.insert(0, {tests!r} + "/prune")
+from test_sequential import sequential_spec
+from layerprobe.prune.drop import run_prune_drop
+from layerprobe.prune.sequential import longer_baseline, with_baseline
+from layerprobe.prune.shards import merge_shards
+run_prune_drop(sequential_spec({model!r}), Path({out!r}))
+"""
+
+
+def test_joining_shares_keeps_the_baseline_scored_on_the_most_documents():
+    short, long = {"samples": 8}, {"samples": 12}
+    rows = [{"variant": None, "doc_id": 0}, {"variant": 1, "doc_id": 0}]
+    kept, kept_rows = longer_baseline({"baseline": long}, {"baseline": short, "1": {"samples": 8}}, rows)
+    assert kept == {"1": {"samples": 8}} and kept_rows == rows[1:]
+    assert longer_baseline({"baseline": short}, {"baseline": long}, rows) == ({"baseline": long}, rows)
+    assert (
+        with_baseline([None, 2, 0]) == [None, 2, 0] and with_baseline([3]) == [None, 3] and with_baseline([None]) == []
+    )
