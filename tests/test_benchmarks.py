@@ -82,3 +82,26 @@ def test_bench_two_ranks_runs_clean():
     """Two CPU ranks under `accelerate launch`, twice (the benchmark's default is 30): every run exits clean."""
     out = _run("bench_two_ranks.py", "--runs", "2")
     assert "clean: 2/2" in out, out
+
+
+@pytest.mark.slow
+def test_bench_sequential_runs(tmp_path):
+    out = _run(
+        "bench_sequential.py",
+        "--docs",
+        "80",
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--round-size",
+        "20",
+        "--projection-runs",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+    )
+    assert "documents scored (baseline included)" in out and "full-run ΔP inside the interval" in out
+    assert "Projection: MMLU 5-shot" in out and (tmp_path / "sequential.md").exists()

@@ -8,11 +8,12 @@ records alone, here, so that a merged run writes exactly what one unsharded run 
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Protocol, TypedDict, cast
 
 from layerprobe.core import ANSWER, CORPUS_TASK, DEFAULT_MULTIPLICITY, SIGNIFICANCE_LEVEL, PruneSpec
-from layerprobe.evaluate import PairedColumns, paired_columns
+from layerprobe.evaluate import PairedColumns, paired_columns, paired_delta
 from layerprobe.model import Remover
 from layerprobe.prune.agreement import AngularSource, task_agreement
 from layerprobe.prune.samples import SampleRow
@@ -214,6 +215,19 @@ def with_stops(drop: MetricDrop, stops: list[SequentialStop | None]) -> MetricDr
     )
 
 
+def sequential_pruned(baseline: float, base: MetricSamples | None, pruned: list[MetricSamples | None]) -> list[float]:
+    """A sequential run's `pruned`: the baseline plus each variant's mean paired difference on its own documents.
+
+    Computed here from the rows, not taken from the variant's evaluation, so that it pairs with the
+    baseline this result reports, whichever share of a split run that baseline came from.
+    """
+    out = []
+    for variant in pruned:
+        found = None if base is None or variant is None else paired_delta(restricted(base, variant), variant)
+        out.append(math.nan if found is None else baseline + found.delta)
+    return out
+
+
 def sequential_columns(base: MetricSamples | None, pruned: list[MetricSamples | None]) -> PairedColumns:
     """`paired_columns` of a sequential run: each variant paired with the baseline on its own documents.
 
@@ -272,7 +286,9 @@ def assemble_task(
             baseline_stderr=base.stderr,
             higher_is_better=base.higher_is_better is not False,
             layers=list(layers),
-            pruned=[p.value for p in pruned],
+            pruned=sequential_pruned(base.value, values[None].get(name), [values[l].get(name) for l in layers])
+            if sequential
+            else [p.value for p in pruned],
             stderr=[p.stderr for p in pruned],
             **paired,
         )

@@ -42,7 +42,7 @@ from layerprobe.prune.agreement import (
 from layerprobe.prune.assemble import assemble_result, prune_settings
 from layerprobe.prune.resume import finished_result, resumed_line
 from layerprobe.prune.samples import SampleLog, SampleRow
-from layerprobe.prune.sequential import SequentialScorer, run_sequential_task
+from layerprobe.prune.sequential import SequentialScorer, longer_baseline, run_sequential_task, with_baseline
 from layerprobe.prune.shards import write_shard
 from layerprobe.prune.state import PruneState, check_state_paths, fingerprint, variant_key
 from layerprobe.results import JSONObject, PruneDropResult, RunDir, RunTimer, rank_suffix, to_rows, write_json
@@ -97,11 +97,6 @@ def run_prune_drop(
     tokenizer = load_tokenizer(spec.model) if loaded is None else loaded.tokenizer
     if spec.corpus.chat_template:
         check_chat_template(tokenizer)
-    if spec.precision is not None and (not shard.whole or world.size > 1):
-        raise LayerprobeError(
-            "--precision runs in one process: it cannot be combined with --shard or a multi-process launch yet.",
-            hint="Run the sequential prune-drop as one process (it scores far fewer documents), or drop --precision.",
-        )
     progress.stage("Preparing tasks")
     prepared = prepare_tasks(spec)
     if spec.precision is not None:
@@ -151,7 +146,11 @@ def run_prune_drop(
     samples = SampleLog.open(out_dir, resume, suffix)
     unpaired = samples.reconcile(state)
     world.barrier()  # every rank has read the progress files before any rank writes its own
-    variants = world.share.of(shard.of([None, *layers]))
+    shard_variants = shard.of([None, *layers])
+    variants = world.share.of(shard_variants)
+    if spec.precision is not None:  # every share scores the baseline on the documents its own variants use
+        shard_variants = with_baseline(shard_variants)
+        variants = with_baseline(world.share.of(shard_variants[1:]))
     total = len(spec.tasks) * len(variants)
     remaining = sum(not state.has(t, v) for t in spec.tasks for v in variants)
     mine_layers = [v for v in variants if v is not None]  # this rank's (and shard's) share only
@@ -194,6 +193,8 @@ def run_prune_drop(
     if world.is_main:
         for rank, piece in enumerate(pieces):
             for task, (evaluations, rows) in piece.items():
+                if rank and spec.precision is not None:  # one baseline: the one scored on the most documents
+                    evaluations, rows = longer_baseline(state.done.get(task, {}), evaluations, rows)
                 state.done.setdefault(task, {}).update(evaluations)
                 if rank:  # rank 0's rows are in its own log already
                     samples.append(task, rows)
@@ -202,8 +203,8 @@ def run_prune_drop(
             result = assemble_result(info, settings, state, run, samples, angular)
             write_json(run_dir.prune_drop_json, result.to_dict())
         else:
-            rows = {t: _rows_of(samples, t, shard.of([None, *layers])) for t in spec.tasks}
-            write_shard(out_dir, shard, print_, info, settings, state.done, rows, run, angular_path)
+            rows = {t: _rows_of(samples, t, shard_variants) for t in spec.tasks}
+            write_shard(out_dir, shard, print_, info, settings, state.done, rows, run, angular_path, shard_variants)
         samples.finish(list(spec.tasks), keep=spec.log_samples and not sharded)
         if samples.stale_removed:
             progress.note(
@@ -236,7 +237,7 @@ def _run_sequential(
 ) -> None:
     """--precision: score each task in rounds until every variant has stopped (`sequential.py`)."""
     assert spec.precision is not None
-    for task in tasks:
+    for task in tasks if layers else []:  # a share without variants scores nothing, not even the baseline
         if all(state.has(task, v) for v in [None, *layers]):
             continue
         for variant, evaluation in run_sequential_task(

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from layerprobe.core import LayerprobeError
+from layerprobe.prune.state import BASELINE_KEY
 from layerprobe.results import (
     BASELINE,
     Evaluation,
@@ -251,6 +252,34 @@ class TaskRounds:
             version=self.population.version,
             sequential=stops or {},
         )
+
+
+def with_baseline(variants: list[int | None]) -> list[int | None]:
+    """A sequential share of variants: the baseline (scored on the documents its variants use), then its blocks.
+
+    A share without blocks scores nothing. Every share of a sequential run has its own baseline; they
+    are prefixes of one seeded order, so the longest holds the others (`longer_baseline`).
+    """
+    layers = [v for v in variants if v is not None]
+    return [BASELINE, *layers] if layers else []
+
+
+def longer_baseline(
+    current: dict[str, Any], evaluations: dict[str, Any], rows: list[SampleRow]
+) -> tuple[dict[str, Any], list[SampleRow]]:
+    """Joining another share of a sequential run: keep whichever baseline was scored on more documents.
+
+    `current` and `evaluations` map variant keys to evaluations (progress-file form); `rows` are the other
+    share's per-document rows. Returns that share's evaluations and rows without its baseline when ours
+    is at least as long (else unchanged: appended last, its rows replace ours in the sample log).
+    """
+    ours, theirs = current.get(BASELINE_KEY), evaluations.get(BASELINE_KEY)
+    if theirs is None or ours is None or (theirs.get("samples") or 0) > (ours.get("samples") or 0):
+        return evaluations, rows
+    return (
+        {k: v for k, v in evaluations.items() if k != BASELINE_KEY},
+        [row for row in rows if row["variant"] is not BASELINE],
+    )
 
 
 def replayed(rows: dict[int | None, list[SampleRow]], labels: list[str]) -> dict[int | None, dict[str, MetricSamples]]:

@@ -17,7 +17,8 @@ from layerprobe.core import ResultError
 from layerprobe.prune.agreement import AngularSource, load_angular_for
 from layerprobe.prune.assemble import PruneSettings, assemble_result
 from layerprobe.prune.samples import SampleRow
-from layerprobe.prune.state import PruneState, Recorded, variant_key
+from layerprobe.prune.sequential import longer_baseline
+from layerprobe.prune.state import BASELINE_KEY, PruneState, Recorded, variant_key
 from layerprobe.results import ModelInfo, PruneDropResult, PruneShard, RunDir, RunInfo, read_json, write_json
 
 if TYPE_CHECKING:
@@ -72,9 +73,10 @@ def write_shard(
     rows: dict[str, list[SampleRow]],
     run: RunInfo,
     angular: Path | None,
+    variants: list[int | None] | None = None,
 ) -> Path:
-    """Write this shard's evaluations (only its own variants) and what merge needs to check and assemble."""
-    keys = [variant_key(v) for v in shard.of([None, *settings["layers"]])]
+    """Write this shard's evaluations (only its own `variants`, by default its share) and what merge needs."""
+    keys = [variant_key(v) for v in (shard.of([None, *settings["layers"]]) if variants is None else variants)]
     record = PruneShard(
         shard=str(shard),
         fingerprint=dict(fingerprint),
@@ -119,10 +121,11 @@ def join_shards(paths: list[Path]) -> JoinedShards:
                     f"{path} and {first_path} are shards of different runs ({part}: {', '.join(differing)} differ).",
                     hint="Merge only the shards of one prune-drop command (same model, tasks, layers and options).",
                 )
+    sequential = "precision" in first.settings  # every shard scored a baseline: the longest is kept
     owner: dict[str, Path] = {}
     for path, data in shards:
         for key in data.variants:
-            if key in owner:
+            if key in owner and not (sequential and key == BASELINE_KEY):
                 raise ResultError(
                     f"variant {key} is in both {owner[key]} and {path}.",
                     hint="Pass each shard once (shards i/N of one N are disjoint).",
@@ -138,8 +141,13 @@ def join_shards(paths: list[Path]) -> JoinedShards:
     rows: dict[str, list[SampleRow]] = {task: [] for task in first.tasks}
     for _, data in shards:
         for task, evaluations in data.done.items():
-            done[task].update(evaluations)
-            rows[task].extend(data.samples.get(task, []))
+            found, task_rows = evaluations, data.samples.get(task, [])
+            if sequential:
+                found, task_rows = longer_baseline(done[task], found, task_rows)
+                if BASELINE_KEY in found:  # theirs replaces ours: so do its rows
+                    rows[task] = [row for row in rows[task] if row["variant"] is not None]
+            done[task].update(found)
+            rows[task].extend(task_rows)
     runs = [data.run for _, data in shards]
     run = RunInfo(
         started_at=min(r.started_at for r in runs),

@@ -93,7 +93,7 @@ def test_cli_run_writes_json_plots_and_table_with_the_documented_schema(tiny_che
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp files left
 
     data = json.loads((out / RESULT).read_text())
-    assert data["schema"] == "layerprobe/prune-drop@1" and data["engine"] == "shared"
+    assert data["schema"] == "layerprobe/prune-drop@2" and data["engine"] == "shared"
     model = data["model"]
     assert model["num_layers"] == 4 and model["layer_path"] == "layers"  # relative to the base model
     assert model["architecture"] == "LlamaForCausalLM" and model["kind"] == "causal-lm"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import pytest
 from factories import angular_from_walk, corpus_prune_result, paired_arc_result
@@ -67,3 +68,21 @@ def test_the_corpus_task_prints_kl_and_top1_agreement_beside_nll(monkeypatch):
         assert f"{kl.pruned[i]:.4f} [{kl.baseline + lo:.4f}, {kl.baseline + hi:.4f}]" in row
         lo, hi = top1.delta_ci95[i]
         assert f"{top1.pruned[i]:.4f} [{top1.baseline + lo:.4f}, {top1.baseline + hi:.4f}]" in row
+
+
+def test_a_sequential_prune_drop_table_shows_the_anytime_interval_documents_and_stop(monkeypatch):
+    result, metric = paired_arc_result()
+    sequential = replace(
+        metric,
+        items=[20, 60, 400, 40],
+        stop=["settled", "precision", "exhausted", "settled"],
+        delta_cs95=[[-0.45, -0.15], [-0.07, 0.03], [-0.02, 0.1], [0.01, 0.2]],
+    )
+    result = replace(result, tasks={"arc": replace(result.tasks["arc"], metrics={"acc": sequential})})
+    stream = io.StringIO()
+    monkeypatch.setattr(summaries, "out", Console(file=stream, width=200))
+    summaries.print_prune_summary(result)
+    text = stream.getvalue()
+    assert "anytime 95 % CI" in text and "documents" in text and "stop" in text
+    assert "[-0.4500, -0.1500]" in text and "exhausted" in text and "[-0.40" not in text
+    assert "sequential, anytime-valid 95 % CI" in text

@@ -169,3 +169,21 @@ def test_a_generating_task_gets_a_panel_of_flip_rates_per_filter_with_their_inte
         assert got == pytest.approx([v for c in rates["strict-match"].ci95 for v in c])
     finally:
         plt.close(fig)
+
+
+@pytest.mark.usefixtures("no_leaked_figures")
+def test_a_sequential_runs_error_bars_are_its_anytime_intervals():
+    result, metric = paired_arc_result()
+    anytime = [[d - 0.2, d + 0.1] for d in metric.delta]
+    sequential = replace(metric, items=[10] * 4, stop=["settled"] * 4, delta_cs95=anytime)
+    fig = prune_drop_figure(
+        replace(result, tasks={"arc": replace(result.tasks["arc"], metrics={"acc": sequential})}), "arc"
+    )
+    try:
+        ax = fig.axes[0]
+        errorbar = next(c for c in ax.containers if isinstance(c, ErrorbarContainer) and c.lines[2])
+        spans = sorted((float(s[0][1]), float(s[1][1])) for s in errorbar.lines[2][0].get_segments())
+        assert spans == [pytest.approx(tuple(i)) for i in sorted(map(tuple, anytime))]
+        assert "anytime-valid 95 % CI of ΔP (sequential)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    finally:
+        plt.close(fig)

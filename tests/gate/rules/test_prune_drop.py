@@ -7,6 +7,7 @@ unpaired combination of the pruned scores' own stderrs (said in a note) when one
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from factories import (
@@ -188,3 +189,16 @@ def test_the_gated_metric_can_be_chosen_in_the_rules_file(tmp_path):
     (tmp_path / "gate.toml").write_text('[prune_drop]\nmetric = "f1"\n')
     with pytest.raises(ResultError, match="no metric 'f1'"):
         compare_results(gate_baseline_prune(), cand, load_rules(tmp_path / "gate.toml"))
+
+
+def test_a_sequential_runs_layer_rule_uses_its_anytime_intervals():
+    worse = list(PRUNED)
+    worse[2] -= 0.05
+    base, cand = acc_drop(PRUNED, [0.01] * 4), acc_drop(worse, [0.01] * 4)
+    # Anytime intervals of half-width 0.1 stand for stderrs of 0.1 / 1.96: a 0.05 worsening is within 2 × that.
+    wide = [[d - 0.1, d + 0.1] for d in cand.delta]
+    sequential = replace(cand, items=[50] * 4, stop=["precision"] * 4, delta_cs95=wide)
+    assert not layer_rule(compare_results(arc_result(base), arc_result(cand), GateRules())).passed
+    rule = layer_rule(compare_results(arc_result(base), arc_result(sequential), GateRules()))
+    assert rule.passed and rule.limit == pytest.approx(2 * math.hypot(0.01, 0.1 / 1.959963984540054))
+    assert "anytime 95 % interval" in rule.criterion
