@@ -5,7 +5,11 @@ from layerprobe.core.corpus_spec import CorpusSpec
 from layerprobe.core.defaults import (
     BUILTIN_CORPUS,
     CORPUS_TASK,
+    CURVE_MAX_FRACTION,
+    CURVE_METHODS,
+    CURVE_UNITS,
     DEFAULT_CHUNK_BYTES,
+    DEFAULT_CURVE_METHODS,
     DEFAULT_DATASET,
     DEFAULT_DRAWS,
     DEFAULT_SEED,
@@ -17,6 +21,7 @@ from layerprobe.core.defaults import (
     POSITIONS,
     SQUAD_TASK,
     UNITS,
+    Z95,
 )
 from layerprobe.core.errors import (
     OFFLINE_HINT,
@@ -42,7 +47,11 @@ __all__ = [
     "CORPUS_TASK",
     "CorpusError",
     "CorpusSpec",
+    "CURVE_MAX_FRACTION",
+    "CURVE_METHODS",
+    "CURVE_UNITS",
     "DEFAULT_CHUNK_BYTES",
+    "DEFAULT_CURVE_METHODS",
     "DEFAULT_DATASET",
     "DEFAULT_DRAWS",
     "DEFAULT_SEED",
@@ -72,5 +81,6 @@ __all__ = [
     "SQUAD_TASK",
     "TaskError",
     "UNITS",
+    "Z95",
     "UnsupportedModel",
 ]

@@ -9,15 +9,18 @@ results, stats and core, and torch, transformers and lm-eval; it never imports m
 anything above them.
 """
 
+from layerprobe.evaluate.corpus_metric import METRICS as CORPUS_METRICS
 from layerprobe.evaluate.corpus_metric import CorpusScorer
 from layerprobe.evaluate.paired import paired_columns, paired_delta
-from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers, prepare_tasks
+from layerprobe.evaluate.scorer import Scorer, check_tasks_fit_model, make_scorers, prepare_tasks
 
 __all__ = [
     "check_tasks_fit_model",
+    "CORPUS_METRICS",
     "CorpusScorer",
     "make_scorers",
     "paired_columns",
     "paired_delta",
     "prepare_tasks",
+    "Scorer",
 ]

@@ -8,7 +8,8 @@ run writes).
 """
 
 from layerprobe.results.angular import LAZY_THRESHOLD, AngularResult, AngularSummary, SpanChoice, angular_summary
-from layerprobe.results.curve import CurveMethod, CurveMetric, PruneCurveResult
+from layerprobe.results.curve import CurveMethod, CurveMetric, PruneCurveResult, curves_to_v1, method_label
+from layerprobe.results.curve_sets import BaselineScore, CurveStrategy, RemovedSet, SetScore, normal_ci95
 from layerprobe.results.depth import (
     LNS,
     MIX_LN,
@@ -116,8 +117,15 @@ __all__ = [
     "BASELINE",
     "BlockPlacement",
     "COMPARE_SCHEMA",
+    "BaselineScore",
     "CurveMethod",
     "CurveMetric",
+    "curves_to_v1",
+    "CurveStrategy",
+    "method_label",
+    "normal_ci95",
+    "RemovedSet",
+    "SetScore",
     "CurvePoints",
     "DEPTH_JSON",
     "depth_summary",

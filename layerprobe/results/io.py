@@ -25,7 +25,8 @@ from layerprobe.results.validate import Node
 ANGULAR_SCHEMA = "layerprobe/angular@1"
 PRUNE_DROP_SCHEMA = "layerprobe/prune-drop@1"
 DEPTH_SCHEMA = "layerprobe/depth@1"
-PRUNE_CURVE_SCHEMA = "layerprobe/prune-curve@1"
+PRUNE_CURVE_SCHEMA = "layerprobe/prune-curve@2"
+PRUNE_CURVE_SCHEMA_V1 = "layerprobe/prune-curve@1"  # older files, still read (results/curve.py)
 PARTIAL_SCHEMA = "layerprobe/prune-drop-partial@1"  # prune_drop.partial.json: a run's progress (--resume)
 SHARD_SCHEMA = "layerprobe/prune-drop-shard@1"  # prune_drop.shard.json: one job of `--shard i/N`
 ANSWERS_SCHEMA = "layerprobe/shared-answers@1"  # the shared engine's answer journal (its first line)
@@ -38,6 +39,7 @@ SCHEMAS = (
     PRUNE_DROP_SCHEMA,
     DEPTH_SCHEMA,
     PRUNE_CURVE_SCHEMA,
+    PRUNE_CURVE_SCHEMA_V1,
     PARTIAL_SCHEMA,
     SHARD_SCHEMA,
     ANSWERS_SCHEMA,
