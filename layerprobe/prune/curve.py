@@ -142,8 +142,8 @@ def run_prune_curve(
     max_n = math.floor(spec.max_fraction * size)
     if max_n < 1:
         raise LayerprobeError(f"--max-fraction {spec.max_fraction} of {size} blocks removes none.")
-    if drop is not None and drop.num_layers != size:
-        raise ResultError(f"{spec.prune_drop} measured {drop.num_layers} blocks; this model has {size}.")
+    if drop is not None and drop.model.num_layers != size:
+        raise ResultError(f"{spec.prune_drop} measured {drop.model.num_layers} blocks; this model has {size}.")
     searching = GREEDY in methods or (DELTA in methods and drop is None)
     sublayers = None
     if spec.unit != CURVE_UNITS[0] and searching:
@@ -271,8 +271,8 @@ def _prune_drop_for(path: str, known: int | None, model: str) -> PruneDropResult
     if not isinstance(result, PruneDropResult):
         raise ResultError(f"{path} is not a prune-drop result.", hint="Pass the prune_drop.json of the same model.")
     _check_same_model(result.model.id, Path(path), model)
-    if known is not None and result.num_layers != known:
-        raise ResultError(f"{path} measured {result.num_layers} blocks; this model has {known}.")
+    if known is not None and result.model.num_layers != known:
+        raise ResultError(f"{path} measured {result.model.num_layers} blocks; this model has {known}.")
     return result
 
 

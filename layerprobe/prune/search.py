@@ -117,7 +117,8 @@ def greedy(
     """Remove one unit at a time: at each step, re-score every remaining candidate on the pruned model."""
     chosen: list[Unit] = []
     sets: dict[int, Variant] = {}
-    before, wanted, reused = scorer.work, [], 0
+    before, reused = scorer.work, 0
+    wanted: list[Variant] = []
     steps = min(max_n, len(candidates))
     progress.stage("Greedy search (step × candidate)", sum(len(candidates) - k for k in range(steps)), "eval")
     for n in range(1, steps + 1):

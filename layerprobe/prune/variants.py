@@ -138,7 +138,7 @@ class VariantScorer:
         """Count block × token evaluations of the full stack's blocks (stand-ins and removed blocks never run)."""
 
         def count(_module: nn.Module, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
-            hidden = hidden_from_input(args, kwargs)  # type: ignore[arg-type]
+            hidden = hidden_from_input(args, kwargs)
             self.work += int(hidden.numel() // hidden.shape[-1])
 
         handles = [block.register_forward_pre_hook(count, with_kwargs=True) for block in self.stack.blocks]

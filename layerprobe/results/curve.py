@@ -130,6 +130,13 @@ class PruneCurveResult:
     def num_layers(self) -> int:
         return self.model.num_layers
 
+    def shown_metric(self, task: str) -> str:
+        """The metric a figure or table shows for `task`: the one that drove the choice, else the primary one."""
+        driver = self.settings.get("metric")
+        if isinstance(driver, dict) and driver.get("task") == task and driver.get("metric") in self.baseline[task]:
+            return str(driver["metric"])
+        return next(iter(self.baseline[task]))
+
     @property
     def tasks(self) -> dict[str, dict[str, CurveMetric]]:
         """Task → metric → each strategy's curve (n sorted), as the plots and `track` draw it."""
