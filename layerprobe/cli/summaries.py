@@ -241,9 +241,10 @@ def print_curve_summary(result: PruneCurveResult) -> None:
     for method, strategy in result.methods.items():
         cost = strategy.cost
         if cost.get("variants_scored") or cost.get("block_tokens"):
-            reused = f", {cost['reused']} reused" if cost.get("reused") else ""
+            reused = f" ({cost['reused']} reused from another method)" if cost.get("reused") else ""
+            scored = f"{cost.get('variants_scored', 0):,} sets scored{reused}"
             out.print(
-                f"{escape(method_label(method))}: chose by scoring {cost.get('variants_scored', 0):,} sets{reused}, "
+                f"{escape(method_label(method))}: choosing cost {scored}, "
                 f"{cost.get('block_tokens', 0):,} block × token evaluations",
                 highlight=False,
             )

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 BAND_ALPHA = 0.15
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # methods that chose the same sets stay told apart
 
 
 def plot_prune_curve(result: PruneCurveResult, out_dir: Path) -> list[Path]:
@@ -44,10 +45,11 @@ def prune_curve_figure(result: PruneCurveResult, task: str) -> Figure:
     if base.ci95 is not None:
         ax.axhspan(*base.ci95, color="0.5", alpha=0.12, lw=0, label="full model 95 %")
     banded = False
-    for method, points in metric.methods.items():
+    for k, (method, points) in enumerate(metric.methods.items()):
         x = points.fractions(result.num_layers)
         random = method.startswith("random")
-        line = ax.plot(x, points.score, marker="o", ms=3, label=method_label(method), alpha=0.6 if random else 1)[0]
+        style = {"marker": MARKERS[k % len(MARKERS)], "ms": 4, "mfc": "none", "alpha": 0.6 if random else 1}
+        line = ax.plot(x, points.score, label=method_label(method), **style)[0]
         intervals = points.delta_ci95 or [None] * len(x)
         if x and all(ci is not None for ci in intervals):
             low = [metric.baseline + ci[0] for ci in intervals if ci is not None]
@@ -58,7 +60,8 @@ def prune_curve_figure(result: PruneCurveResult, task: str) -> Figure:
     if banded:
         handles.append(Patch(color="0.3", alpha=BAND_ALPHA * 2, lw=0))
         labels.append("95 % (paired ΔP)")
-    ax.set_xlabel("fraction of blocks removed (a sublayer counts ½)")
+    sublayers = any(points.units_per_block > 1 for points in metric.methods.values())
+    ax.set_xlabel("fraction of blocks removed" + (" (a sublayer counts ½)" if sublayers else ""))
     ax.set_ylabel(f"{task} {name}")
     ax.set_title(f"{title_name(result.model)}: pruning curve", fontsize=9)
     ax.grid(alpha=0.3)
