@@ -55,6 +55,12 @@ class PruneCurveSpec:
                 f"--unit {self.unit} is what delta and greedy choose among; --methods {','.join(chosen)} has neither.",
                 hint="Add delta or greedy to --methods, or leave --unit out.",
             )
+        if self.baseline_seeds and RANDOM not in chosen:
+            raise LayerprobeError(
+                f"--baseline-seeds {self.baseline_seeds} sets the random draws, but --methods {','.join(chosen)} "
+                "has no random.",
+                hint="Add random to --methods, or leave --baseline-seeds out.",
+            )
         if self.prune_drop is not None and (DELTA not in chosen or self.unit != CURVE_UNITS[0]):
             raise LayerprobeError(
                 "--prune-drop gives delta each block's ΔP: it needs delta in --methods and --unit block.",

@@ -110,6 +110,7 @@ def test_every_method_runs_from_the_command_line(tiny_checkpoints, tmp_path):
         (["--methods", "angular,best"], "unknown best"),
         (["--methods", "last,last"], "give each method once"),
         (["--unit", "sublayers"], "has neither"),
+        (["--methods", "last", "--baseline-seeds", "2"], "has no random"),
         (["--unit", "layers", "--methods", "greedy"], "Unknown --unit"),
         (["--prune-drop", "x.json"], "needs delta in --methods"),
         (["--metric", "arc:acc"], "'arc' is not one of the tasks"),
