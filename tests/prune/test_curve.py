@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers as tf
-from factories import banded_distances, metric_drop, model_info, prune_drop_result
+from factories import TASKS_DIR, banded_distances, metric_drop, model_info, prune_drop_result
 from reference import corpus_reference, deleted_span_float64, zeroed_projections
 
 from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec, PruneSpec
@@ -20,6 +20,7 @@ from layerprobe.evaluate.corpus_metric import corpus_windows
 from layerprobe.measure.angular import run_angular
 from layerprobe.model.load import load_model
 from layerprobe.prune.curve import PruneCurveSpec, choose_spans, gromov_start, run_prune_curve
+from layerprobe.prune.drop import run_prune_drop
 from layerprobe.results import PruneCurveResult, load_result, write_json
 
 CORPUS = CorpusSpec(BUILTIN_CORPUS, tokens=48, seq_len=16)
@@ -172,3 +173,24 @@ def test_greedy_sublayers_match_a_brute_force_search_on_zeroed_projections(tiny_
     assert greedy.cost["variants_scored"] == 8 + 7
     again = load_result(tmp_path / "out" / "prune_curve.json")
     assert again.to_dict() == result.to_dict()
+
+
+@pytest.mark.slow
+def test_an_lm_eval_metric_drives_delta_and_greedy_as_prune_drop_ranks_it(tiny_checkpoints, tmp_path):
+    """delta measured here (simple engine) chooses what prune-drop's own ΔP of the same metric orders."""
+    model = ModelSpec(str(tiny_checkpoints["llama"]), dtype="float32", device="cpu")
+    prune = PruneSpec(model, ("lp_pydoc_ppl",), limit=3, include_path=str(TASKS_DIR), batch_size=2)
+    drop = run_prune_drop(prune, tmp_path / "drop")
+    metric = drop.tasks["lp_pydoc_ppl"].metrics["word_perplexity"]
+    order = sorted(metric.layers, key=lambda l: (metric.pruned[metric.layers.index(l)], l))  # lower is better
+    spec = PruneCurveSpec(prune, methods=("delta", "greedy"), metric="lp_pydoc_ppl:word_perplexity")
+    result = run_prune_curve(spec, tmp_path / "curve")
+    assert result.settings["metric"]["higher_is_better"] is False
+    delta = result.methods["delta"]
+    assert {n: s.blocks for n, s in delta.sets.items()} == {n: sorted(order[:n]) for n in (1, 2)}
+    assert result.methods["greedy"].sets[1].blocks == [order[0]] and result.methods["greedy"].cost["reused"] == 4
+    single = delta.sets[1].scores["lp_pydoc_ppl"]["word_perplexity"].value
+    assert single == pytest.approx(metric.pruned[metric.layers.index(order[0])], rel=1e-4)
+    from_file = PruneCurveSpec(prune, methods=("delta",), prune_drop=str(tmp_path / "drop" / "prune_drop.json"))
+    again = run_prune_curve(from_file, tmp_path / "again")
+    assert {n: s.blocks for n, s in again.methods["delta"].sets.items()} == {n: s.blocks for n, s in delta.sets.items()}
