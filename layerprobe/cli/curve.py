@@ -1,4 +1,4 @@
-"""`layerprobe prune-curve`: score vs fraction of blocks removed, for Gromov's span, the last and random spans."""
+"""`layerprobe prune-curve`: score vs fraction removed, one curve per strategy of choosing what to remove."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import typer
 from layerprobe.cli.console import RichProgress, out, print_task_code
 from layerprobe.cli.groups import takes_groups
 from layerprobe.cli.options import Corpus, Evaluation, ModelArg, ModelLoading, Output, Tasks, split_task_names
-from layerprobe.core import PruneSpec
+from layerprobe.cli.summaries import print_curve_summary
+from layerprobe.core import CURVE_MAX_FRACTION, CURVE_METHODS, CURVE_UNITS, PruneSpec
 from layerprobe.plots import plot_prune_curve
 from layerprobe.results import RunDir
 
@@ -24,20 +25,60 @@ def prune_curve(
         Path | None,
         typer.Option("--angular", help="angular.json of the same model (default: measured first on the corpus)."),
     ] = None,
+    methods: Annotated[
+        str | None,
+        typer.Option(
+            "--methods",
+            help=f"Comma-separated strategies among {','.join(CURVE_METHODS)}: angular = Gromov's span of least "
+            "angular change; last = the blocks before the final one; influence = the n blocks of least adjacent "
+            "change; delta = the n units whose single removal hurt --metric least; greedy = remove the least "
+            "harmful unit, re-score the rest, repeat; random = random spans. Default: angular,last (and random "
+            "with --baseline-seeds).",
+        ),
+    ] = None,
+    metric: Annotated[
+        str | None,
+        typer.Option(
+            "--metric",
+            help="TASK:METRIC (or METRIC of the first task) that delta and greedy choose by; default: the first "
+            "task's primary metric (corpus: nll). Every task and metric is still scored.",
+        ),
+    ] = None,
+    unit: Annotated[
+        str,
+        typer.Option(
+            "--unit",
+            help="What delta and greedy remove: block, or sublayers (every attention and every MLP sublayer a "
+            "candidate; n counts sublayers).",
+        ),
+    ] = CURVE_UNITS[0],
+    prune_drop: Annotated[
+        Path | None,
+        typer.Option(
+            "--prune-drop",
+            help="prune_drop.json of the same model (single blocks) whose ΔP drives delta (default: measured first).",
+        ),
+    ] = None,
     max_fraction: Annotated[
-        float, typer.Option("--max-fraction", help="Largest fraction of blocks removed (n = 1 … ⌊fraction·L⌋).")
-    ] = 0.5,
+        float,
+        typer.Option(
+            "--max-fraction", help="Largest fraction removed: n = 1 … ⌊fraction·L⌋ blocks (sublayers: ⌊fraction·2L⌋)."
+        ),
+    ] = CURVE_MAX_FRACTION,
     baseline_seeds: Annotated[
-        int, typer.Option("--baseline-seeds", help="Random-span baselines per n (seeds --seed, --seed+1, …).")
+        int,
+        typer.Option("--baseline-seeds", help="Random draws (one span per n each; seeds --seed, --seed+1, …)."),
     ] = 0,
     evaluation: Evaluation,
     corpus: Corpus,
     loading: ModelLoading,
     output: Output,
 ) -> None:
-    """Score vs fraction of blocks removed: Gromov's min-angular-distance span, last blocks, random spans.
+    """Score vs fraction removed, for each strategy of choosing what to remove (--methods).
 
-    Writes prune_curve.json and prune_curve_<task>.png (one line per method).
+    Writes prune_curve.json (every method's removed set per n, every task's scores with 95 % intervals,
+    the search cost) and prune_curve_<task>.png / .pdf (one line per method), and prints a table of every
+    method × n.
     """
     from layerprobe.evaluate import local_task_code  # lm-eval: only once a run starts
     from layerprobe.prune import PruneCurveSpec, run_prune_curve
@@ -51,6 +92,10 @@ def prune_curve(
         ),
         max_fraction=max_fraction,
         baseline_seeds=baseline_seeds,
+        methods=None if methods is None else tuple(m.strip() for m in methods.split(",") if m.strip()),
+        metric=metric,
+        unit=unit,
+        prune_drop=None if prune_drop is None else str(prune_drop),
     )
     directory = output.directory(model)
     print_task_code(local_task_code(list(spec.prune.tasks), spec.prune.include_path))
@@ -58,4 +103,5 @@ def prune_curve(
     with progress.running():
         result = run_prune_curve(spec, directory, str(angular) if angular else None, progress.callbacks())
     plots = plot_prune_curve(result, directory)
+    print_curve_summary(result)
     out.print(f"wrote {RunDir(directory).prune_curve_json}" + "".join(f", {p}" for p in plots), markup=False)

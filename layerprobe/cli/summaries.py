@@ -1,4 +1,4 @@
-"""The closing summaries of angular, depth and prune-drop: a heading, a table and one line, on stdout.
+"""The closing summaries of angular, depth, prune-drop and prune-curve: a heading, a table and one line, on stdout.
 
 Warnings about the result (non-finite states, unmeasured entries) go to stderr. Every value printed
 comes from the result object; every interval printed is a 95 % interval (± 1.96 stderr where the result
@@ -21,9 +21,11 @@ from layerprobe.results import (
     DepthResult,
     FlipRate,
     MetricDrop,
+    PruneCurveResult,
     PruneDropResult,
     agreement_span,
     depth_summary,
+    method_label,
     span_distance_label,
     variant_label,
 )
@@ -273,3 +275,55 @@ def print_depth_summary(result: DepthResult) -> None:
             f"[yellow]warning:[/] {result.nonfinite_tokens} positions had NaN/inf states and were "
             "left out (try --dtype float32)"
         )
+
+
+def print_curve_summary(result: PruneCurveResult) -> None:
+    """A PruneCurveResult on stdout: per task, a table of every method × n with 95 % intervals, then the costs.
+
+    The task that drove the choice shows the driving metric, every other task its primary metric; the
+    removed units are listed as blocks (`3`) and sublayers (`3.attn`, `3.mlp`).
+    """
+    for task, baseline in result.baseline.items():
+        name = result.shown_metric(task)
+        base = baseline[name]
+        ci = "" if base.ci95 is None else f" (95 % CI {_interval(base.ci95, signed=False)})"
+        out.print(
+            f"[bold]{escape(f'{result.model.label} · {task} · {name}')}[/]: full model {base.value:.4f}{ci}",
+            highlight=False,
+        )
+        table = Table()
+        for column in ("method", "n", "removed"):
+            table.add_column(column, justify="left" if column != "n" else "right")
+        for column in (escape(name), "95 % CI", "ΔP", "paired 95 % CI"):
+            table.add_column(column, justify="right")
+        for method, strategy in result.methods.items():
+            for n, chosen in sorted(strategy.sets.items()):
+                score = chosen.scores[task][name]
+                removed = [str(b) for b in chosen.blocks]
+                removed += [f"{b}.{'attn' if kind == 'attention' else kind}" for b, kind in chosen.sublayers]
+                table.add_row(
+                    escape(method_label(method)),
+                    str(n),
+                    escape(",".join(removed)),
+                    f"{score.value:.4f}",
+                    _interval(score.ci95, signed=False),
+                    f"{score.delta:+.4f}",
+                    _interval(score.delta_ci95),
+                )
+        out.print(table)
+    for method, strategy in result.methods.items():
+        cost = strategy.cost
+        if cost.get("variants_scored") or cost.get("block_tokens"):
+            reused = f" ({cost['reused']} reused from another method)" if cost.get("reused") else ""
+            scored = f"{cost.get('variants_scored', 0):,} sets scored{reused}"
+            out.print(
+                f"{escape(method_label(method))}: choosing cost {scored}, "
+                f"{cost.get('block_tokens', 0):,} block × token evaluations",
+                highlight=False,
+            )
+
+
+def _interval(bounds: list[float] | None, signed: bool = True) -> str:
+    """A 95 % interval as text ("—" where there is none)."""
+    form = "+.4f" if signed else ".4f"
+    return "—" if bounds is None else f"[{bounds[0]:{form}}, {bounds[1]:{form}}]"

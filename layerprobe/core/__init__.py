@@ -6,7 +6,11 @@ from layerprobe.core.defaults import (
     ANSWER,
     BUILTIN_CORPUS,
     CORPUS_TASK,
+    CURVE_MAX_FRACTION,
+    CURVE_METHODS,
+    CURVE_UNITS,
     DEFAULT_CHUNK_BYTES,
+    DEFAULT_CURVE_METHODS,
     DEFAULT_DATASET,
     DEFAULT_DRAWS,
     DEFAULT_MULTIPLICITY,
@@ -24,6 +28,7 @@ from layerprobe.core.defaults import (
     SIGNIFICANCE_LEVEL,
     SQUAD_TASK,
     UNITS,
+    Z95,
 )
 from layerprobe.core.errors import (
     OFFLINE_HINT,
@@ -51,7 +56,11 @@ __all__ = [
     "CORPUS_TASK",
     "CorpusError",
     "CorpusSpec",
+    "CURVE_MAX_FRACTION",
+    "CURVE_METHODS",
+    "CURVE_UNITS",
     "DEFAULT_CHUNK_BYTES",
+    "DEFAULT_CURVE_METHODS",
     "DEFAULT_DATASET",
     "DEFAULT_DRAWS",
     "DEFAULT_ROUND_SIZE",
@@ -90,5 +99,6 @@ __all__ = [
     "SQUAD_TASK",
     "TaskError",
     "UNITS",
+    "Z95",
     "UnsupportedModel",
 ]

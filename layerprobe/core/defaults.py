@@ -28,6 +28,16 @@ UNITS = ("block", "attention", "mlp")  # what a prune-drop variant removes (abla
 SQUAD_TASK = "squad"
 CORPUS_TASK = "corpus"  # task-free: NLL, KL and top-1 agreement on the angular corpus (evaluate/corpus_metric.py)
 
+# prune-curve: the strategies that choose which units to remove (prune/strategies.py), the ones a run
+# uses without --methods, and what a greedy or delta search may remove (--unit).
+CURVE_METHODS = ("angular", "last", "influence", "delta", "greedy", "random")
+DEFAULT_CURVE_METHODS = ("angular", "last")  # plus "random" when --baseline-seeds asks for draws
+CURVE_UNITS = ("block", "sublayers")
+CURVE_MAX_FRACTION = 0.5
+
+# Every interval is a two-sided 95 % normal interval where it is not a bootstrap's: value ± Z95 · stderr.
+Z95 = 1.959963984540054
+
 # Bootstraps (stats): draws and seed of the paired ΔP bootstrap and of `stability`'s ranking intervals.
 DEFAULT_DRAWS = 1000
 DEFAULT_SEED = 1234

@@ -9,15 +9,17 @@ results, stats and core, and torch, transformers and lm-eval; it never imports m
 anything above them.
 """
 
+from layerprobe.evaluate.corpus_metric import METRICS as CORPUS_METRICS
 from layerprobe.evaluate.corpus_metric import CorpusScorer
 from layerprobe.evaluate.documents import check_sequential_tasks
 from layerprobe.evaluate.paired import PairedColumns, paired_columns, paired_delta
-from layerprobe.evaluate.scorer import check_tasks_fit_model, make_scorers, prepare_tasks
+from layerprobe.evaluate.scorer import Scorer, check_tasks_fit_model, make_scorers, prepare_tasks
 from layerprobe.evaluate.task_sources import local_task_code
 
 __all__ = [
     "check_sequential_tasks",
     "check_tasks_fit_model",
+    "CORPUS_METRICS",
     "CorpusScorer",
     "local_task_code",
     "make_scorers",
@@ -25,4 +27,5 @@ __all__ = [
     "paired_columns",
     "paired_delta",
     "prepare_tasks",
+    "Scorer",
 ]

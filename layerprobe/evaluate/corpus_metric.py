@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -72,10 +72,13 @@ def corpus_windows(loaded: LoadedModel, corpus: CorpusSpec) -> list[Window]:
 class CorpusScorer:
     """Scores the `corpus` task for the baseline and every given variant, all computed on first use.
 
-    `variants` are spans of consecutive removed blocks (a block index l means (l,), or [l, l+n) with a
-    `remover` of span n; with a sublayer `remover`, block l's sublayer). The first `score`
-    runs the whole corpus once for every variant (shared prefixes), later calls read the per-window
-    values back, like the shared-prefix lm-eval engine's store.
+    `variants` are sets of removed blocks, sorted (a block index l means (l,), or [l, l+n) with a
+    `remover` of span n; with a sublayer `remover`, block l's sublayer; a span of consecutive blocks is one
+    such set). The first `score` runs the whole corpus once for every variant (shared prefixes: a variant
+    replays the recorded input of its first removed block and runs only the kept blocks after it), later
+    calls read the per-window values back, like the shared-prefix lm-eval engine's store. With `ablate`,
+    variants are any keys and `ablate(key)` applies one in memory (e.g. zeroed sublayers); each then runs
+    the whole model (the simple engine).
     """
 
     reports_progress = False
@@ -90,15 +93,17 @@ class CorpusScorer:
         engine: str = "shared",
         windows: list[Window] | None = None,
         remover: Remover | None = None,
+        ablate: Callable[[Hashable], contextlib.AbstractContextManager[object]] | None = None,
     ) -> None:
         self.loaded, self.stack, self.corpus = loaded, stack, corpus
-        self.engine = "simple" if engine == "simple" else "shared"
+        self.engine = "simple" if engine == "simple" or ablate is not None else "shared"
+        self.ablate = ablate
         self.sublayer = remover if remover is not None and remover.ablation.is_sublayer else None
         self.span_length = remover.ablation.span if remover is not None and self.sublayer is None else 1
         self.variants = list(dict.fromkeys(self.span_of(v) for v in variants if self.span_of(v)))
-        for span in self.variants:
-            if list(span) != list(range(span[0], span[0] + len(span))) or span[-1] >= stack.num_layers or span[0] < 0:
-                raise ValueError(f"not a span of consecutive blocks of a {stack.num_layers}-block model: {span}")
+        for span in self.variants if ablate is None else []:
+            if list(span) != sorted(set(span)) or span[-1] >= stack.num_layers or span[0] < 0:
+                raise ValueError(f"not a sorted set of distinct blocks of a {stack.num_layers}-block model: {span}")
         self.batch_size = max(1, int(batch_size)) if batch_size != "auto" else 8
         self.windows = windows if windows is not None else corpus_windows(loaded, corpus)
         self.active: Span = ()
@@ -131,12 +136,12 @@ class CorpusScorer:
         values: dict[Span, dict[str, list[float]]] = {
             s: {m: [] for m in ("nll", "kl", "top1")} for s in [()] + self.variants
         }
-        starts = sorted({span[0] for span in self.variants}) if self.sublayer is None else []
+        starts = sorted({span[0] for span in self.variants}) if self.sublayer is None and self.ablate is None else []
         for group in batches(self.windows, self.batch_size):
             ids = torch.tensor([w.input_ids for w in group], device=self.loaded.input_device)
             with capture_block_states(self.stack) as states:
                 base_final = self._base_forward(ids)
-            recorded = {l: states[l] for l in starts} if self.engine == "shared" else {}
+            recorded = {l: states[l] for l in starts} if self.engine == "shared" and self.ablate is None else {}
             del states
             _append(values[()], _compare(self.loaded.model, base_final, base_final, ids))
             for span in self.variants:
@@ -148,7 +153,10 @@ class CorpusScorer:
         if self.sublayer is not None:  # block span[0] stays, its sublayer's output is zero: a full pass
             with self.sublayer.variant(span[0]):
                 return self._base_forward(ids)
-        if x_start is None:  # the simple engine: the whole model without the span
+        if self.ablate is not None:
+            with self.ablate(span):
+                return self._base_forward(ids)
+        if x_start is None:  # the simple engine: the whole model without the blocks
             with removed_blocks(self.stack, list(span)):
                 return self._base_forward(ids)
 
@@ -156,7 +164,7 @@ class CorpusScorer:
             self._arity = output_arity(self.stack, ids, self._base_forward)
         first = span[0]
         # Keep block `first` as the new first block, standing in for it a replay of x^first: the next
-        # real block is first+n, which thus receives x^first, exactly as with the span deleted.
+        # kept block (first+n for a span) thus receives x^first, exactly as with the blocks deleted.
         with removed_blocks(self.stack, [*range(first), *span[1:]]) as shrunk:
             block = shrunk.blocks[0]
             shrunk.blocks[0] = Replay(x_start, self._arity)

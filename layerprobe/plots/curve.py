@@ -2,47 +2,68 @@
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from layerprobe.plots.common import pyplot
-from layerprobe.results import PruneCurveResult, RunDir, atomic_write
+from layerprobe.plots.common import pyplot, save_figure, title_name
+from layerprobe.results import PruneCurveResult, RunDir, method_label
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+BAND_ALPHA = 0.15
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # methods that chose the same sets stay told apart
+
 
 def plot_prune_curve(result: PruneCurveResult, out_dir: Path) -> list[Path]:
-    """One figure per task (its first metric): score vs fraction removed, a line per method, ±1 paired stderr."""
-    plt = pyplot()
+    """One figure per task (the metric that drove the choice, else its primary one): PNG and PDF."""
+    run = RunDir(out_dir)
     paths = []
-    for task in result.tasks:
-        fig = prune_curve_figure(result, task)
-        path = RunDir(out_dir).plot("prune_curve", task)
-        try:
-            atomic_write(path, partial(fig.savefig, format="png", dpi=130))
-        finally:
-            plt.close(fig)
-        paths.append(path)
+    for task in result.baseline:
+        figure = prune_curve_figure(result, task)
+        paths += save_figure(
+            figure, run.plot("prune_curve", task), run.plot("prune_curve", task, suffix="pdf"), dpi=130
+        )
     return paths
 
 
 def prune_curve_figure(result: PruneCurveResult, task: str) -> Figure:
-    """Build one task's pruning-curve figure (returned open, so the report can inline it)."""
-    name, metric = next(iter(result.tasks[task].items()))
-    fig, ax = pyplot().subplots(figsize=(6.4, 4.2), layout="constrained")
-    ax.axhline(metric.baseline, color="0.5", lw=0.8, ls="--", label="full model")
-    for method, points in metric.methods.items():
-        x = [n / result.num_layers for n in points.n]
-        line = ax.plot(x, points.score, marker="o", ms=3, label=method, alpha=0.6 if "random" in method else 1)[0]
-        err = [(s, e) for s, e in zip(points.score, points.delta_stderr, strict=True) if e is not None]
-        if len(err) == len(x):
-            ax.fill_between(
-                x, [s - e for s, e in err], [s + e for s, e in err], color=line.get_color(), alpha=0.15, lw=0
-            )
-    ax.set_xlabel("fraction of blocks removed")
+    """Build one task's pruning-curve figure (returned open, so the report can inline it).
+
+    A line per method, its band the paired 95 % interval of ΔP around the score (the full model's
+    score plus the interval of score − full model); the legend sits outside the axes, so no label
+    covers a curve.
+    """
+    plt = pyplot()
+    from matplotlib.patches import Patch
+
+    name = result.shown_metric(task)
+    metric = result.tasks[task][name]
+    fig, ax = plt.subplots(figsize=(7.6, 4.2), layout="constrained")
+    ax.axhline(metric.baseline, color="0.4", lw=0.8, ls="--", label="full model")
+    base = result.baseline[task][name]
+    if base.ci95 is not None:
+        ax.axhspan(*base.ci95, color="0.5", alpha=0.12, lw=0, label="full model 95 %")
+    banded = False
+    for k, (method, points) in enumerate(metric.methods.items()):
+        x = points.fractions(result.num_layers)
+        random = method.startswith("random")
+        style = {"marker": MARKERS[k % len(MARKERS)], "ms": 4, "mfc": "none", "alpha": 0.6 if random else 1}
+        line = ax.plot(x, points.score, label=method_label(method), **style)[0]
+        intervals = points.delta_ci95 or [None] * len(x)
+        if x and all(ci is not None for ci in intervals):
+            low = [metric.baseline + ci[0] for ci in intervals if ci is not None]
+            high = [metric.baseline + ci[1] for ci in intervals if ci is not None]
+            ax.fill_between(x, low, high, color=line.get_color(), alpha=BAND_ALPHA, lw=0)
+            banded = True
+    handles, labels = ax.get_legend_handles_labels()
+    if banded:
+        handles.append(Patch(color="0.3", alpha=BAND_ALPHA * 2, lw=0))
+        labels.append("95 % (paired ΔP)")
+    sublayers = any(points.units_per_block > 1 for points in metric.methods.values())
+    ax.set_xlabel("fraction of blocks removed" + (" (a sublayer counts ½)" if sublayers else ""))
     ax.set_ylabel(f"{task} {name}")
-    ax.set_title(f"{result.model.id}: pruning curve (band: ±1 paired stderr vs full model)", fontsize=9)
-    ax.legend(fontsize=8)
+    ax.set_title(f"{title_name(result.model)}: pruning curve", fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8)
     return fig

@@ -1,91 +1,90 @@
-"""`layerprobe prune-curve`: score vs number of consecutive blocks removed, for several ways of choosing them.
+"""`layerprobe prune-curve`: score vs number of units removed, for several strategies of choosing them.
 
-For n = 1 … ⌊max_fraction · L⌋ blocks, Gromov et al.'s rule removes the span [l*, l*+n) with
-l* = argmin_l d(x^l, x^(l+n)) (the angular distance between the span's input and output; from a given
-angular.json or measured first on the same corpus options). Baselines: the last n blocks before the
-final one ([L-1-n, L-1)), and with `baseline_seeds` k, k random spans per n (seed `seed + i` for
-the i-th, recorded). Every distinct span is scored once with prune-drop's scorers; `--task corpus`
-scores all spans in one shared-prefix pass, the other tasks remove the span in memory (simple engine).
+For n = 1 … ⌊max_fraction · L⌋ (sublayers: ⌊max_fraction · 2L⌋), each strategy of `strategies.py` /
+`search.py` chooses a set of n units: Gromov et al.'s span of least angular change (`angular`, from a
+given angular.json or measured first on the same corpus options), the last blocks, random spans (one
+draw per seed `seed + i`, i < `baseline_seeds`), the blocks of least adjacent change (`influence`), the
+least harmful single units (`delta`) and a greedy search (`greedy`). `delta` and `greedy` are driven by
+one task and metric (`--metric`); every chosen set is then scored on every task and metric, each
+distinct set once (`variants.py`: `--task corpus` scores sets of whole blocks in one shared-prefix
+pass, the other tasks and sublayer sets remove the set in memory around the simple engine).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import random
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from layerprobe.core import CORPUS_TASK, AngularSpec, LayerprobeError, PruneSpec, ResultError
+from layerprobe.core import (
+    CORPUS_TASK,
+    CURVE_UNITS,
+    AngularSpec,
+    LayerprobeError,
+    ResultError,
+)
 from layerprobe.data import check_chat_template
-from layerprobe.evaluate import CorpusScorer, check_tasks_fit_model, make_scorers, paired_delta
+from layerprobe.evaluate import CORPUS_METRICS, check_tasks_fit_model, paired_delta
 from layerprobe.measure import run_angular
 from layerprobe.model import (
-    LayerStack,
     LoadedModel,
     Progress,
+    Remover,
     find_layers,
     load_config,
     load_model,
     load_tokenizer,
     model_info,
     model_kind,
-    removed_blocks,
 )
 from layerprobe.prune.agreement import check_angular_fits, load_angular_for
+from layerprobe.prune.curve_spec import PruneCurveSpec
+from layerprobe.prune.search import Driver, SearchResult, check_prune_drop_for, delta_from_file, delta_measured, greedy
 from layerprobe.prune.state import corpus_settings
+from layerprobe.prune.strategies import (
+    ATTENTION,
+    BLOCK,
+    DELTA,
+    GREEDY,
+    GROMOV,
+    INFLUENCE,
+    LAST,
+    RANDOM,
+    Variant,
+    block_candidates,
+    choose_spans,
+    gromov_start,
+    influence_order,
+    last_starts,
+    nested_sets,
+    random_seed_method,
+    random_starts,
+    span_sets,
+    sublayer_candidates,
+)
+from layerprobe.prune.variants import VariantScorer
 from layerprobe.results import (
     AngularResult,
-    CurveMethod,
-    CurveMetric,
+    BaselineScore,
+    CurveStrategy,
+    JSONObject,
     PruneCurveResult,
+    PruneDropResult,
+    RemovedSet,
     RunDir,
     RunTimer,
+    SetScore,
+    load_result,
+    normal_ci95,
     write_json,
 )
 
+__all__ = ["PruneCurveSpec", "choose_spans", "gromov_start", "run_prune_curve"]
+
 if TYPE_CHECKING:
     from layerprobe.results import Evaluation
-
-Span = tuple[int, ...]
-GROMOV, LAST = "angular", "last"
-
-
-@dataclass(frozen=True)
-class PruneCurveSpec:
-    """One `layerprobe prune-curve` run: the prune-drop options (tasks, corpus…) plus the curve's own."""
-
-    prune: PruneSpec
-    max_fraction: float = 0.5
-    baseline_seeds: int = 0
-
-    def __post_init__(self) -> None:
-        if not 0 < self.max_fraction <= 1:
-            raise LayerprobeError(f"--max-fraction must be in (0, 1], got {self.max_fraction}.")
-        if self.baseline_seeds < 0:
-            raise LayerprobeError(f"--baseline-seeds must be >= 0, got {self.baseline_seeds}.")
-
-
-def gromov_start(distance: list[list[float]], n: int) -> int:
-    """l* = argmin_l d(x^l, x^(l+n)) over l = 0 … L-n (the first on ties)."""
-    size = len(distance) - 1
-    return min(range(size - n + 1), key=lambda l: (distance[l][l + n], l))
-
-
-def choose_spans(distance: list[list[float]], max_n: int, seeds: list[int]) -> dict[str, dict[int, int]]:
-    """Method → n → start of the removed span, for Gromov's rule, the last-blocks baseline and each seed."""
-    size = len(distance) - 1
-    methods: dict[str, dict[int, int]] = {GROMOV: {}, LAST: {}}
-    for n in range(1, max_n + 1):
-        methods[GROMOV][n] = gromov_start(distance, n)
-        if n <= size - 1:
-            methods[LAST][n] = size - 1 - n
-    for seed in seeds:
-        rng = random.Random(seed)
-        methods[f"random_{seed}"] = {n: rng.randrange(size - n + 1) for n in range(1, max_n + 1)}
-    return methods
 
 
 def run_prune_curve(
@@ -95,26 +94,42 @@ def run_prune_curve(
     progress: Progress | None = None,
     loaded: LoadedModel | None = None,
 ) -> PruneCurveResult:
-    """Choose the spans, score the baseline and every span, write prune_curve.json into `out_dir`."""
+    """Choose every strategy's sets, score the baseline and every set, write prune_curve.json into `out_dir`."""
     progress = progress or Progress()
     timer = RunTimer()
-    prune = spec.prune
+    prune, methods = spec.prune, spec.chosen_methods
     config = load_config(prune.model) if loaded is None else loaded.model.config
     check_tasks_fit_model(prune.tasks, model_kind(config), prune.model.model, prune.engine)
     known = None if prune.model.layers_path else getattr(config, "num_hidden_layers", None)
+    task, metric = spec.driver_choice
+    if task == CORPUS_TASK and metric is not None and metric not in CORPUS_METRICS:
+        raise LayerprobeError(
+            f"--metric {spec.metric}: the corpus task reports {', '.join(CORPUS_METRICS)}.",
+            hint="e.g. --metric corpus:kl",
+        )
+    reads_angular = bool({GROMOV, INFLUENCE} & set(methods))
     angular_result = None
     if angular is not None:
+        if not reads_angular:
+            raise LayerprobeError(
+                f"--angular is read by the angular and influence methods; --methods {','.join(methods)} has neither.",
+                hint="Leave --angular out, or add angular or influence to --methods.",
+            )
         angular_result = load_angular_for(Path(angular), known)
-        _check_same_model(angular_result, Path(angular), prune.model.model)
+        _check_same_model(angular_result.model.id, Path(angular), prune.model.model)
+    drop = None
+    if spec.prune_drop is not None:
+        drop = _prune_drop_for(spec.prune_drop, known, prune.model.model)
+        metric = check_prune_drop_for(drop, spec.prune_drop, task, metric)
     if isinstance(known, int) and math.floor(spec.max_fraction * known) < 1:  # fail before loading weights
         raise LayerprobeError(f"--max-fraction {spec.max_fraction} of {known} blocks removes none.")
     tokenizer = None
     if prune.corpus.chat_template:  # the corpus is read when angular is measured here, or for --task corpus
-        if angular is not None and CORPUS_TASK not in prune.tasks:
+        if (angular is not None or not reads_angular) and CORPUS_TASK not in prune.tasks:
             raise LayerprobeError(
-                f"--chat-template wraps the corpus documents, but with --angular and no --task {CORPUS_TASK} "
-                "no corpus is read.",
-                hint=f"Leave --chat-template out (the angular.json records how it was measured), or add --task "
+                f"--chat-template wraps the corpus documents, but this run reads no corpus (no angular measured, "
+                f"no --task {CORPUS_TASK}).",
+                hint=f"Leave --chat-template out (an angular.json records how it was measured), or add --task "
                 f"{CORPUS_TASK}.",
             )
         tokenizer = load_tokenizer(prune.model) if loaded is None else loaded.tokenizer
@@ -127,102 +142,192 @@ def run_prune_curve(
     max_n = math.floor(spec.max_fraction * size)
     if max_n < 1:
         raise LayerprobeError(f"--max-fraction {spec.max_fraction} of {size} blocks removes none.")
-    if angular_result is None:
-        angular_result = run_angular(AngularSpec(prune.model, prune.corpus), progress, loaded)
-    check_angular_fits(angular_result, Path(angular or "angular"), size)
-    seeds = [prune.seed + i for i in range(spec.baseline_seeds)]
-    chosen = choose_spans(angular_result.distance, max_n, seeds)
-    spans = sorted({tuple(range(s, s + n)) for per_n in chosen.values() for n, s in per_n.items()})
-    progress.stage("Evaluating (task × variant)", len(prune.tasks) * (len(spans) + 1), "eval")
-    scores = _score_all(loaded, stack, prune, spans, progress)
+    if drop is not None and drop.model.num_layers != size:
+        raise ResultError(f"{spec.prune_drop} measured {drop.model.num_layers} blocks; this model has {size}.")
+    searching = GREEDY in methods or (DELTA in methods and drop is None)
+    sublayers = None
+    if spec.unit != CURVE_UNITS[0] and searching:
+        sublayers = Remover.for_model(loaded.model, stack, ATTENTION).sublayers
+    scorer = VariantScorer(loaded, stack, prune, progress, sublayers)
+    angular_work = 0
+    if reads_angular and angular_result is None:
+        with scorer.counting():
+            angular_result = run_angular(AngularSpec(prune.model, prune.corpus), progress, loaded)
+        angular_work = scorer.work
+    if angular_result is not None:
+        check_angular_fits(angular_result, Path(angular or "angular"), size)
+    driver = None
+    if searching:  # the full model first: the driving metric must exist and have a direction
+        progress.stage("Scoring the full model", len(prune.tasks), "eval")
+        scorer.score([], prune.tasks)
+        driver = _driver(scorer, task, metric)
+    elif drop is not None and metric is not None:
+        driver = Driver(task, metric, drop.tasks[task].metrics[metric].higher_is_better)
+    context = _Choice(spec, size, max_n, angular_result, angular, angular_work, drop, scorer, driver, progress)
+    searches = {name: context.search(name) for name in _expanded(methods, spec.seeds)}
+    variants = [v for _, found in searches.values() for v in found.sets.values()]
+    progress.stage("Evaluating (task × variant)", scorer.missing([(), *variants], prune.tasks), "eval")
+    scorer.score(variants, prune.tasks)
+    driver = driver or _driver(scorer, task, metric)
+    gromov = context.gromov()
     result = PruneCurveResult(
         model=model_info(loaded, stack),
-        settings=_settings(spec, angular, seeds),
-        selection={
-            "n": list(range(1, max_n + 1)),
-            "start": [chosen[GROMOV][n] for n in range(1, max_n + 1)],
-            "distance": [angular_result.distance[s][s + n] for n, s in sorted(chosen[GROMOV].items())],
+        settings=_settings(spec, angular, driver),
+        selection={}
+        if angular_result is None
+        else {
+            "n": list(gromov),
+            "start": list(gromov.values()),
+            "distance": [angular_result.distance[s][s + n] for n, s in gromov.items()],
         },
-        tasks={task: _task_curve(scores[task], chosen) for task in prune.tasks},
+        baseline={t: _baseline(scorer.evaluation(t, ())) for t in prune.tasks},
+        methods={
+            name: CurveStrategy(
+                unit, {n: _removed_set(scorer, prune.tasks, v) for n, v in found.sets.items()}, found.cost
+            )
+            for name, (unit, found) in searches.items()
+        },
         run=timer.finish(loaded.device_label),
     )
     write_json(RunDir(out_dir).prune_curve_json, result.to_dict())
     return result
 
 
-def _check_same_model(angular: AngularResult, path: Path, model: str) -> None:
-    """Refuse an angular.json measured on another checkpoint (local paths compared resolved)."""
-    same = angular.model.id == model or (
-        os.path.exists(model) and os.path.abspath(angular.model.id) == os.path.abspath(model)
-    )
+def _expanded(methods: tuple[str, ...], seeds: list[int]) -> list[str]:
+    """The methods with random replaced by one entry per seed (`random_1234`, …)."""
+    return [m for method in methods for m in ([random_seed_method(s) for s in seeds] if method == RANDOM else [method])]
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """What the strategies choose from: the model's size, the angular distances, the prune-drop file, the scorer."""
+
+    spec: PruneCurveSpec
+    size: int
+    max_n: int
+    angular: AngularResult | None
+    angular_path: str | None
+    angular_work: int
+    drop: PruneDropResult | None
+    scorer: VariantScorer
+    driver: Driver | None
+    progress: Progress
+
+    def gromov(self) -> dict[int, int]:
+        return (
+            {}
+            if self.angular is None
+            else {n: gromov_start(self.angular.distance, n) for n in range(1, self.max_n + 1)}
+        )
+
+    def search(self, name: str) -> tuple[str, SearchResult]:
+        """(unit, the sets and cost) of one strategy."""
+        fixed: JSONObject = {"variants_scored": 0, "block_tokens": 0}
+        seen: JSONObject = {"variants_scored": 0, "block_tokens": self.angular_work}
+        seen["source"] = self.angular_path or "measured"
+        if name == GROMOV:
+            return BLOCK, SearchResult(span_sets(self.gromov()), seen)
+        if name == INFLUENCE:
+            assert self.angular is not None
+            order = [(b, BLOCK) for b in influence_order(self.angular.distance)]
+            return BLOCK, SearchResult(nested_sets(order, self.max_n), seen)
+        if name == LAST:
+            return BLOCK, SearchResult(span_sets(last_starts(self.size, self.max_n)), fixed)
+        if name.startswith(RANDOM + "_"):
+            seed = int(name.rpartition("_")[2])
+            return BLOCK, SearchResult(span_sets(random_starts(self.size, self.max_n, seed)), {**fixed, "seed": seed})
+        assert self.driver is not None
+        sublayers = self.spec.unit != CURVE_UNITS[0]
+        unit, per_block = ("sublayer", 2) if sublayers else (BLOCK, 1)
+        max_n = math.floor(self.spec.max_fraction * per_block * self.size)
+        candidates = sublayer_candidates(self.size) if sublayers else block_candidates(self.size)
+        if name == DELTA and self.drop is not None:
+            return unit, delta_from_file(self.drop, str(self.spec.prune_drop), max_n, self.driver)
+        if name == DELTA:
+            return unit, delta_measured(self.scorer, candidates, max_n, self.driver, self.progress)
+        return unit, greedy(self.scorer, candidates, max_n, self.driver, self.progress)
+
+
+def _driver(scorer: VariantScorer, task: str, metric: str | None) -> Driver:
+    """The driving metric, checked against what the task reported on the full model."""
+    base = scorer.evaluation(task, ())
+    name = metric or next(iter(base.metrics))
+    if name not in base.metrics:
+        raise LayerprobeError(
+            f"--metric {task}:{name}: {task} reports {', '.join(base.metrics)}.", hint="Pick one of those metrics."
+        )
+    direction = base.metrics[name].higher_is_better
+    if direction is None:
+        raise LayerprobeError(
+            f"{task}'s {name} has no single direction (its subtasks disagree), so it cannot choose what to remove.",
+            hint="Pick another metric or task with --metric TASK:METRIC.",
+        )
+    return Driver(task, name, direction)
+
+
+def _prune_drop_for(path: str, known: int | None, model: str) -> PruneDropResult:
+    """Read a prune_drop.json for delta: a prune-drop result of this model (same id, same block count)."""
+    result = load_result(Path(path))
+    if not isinstance(result, PruneDropResult):
+        raise ResultError(f"{path} is not a prune-drop result.", hint="Pass the prune_drop.json of the same model.")
+    _check_same_model(result.model.id, Path(path), model)
+    if known is not None and result.model.num_layers != known:
+        raise ResultError(f"{path} measured {result.model.num_layers} blocks; this model has {known}.")
+    return result
+
+
+def _baseline(evaluation: Evaluation) -> dict[str, BaselineScore]:
+    return {
+        name: BaselineScore(s.value, s.stderr, normal_ci95(s.value, s.stderr), s.higher_is_better is not False)
+        for name, s in evaluation.metrics.items()
+    }
+
+
+def _removed_set(scorer: VariantScorer, tasks: tuple[str, ...], variant: Variant) -> RemovedSet:
+    """One chosen set with every task's and metric's score and paired ΔP (95 % intervals)."""
+    scores: dict[str, dict[str, SetScore]] = {}
+    for task in tasks:
+        base, pruned = scorer.evaluation(task, ()), scorer.evaluation(task, variant)
+        scores[task] = {}
+        for name, score in base.metrics.items():
+            value = pruned.metrics[name]
+            pair = None
+            if name in base.per_sample and name in pruned.per_sample:
+                pair = paired_delta(base.per_sample[name], pruned.per_sample[name])
+            interval = None if pair is None or pair.ci95 is None else list(pair.ci95)
+            scores[task][name] = SetScore(
+                value.value,
+                value.stderr,
+                normal_ci95(value.value, value.stderr),
+                value.value - score.value,
+                None if pair is None else pair.stderr,
+                interval,
+            )
+    blocks = [b for b, kind in variant if kind == BLOCK]
+    return RemovedSet(blocks, [(b, kind) for b, kind in variant if kind != BLOCK], scores)
+
+
+def _check_same_model(measured: str, path: Path, model: str) -> None:
+    """Refuse a result measured on another checkpoint (local paths compared resolved)."""
+    same = measured == model or (os.path.exists(model) and os.path.abspath(measured) == os.path.abspath(model))
     if not same:
         raise ResultError(
-            f"{path} measured {angular.model.id}, not {model}.",
-            hint="Pass the angular.json of the same model, or leave --angular out to measure it first.",
+            f"{path} measured {measured}, not {model}.",
+            hint="Pass a result of the same model, or leave the option out to measure it first.",
         )
 
 
-def _score_all(
-    loaded: LoadedModel, stack: LayerStack, prune: PruneSpec, spans: list[Span], progress: Progress
-) -> dict[str, dict[Span, Evaluation]]:
-    """Every task's Evaluation for the baseline (()) and every span."""
-    scores: dict[str, dict[Span, Evaluation]] = {task: {} for task in prune.tasks}
-    others = tuple(t for t in prune.tasks if t != CORPUS_TASK)
-    if CORPUS_TASK in prune.tasks:
-        corpus = CorpusScorer(loaded, stack, prune.corpus, list(spans), prune.batch_size, prune.engine)
-        for span in [(), *spans]:
-            with corpus.variant(span or None):
-                scores[CORPUS_TASK][span] = corpus.score(CORPUS_TASK)
-            progress.on_advance(1)
-    if others:  # lm-eval / SQuAD: the span is removed in memory around the scorer's baseline
-        simple = replace(prune, tasks=others, engine="simple")
-        for scorer, tasks in make_scorers(loaded, stack, simple, [], progress):
-            for span in [(), *spans]:
-                context: AbstractContextManager[LayerStack | None] = (
-                    removed_blocks(stack, list(span)) if span else nullcontext()
-                )
-                with context, scorer.variant(None):
-                    for task in tasks:
-                        scores[task][span] = scorer.score(task)
-                        if not scorer.reports_progress:
-                            progress.on_advance(1)
-    return scores
-
-
-def _task_curve(evaluations: dict[Span, Evaluation], chosen: dict[str, dict[int, int]]) -> dict[str, CurveMetric]:
-    """Each metric's curve: per method, the score and ΔP (with its paired stderr) of every n it chose."""
-    base = evaluations[()]
-    metrics = {}
-    for name, score in base.metrics.items():
-        methods = {}
-        for method, per_n in chosen.items():
-            scores: list[float] = []
-            stderrs: list[float | None] = []
-            deltas: list[float] = []
-            delta_stderrs: list[float | None] = []
-            for n, start in sorted(per_n.items()):
-                evaluation = evaluations[tuple(range(start, start + n))]
-                pruned = evaluation.metrics[name]
-                pair = None
-                if name in base.per_sample and name in evaluation.per_sample:
-                    pair = paired_delta(base.per_sample[name], evaluation.per_sample[name])
-                scores.append(pruned.value)
-                stderrs.append(pruned.stderr)
-                deltas.append(pruned.value - score.value)
-                delta_stderrs.append(None if pair is None else pair.stderr)
-            ns, starts = sorted(per_n), [per_n[n] for n in sorted(per_n)]
-            methods[method] = CurveMethod(ns, starts, scores, stderrs, deltas, delta_stderrs)
-        metrics[name] = CurveMetric(score.value, score.stderr, score.higher_is_better is not False, methods)
-    return metrics
-
-
-def _settings(spec: PruneCurveSpec, angular: str | None, seeds: list[int]) -> dict[str, object]:
+def _settings(spec: PruneCurveSpec, angular: str | None, driver: Driver) -> dict[str, object]:
     """The `settings` block of prune_curve.json."""
     prune = spec.prune
     return {
         "tasks": list(prune.tasks),
         "max_fraction": spec.max_fraction,
-        "baseline_seeds": seeds,
+        "methods": list(spec.chosen_methods),
+        "metric": driver.to_dict(),  # what delta and greedy maximise (or minimise)
+        "unit": spec.unit,
+        "prune_drop": spec.prune_drop,
+        "baseline_seeds": spec.seeds,
         "angular": angular,  # None: measured in this run on the corpus below
         "corpus": corpus_settings(prune.corpus),
         "limit": prune.limit,

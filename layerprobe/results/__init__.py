@@ -8,7 +8,16 @@ run writes).
 """
 
 from layerprobe.results.angular import LAZY_THRESHOLD, AngularResult, AngularSummary, SpanChoice, angular_summary
-from layerprobe.results.curve import CurveMethod, CurveMetric, CurveSet, PruneCurveResult, read_curve_set
+from layerprobe.results.curve import (
+    CurveMethod,
+    CurveMetric,
+    CurveSet,
+    PruneCurveResult,
+    curves_to_v1,
+    method_label,
+    read_curve_set,
+)
+from layerprobe.results.curve_sets import BaselineScore, CurveStrategy, RemovedSet, SetScore, normal_ci95
 from layerprobe.results.depth import (
     LNS,
     MIX_LN,
@@ -129,9 +138,16 @@ __all__ = [
     "BASELINE",
     "BlockPlacement",
     "COMPARE_SCHEMA",
+    "BaselineScore",
     "CurveMethod",
     "CurveMetric",
     "CurveSet",
+    "curves_to_v1",
+    "CurveStrategy",
+    "method_label",
+    "normal_ci95",
+    "RemovedSet",
+    "SetScore",
     "CurvePoints",
     "DEPTH_JSON",
     "depth_summary",

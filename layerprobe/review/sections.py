@@ -202,12 +202,12 @@ def agreement_body(result: PruneDropResult) -> str:
 
 
 def curve_body(result: PruneCurveResult, prefix: str) -> str:
-    """One pruning-curve figure per task (its first metric, a line per method)."""
+    """One pruning-curve figure per task (the metric that drove the choice, else its first; a line per method)."""
     figures = []
-    for k, task in enumerate(result.tasks):
+    for k, task in enumerate(result.baseline):
         label = f"pruning curve, {task}"
         svg = figure_svg(prune_curve_figure(result, task), f"{prefix}-curve{k}", label)
-        figures.append(f"<figure>{svg}<figcaption>{esc(label)}; band: ±1 paired stderr.</figcaption></figure>")
+        figures.append(f"<figure>{svg}<figcaption>{esc(label)}; band: paired 95 % interval.</figcaption></figure>")
     return f'<div class="grid">{"".join(figures)}</div>'
 
 

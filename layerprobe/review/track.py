@@ -194,16 +194,21 @@ def track_depth(result: DepthResult) -> TrackDepth:
 
 
 def track_curves(result: PruneCurveResult) -> dict[str, TrackCurve]:
-    """Per task (its first metric) and method: ΔP at each fraction removed, ± 1.96 paired stderrs."""
+    """Per task (its first metric) and method: ΔP at each fraction removed, with its paired 95 % interval."""
     out = {}
     for task, metrics in result.tasks.items():
         name, metric = next(iter(metrics.items()))
         methods = {}
         for method, points in metric.methods.items():
+            recorded = points.delta_ci95 or [None] * len(points.n)
             ci = [
-                None if se is None or not math.isfinite(se) else [d - Z95 * se, d + Z95 * se]
-                for d, se in zip(points.delta, points.delta_stderr, strict=True)
+                kept
+                if kept is not None
+                else None
+                if se is None or not math.isfinite(se)
+                else [d - Z95 * se, d + Z95 * se]
+                for d, se, kept in zip(points.delta, points.delta_stderr, recorded, strict=True)
             ]
-            methods[method] = CurvePoints([n / result.num_layers for n in points.n], list(points.delta), ci)
+            methods[method] = CurvePoints(points.fractions(result.num_layers), list(points.delta), ci)
         out[task] = TrackCurve(name, metric.baseline, methods)
     return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from factories import write_squad_json
+from factories import metric_drop, prune_drop_result, write_squad_json
 from typer.testing import CliRunner
 
 import layerprobe.model.load
@@ -67,14 +67,72 @@ def test_prune_curve_cli_end_to_end(tiny_checkpoints, tmp_path):
     result = runner.invoke(app, ["prune-curve", *args])
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "prune_curve.json").read_text())
-    assert data["schema"] == "layerprobe/prune-curve@1" and data["settings"]["baseline_seeds"] == [1234, 1235]
-    methods = data["tasks"]["corpus"]["top1_agreement"]["methods"]
-    assert sorted(methods) == ["angular", "last", "random_1234", "random_1235"]
-    assert all(m["n"] == [1, 2] for m in methods.values())
-    assert (tmp_path / "prune_curve_corpus.png").stat().st_size > 1000
-    (tmp_path / "prune_curve_corpus.png").unlink()
+    assert data["schema"] == "layerprobe/prune-curve@2" and data["settings"]["baseline_seeds"] == [1234, 1235]
+    assert list(data["methods"]) == ["angular", "last", "random_1234", "random_1235"]  # the default: as before
+    assert all(sorted(m["sets"]) == ["1", "2"] for m in data["methods"].values())
+    text = " ".join(result.output.split())
+    assert "random (seed 1234)" in text and "random_1234" not in text and "paired 95 % CI" in text
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in result.output.splitlines() if "│" in line]
+    for n, chosen in data["methods"]["last"]["sets"].items():  # the table: one row per method × n
+        score = chosen["scores"]["corpus"]["nll"]
+        low, high = score["delta_ci95"]
+        row = ["last", n, ",".join(map(str, chosen["blocks"])), f"{score['value']:.4f}"]
+        assert [*row[:3], row[3], f"[{low:+.4f}, {high:+.4f}]"] in [[*r[:4], r[6]] for r in rows], rows
+    for suffix in ("png", "pdf"):
+        assert (tmp_path / f"prune_curve_corpus.{suffix}").stat().st_size > 1000
+        (tmp_path / f"prune_curve_corpus.{suffix}").unlink()
     assert runner.invoke(app, ["plot", str(tmp_path / "prune_curve.json")]).exit_code == 0
-    assert (tmp_path / "prune_curve_corpus.png").exists()
+    assert (tmp_path / "prune_curve_corpus.png").exists() and (tmp_path / "prune_curve_corpus.pdf").exists()
+
+
+def test_every_method_runs_from_the_command_line(tiny_checkpoints, tmp_path):
+    args = [str(tiny_checkpoints["llama"]), "--task", "corpus", "--dataset", BUILTIN_CORPUS, "--tokens", "48"]
+    args += ["--seq-len", "16", "--device", "cpu", "--out", str(tmp_path), "-q", "--metric", "corpus:kl"]
+    methods = "angular,last,influence,delta,greedy,random"
+    result = runner.invoke(app, ["prune-curve", *args, "--methods", methods])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "prune_curve.json").read_text())
+    assert list(data["methods"]) == ["angular", "last", "influence", "delta", "greedy", "random_1234"]
+    assert data["settings"]["metric"] == {"task": "corpus", "metric": "kl", "higher_is_better": False}
+    delta, greedy = data["methods"]["delta"], data["methods"]["greedy"]
+    assert delta["cost"]["variants_scored"] == 4 and greedy["cost"]["variants_scored"] == 4 + 3
+    assert greedy["cost"]["reused"] == 4  # the first greedy step is delta's single removals
+    assert greedy["sets"]["1"]["blocks"] == delta["sets"]["1"]["blocks"]
+    for method in data["methods"].values():
+        for chosen in method["sets"].values():
+            assert set(chosen["scores"]["corpus"]) == {"nll", "perplexity", "kl", "top1_agreement"}
+    assert "greedy: choosing cost 7 sets scored (4 reused from another method)" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--methods", "angular,best"], "unknown best"),
+        (["--methods", "last,last"], "give each method once"),
+        (["--unit", "sublayers"], "has neither"),
+        (["--methods", "last", "--baseline-seeds", "2"], "has no random"),
+        (["--unit", "layers", "--methods", "greedy"], "Unknown --unit"),
+        (["--prune-drop", "x.json"], "needs delta in --methods"),
+        (["--metric", "arc:acc"], "'arc' is not one of the tasks"),
+        (["--metric", "corpus:accuracy", "--methods", "greedy"], "the corpus task reports nll"),
+        (["--methods", "last", "--angular", "a.json"], "--angular is read by the angular and influence"),
+        (["--methods", "delta", "--prune-drop", "missing.json"], "missing.json"),
+    ],
+)
+def test_curve_options_refused_before_the_weights_are_read(tiny_checkpoints, tmp_path, monkeypatch, extra, message):
+    monkeypatch.setattr(layerprobe.model.load, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    args = ["prune-curve", str(tiny_checkpoints["llama"]), "--task", "corpus", "--out", str(tmp_path), "-q"]
+    result = runner.invoke(app, [*args, *extra])
+    assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+
+
+def test_delta_refuses_a_prune_drop_of_another_model(tiny_checkpoints, tmp_path, monkeypatch):
+    monkeypatch.setattr(layerprobe.model.load, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    drop = prune_drop_result({"corpus": {"nll": metric_drop(3.0, [3.1, 3.2, 3.3, 3.4], hib=False)}})
+    path = write_json(tmp_path / "prune_drop.json", drop.to_dict())
+    args = ["prune-curve", str(tiny_checkpoints["llama"]), "--task", "corpus", "--out", str(tmp_path), "-q"]
+    result = runner.invoke(app, [*args, "--methods", "delta", "--prune-drop", str(path)])
+    assert result.exit_code == 2 and "measured org/base, not" in " ".join(result.output.split()), result.output
 
 
 def test_prune_curve_loads_with_the_model_loading_options(tiny_checkpoints, tmp_path):
@@ -97,6 +155,6 @@ def test_prune_curve_scores_squad_from_a_local_file(tiny_checkpoints, tmp_path):
     result = runner.invoke(app, ["prune-curve", *args, "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "out" / "prune_curve.json").read_text())
-    assert set(data["tasks"]["squad"]) >= {"exact_match", "f1"}
+    assert set(data["baseline"]["squad"]) >= {"exact_match", "f1"}
     missing = runner.invoke(app, ["prune-curve", *args[:4], str(tmp_path / "none.json"), *args[5:]])
     assert missing.exit_code == 2 and "none.json" in missing.output, missing.output

@@ -83,6 +83,8 @@ DELIBERATE = {
     "--angular": [{"prune-curve"}, {"prune-drop"}],  # an input of the curve, a comparison for ΔP
     "--task": [{"prune-curve", "prune-drop"}, {"stability"}],  # tasks to run vs the one task to rank by
     "--seed": [{"prune-curve", "prune-drop"}, {"stability"}],  # every RNG of a run vs the bootstrap's
+    "--metric": [{"prune-curve"}, {"stability"}],  # what the search chooses by vs what ranks the blocks
+    "--unit": [{"prune-curve"}, {"prune-drop"}],  # what delta and greedy choose among vs what a variant removes
     "--plot": [{"compare"}, {"stability"}, {"track"}],
     "--no-plot": [{"compare"}, {"stability"}, {"track"}],
     "--format": [{"compare"}, {"track"}],

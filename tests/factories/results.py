@@ -32,6 +32,7 @@ from layerprobe.results import (
     Spread,
     TaskDrop,
     checksum,
+    curves_to_v1,
     evaluation_to_dict,
 )
 
@@ -248,14 +249,24 @@ def depth_dict() -> dict:
     return result.to_dict()
 
 
-def curve_dict() -> dict:
-    """A valid prune_curve.json of a 4-block model: the corpus NLL, chosen by angular and by "last"."""
+def curve_result() -> PruneCurveResult:
+    """A pruning curve of a 4-block model: the corpus NLL, chosen by angular and by "last" (spans only)."""
     angular = CurveMethod([1, 2], [2, 1], [3.1, 3.5], [0.1, 0.1], [0.1, 0.5], [0.05, None])
     last = CurveMethod([1, 2], [2, 1], [3.2, 3.6], [0.1, None], [0.2, 0.6], [0.05, 0.06])
     nll = CurveMetric(3.0, 0.1, False, {"angular": angular, "last": last})
     selection = {"n": [1, 2], "start": [2, 1], "distance": [0.1, 0.2]}
     settings = {"tasks": ["corpus"], "max_fraction": 0.5}
-    return PruneCurveResult(model_info(4), settings, selection, {"corpus": {"nll": nll}}, RUN).to_dict()
+    return PruneCurveResult.from_curves(model_info(4), settings, selection, {"corpus": {"nll": nll}}, RUN)
+
+
+def curve_dict() -> dict:
+    """A valid prune_curve.json in the older `layerprobe/prune-curve@1` form (per task, metric and method)."""
+    return curves_to_v1(curve_result())
+
+
+def curve_dict_v2() -> dict:
+    """The same curve as `curve_dict`, as written now (`layerprobe/prune-curve@2`: per method, its sets)."""
+    return curve_result().to_dict()
 
 
 def curve_sets_dict(sets: dict, num_layers: int = 6, model_id: str = "org/m") -> dict:

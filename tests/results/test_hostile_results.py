@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from command_line import invoke
-from factories import angular_dict, curve_dict, depth_dict, edited, prune_dict
+from factories import angular_dict, curve_dict, curve_dict_v2, depth_dict, edited, prune_dict
 
 from layerprobe.core.errors import ResultError
 from layerprobe.prune.state import PruneState
@@ -238,12 +238,50 @@ def test_hostile_prune_curve_json_names_file_and_field(tmp_path, path, value, me
         assert "Traceback" not in result.output
 
 
+SET = "methods.angular.sets.2"
+CURVE_V2_CASES = [
+    ("methods", {}, "methods must be a non-empty object, got an object of 0 members"),
+    ("methods.angular.unit", "layer", 'methods.angular.unit must be "block" or "sublayer", got \'layer\''),
+    ("methods.angular.sets", {}, "methods.angular.sets must be a non-empty object"),
+    (f"{SET}.blocks", [1, 9], f"{SET}.blocks[1] must be a distinct block index in 0 … 3, got 9"),
+    (f"{SET}.blocks", [1, 1], f"{SET}.blocks[1] must be a distinct block index in 0 … 3, got 1"),
+    (f"{SET}.blocks", [1], f"{SET} must be a set of 2 units, got 1"),
+    (f"{SET}.sublayers", [[1, "ffn"]], f'{SET}.sublayers[0] must be a distinct [block in 0 … 3, "attention" or "mlp"]'),
+    (f"{SET}.sublayers", [[1]], f'{SET}.sublayers[0] must be a pair [block, "attention" or "mlp"], got 1 items'),
+    (f"{SET}.scores.corpus.nll.delta", "x", f'{SET}.scores.corpus.nll.delta must be a number, got "x"'),
+    (f"{SET}.scores.corpus.nll.delta_ci95", [1], f"{SET}.scores.corpus.nll.delta_ci95 must be null or an array"),
+    (f"{SET}.scores.corpus", {"kl": {}}, f"{SET}.scores.corpus.kl.value must be present"),
+    ("baseline.corpus.nll.value", None, "baseline.corpus.nll.value must be a number, got null"),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"), CURVE_V2_CASES, ids=[c[0] + "=" + repr(c[1]) for c in CURVE_V2_CASES]
+)
+def test_hostile_prune_curve_v2_names_file_and_field(tmp_path, path, value, message):
+    bad = write_json(tmp_path / "prune_curve.json", edited(curve_dict_v2(), path, value))
+    with pytest.raises(ResultError) as caught:
+        load_result(bad)
+    assert str(caught.value.message).startswith(f"{bad}: {message}"), caught.value.message
+
+
+def test_a_v2_set_must_score_every_baseline_metric(tmp_path):
+    data = curve_dict_v2()
+    data["baseline"]["corpus"]["kl"] = dict(data["baseline"]["corpus"]["nll"])
+    with pytest.raises(ResultError, match=r"methods.angular.sets.1.scores must be a score of every baseline metric"):
+        load_result(write_json(tmp_path / "prune_curve.json", data))
+
+
 def test_prune_curve_round_trips_and_plots(tmp_path):
-    path = write_json(tmp_path / "prune_curve.json", curve_dict())
+    path = write_json(tmp_path / "prune_curve.json", curve_dict_v2())
     assert load_result(path).to_dict() == json.loads(path.read_text())
+    old = load_result(write_json(tmp_path / "old" / "prune_curve.json", curve_dict()))  # @1 still reads, the same
+    assert old.to_dict() == json.loads(path.read_text())
+    assert old.methods["angular"].sets[2].blocks == [1, 2] and old.methods["last"].sets[1].start == 2
     result = invoke("plot", path)
     assert result.exit_code == 0, result.output
     assert (tmp_path / "prune_curve_corpus.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "prune_curve_corpus.pdf").read_bytes()[:4] == b"%PDF"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # written atomically
 
 

@@ -110,19 +110,19 @@ def test_depth_and_curve_numbers_match_the_inputs(tracked, review_runs):
         assert run["depth"]["grad"] == grad and run["depth"]["grad_loss"] == "next-token"
         assert run["depth"]["grad_ratio_last_first"] == pytest.approx(grad[-1] / grad[0], rel=1e-12)
         assert run["depth"]["placement"] == depth["placement"]["summary"]
-        curve = review_runs.raw(run["step"], "prune_curve.json")["tasks"]["corpus"]
-        metric_name, metric = next(iter(curve.items()))
+        curve = review_runs.raw(run["step"], "prune_curve.json")
+        metric_name, baseline = next(iter(curve["baseline"]["corpus"].items()))
         got = run["prune_curve"]["corpus"]
-        assert got["metric"] == metric_name and got["baseline"] == metric["baseline"]
-        for method, points in metric["methods"].items():
+        assert got["metric"] == metric_name and got["baseline"] == baseline["value"]
+        for method, entry in curve["methods"].items():
             mine = got["methods"][method]
-            assert mine["fraction"] == [n / 4 for n in points["n"]] and mine["delta"] == points["delta"]
-            expected = [
-                None if e is None else [d - Z * e, d + Z * e]
-                for d, e in zip(points["delta"], points["delta_stderr"], strict=True)
-            ]
-            for have, want in zip(mine["delta_ci95"], expected, strict=True):
-                assert have == want if want is None else have == pytest.approx(want, rel=1e-12)
+            sets = sorted(entry["sets"].items(), key=lambda item: int(item[0]))
+            scores = [chosen["scores"]["corpus"][metric_name] for _, chosen in sets]
+            assert mine["fraction"] == [int(n) / 4 for n, _ in sets]
+            assert mine["delta"] == [score["delta"] for score in scores]
+            for have, score in zip(mine["delta_ci95"], scores, strict=True):  # the paired interval the file records
+                want, d, e = score["delta_ci95"], score["delta"], score["delta_stderr"]
+                assert have == want and (want is None or want == pytest.approx([d - Z * e, d + Z * e], rel=1e-3))
 
 
 def test_markdown_on_stdout_is_track_md_and_the_json_reads_back(tracked):

@@ -1,0 +1,149 @@
+"""Score any set of removed units (blocks and sublayers) on prune-curve's tasks, each (task, set) once.
+
+`VariantScorer.score(variants, tasks)` scores what it has not scored yet and keeps every Evaluation, so
+a search and the final scoring of the chosen sets never pay twice for one set. `--task corpus` scores
+a batch of block sets in one shared-prefix pass (`evaluate.CorpusScorer`: a set replays the recorded
+input of its first removed block); sublayer sets and the other tasks run the whole model with the set
+removed in memory (the simple engine). Every block forward pass is counted (`work`: block × token
+evaluations), so a search can report what it cost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, cast
+
+from layerprobe.core import CORPUS_TASK, PruneSpec
+from layerprobe.evaluate import CorpusScorer, Scorer, make_scorers
+from layerprobe.model import hidden_from_input, removed_blocks, zeroed_sublayers
+from layerprobe.prune.strategies import ATTENTION, BLOCK, MLP, Variant
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from layerprobe.data import Window
+    from layerprobe.model import BlockSublayers, LayerStack, LoadedModel, Progress
+    from layerprobe.results import Evaluation
+
+
+@contextlib.contextmanager
+def removed_units(
+    stack: LayerStack, variant: Variant, sublayers: Sequence[BlockSublayers] | None = None
+) -> Iterator[None]:
+    """The model with `variant` removed in memory: its blocks taken out, its sublayers' outputs zeroed."""
+    with contextlib.ExitStack() as inside:
+        for kind in (ATTENTION, MLP):
+            indices = [b for b, k in variant if k == kind]
+            if indices:
+                if sublayers is None:
+                    raise ValueError("zeroing sublayers needs them located first")
+                blocks = [stack.blocks[i] for i in indices]
+                inside.enter_context(zeroed_sublayers(blocks, [sublayers[i] for i in indices], kind))
+        inside.enter_context(removed_blocks(stack, [b for b, k in variant if k == BLOCK]))
+        yield
+
+
+class VariantScorer:
+    """Every task of a prune-curve run, scored on any removed set, each (task, set) at most once."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        stack: LayerStack,
+        prune: PruneSpec,
+        progress: Progress,
+        sublayers: Sequence[BlockSublayers] | None = None,
+        windows: list[Window] | None = None,
+    ) -> None:
+        self.loaded, self.stack, self.prune, self.progress = loaded, stack, prune, progress
+        self.sublayers = sublayers
+        self.windows = windows
+        self.done: dict[tuple[str, Variant], Evaluation] = {}
+        self.work = 0  # block × token evaluations run so far
+        self._scorers: list[tuple[Scorer, list[str]]] | None = None
+
+    def evaluation(self, task: str, variant: Variant) -> Evaluation:
+        """A finished evaluation (KeyError if never scored)."""
+        return self.done[(task, variant)]
+
+    def missing(self, variants: Sequence[Variant], tasks: Sequence[str]) -> int:
+        """How many (task, set) pairs `score(variants, tasks)` would compute."""
+        return sum((t, v) not in self.done for t in tasks for v in dict.fromkeys(variants))
+
+    def score(self, variants: Sequence[Variant], tasks: Sequence[str]) -> None:
+        """Score every (task, variant) not scored yet (the full model () always included), advancing progress."""
+        wanted = list(dict.fromkeys([(), *variants]))
+        with self.counting():
+            if CORPUS_TASK in tasks:
+                self._score_corpus([v for v in wanted if (CORPUS_TASK, v) not in self.done])
+            others = [t for t in tasks if t != CORPUS_TASK]
+            if others:
+                self._score_others(wanted, others)
+
+    # the work --------------------------------------------------------------------------------------
+    def _score_corpus(self, variants: list[Variant]) -> None:
+        if not variants:
+            return
+        blocks_only = [v for v in variants if v and all(k == BLOCK for _, k in v)]
+        with_sublayers = [v for v in variants if v and v not in blocks_only]
+        groups: list[tuple[list[Variant], CorpusScorer]] = []
+        if blocks_only or () in variants:  # one shared-prefix pass for every set of whole blocks
+            groups.append((blocks_only, self._corpus_scorer([tuple(b for b, _ in v) for v in blocks_only])))
+        if with_sublayers:
+            groups.append((with_sublayers, self._corpus_scorer(list(with_sublayers), ablate=True)))
+        for members, scorer in groups:
+            for variant in [(), *members]:
+                if (CORPUS_TASK, variant) in self.done:
+                    continue
+                key = variant if scorer.ablate is not None else tuple(b for b, _ in variant)
+                with scorer.variant(cast("tuple[int, ...]", key)):
+                    self.done[(CORPUS_TASK, variant)] = scorer.score(CORPUS_TASK)
+                self.progress.on_advance(1)
+
+    def _corpus_scorer(self, variants: Sequence[Hashable], ablate: bool = False) -> CorpusScorer:
+        prune = self.prune
+        scorer = CorpusScorer(
+            self.loaded,
+            self.stack,
+            prune.corpus,
+            cast("list[int | tuple[int, ...]]", list(variants)),
+            prune.batch_size,
+            prune.engine,
+            windows=self.windows,
+            ablate=(lambda key: removed_units(self.stack, cast("Variant", key), self.sublayers)) if ablate else None,
+        )
+        self.windows = scorer.windows  # read once, shared by every later pass
+        return scorer
+
+    def _score_others(self, variants: list[Variant], tasks: list[str]) -> None:
+        if self._scorers is None:  # lm-eval / SQuAD: the set is removed in memory around the scorer's baseline
+            every = tuple(t for t in self.prune.tasks if t != CORPUS_TASK)
+            simple = replace(self.prune, tasks=every, engine="simple")
+            self._scorers = make_scorers(self.loaded, self.stack, simple, [], self.progress)
+        for scorer, scorer_tasks in self._scorers:
+            for variant in variants:
+                pending = [t for t in scorer_tasks if t in tasks and (t, variant) not in self.done]
+                if not pending:
+                    continue
+                with removed_units(self.stack, variant, self.sublayers), scorer.variant(None):
+                    for task in pending:
+                        self.done[(task, variant)] = scorer.score(task)
+                        if not scorer.reports_progress:
+                            self.progress.on_advance(1)
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[None]:
+        """Count block × token evaluations of the full stack's blocks (stand-ins and removed blocks never run)."""
+
+        def count(_module: nn.Module, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+            hidden = hidden_from_input(args, kwargs)
+            self.work += int(hidden.numel() // hidden.shape[-1])
+
+        handles = [block.register_forward_pre_hook(count, with_kwargs=True) for block in self.stack.blocks]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()

@@ -1,0 +1,175 @@
+"""The sets each pruning strategy chose, in prune_curve.json (`layerprobe/prune-curve@2`).
+
+`methods.<name>` holds one `CurveStrategy`: for every n it chose a set of n units (`RemovedSet`: the
+removed `blocks` and the zeroed `sublayers` as [block, "attention"|"mlp"]), every task's and metric's
+score of the model without them (`SetScore`, with 95 % intervals), and what the search cost. `baseline`
+holds the full model's scores (`BaselineScore`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import layerprobe.results.validate as v
+from layerprobe.core import Z95
+from layerprobe.results.json_types import JSONObject, JSONValue
+from layerprobe.results.validate import Node
+
+SUBLAYER_KINDS = ("attention", "mlp")
+STRATEGY_UNITS = ("block", "sublayer")  # what one unit of a strategy's n is
+
+
+def normal_ci95(value: float, stderr: float | None) -> list[float] | None:
+    """The normal 95 % interval value ± 1.96 stderr; None without a finite stderr."""
+    if stderr is None or not math.isfinite(stderr):
+        return None
+    return [value - Z95 * stderr, value + Z95 * stderr]
+
+
+@dataclass(frozen=True)
+class BaselineScore:
+    """One metric of one task on the full model: value, stderr and 95 % interval (value ± 1.96 stderr)."""
+
+    value: float
+    stderr: float | None
+    ci95: list[float] | None
+    higher_is_better: bool
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"value": self.value, "stderr": self.stderr, "ci95": self.ci95}
+        return {**out, "higher_is_better": self.higher_is_better}
+
+    @classmethod
+    def from_dict(cls, node: Node) -> BaselineScore:
+        return cls(
+            value=node.key("value").number(),
+            stderr=node.key("stderr").number(optional=True),
+            ci95=v.interval(node.key("ci95")),
+            higher_is_better=node.key("higher_is_better").flag(),
+        )
+
+
+@dataclass(frozen=True)
+class SetScore:
+    """One metric of one task with a set removed: its score and ΔP = score − baseline, each with a 95 % interval.
+
+    `ci95` is value ± 1.96 stderr; `delta_ci95` the paired interval of ΔP (closed form or paired
+    bootstrap, as prune-drop's), None where the documents cannot be paired.
+    """
+
+    value: float
+    stderr: float | None
+    ci95: list[float] | None
+    delta: float
+    delta_stderr: float | None
+    delta_ci95: list[float] | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "value": self.value,
+            "stderr": self.stderr,
+            "ci95": self.ci95,
+            "delta": self.delta,
+            "delta_stderr": self.delta_stderr,
+            "delta_ci95": self.delta_ci95,
+        }
+
+    @classmethod
+    def from_dict(cls, node: Node) -> SetScore:
+        return cls(
+            value=node.key("value").number(),
+            stderr=node.key("stderr").number(optional=True),
+            ci95=v.interval(node.key("ci95")),
+            delta=node.key("delta").number(),
+            delta_stderr=node.key("delta_stderr").number(optional=True),
+            delta_ci95=v.interval(node.key("delta_ci95")),
+        )
+
+
+@dataclass(frozen=True)
+class RemovedSet:
+    """The units one strategy removes for one n, and every task's and metric's score without them."""
+
+    blocks: list[int]
+    sublayers: list[tuple[int, str]]
+    scores: dict[str, dict[str, SetScore]]
+
+    @property
+    def size(self) -> int:
+        return len(self.blocks) + len(self.sublayers)
+
+    @property
+    def start(self) -> int | None:
+        """The first block of a span of consecutive blocks (None for any other set)."""
+        blocks = self.blocks
+        if self.sublayers or not blocks or blocks != list(range(blocks[0], blocks[0] + len(blocks))):
+            return None
+        return blocks[0]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "blocks": list(self.blocks),
+            "sublayers": [[block, kind] for block, kind in self.sublayers],
+            "scores": {t: {m: s.to_dict() for m, s in metrics.items()} for t, metrics in self.scores.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, node: Node, num_layers: int) -> RemovedSet:
+        """Blocks distinct and in 0 … L−1; sublayers [block, "attention"|"mlp"] distinct and in range."""
+        blocks = [item.integer(minimum=0) for item in node.key("blocks").items()]
+        for i, block in enumerate(blocks):
+            if block >= num_layers or block in blocks[:i]:
+                node.key("blocks").items()[i].fail(f"a distinct block index in 0 … {num_layers - 1}", f"got {block}")
+        sublayers: list[tuple[int, str]] = []
+        for item in node.key("sublayers").items():
+            pair = item.items()
+            if len(pair) != 2:
+                item.fail('a pair [block, "attention" or "mlp"]', f"got {len(pair)} items")
+            block, kind = pair[0].integer(minimum=0), pair[1].text()
+            if block >= num_layers or kind not in SUBLAYER_KINDS or (block, kind) in sublayers:
+                expected = f'a distinct [block in 0 … {num_layers - 1}, "attention" or "mlp"]'
+                item.fail(expected, f"got [{block}, {kind!r}]")
+            sublayers.append((block, kind))
+        scores = {
+            task: {name: SetScore.from_dict(score) for name, score in metrics.entries(min_length=1)}
+            for task, metrics in node.key("scores").entries(min_length=1)
+        }
+        return cls(blocks, sublayers, scores)
+
+
+@dataclass(frozen=True)
+class CurveStrategy:
+    """One strategy's choice for every n (`sets`, keyed by n) and what choosing cost (`cost`).
+
+    `unit` is "block" (n blocks removed) or "sublayer" (n attention / MLP sublayers zeroed).
+    """
+
+    unit: str
+    sets: dict[int, RemovedSet]
+    cost: JSONObject = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "unit": self.unit,
+            "sets": {str(n): s.to_dict() for n, s in sorted(self.sets.items())},
+            "cost": dict(self.cost),
+        }
+
+    @classmethod
+    def from_dict(cls, node: Node, num_layers: int) -> CurveStrategy:
+        unit = node.key("unit").text(default="block")
+        if unit not in STRATEGY_UNITS:
+            node.key("unit").fail('"block" or "sublayer"', f"got {unit!r}")
+        per_unit = 1 if unit == "block" else 2
+        sets: dict[int, RemovedSet] = {}
+        for key, item in node.key("sets").entries(min_length=1):
+            if not key.isdigit() or not 1 <= int(key) <= per_unit * num_layers:
+                item.fail(f"keyed by a number of units in 1 … {per_unit * num_layers}", f"got key {key!r}")
+            chosen = RemovedSet.from_dict(item, num_layers)
+            if chosen.size != int(key):
+                item.fail(f"a set of {key} units", f"got {chosen.size}")
+            sets[int(key)] = chosen
+        cost_node = node.key("cost")
+        cost: dict[str, JSONValue] = dict(cost_node.obj()) if cost_node.given else {}
+        return cls(unit, sets, cost)

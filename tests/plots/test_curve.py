@@ -1,0 +1,47 @@
+"""The pruning-curve figure: each method under its reader's name, the 95 % bands said, no label overlapping."""
+
+from __future__ import annotations
+
+import pytest
+from factories import curve_result
+
+from layerprobe.plots import plot_prune_curve, prune_curve_figure
+from layerprobe.results import CurveStrategy, PruneCurveResult, RemovedSet, SetScore
+
+
+def with_random(result: PruneCurveResult) -> PruneCurveResult:
+    """The factory's curve plus one random draw (seed 1234) whose every interval is known."""
+    scores = {"corpus": {"nll": SetScore(3.3, 0.1, [3.1, 3.5], 0.3, 0.05, [0.2, 0.4])}}
+    draw = CurveStrategy("block", {1: RemovedSet([0], [], scores)})
+    methods = {**result.methods, "random_1234": draw}
+    return PruneCurveResult(result.model, result.settings, result.selection, result.baseline, methods, result.run)
+
+
+def test_legend_names_each_method_and_the_95_interval_outside_the_axes():
+    fig = prune_curve_figure(with_random(curve_result()), "corpus")
+    fig.canvas.draw()
+    [legend] = fig.legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels[:2] == ["full model", "full model 95 %"]
+    assert {"angular", "last", "random (seed 1234)"} <= set(labels) and "random_1234" not in labels
+    assert "95 % (paired ΔP)" in labels
+    renderer = fig.canvas.get_renderer()
+    [ax] = fig.axes
+    legend_box = legend.get_window_extent(renderer)
+    others = [ax.get_window_extent(renderer), ax.title.get_window_extent(renderer)]
+    others += [ax.xaxis.label.get_window_extent(renderer), ax.yaxis.label.get_window_extent(renderer)]
+    assert not any(legend_box.overlaps(box) for box in others)  # the legend covers no curve and no label
+    ticks = [t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_text()]
+    assert all(not a.overlaps(b) for i, a in enumerate(ticks) for b in ticks[i + 1 :])
+
+
+def test_the_band_is_the_paired_95_interval_around_the_full_model(tmp_path):
+    result = with_random(curve_result())
+    fig = prune_curve_figure(result, "corpus")
+    [ax] = fig.axes
+    bands = [c for c in ax.collections if c.get_paths()]
+    random_band = bands[-1].get_paths()[0].vertices[:, 1]  # the random draw's: one point, [0.2, 0.4] + 3.0
+    assert min(random_band) == pytest.approx(3.2) and max(random_band) == pytest.approx(3.4)
+    paths = plot_prune_curve(result, tmp_path)
+    assert [p.name for p in paths] == ["prune_curve_corpus.png", "prune_curve_corpus.pdf"]
+    assert paths[1].read_bytes()[:4] == b"%PDF"
