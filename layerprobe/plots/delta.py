@@ -1,6 +1,6 @@
 """ΔP bars: what removing each layer does to a task's score, coloured by whether it hurts, helps or is noise.
 
-With paired uncertainty (results since issue #10) the error bars are the paired 95 % intervals of ΔP and
+With paired uncertainty (results that carry paired stderrs) the error bars are the paired 95 % intervals of ΔP and
 a bar is red or blue only when its interval excludes 0; older files keep the pruned scores' own stderrs
 and the baseline's noise band around 0. `draw_bars`, `zero_line` and `value_text` also draw the gate's
 baseline-vs-candidate bars, so a compare plot looks like the plots of the runs it compares.
@@ -60,7 +60,7 @@ def prune_drop_figure(result: PruneDropResult, task: str) -> Figure:
 def _draw_delta_bars(ax: Axes, metric: MetricDrop, metric_name: str) -> None:
     """ΔP bars coloured by what the removal does to the model.
 
-    With paired uncertainty (results since issue #10) the error bars are the paired 95 % intervals of
+    With paired uncertainty (results that carry paired stderrs) the error bars are the paired 95 % intervals of
     ΔP, and a bar is red/blue only when its interval excludes 0, grey otherwise. Older files keep the
     pruned score's own stderr as error bars and the baseline's noise band around 0.
     """

@@ -20,7 +20,7 @@ POINT_FIELDS = ("n", "start", "score", "stderr", "delta", "delta_stderr")
 class CurveMethod:
     """One selection method's points: for n blocks removed, the span [start, start+n) and its score.
 
-    `delta_stderr` is the paired stderr of score − baseline (issue #10), None where not pairable.
+    `delta_stderr` is the paired stderr of score − baseline, None where not pairable.
     """
 
     n: list[int]
