@@ -2,8 +2,9 @@
 
 Each sample sits in README.md between `<!-- sample:NAME -->` and `<!-- /sample -->`; this script runs the
 commands of every sample in one temporary directory (relative paths, so the outputs name no temporary
-path), offline and on CPU, and writes the block between the markers: the commands after a `$ ` prompt,
-then what they printed, or an abridged result JSON.
+path; `tiny-llama-8` is built there as docs/make_tiny_checkpoint.py builds it), offline and on CPU, and
+writes the block between the markers: the commands after a `$ ` prompt, then what they printed, or an
+abridged result JSON.
 
     python docs/make_samples.py                    # rewrite README.md's sample blocks
     python docs/make_samples.py --readme COPY.md   # write into another copy (the tests do)
@@ -34,6 +35,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+# The tests' builders (tests/factories), importable once the path is set.
+from factories import build_checkpoint  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from layerprobe.cli.app import app  # noqa: E402
@@ -68,6 +71,26 @@ SAMPLES = (
         output_of_last_only=True,
     ),
     Sample(
+        "prune-drop-corpus",
+        (
+            (
+                "prune-drop",
+                "tiny-llama-8",
+                "--task",
+                "corpus",
+                "--dataset",
+                "builtin:pydoc",
+                "--tokens",
+                "2048",
+                "--seq-len",
+                "128",
+                "--out",
+                "runs/pdc-example",
+                "--quiet",
+            ),
+        ),  # fmt: skip
+    ),
+    Sample(
         "compare-markdown",
         (("compare", "base/angular.json", "cand/angular.json", "--format", "markdown", "--no-plot"),),
         language="markdown",
@@ -81,6 +104,21 @@ def run(words: tuple[str, ...]) -> tuple[int, str]:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result.exit_code, result.output
+
+
+def shown_command(words: tuple[str, ...], hidden: bool) -> str:
+    """`$ layerprobe …` as a reader types it, continued with a backslash past 110 columns."""
+    lines = ["$ layerprobe"]
+    units: list[str] = []  # an option and its value stay on one line
+    for word in (*words, *((">", "/dev/null") if hidden else ())):
+        glued = units and units[-1].startswith(("--", ">")) and " " not in units[-1] and not word.startswith("--")
+        units[-1:] = [units[-1] + " " + word] if glued else [*units[-1:], word]
+    for word in units:
+        if len(lines[-1]) + len(word) + 3 > 110:
+            lines[-1] += " \\"
+            lines.append("   ")
+        lines[-1] += " " + word
+    return "\n".join(lines)
 
 
 def abridged(value, depth: int = 0, width: int = 110) -> str:
@@ -131,6 +169,7 @@ def result_json(path: Path) -> str:
 def make_blocks(work: Path) -> dict[str, str]:
     """Run every sample's commands in `work`; each sample's block text (fences included)."""
     blocks = {}
+    build_checkpoint("llama", work / "tiny-llama-8", num_layers=8, seed=0)  # as docs/make_tiny_checkpoint.py
     previous = Path.cwd()
     os.chdir(work)
     try:
@@ -141,7 +180,7 @@ def make_blocks(work: Path) -> dict[str, str]:
                 code, output = run(words)
                 hidden = sample.output_of_last_only and i < len(sample.commands) - 1
                 if sample.language == "text":
-                    lines.append("$ layerprobe " + " ".join(words) + (" > /dev/null" if hidden else ""))
+                    lines.append(shown_command(words, hidden))
                 if output.strip() and not hidden:
                     lines.append(output.rstrip("\n"))
             if sample.exit_code:

@@ -23,7 +23,8 @@ The mapping, applied word by word:
 - The ci.md workflows' shell: VARIABLES, `$SLURM_ARRAY_TASK_ID` over the array 0…7, `$checkpoint` over two
   checkpoints of an imitated training run with `$out` = `results/<checkpoint>`, `${runs[@]}` their results.
   `accelerate launch` runs as written, in a subprocess, with two CPU ranks.
-- Paths under /tmp/ are written under the run directory's tmp/ instead.
+- Paths under /tmp/ are written under the run directory's tmp/ instead; paths into the repository
+  (`tests/data/…`) are read from this checkout, as a reader at its root reads them.
 - PREPARED: what the docs take as given (a baseline and a candidate, a run's checkpoints, the rules files)
   is made first, by layerprobe commands on the same fixtures; `gate.toml` is ci.md's own rules file.
 """
@@ -216,6 +217,7 @@ def expand_shell(words: tuple[str, ...], cwd: Path) -> list[tuple[str, ...]]:
         out = []
         for word in run:
             word = "tmp/" + word.removeprefix("/tmp/") if word.startswith("/tmp/") else word
+            word = str(ROOT / word) if word.startswith("tests/") else word
             if any(c in word for c in "*?[") and not word.startswith("max_memory"):
                 matches = sorted(glob.glob(word, root_dir=cwd))
                 assert matches, f"{word} matches nothing in the run directory"
