@@ -8,7 +8,7 @@ gets, over the window's next-token predictions t = 0 … T-2 (token t+1 predicte
 - `top1_agreement`: fraction of positions where argmax P_variant = argmax P_base.
 
 A metric's value is the mean of its per-window values (every window but possibly the last has the same
-length), so prune-drop's paired stderr of issue #10 applies window by window (perplexity: a paired
+length), so prune-drop's paired stderr applies window by window (perplexity: a paired
 bootstrap with lm-eval's `perplexity` aggregation on the windows' mean log-likelihoods).
 
 Engine ("shared" unless `--engine simple`): per batch of windows, one baseline pass records x^l, the

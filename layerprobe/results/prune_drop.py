@@ -106,7 +106,7 @@ class MetricDrop:
 
     @property
     def paired(self) -> bool:
-        """Whether this metric carries paired stderrs (files before issue #10 do not)."""
+        """Whether this metric carries paired stderrs (older files do not)."""
         return self.delta_stderr is not None
 
     def to_dict(self) -> dict[str, object]:
@@ -213,7 +213,7 @@ class TaskDrop:
     samples: int | None
     nonfinite: int = 0  # evaluations' inputs with NaN/inf model outputs (SQuAD windows): counted, never hidden
     version: str | None = None  # lm-eval's version of the task (None for squad or older files)
-    agreement: dict[str, JSONObject] | None = None  # metric → agreement with an angular result (#10)
+    agreement: dict[str, JSONObject] | None = None  # metric → agreement with an angular result
     flip_rate: dict[str, FlipRate] | None = None  # generating tasks: filter → answers changed per variant
 
     @property

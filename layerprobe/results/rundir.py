@@ -6,7 +6,7 @@ the gate and the plots form those paths here, so a file is never named two ways.
 
 Task names become parts of file names (`prune_drop_<task>.png`, `samples/<task>.jsonl`); a task may be
 a path or hold spaces (`mmlu/abstract algebra`), so it is sanitised. Three rules exist today, each kept
-byte-for-byte so that existing run directories keep their names (another issue unifies them):
+byte-for-byte so that existing run directories keep their names (a later change may unify them):
 
 - `figure_name`: prune-drop plots; anything but letters, digits, '.', '_', '-' becomes '_', leading and
   trailing dots are stripped, an empty result becomes "task"; repeats get "-2", "-3"… (`task_plots`).

@@ -5,7 +5,8 @@ series) and keeps, per run, where it came from (model, revision, commit, step, s
 numbers a training team watches, each with its 95 % interval: the lazy-block count as a range, the mean
 adjacent distance, each task's baseline and the ΔP of the watched blocks, residual growth, the gradient
 signature, and the per-block series the heat strip draws. The statistics are computed in the review room
-(docs/methods-track.md); this module only holds them, writes them and validates them on the way back in.
+(docs/methods.md, "The history of several runs"); this module only holds them, writes them and validates
+them on the way back in.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ bound d − 1.96·SE below it). The mean adjacent distance's standard error is c
 values when the result has them: the blocks are measured on the same windows, so their errors are
 correlated and only the spread of each window's mean over blocks says how much the mean moves. Without
 them it falls back to sqrt(Σ SE_l²) / L, which assumes the blocks independent and says so.
-See docs/methods-track.md.
+See docs/methods.md, "The history of several runs".
 """
 
 from __future__ import annotations

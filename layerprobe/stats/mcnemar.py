@@ -1,4 +1,4 @@
-"""McNemar's exact test and a non-inferiority bound for paired binary outcomes (compare, issue #19 §3).
+"""McNemar's exact test and a non-inferiority bound for paired binary outcomes (compare).
 
 A baseline and a candidate answer the same n documents, each right or wrong. Only the discordant
 documents carry information about the difference:

@@ -1,4 +1,4 @@
-"""p-values for paired estimates, and their adjustment over many variants × tasks × metrics (issue #19 §3).
+"""p-values for paired estimates, and their adjustment over many variants × tasks × metrics.
 
 A prune-drop over 32 blocks × 3 tasks × 2 metrics asks 192 questions; at 5 % each, about ten "significant"
 drops are expected by chance alone. Two standard corrections:

@@ -1,4 +1,4 @@
-"""How stable a per-block ranking is across calibration data (issue #20 §2).
+"""How stable a per-block ranking is across calibration data.
 
 Two runs of `angular` (or `prune-drop`) on different calibration corpora each give a score per block;
 the question is whether they would prune the same blocks. Three measures, each with a bootstrap interval

@@ -1,4 +1,4 @@
-"""Anytime-valid confidence sequences for the mean of a bounded paired difference (issue #19).
+"""Anytime-valid confidence sequences for the mean of a bounded paired difference.
 
 A sequential prune-drop scores documents in a seeded random order, in rounds, and after each round asks
 of every variant whether its paired ΔP is known well enough to stop scoring it. An interval that is

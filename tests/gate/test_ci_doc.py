@@ -38,7 +38,10 @@ def test_the_documented_workflow_is_valid_yaml_and_gates_with_compare():
     workflow = next(yaml.safe_load(block) for block in fenced("yaml") if block.startswith("name:"))
     steps = workflow["jobs"]["layer-gate"]["steps"]
     run = "\n".join(step.get("run", "") for step in steps)
-    assert run.index("pip install torch") < run.index('pip install "layerprobe')
+    assert run.index("pip install torch") < run.index("pip install ./layerprobe-src")  # from its repository
+    source = next(step for step in steps if step.get("with", {}).get("path") == "layerprobe-src")
+    assert source["uses"].startswith("actions/checkout") and source["with"]["repository"].endswith("/layerprobe")
+    assert "layerprobe==" not in "\n".join(fenced("yaml"))  # not on PyPI
     assert "layerprobe angular" in run and "layerprobe prune-drop" in run
     assert "--format markdown" in run and '>> "$GITHUB_STEP_SUMMARY"' in run and "--junit" in run
     cache = next(step for step in steps if step.get("uses", "").startswith("actions/cache"))

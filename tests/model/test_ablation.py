@@ -1,4 +1,4 @@
-"""Sublayer and span ablation (issue #11 items 1, 2) against independent references.
+"""Sublayer and span ablation against independent references.
 
 Sublayer ablation is checked against a copy of the model whose output projections (and biases) are
 zeroed by name (`reference.zeroed_projections`, written out per family; the library finds them by

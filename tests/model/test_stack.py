@@ -105,7 +105,7 @@ def test_capture_records_every_block_input_and_last_output():
     assert all(not b._forward_pre_hooks and not b._forward_hooks for b in stack.blocks)
 
 
-# ------------------------------------------------------------------- architectures at the edges (issue 8)
+# ------------------------------------------------------------------- architectures at the edges
 
 
 def test_llama4_text_stack_is_found_in_its_decoder_not_through_the_missing_prefix():

@@ -1,4 +1,4 @@
-"""The weights are checked against config.json before loading (issue 8): a checkpoint whose config describes
+"""The weights are checked against config.json before loading: a checkpoint whose config describes
 other blocks than its files hold is refused before any weight is read, or by transformers' loading report."""
 
 from __future__ import annotations

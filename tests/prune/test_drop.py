@@ -207,7 +207,7 @@ def test_squad_equals_the_scorer_on_a_physically_deleted_qa_model(tiny_checkpoin
     assert sum(spy.advances) == pytest.approx(L + 1)
 
 
-# ------------------------------------------------------------------- architectures at the edges (issue 8)
+# ------------------------------------------------------------------- architectures at the edges
 def test_jamba_prune_drop_equals_lm_eval_on_a_physically_rebuilt_model(tmp_path, spy):
     """Both engines on Jamba (derived layer pattern) against lm-eval on a five-block Jamba built from its config.
 

@@ -59,7 +59,7 @@ def test_figures_keep_their_names(tmp_path):
 
 
 def test_the_three_task_name_rules_differ_as_documented():
-    """Kept byte-identical to the names earlier versions wrote; another issue will unify them."""
+    """Kept byte-identical to the names earlier versions wrote; a later change may unify them."""
     assert figure_name("../x") == "_x" and sample_name("../x") == ".._x.jsonl" and curve_name("../x") == ".._x"
     assert figure_name("...") == "task" and sample_name("...") == "....jsonl"
     assert figure_name("a:b") == "a_b" and sample_name("a:b") == "a_b.jsonl" and curve_name("a:b") == "a:b"

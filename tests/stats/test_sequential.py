@@ -1,6 +1,6 @@
 """stats/sequential.py: the anytime-valid confidence sequence, by simulation and against a direct computation.
 
-The coverage simulation follows issue #19 §2: paired binary outcomes with a known finite-population ΔP,
+The coverage simulation: paired binary outcomes with a known finite-population ΔP,
 scored in a random order in rounds, stopped by the three rules; the interval at the stopping time must
 cover the full-run ΔP in ≥ 95 % of the runs (minus Monte-Carlo error). The same simulation with a fixed-n
 t interval re-checked after every round under-covers, which shows the harness can tell the two apart.

