@@ -348,14 +348,14 @@ def read_curve_set(path: str | os.PathLike[str], method: str, n: int) -> CurveSe
     model_id = model.key("id").text(optional=True)
     if schema == f"{family}@1":
         spans = _spans_of_v1(root)
-        starts = _pick(spans, method, source, "method")
-        start = _pick(starts, n, source, f"n for method {method!r}")
+        starts = _pick(spans, method, f"{source} has no method {method!r}", "")
+        start = _pick(starts, n, f"{source} has no {method} set for n = {n}", "n = ")
         return CurveSet(source, method, n, list(range(start, start + n)), [], model_id, num_layers)
     if schema != f"{family}@2":
         raise ResultError(f"{source}: expected a prune-curve result, got schema {schema!r}.")
     methods = dict(root.key("methods").entries())
-    sets = dict(_pick(methods, method, source, "method").key("sets").entries())
-    chosen = _pick(sets, str(n), source, f"n for method {method!r}")
+    sets = dict(_pick(methods, method, f"{source} has no method {method!r}", "").key("sets").entries())
+    chosen = _pick(sets, str(n), f"{source} has no {method} set for n = {n}", "n = ")
     blocks = [item.integer(minimum=0) for item in chosen.key("blocks").items()]
     sublayers = []
     if chosen.key("sublayers").given:
@@ -386,9 +386,9 @@ def _spans_of_v1(root: Node) -> dict[str, dict[int, int]]:
     return spans
 
 
-def _pick(options: Mapping[K, V], wanted: K, source: str, what: str) -> V:
-    """`options[wanted]`, or a one-line refusal listing what there is."""
+def _pick(options: Mapping[K, V], wanted: K, missing: str, prefix: str) -> V:
+    """`options[wanted]`, or the one line `missing`, listing what there is ("…; it has: n = 1, 2.")."""
     if wanted not in options:
-        have = ", ".join(str(k) for k in options) or "none"
-        raise ResultError(f"{source} has no {what} {wanted!r}; it has: {have}.")
+        have = ", ".join(str(k) for k in options)
+        raise ResultError(f"{missing}; it has: {prefix}{have}." if have else f"{missing}; it has none.")
     return options[wanted]

@@ -210,7 +210,7 @@ def test_cli_prune_from_an_older_curve_takes_the_span(export_sources, tmp_path):
     [
         (["--method", "blockpruner", "--n", "2"], "cannot express removing the attention of block 3 alone"),
         (["--method", "sleb", "--n", "2"], "has no method 'sleb'; it has: greedy, blockpruner"),
-        (["--method", "greedy", "--n", "3"], "it has: 2."),
+        (["--method", "greedy", "--n", "3"], "has no greedy set for n = 3; it has: n = 2."),
         (["--method", "greedy"], "--from needs --method and --n"),
         (["--method", "greedy", "--n", "2", "--remove", "1"], "--from and --remove both say what to remove"),
     ],

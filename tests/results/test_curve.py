@@ -43,7 +43,7 @@ def test_a_span_of_schema_1(tmp_path):
     ("method", "n", "message"),
     [
         ("sleb", 1, "has no method 'sleb'; it has: greedy, blockpruner, influence."),
-        ("greedy", 3, "has no n for method 'greedy' '3'; it has: 1, 2."),
+        ("greedy", 3, "has no greedy set for n = 3; it has: n = 1, 2."),
     ],
 )
 def test_a_missing_method_or_n_lists_what_there_is(tmp_path, method, n, message):
@@ -53,7 +53,7 @@ def test_a_missing_method_or_n_lists_what_there_is(tmp_path, method, n, message)
 
 
 def test_a_missing_n_in_schema_1_lists_what_there_is(tmp_path):
-    with pytest.raises(ResultError, match=r"has no n for method 'angular' 3; it has: 1, 2\."):
+    with pytest.raises(ResultError, match=r"has no angular set for n = 3; it has: n = 1, 2\."):
         read_curve_set(_write(tmp_path, curve_dict()), "angular", 3)
 
 
