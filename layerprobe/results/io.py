@@ -28,7 +28,7 @@ PRUNE_DROP_SCHEMA = "layerprobe/prune-drop@2"  # @2: per variant items, stop, de
 PRUNE_DROP_SCHEMA_V1 = "layerprobe/prune-drop@1"  # still read everywhere (the new fields read as absent)
 DEPTH_SCHEMA = "layerprobe/depth@1"
 PRUNE_CURVE_SCHEMA = "layerprobe/prune-curve@2"
-PRUNE_CURVE_SCHEMA_V1 = "layerprobe/prune-curve@1"  # older files, still read (results/curve.py)
+PRUNE_CURVE_SCHEMA_V1 = "layerprobe/prune-curve@1"  # no longer written; older files are still read (curve.py)
 PARTIAL_SCHEMA = "layerprobe/prune-drop-partial@1"  # prune_drop.partial.json: a run's progress (--resume)
 SHARD_SCHEMA = "layerprobe/prune-drop-shard@1"  # prune_drop.shard.json: one job of `--shard i/N`
 ANSWERS_SCHEMA = "layerprobe/shared-answers@1"  # the shared engine's answer journal (its first line)
@@ -42,7 +42,6 @@ SCHEMAS = (
     PRUNE_DROP_SCHEMA_V1,
     DEPTH_SCHEMA,
     PRUNE_CURVE_SCHEMA,
-    PRUNE_CURVE_SCHEMA_V1,
     PARTIAL_SCHEMA,
     SHARD_SCHEMA,
     ANSWERS_SCHEMA,

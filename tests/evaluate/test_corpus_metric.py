@@ -32,7 +32,7 @@ def test_corpus_scores_match_float64_physically_pruned(tiny_checkpoints, tmp_pat
     path = tiny_checkpoints[arch]
     loaded = load_model(ModelSpec(str(path), dtype="float32", device="cpu"), purpose="head")
     stack = find_layers(loaded.model)
-    spans = [(1,), (1, 2), (2, 3)]
+    spans = [(1,), (1, 2), (2, 3), (0, 2)]  # (0, 2): a set of blocks that is not a span
     scorer = CorpusScorer(loaded, stack, CORPUS, [None, *spans], batch_size=2, engine=engine)
     assert len(scorer.windows) == 5 and len(scorer.windows[-1].input_ids) == 8
     base64 = tf.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64).eval()
@@ -64,10 +64,11 @@ def test_corpus_windows_are_angulars(tiny_checkpoints):
     assert corpus_windows(loaded, CORPUS) == expected
 
 
-def test_corpus_scorer_rejects_non_spans(tiny_checkpoints):
+def test_corpus_scorer_rejects_what_is_not_a_sorted_set_of_blocks(tiny_checkpoints):
     loaded = load_model(ModelSpec(str(tiny_checkpoints["llama"]), device="cpu"), purpose="head")
-    with pytest.raises(ValueError):
-        CorpusScorer(loaded, find_layers(loaded.model), CORPUS, [(0, 2)], windows=[])
+    for bad in [(2, 0)], [(1, 1)], [(3, 4)], [(-1, 0)]:
+        with pytest.raises(ValueError):
+            CorpusScorer(loaded, find_layers(loaded.model), CORPUS, bad, windows=[])
 
 
 def test_corpus_scores_spans_and_sublayers_of_a_remover(tiny_checkpoints, tmp_path):
