@@ -37,6 +37,7 @@ from layerprobe.results import (
     SequentialStop,
     from_rows,
     to_rows,
+    write_text,
 )
 from layerprobe.stats import ConfidenceSequence, scoring_order
 
@@ -127,10 +128,7 @@ class RoundLog:
                 kept.append(line)
                 if line.startswith('{"round_done"'):
                     done += 1
-        with open(self.path, "w", encoding="utf-8") as handle:
-            handle.writelines(kept)
-            handle.flush()
-            os.fsync(handle.fileno())
+        write_text(self.path, "".join(kept))
 
 
 class TaskRounds:

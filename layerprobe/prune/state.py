@@ -81,8 +81,13 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, object]:
 
 
 def sequential_settings(spec: PruneSpec) -> dict[str, object]:
-    """`precision` and `round_size` of a sequential run (--precision); nothing for a full run."""
-    return {} if spec.precision is None else {"precision": spec.precision, "round_size": spec.round_size}
+    """What a sequential run (--precision) adds to the fingerprint; nothing for a full run.
+
+    The selected blocks are part of it: the rounds a resumed run replays were scored for those variants.
+    """
+    if spec.precision is None:
+        return {}
+    return {"precision": spec.precision, "round_size": spec.round_size, "sequential_layers": spec.layers}
 
 
 def corpus_settings(corpus: CorpusSpec) -> dict[str, object]:

@@ -39,7 +39,6 @@ TRACK_SCHEMA = "layerprobe/track@1"  # track.json: the history of several runs (
 SCHEMAS = (
     ANGULAR_SCHEMA,
     PRUNE_DROP_SCHEMA,
-    PRUNE_DROP_SCHEMA_V1,
     DEPTH_SCHEMA,
     PRUNE_CURVE_SCHEMA,
     PARTIAL_SCHEMA,

@@ -129,7 +129,11 @@ def test_cli_run_writes_json_plots_and_table_with_the_documented_schema(tiny_che
                 "delta_method",
                 "bootstrap",
                 "stderr",
+                "items",
+                "stop",
+                "delta_cs95",
             ]
+            assert metric["items"] is None and metric["stop"] is None and metric["delta_cs95"] is None
             assert metric["layers"] == [0, 3] and len(metric["pruned"]) == len(metric["stderr"]) == 2
             assert len(metric["delta_stderr"]) == len(metric["delta_ci95"]) == len(metric["significant"]) == 2
             assert metric["delta_method"] == ("paired_mean" if name.startswith("acc") else "paired_bootstrap")
