@@ -127,15 +127,15 @@ def test_compare_verdict_json_is_named_for_what_it_is(tmp_path):
     assert result.exit_code == 2 and "compare's verdict" in result.stderr
 
 
-def test_resume_file_with_a_bad_entry_is_named(tmp_path):
+def test_resume_file_with_a_bad_entry_drops_it_and_a_bad_fingerprint_is_named(tmp_path):
     partial = {
         "schema": "layerprobe/prune-drop-partial@1",
         "fingerprint": {"model": "m"},
         "done": {"arc": {"baseline": {"metrics": {"acc": {"value": "0.5", "stderr": None}}, "samples": 3}}},
     }
     write_json(tmp_path / "prune_drop.partial.json", partial)
-    with pytest.raises(ResultError, match=r'done\.arc\.baseline\.metrics\.acc\.value must be a number, got "0.5"'):
-        PruneState.open(tmp_path, {"model": "m"}, resume=True)
+    state = PruneState.open(tmp_path, {"model": "m"}, resume=True)  # resume state: the entry is evaluated again
+    assert state.damaged == 1 and not state.has("arc", None)
     write_json(tmp_path / "prune_drop.partial.json", {**partial, "fingerprint": ["m"]})
     with pytest.raises(ResultError, match=r"fingerprint must be an object, got an array of 1 item"):
         PruneState.open(tmp_path, {"model": "m"}, resume=True)
