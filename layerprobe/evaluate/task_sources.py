@@ -127,7 +127,8 @@ def _local_names(include_path: Path) -> dict[str, list[Path]]:
     names: dict[str, list[Path]] = {}
     for path in sorted(include_path.rglob("*.y*ml")):
         data = _yaml_mapping(path)
-        tags = data.get("tag") if isinstance(data.get("tag"), list) else [data.get("tag")]
+        tag = data.get("tag")
+        tags: list[object] = tag if isinstance(tag, list) else [tag]
         for name in [data.get("task"), data.get("group"), *tags]:
             if isinstance(name, str):
                 names.setdefault(name, []).append(path)
@@ -136,8 +137,11 @@ def _local_names(include_path: Path) -> dict[str, list[Path]]:
 
 def _members(data: dict[str, Any]) -> list[str]:
     """The task and group names a group YAML's `task` list refers to."""
-    items = data.get("task") if isinstance(data.get("task"), list) else []
-    named = [item if isinstance(item, str) else item.get("group") or item.get("task") for item in items]
+    items = data.get("task")
+    named = [
+        item if isinstance(item, str) else item.get("group") or item.get("task") if isinstance(item, dict) else None
+        for item in (items if isinstance(items, list) else [])
+    ]
     return [name for name in named if isinstance(name, str)]
 
 
