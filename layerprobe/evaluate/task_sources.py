@@ -128,7 +128,7 @@ def _local_names(include_path: Path) -> dict[str, list[Path]]:
     for path in sorted(include_path.rglob("*.y*ml")):
         data = _yaml_mapping(path)
         tag = data.get("tag")
-        tags: list[Any] = tag if isinstance(tag, list) else [tag]
+        tags: list[object] = tag if isinstance(tag, list) else [tag]
         for name in [data.get("task"), data.get("group"), *tags]:
             if isinstance(name, str):
                 names.setdefault(name, []).append(path)
@@ -137,9 +137,11 @@ def _local_names(include_path: Path) -> dict[str, list[Path]]:
 
 def _members(data: dict[str, Any]) -> list[str]:
     """The task and group names a group YAML's `task` list refers to."""
-    task = data.get("task")
-    items: list[Any] = task if isinstance(task, list) else []
-    named = [item if isinstance(item, str) else item.get("group") or item.get("task") for item in items]
+    items = data.get("task")
+    named = [
+        item if isinstance(item, str) else item.get("group") or item.get("task") if isinstance(item, dict) else None
+        for item in (items if isinstance(items, list) else [])
+    ]
     return [name for name in named if isinstance(name, str)]
 
 
