@@ -7,7 +7,16 @@ import math
 
 import matplotlib.pyplot as plt
 import pytest
-from drawn import PDF_MAGIC, PNG_MAGIC, band_limits, delta_bars, errorbar_spans, file_magic, legend_texts
+from drawn import (
+    PDF_MAGIC,
+    PNG_MAGIC,
+    band_limits,
+    delta_bars,
+    errorbar_spans,
+    file_magic,
+    legend_texts,
+    overlapping_texts,
+)
 from factories import (
     corpus_prune_result,
     metric_drop,
@@ -144,3 +153,24 @@ def test_the_corpus_task_plots_kl_and_top1_agreement_beside_nll():
         assert len(other.axes) == 1  # only the corpus metrics have companions
     finally:
         plt.close(other)
+
+
+@pytest.mark.parametrize(
+    "figure",
+    [
+        lambda: prune_drop_figure(corpus_prune_result(), "corpus"),
+        lambda: prune_drop_figure(paired_arc_result(agreement=True)[0], "arc"),
+        lambda: prune_drop_figure(random_prune_result(12), "arc_easy"),
+        lambda: prune_drop_figure(random_prune_result(80), "arc_easy"),
+    ],
+    ids=["corpus", "agreement", "12-blocks", "80-blocks"],
+)
+def test_no_two_labels_of_a_prune_drop_figure_overlap(figure):
+    fig = figure()
+    try:
+        assert overlapping_texts(fig) == []
+        fig.text(0.5, 0.5, "a label drawn over another")  # the check can fail: two texts in one place
+        fig.text(0.5, 0.5, "another label drawn there")
+        assert overlapping_texts(fig) == [("a label drawn over another", "another label drawn there")]
+    finally:
+        plt.close(fig)
