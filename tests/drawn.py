@@ -107,3 +107,39 @@ def band_limits(ax, label: str) -> tuple[float, float]:
 def legend_texts(ax) -> list[str]:
     legend = ax.get_legend()
     return [] if legend is None else [t.get_text() for t in legend.get_texts()]
+
+
+def drawn_texts(fig) -> list:
+    """Every text `fig` draws: titles, axis labels, tick labels in view, annotations, legend entries."""
+    texts = list(fig.texts) + [t for t in (getattr(fig, "_suptitle", None),) if t is not None]
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        texts += [ax.title, ax._left_title, ax._right_title, *ax.texts]
+        for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            if not axis.get_visible():
+                continue
+            texts.append(axis.label)
+            low, high = min(limits), max(limits)
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                inside = low <= tick.get_loc() <= high
+                texts += [label for label in (tick.label1, tick.label2) if inside and label.get_visible()]
+        legend = ax.get_legend()
+        if legend is not None and legend.get_visible():
+            texts += list(legend.get_texts())
+    unique = {id(t): t for t in texts}  # the suptitle is also among fig.texts
+    return [t for t in unique.values() if t.get_visible() and t.get_text().strip()]
+
+
+def overlapping_texts(fig, slack: float = 1.0) -> list[tuple[str, str]]:
+    """Pairs of drawn texts of `fig` whose rendered boxes overlap (by more than `slack` pixels each way)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in drawn_texts(fig)]
+    boxes = [(text, box) for text, box in boxes if box.width > 0 and box.height > 0]
+    pairs = []
+    for i, (first, a) in enumerate(boxes):
+        for second, b in boxes[i + 1 :]:
+            if min(a.x1, b.x1) - max(a.x0, b.x0) > slack and min(a.y1, b.y1) - max(a.y0, b.y0) > slack:
+                pairs.append((first, second))
+    return pairs

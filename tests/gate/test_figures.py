@@ -19,6 +19,7 @@ from drawn import (
     file_magic,
     legend_texts,
     marked_minima,
+    overlapping_texts,
 )
 from factories import angular_from_walk, paired_arc_result, random_prune_result
 from matplotlib.container import BarContainer
@@ -141,5 +142,26 @@ def test_compare_prune_drop_draws_95_percent_intervals_and_labels_them():
         se = base_metric.delta_stderr
         assert errorbar_spans(diff_ax) == [pytest.approx((-z * math.hypot(s, s), z * math.hypot(s, s))) for s in se]
         assert "95 % CI: ± 1.96 √(se_base² + se_cand²)" in legend_texts(diff_ax)
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.usefixtures("no_leaked_figures")
+@pytest.mark.parametrize(
+    "figure",
+    [
+        lambda: figures.compare_prune_drop_figure(
+            random_prune_result(12, ("a", "b")), random_prune_result(9, ("a", "b"), seed=4)
+        ),
+        lambda: figures.compare_prune_drop_figure(paired_arc_result()[0], paired_arc_result()[0]),
+        lambda: figures.compare_angular_figure(angular_from_walk(8, seed=1), angular_from_walk(5, seed=2)),
+        lambda: figures.compare_angular_figure(angular_from_walk(32, seed=1), angular_from_walk(24, seed=2)),
+    ],
+    ids=["prune-drop", "prune-drop-paired", "angular-8", "angular-32"],
+)
+def test_no_two_labels_of_a_compare_figure_overlap(figure):
+    fig = figure()
+    try:
+        assert overlapping_texts(fig) == []
     finally:
         plt.close(fig)

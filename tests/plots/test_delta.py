@@ -8,7 +8,16 @@ from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import pytest
-from drawn import PDF_MAGIC, PNG_MAGIC, band_limits, delta_bars, errorbar_spans, file_magic, legend_texts
+from drawn import (
+    PDF_MAGIC,
+    PNG_MAGIC,
+    band_limits,
+    delta_bars,
+    errorbar_spans,
+    file_magic,
+    legend_texts,
+    overlapping_texts,
+)
 from factories import (
     corpus_prune_result,
     metric_drop,
@@ -185,5 +194,26 @@ def test_a_sequential_runs_error_bars_are_its_anytime_intervals():
         spans = sorted((float(s[0][1]), float(s[1][1])) for s in errorbar.lines[2][0].get_segments())
         assert spans == [pytest.approx(tuple(i)) for i in sorted(map(tuple, anytime))]
         assert "anytime-valid 95 % CI of ΔP (sequential)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    "figure",
+    [
+        lambda: prune_drop_figure(corpus_prune_result(), "corpus"),
+        lambda: prune_drop_figure(paired_arc_result(agreement=True)[0], "arc"),
+        lambda: prune_drop_figure(random_prune_result(12), "arc_easy"),
+        lambda: prune_drop_figure(random_prune_result(80), "arc_easy"),
+    ],
+    ids=["corpus", "agreement", "12-blocks", "80-blocks"],
+)
+def test_no_two_labels_of_a_prune_drop_figure_overlap(figure):
+    fig = figure()
+    try:
+        assert overlapping_texts(fig) == []
+        fig.text(0.5, 0.5, "a label drawn over another")  # the check can fail: two texts in one place
+        fig.text(0.5, 0.5, "another label drawn there")
+        assert overlapping_texts(fig) == [("a label drawn over another", "another label drawn there")]
     finally:
         plt.close(fig)

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import pytest
+from drawn import overlapping_texts
 from factories import depth_dict
 
 from layerprobe.plots.depth import depth_figure, distinct_labels
@@ -87,3 +88,14 @@ def test_grad_is_suggested_only_where_it_can_run(kind, suggests):
             assert "masked-LM head" in text
     finally:
         plt.close(fig)
+
+
+@pytest.mark.parametrize("kind", ["causal-lm", "encoder", "extractive-qa"])
+def test_no_two_labels_of_the_depth_figure_overlap(kind):
+    base = _result()
+    for result in (base, replace(base, grad=None, model=replace(base.model, kind=kind))):
+        fig = depth_figure(result)
+        try:
+            assert overlapping_texts(fig) == []
+        finally:
+            plt.close(fig)
