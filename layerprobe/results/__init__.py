@@ -7,6 +7,7 @@ JSON), `io` (atomic writes, schemas), `load` (any result file → its object) an
 run writes).
 """
 
+from layerprobe.results.agreement_span import agreement_distances, agreement_span, span_distance_label
 from layerprobe.results.angular import LAZY_THRESHOLD, AngularResult, AngularSummary, SpanChoice, angular_summary
 from layerprobe.results.curve import (
     CurveMethod,
@@ -72,10 +73,7 @@ from layerprobe.results.prune_drop import (
     PruneDropResult,
     TaskDrop,
     TaskSummary,
-    agreement_distances,
-    agreement_span,
     prune_drop_summary,
-    span_distance_label,
     variant_label,
 )
 from layerprobe.results.prune_state import PruneProgress, PruneShard
