@@ -304,6 +304,7 @@ def _cli(env_changes, *args):
     )
 
 
+@pytest.mark.slow  # waits out the hub client's connection timeout (~35 s)
 def test_unreachable_hub_is_one_line_with_the_offline_hint(tmp_path):
     """A closed localhost port stands in for the Hub: one error line and one hint, no retry warnings."""
     closed = {"HF_HUB_OFFLINE": None, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
