@@ -58,6 +58,7 @@ def layerprobe_imports(name: str):
                     yield node, alias.name, [], id(node) in in_function
 
 
+@pytest.mark.slow  # over 3 s on 2 cores: the default tier stays under 3 minutes
 def test_function_level_imports_only_defer_heavy_work_from_the_command_line():
     """A command module imports its workflow when the command runs, so `--help` never loads torch.
 

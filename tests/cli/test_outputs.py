@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from factories import RUN, angular_from_adjacent, arc_acc_result, model_info
 from typer.testing import CliRunner
 
@@ -47,6 +48,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # over 3 s on 2 cores: the default tier stays under 3 minutes
 def test_piped_output_is_never_wrapped(tmp_path):
     deep = tmp_path / ("a-rather-long-directory-name-for-a-ci-workspace-" * 2) / "candidate-run"
     base = write_json(deep / "base" / "angular.json", angular_from_adjacent([0.5, 0.4, 0.3]).to_dict())

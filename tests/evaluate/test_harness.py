@@ -151,6 +151,7 @@ def test_repeated_calls_see_the_same_requests_and_give_the_same_results(task_set
     assert first_requests == second_requests
 
 
+@pytest.mark.slow  # over 3 s on 2 cores: the default tier stays under 3 minutes
 def test_fewshot_contexts_identical_across_calls_and_equal_to_simple_evaluate(models):
     model, tokenizer = models["llama"]
     names = ["lp_arc_like", "lp_mmlu_stem"]
@@ -223,6 +224,7 @@ def removed_block(model, index):
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2", "qwen3"])
+@pytest.mark.slow  # over 3 s on 2 cores: the default tier stays under 3 minutes
 def test_one_hflm_reused_across_variants_matches_a_fresh_hflm(task_set, models, arch):
     model, tokenizer = models[arch]
     lm = make_lm(model, tokenizer, batch_size=BATCH)

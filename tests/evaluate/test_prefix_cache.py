@@ -96,6 +96,7 @@ def _run_all_ways(path, tmp_path, spy, layers: str, **settings):
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3", pytest.param("gpt2", marks=pytest.mark.slow)])
+@pytest.mark.slow  # over 3 s on 2 cores: the default tier stays under 3 minutes
 def test_prefix_reuse_equals_the_plain_path_and_lm_eval_on_a_5_shot_mmlu_task(arch, long_context, tmp_path, spy):
     path = long_context[arch]
     L = 4

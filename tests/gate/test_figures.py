@@ -30,6 +30,7 @@ from layerprobe.gate.figures import plot_verdict
 from layerprobe.gate.verdict import compare_paths
 
 
+@pytest.mark.slow  # over 3 s on 2 cores: the default tier stays under 3 minutes
 def test_plots_are_written_next_to_the_candidate_or_in_out(tmp_path, mixed_verdict):
     paths = plot_verdict(mixed_verdict)
     assert sorted(p.name for p in paths) == [
@@ -48,6 +49,7 @@ def test_plots_are_written_next_to_the_candidate_or_in_out(tmp_path, mixed_verdi
 
 @pytest.mark.usefixtures("no_leaked_figures")
 @pytest.mark.parametrize(("base_layers", "cand_layers"), [(8, 5), (80, 60), (6, 6)])
+@pytest.mark.slow  # over 3 s on 2 cores: the default tier stays under 3 minutes
 def test_compare_angular_differences_over_the_common_layers(tmp_path, base_layers, cand_layers):
     baseline = angular_from_walk(base_layers, seed=1, model_id="org/base")
     candidate = angular_from_walk(cand_layers, seed=2, nan_cells=[(0, 1)], model_id="org/pruned")

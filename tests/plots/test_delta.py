@@ -76,6 +76,7 @@ def test_prune_drop_bars_are_the_deltas_coloured_by_harm(higher_is_better):
 
 
 @pytest.mark.usefixtures("no_leaked_figures")
+@pytest.mark.slow  # over 3 s on 2 cores: the default tier stays under 3 minutes
 def test_prune_drop_file_names_are_safe_and_distinct(tmp_path):
     tasks = ("mmlu", "hendrycks/math algebra", "a/b", "a_b", "../../etc")
     paths = plot_prune_drop(random_prune_result(80, tasks=tasks), tmp_path)

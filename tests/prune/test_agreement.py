@@ -89,6 +89,7 @@ def measured_by(path) -> ModelInfo:
     return info_of(loaded, find_layers(loaded.model))
 
 
+@pytest.mark.slow  # over 3 s on 2 cores: the default tier stays under 3 minutes
 def test_cli_finds_angular_json_in_out_prints_agreement_and_logs_samples(tiny_checkpoints, tmp_path):
     tasks = TASKS_DIR
     same = dataclasses.replace(

@@ -210,6 +210,7 @@ def test_inputs_that_cannot_be_compared_are_refused(stability_runs, tmp_path):
         stability([stability_runs["pydoc"], tmp_path / "missing.json"])
 
 
+@pytest.mark.slow  # over 3 s on 2 cores: the default tier stays under 3 minutes
 def test_the_command_writes_json_markdown_and_plots(stability_runs, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     paths = [str(stability_runs[name]) for name in ("pydoc", "notes", "last", "corpus", "nosamples")]

@@ -171,6 +171,7 @@ def test_watch_follows_the_blocks_asked_for(review_runs, tmp_path):
         assert [w["delta_ci95"] for w in got] == [metric["delta_ci95"][metric["layers"].index(b)] for b in (1, 3)]
 
 
+@pytest.mark.slow  # over 3 s on 2 cores: the default tier stays under 3 minutes
 def test_relative_alignment_places_blocks_at_relative_depth(review_runs, tmp_path):
     args = [review_runs.by_step[1000], review_runs.deep, "--out", tmp_path, "--format", "json", "-q"]
     refused = track(args)
