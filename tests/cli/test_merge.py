@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from factories import PRUNE_SETTINGS, TASKS_DIR
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_cli_shard_and_merge(tiny_checkpoints, tmp_path):
     path = str(tiny_checkpoints["llama"])
     common = ["prune-drop", path, "--task", "lp_arc_like", "--include-path", str(TASKS_DIR), "--layers", "0,3"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
@@ -9,6 +10,7 @@ from layerprobe.cli.app import app
 runner = CliRunner()
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_plot_redraws_from_json(tiny_checkpoints, tmp_path):
     angular = ["angular", str(tiny_checkpoints["bert"]), "--tokens", "300", "--dataset", "builtin:pydoc", "--quiet"]
     assert runner.invoke(app, [*angular, "--out", str(tmp_path)]).exit_code == 0

@@ -91,6 +91,7 @@ def test_grad_is_suggested_only_where_it_can_run(kind, suggests):
 
 
 @pytest.mark.parametrize("kind", ["causal-lm", "encoder", "extractive-qa"])
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_no_two_labels_of_the_depth_figure_overlap(kind):
     base = _result()
     for result in (base, replace(base, grad=None, model=replace(base.model, kind=kind))):

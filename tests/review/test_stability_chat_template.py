@@ -87,6 +87,7 @@ def test_recorded_in_the_angular_data_block(chat_model, tmp_path):
     assert plain.adjacent_windows != result.adjacent_windows
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_recorded_in_prune_drop_corpus_settings(chat_model, tmp_path):
     out = tmp_path / "pd"
     args = ["prune-drop", str(chat_model), "--task", "corpus", "--dataset", BUILTIN_CORPUS, "--split", "train"]

@@ -224,6 +224,7 @@ def test_bad_options_are_one_line_and_status_2(review_runs, tmp_path, extra, mes
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_bad_run_directories_are_one_line_and_status_2(review_runs, tmp_path):
     missing = track([tmp_path / "nope", "--out", tmp_path / "o"])
     assert missing.exit_code == 2 and f"Run directory {tmp_path / 'nope'} does not exist." in missing.output
