@@ -67,6 +67,8 @@ LOCAL_TASKS = {"lp_mmlu", "lp_arc_like", "lp_pydoc_ppl"}
 MODEL_COMMANDS = {"angular", "depth", "layers", "prune-drop", "prune-curve", "prune"}
 VARIABLES = {
     "$MODEL_ID": LLAMA,
+    "$BASE_MODEL": LLAMA,
+    "$CANDIDATE": LLAMA,
     "$ANGULAR_TOKENS": "65536",
     "$PRUNE_TASK": "arc_easy",
     "$PRUNE_LIMIT": "100",
