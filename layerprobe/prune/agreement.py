@@ -59,9 +59,11 @@ def angular_model_mismatch(measured: ModelInfo, info: ModelInfo) -> str | None:
 
     The same weights fingerprint is the same model whatever its id (a hub download and its local copy);
     different fingerprints are different weights. Where either file lacks a fingerprint, the model id
-    decides. The architecture must match in every case.
+    decides. The architecture and the block count must match in every case.
     """
     reasons = []
+    if measured.num_layers != info.num_layers:
+        reasons.append(f"{measured.num_layers} blocks, this model {info.num_layers}")
     if measured.architecture != info.architecture:
         reasons.append(f"architecture {measured.architecture}, this model {info.architecture}")
     if measured.weights_fingerprint and info.weights_fingerprint:

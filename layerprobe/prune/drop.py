@@ -85,8 +85,10 @@ def run_prune_drop(
     known_layers = skeleton.num_layers if skeleton is not None else None
     if known_layers is None and not spec.model.layers_path:
         known_layers = getattr(config, "num_hidden_layers", None)
+    # An angular.json found in --out, not asked for, may be another model's: judged once the model is known.
+    checked_layers = known_layers if spec.angular is not None else None
     angular = (
-        None if angular_path is None else AngularSource(angular_path, load_angular_for(angular_path, known_layers))
+        None if angular_path is None else AngularSource(angular_path, load_angular_for(angular_path, checked_layers))
     )
     if spec.corpus.chat_template and CORPUS_TASK not in spec.tasks:
         raise LayerprobeError(
@@ -121,7 +123,8 @@ def run_prune_drop(
         )
     info = model_info(loaded, stack)
     if angular is not None:
-        check_angular_fits(angular.result, angular.path, stack.num_layers)
+        if spec.angular is not None:
+            check_angular_fits(angular.result, angular.path, stack.num_layers)
         mismatch = angular_model_mismatch(angular.result.model, info)
         if mismatch is not None and spec.angular is not None:
             raise LayerprobeError(

@@ -130,6 +130,13 @@ def test_cli_finds_angular_json_in_out_prints_agreement_and_logs_samples(tiny_ch
     assert "agreement with angular" not in withheld.output
     assert json.loads((tmp_path / "z" / "prune_drop.json").read_text())["tasks"]["lp_arc_like"].get("agreement") is None
 
+    # An angular.json of a deeper model found in --out (e.g. an earlier run of another model there): withheld too.
+    write_json(tmp_path / "w" / "angular.json", angular_from_adjacent([0.1] * 6).to_dict())
+    deeper = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "w")])
+    assert deeper.exit_code == 0, deeper.output
+    assert "6 blocks, this model 4" in " ".join(deeper.output.split())
+    assert json.loads((tmp_path / "w" / "prune_drop.json").read_text())["tasks"]["lp_arc_like"].get("agreement") is None
+
 
 def test_the_model_of_an_angular_result_is_matched_by_fingerprint_else_by_id():
     base = model_info(4, weights_fingerprint="sha256:aaaa")
@@ -138,6 +145,8 @@ def test_the_model_of_an_angular_result_is_matched_by_fingerprint_else_by_id():
     assert angular_model_mismatch(copy, base) is None
     tuned = dataclasses.replace(base, weights_fingerprint="sha256:bbbb")  # same id, other weights
     assert "weights fingerprint" in angular_model_mismatch(tuned, base)
+    deeper = dataclasses.replace(base, num_layers=6)  # same fingerprint cannot have more blocks, but the count decides
+    assert "6 blocks, this model 4" in angular_model_mismatch(deeper, base)
     older = dataclasses.replace(base, id="org/other", weights_fingerprint=None)  # no fingerprint: the id decides
     assert "model org/other" in angular_model_mismatch(older, base)
     assert angular_model_mismatch(dataclasses.replace(base, weights_fingerprint=None), base) is None
