@@ -88,6 +88,8 @@ class PruneSpec:
     precision: float | None = None  # sequential: stop a variant once its anytime 95 % half-width is ≤ this
     round_size: int = DEFAULT_ROUND_SIZE  # sequential: documents per round
     multiplicity: str = DEFAULT_MULTIPLICITY  # how `significant` is adjusted over variants × tasks × metrics
+    # A task given as a YAML path is keyed by the task name its YAML defines; (name, path) says where it is.
+    task_files: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         self._check_sequential()
@@ -112,6 +114,10 @@ class PruneSpec:
         if self.num_fewshot is not None and self.num_fewshot < 0:
             raise LayerprobeError(f"--num-fewshot must be >= 0, got {self.num_fewshot}.")
         object.__setattr__(self, "batch_size", parse_eval_batch_size(self.batch_size))
+
+    def task_source(self, task: str) -> str:
+        """What lm-eval loads for `task`: the YAML path it was given as, else the name itself."""
+        return dict(self.task_files).get(task, task)
 
     def _check_sequential(self) -> None:
         """--precision H and --round-size N: values, and the tasks a sequential run can score."""

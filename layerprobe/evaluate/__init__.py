@@ -14,13 +14,14 @@ from layerprobe.evaluate.corpus_metric import CorpusScorer
 from layerprobe.evaluate.documents import check_sequential_tasks
 from layerprobe.evaluate.paired import PairedColumns, paired_columns, paired_delta
 from layerprobe.evaluate.scorer import Scorer, check_tasks_fit_model, make_scorers, prepare_tasks
-from layerprobe.evaluate.task_sources import local_task_code
+from layerprobe.evaluate.task_sources import keyed_by_task_name, local_task_code
 
 __all__ = [
     "check_sequential_tasks",
     "check_tasks_fit_model",
     "CORPUS_METRICS",
     "CorpusScorer",
+    "keyed_by_task_name",
     "local_task_code",
     "make_scorers",
     "PairedColumns",

@@ -15,13 +15,15 @@ lm-eval reads its tasks from YAML files: its own ~15k (indexing them takes secon
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from layerprobe.core import TaskError
+from layerprobe.core import PruneSpec, TaskError
 
 if TYPE_CHECKING:
     from lm_eval.tasks import TaskManager
@@ -38,6 +40,50 @@ class IndexEntry(Protocol):
 
 
 # ------------------------------------------------------------------------------------------- task YAMLs
+def yaml_task_name(path: Path) -> str | None:
+    """The task (or group) name a task YAML defines; None when it names neither (e.g. it is unreadable)."""
+    data = _yaml_mapping(path)
+    for key in ("task", "group"):  # a group YAML's `task` is the list of its members
+        value = data.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
+def by_task_name(names: Sequence[str]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """Key every task by its task name: a YAML path becomes the name its YAML defines.
+
+    A task is then one key in every output (JSON, samples, plots, compare, the gate) whether it was given
+    by name with `--include-path` or by the path of its YAML, and two YAML files whose paths would flatten
+    to one file name cannot write over each other's outputs.
+
+    Returns:
+        The names, and (name, YAML path) for each task given as a path. A YAML naming no task keeps its path.
+
+    Raises:
+        TaskError: Two of `names` stand for the same task.
+    """
+    keys: dict[str, str] = {}  # task name → what the user gave
+    files = []
+    for given in names:
+        defined = yaml_task_name(Path(given).expanduser()) if is_yaml_file(given) else None
+        name = defined or given
+        if name in keys:
+            raise TaskError(f"task {name} is given twice (as {keys[name]} and as {given})", hint="give each task once")
+        keys[name] = given
+        if defined is not None:
+            files.append((defined, given))
+    return tuple(keys), tuple(files)
+
+
+def keyed_by_task_name(spec: PruneSpec) -> PruneSpec:
+    """`spec` with its tasks keyed by task name (`by_task_name`), the YAML paths kept in `task_files`."""
+    if spec.task_files:
+        return spec
+    names, files = by_task_name(spec.tasks)
+    return spec if not files else dataclasses.replace(spec, tasks=names, task_files=files)
+
+
 def is_yaml_file(name: str) -> bool:
     """Whether a task name is the path of an existing task YAML file."""
     return name.endswith(YAML_SUFFIXES) and Path(name).expanduser().is_file()

@@ -14,6 +14,7 @@ task index) is `task_sources.py`.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
@@ -85,7 +86,11 @@ def is_generation_task(task_set: TaskSet, name: str) -> bool:
 
 
 def build_tasks(
-    names: list[str], include_path: str | Path | None = None, num_fewshot: int | None = None, seed: int = 1234
+    names: list[str],
+    include_path: str | Path | None = None,
+    num_fewshot: int | None = None,
+    seed: int = 1234,
+    files: Mapping[str, str] | None = None,
 ) -> TaskSet:
     """Build lm-eval tasks and groups once, configured as `lm_eval.simple_evaluate` configures them.
 
@@ -99,6 +104,8 @@ def build_tasks(
             (lm-eval's rule). None keeps each task's default (0 when it has none).
         seed: Seed for python/numpy/torch while tasks load (a task may shuffle its documents) and for
             every few-shot sampler; `harness.evaluate` re-seeds with it before each evaluation.
+        files: name → the task YAML it is loaded from (`task_sources.by_task_name`); the TaskSet is keyed
+            by the name.
 
     Raises:
         TaskError: A name lm-eval does not know (with suggestions), data that cannot be reached (offline),
@@ -113,12 +120,13 @@ def build_tasks(
             f"--include-path {include_path} is a file, not a folder of task YAMLs",
             hint=f"pass its folder (--include-path {Path(include_path).parent}), or the YAML itself as --task",
         )
-    for name in names:
-        if name.endswith(YAML_SUFFIXES):
-            check_task_yaml(Path(name).expanduser(), name)
+    sources = {name: (files or {}).get(name, name) for name in names}
+    for source in sources.values():
+        if source.endswith(YAML_SUFFIXES):
+            check_task_yaml(Path(source).expanduser(), source)
     with quiet_lm_eval():
-        manager = task_manager(names, include_path)
-        unknown = [name for name in names if name not in manager.task_index and not is_yaml_file(name)]
+        manager = task_manager(list(sources.values()), include_path)
+        unknown = [src for src in sources.values() if src not in manager.task_index and not is_yaml_file(src)]
         if unknown:
             broken = unreadable_yamls(include_path)
             raise TaskError(
@@ -134,7 +142,7 @@ def build_tasks(
         members: dict[str, tuple[str, ...]] = {}
         claimed: dict[str, str] = {}  # leaf task → the name that asked for it
         for name in names:
-            part = _load(manager, name)
+            part = _load(manager, sources[name])
             result_names[name] = _root_name(name, part)
             members[name] = tuple(part["tasks"])
             for leaf in part["tasks"]:

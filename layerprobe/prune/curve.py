@@ -12,6 +12,7 @@ pass, the other tasks and sublayer sets remove the set in memory around the simp
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from layerprobe.core import (
     ResultError,
 )
 from layerprobe.data import check_chat_template
-from layerprobe.evaluate import CORPUS_METRICS, check_tasks_fit_model, paired_delta
+from layerprobe.evaluate import CORPUS_METRICS, check_tasks_fit_model, keyed_by_task_name, paired_delta
 from layerprobe.measure import run_angular
 from layerprobe.model import (
     LoadedModel,
@@ -97,6 +98,7 @@ def run_prune_curve(
     """Choose every strategy's sets, score the baseline and every set, write prune_curve.json into `out_dir`."""
     progress = progress or Progress()
     timer = RunTimer()
+    spec = dataclasses.replace(spec, prune=keyed_by_task_name(spec.prune))  # a YAML path → its task name
     prune, methods = spec.prune, spec.chosen_methods
     config = load_config(prune.model) if loaded is None else loaded.model.config
     check_tasks_fit_model(prune.tasks, model_kind(config), prune.model.model, prune.engine)

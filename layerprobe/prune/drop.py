@@ -15,7 +15,13 @@ from typing import cast
 
 from layerprobe.core import CORPUS_TASK, LayerprobeError, PruneSpec, Share, parse_layer_ranges
 from layerprobe.data import check_chat_template
-from layerprobe.evaluate import check_sequential_tasks, check_tasks_fit_model, make_scorers, prepare_tasks
+from layerprobe.evaluate import (
+    check_sequential_tasks,
+    check_tasks_fit_model,
+    keyed_by_task_name,
+    make_scorers,
+    prepare_tasks,
+)
 from layerprobe.model import (
     EvaluationEvent,
     LoadedModel,
@@ -66,6 +72,7 @@ def run_prune_drop(
     this very run's (`resume.py`).
     """
     progress = progress or Progress()
+    spec = keyed_by_task_name(spec)  # a task given by its YAML path is keyed by its task name everywhere
     sharded = shard is not None  # `--shard 0/1` is a shard too: its file is what merge reads
     shard = shard or Share()
     world = world or distributed_world()

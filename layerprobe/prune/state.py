@@ -71,6 +71,9 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, object]:
         "prefix_reuse": spec.prefix_reuse,
         "max_state_bytes": spec.max_state_bytes,  # splits the shared engine's batches: padding, so rounding
         "include_path": files_stat_digest(spec.include_path) if spec.include_path else None,
+        **(
+            {"task_files": {name: files_stat_digest(path) for name, path in spec.task_files}} if spec.task_files else {}
+        ),
         "squad_data": files_stat_digest(spec.squad_data) if spec.squad_data else None,
         "unit": spec.unit,
         "span": spec.span,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
-from command_line import invoke_prune_drop
+from command_line import invoke, invoke_prune_drop
 from factories import TASKS_DIR
 
-from layerprobe.evaluate.task_sources import local_task_code
+from layerprobe.core import TaskError
+from layerprobe.evaluate.task_sources import by_task_name, local_task_code
 
 HELPERS = "def keep_all(dataset):\n    return dataset\n"
 
@@ -52,6 +54,45 @@ def test_unreadable_or_foreign_yamls_name_nothing(tmp_path):
     assert local_task_code(["broken", "a", "c"], tmp_path) == []
 
 
+def test_a_task_given_by_its_yaml_path_is_keyed_by_the_task_name_it_defines(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "b.yaml").write_text("task: lp_one\ndataset_path: json\n")
+    (tmp_path / "a_b.yaml").write_text("task: lp_two\ndataset_path: json\n")  # flattens to the same file name
+    (tmp_path / "group.yaml").write_text("group: lp_group\ntask: [lp_one, lp_two]\n")
+    (tmp_path / "nameless.yaml").write_text("dataset_path: json\n")
+    given = [str(tmp_path / "a" / "b.yaml"), str(tmp_path / "a_b.yaml"), "arc_easy", str(tmp_path / "group.yaml")]
+    names, files = by_task_name([*given, str(tmp_path / "nameless.yaml")])
+    assert names == ("lp_one", "lp_two", "arc_easy", "lp_group", str(tmp_path / "nameless.yaml"))
+    assert files == (("lp_one", given[0]), ("lp_two", given[1]), ("lp_group", given[3]))
+    with pytest.raises(TaskError, match="task lp_one is given twice"):
+        by_task_name(["lp_one", given[0]])
+
+
+@pytest.mark.slow
+def test_one_task_by_path_or_by_name_is_one_task_to_compare(tiny_checkpoints, tmp_path):
+    common = ["--limit", 2, "--layers", "0", "--quiet", "--log-samples"]
+    by_path = invoke_prune_drop(
+        tiny_checkpoints["llama"], "--task", TASKS_DIR / "lp_arc_like.yaml", *common, "--out", tmp_path / "p"
+    )
+    by_name = invoke_prune_drop(
+        tiny_checkpoints["llama"],
+        "--task",
+        "lp_arc_like",
+        "--include-path",
+        TASKS_DIR,
+        *common,
+        "--out",
+        tmp_path / "n",
+    )
+    assert by_path.exit_code == 0 and by_name.exit_code == 0, by_path.output + by_name.output
+    written = json.loads((tmp_path / "p" / "prune_drop.json").read_text())
+    assert list(written["tasks"]) == ["lp_arc_like"] and written["settings"]["tasks"] == ["lp_arc_like"]
+    assert (tmp_path / "p" / "prune_drop_lp_arc_like.png").is_file()
+    assert (tmp_path / "p" / "samples" / "lp_arc_like.jsonl").is_file()
+    compared = invoke("compare", tmp_path / "n" / "prune_drop.json", tmp_path / "p" / "prune_drop.json")
+    assert compared.exit_code == 0, compared.output
+
+
 @pytest.mark.slow
 def test_prune_drop_says_which_python_a_local_task_runs(tiny_checkpoints, tasks_with_code, tmp_path):
     _, yaml_path = tasks_with_code
@@ -70,3 +111,4 @@ def test_prune_drop_says_which_python_a_local_task_runs(tiny_checkpoints, tasks_
     assert result.exit_code == 0, result.output
     notes = [line for line in result.output.splitlines() if line.startswith("note: the local task YAMLs run Python")]
     assert len(notes) == 1 and str((yaml_path.parent / "code" / "filters.py").resolve()) in notes[0]
+    assert list(json.loads((tmp_path / "o" / "prune_drop.json").read_text())["tasks"]) == ["lp_arc_code"]
