@@ -317,3 +317,12 @@ def direct_ratio_stderr(windows: np.ndarray, positions: np.ndarray) -> tuple[flo
     k = len(a)
     se = math.sqrt(k / (k - 1) * float((n**2 * (a - mean) ** 2).sum())) / float(n.sum())
     return mean, se
+
+
+def agresti_min(b: int, c: int, n: int) -> tuple[float, float]:
+    """Agresti & Min (2005): the Wald interval of the paired table with 1/2 added to each of its four cells."""
+    total = n + 2
+    p_lost, p_gained = (b + 0.5) / total, (c + 0.5) / total  # right → wrong, wrong → right
+    centre = p_gained - p_lost
+    half = 1.959963984540054 * math.sqrt((p_gained + p_lost - centre**2) / total)
+    return centre - half, centre + half

@@ -6,7 +6,9 @@ uncertainty of a difference must therefore come from the per-document *differenc
 the two scores' own standard errors combined as if independent, which is several times too wide.
 
 - `paired_mean_stats`: metrics that are means over documents (acc, acc_norm, exact_match, f1): the
-  standard error of the mean difference, sample std (ddof=1) / sqrt(n), and a normal 95 % interval.
+  standard error of the mean difference, sample std (ddof=1) / sqrt(n), and a normal 95 % interval;
+  for 0/1 values (acc, exact_match) Agresti–Min's paired interval and the exact McNemar test instead
+  (`paired_proportion_stats`), which stay honest when few or no answers change.
 - `paired_bootstrap`: corpus-level metrics (perplexity, bits per byte) that are not means of per-doc
   values: documents are resampled with replacement (the same draw for both variants) and the metric is
   recomputed with the task's own aggregation function; the percentile 95 % interval of the differences.
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from layerprobe.core import DEFAULT_DRAWS, DEFAULT_SEED
+from layerprobe.stats.mcnemar import mcnemar_pvalue
 from layerprobe.stats.multiplicity import bootstrap_pvalue, normal_pvalue
 
 Z95 = 1.959963984540054  # two-sided 95 % quantile of the standard normal
@@ -79,7 +82,37 @@ def paired_mean_stats(base: Sequence[float], variant: Sequence[float]) -> Paired
         raise ValueError("no documents to compare")
     diffs = np.asarray(variant, dtype=np.float64) - np.asarray(base, dtype=np.float64)
     stderr = float(diffs.std(ddof=1) / math.sqrt(n)) if n > 1 else None
+    if n > 1 and is_binary(base) and is_binary(variant):
+        return paired_proportion_stats(base, variant)
     return _normal(float(diffs.mean()), stderr)
+
+
+def is_binary(values: Sequence[float]) -> bool:
+    """Whether every value is 0 or 1 (a correct / incorrect answer per document)."""
+    return all(v == 0 or v == 1 for v in values)
+
+
+def paired_proportion_stats(base: Sequence[float], variant: Sequence[float]) -> PairedDelta:
+    """The paired difference of two proportions (0/1 per document): Agresti–Min's interval, McNemar's test.
+
+    With b documents right before and wrong after and c the reverse, the difference is (c − b) / n. The
+    normal interval ± 1.96 SE has zero width when no answer changes (b = c = 0), claiming an exact zero
+    from any number of documents, and under-covers when few change. Agresti and Min (Statistics in
+    Medicine 24, 2005) add 1/2 to each of the four cells of the paired table before the Wald interval:
+    centre (c − b) / (n + 2), variance ((b + c + 1) − (c − b)² / (n + 2)) / (n + 2)², never zero (b = c = 0
+    gives ± 1.96 / (n + 2)), with coverage close to 95 % down to small n. Newcombe's score interval was
+    not used: it collapses to zero width when b = c = 0 and the accuracy is 1/2. The p-value is the exact
+    two-sided McNemar test of b against c; `stderr` stays the sample standard error of the differences.
+    """
+    n = len(base)
+    b = sum(1 for x, y in zip(base, variant, strict=True) if x == 1 and y == 0)
+    c = sum(1 for x, y in zip(base, variant, strict=True) if x == 0 and y == 1)
+    diffs = np.asarray(variant, dtype=np.float64) - np.asarray(base, dtype=np.float64)
+    stderr = float(diffs.std(ddof=1) / math.sqrt(n)) if n > 1 else None
+    centre = (c - b) / (n + 2)
+    half = Z95 * math.sqrt(max(0.0, (b + c + 1) - (c - b) ** 2 / (n + 2))) / (n + 2)
+    ci = (max(-1.0, centre - half), min(1.0, centre + half))
+    return PairedDelta((c - b) / n, stderr, ci, "paired_mean", pvalue=mcnemar_pvalue(b, c))
 
 
 def stratified_mean_stats(strata: Sequence[tuple[float, Sequence[float], Sequence[float]]]) -> PairedDelta:

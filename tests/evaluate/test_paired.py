@@ -16,7 +16,7 @@ import pytest
 import torch
 import transformers as tf
 from factories import TASKS, TASKS_DIR, prune_spec, write_squad_jsonl
-from reference import lm_eval_reference, physically_deleted
+from reference import agresti_min, lm_eval_reference, physically_deleted
 
 from layerprobe.evaluate.harness import evaluate, make_lm
 from layerprobe.evaluate.paired import paired_columns, paired_delta
@@ -102,7 +102,12 @@ def test_paired_stderr_of_means_equals_a_hand_computation_on_lm_eval_samples(sco
             assert got.delta == pytest.approx(want_delta, abs=1e-12)
             assert got.method == "paired_mean"
             assert got.stderr == pytest.approx(hand_paired_stderr(base, pruned), rel=1e-12)
-            assert got.ci95 == pytest.approx((got.delta - Z95 * got.stderr, got.delta + Z95 * got.stderr))
+            if all(v in (0, 1) for v in (*base, *pruned)):  # accuracies: Agresti–Min's paired interval
+                lost = sum(1 for x, y in zip(base, pruned, strict=True) if x == 1 and y == 0)
+                gained = sum(1 for x, y in zip(base, pruned, strict=True) if x == 0 and y == 1)
+                assert got.ci95 == pytest.approx(agresti_min(lost, gained, len(base)), abs=1e-12)
+            else:
+                assert got.ci95 == pytest.approx((got.delta - Z95 * got.stderr, got.delta + Z95 * got.stderr))
             checked += got.stderr > 0
     assert checked >= 1  # the removal changed some answers (MMLU's): a stderr that is not trivially 0
 

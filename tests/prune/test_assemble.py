@@ -60,9 +60,16 @@ def test_flags_are_holm_adjusted_over_every_variant_task_and_metric_of_a_real_ru
     raw = flat(result, "p_value")
     assert None not in raw and len(raw) == 4 * 5 == result.family  # 4 blocks × (1 + 4) metrics
     for task in result.tasks.values():
-        for metric in task.metrics.values():
+        for name, metric in task.metrics.items():
             for i, p in enumerate(metric.p_value):
-                if metric.delta_method == "paired_mean":  # the normal test of the paired interval
+                if name == "acc":  # 0/1 per document: the exact McNemar test of the answers lost and gained
+                    n, se = task.samples, metric.delta_stderr[i]
+                    # diffs in {−1, 0, 1}: c − b = n·ΔP and b + c = (n − 1)·n·se² + n·ΔP² (the sample variance)
+                    net, changed = n * metric.delta[i], (n - 1) * n * se**2 + n * metric.delta[i] ** 2
+                    b, c = round((changed - net) / 2), round((changed + net) / 2)
+                    want = 1.0 if b + c == 0 else stats.binomtest(b, b + c).pvalue
+                    assert p == pytest.approx(want, rel=1e-9)
+                elif metric.delta_method == "paired_mean":  # the normal test of the paired interval
                     se = metric.delta_stderr[i]
                     want = (
                         (1.0 if metric.delta[i] == 0 else 0.0)

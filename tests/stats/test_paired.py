@@ -4,6 +4,8 @@ import math
 import random
 
 import pytest
+from reference import agresti_min
+from scipy import stats as scipy_stats
 
 from layerprobe.stats.paired import (
     Z95,
@@ -40,9 +42,9 @@ def _avg_ranks(x):
 
 def test_paired_mean_matches_direct_formula_and_is_narrower_than_unpaired():
     rng = random.Random(0)
-    base = [float(rng.random() < 0.6) for _ in range(200)]
+    base = [rng.random() for _ in range(200)]  # e.g. a per-document F1
     # The variant mostly agrees with the baseline: the paired stderr is far below the unpaired one.
-    variant = [b if rng.random() < 0.9 else 1.0 - b for b in base]
+    variant = [b + rng.gauss(0.0, 0.05) for b in base]
     got = paired_mean_stats(base, variant)
     diffs = [v - b for v, b in zip(variant, base, strict=True)]
     expected = _stdev(diffs) / math.sqrt(len(diffs))
@@ -52,6 +54,39 @@ def test_paired_mean_matches_direct_formula_and_is_narrower_than_unpaired():
     unpaired = math.hypot(_stdev(base) / math.sqrt(200), _stdev(variant) / math.sqrt(200))
     assert got.stderr < 0.6 * unpaired
     assert got.method == "paired_mean" and got.draws is None
+
+
+def test_zero_one_values_get_agresti_min_and_an_exact_mcnemar_p():
+    rng = random.Random(3)
+    for n, flip in ((8, 0.0), (40, 0.05), (200, 0.2), (500, 0.01)):
+        base = [float(rng.random() < 0.5) for _ in range(n)]
+        variant = [1.0 - v if rng.random() < flip else v for v in base]
+        got = paired_mean_stats(base, variant)
+        b = sum(1 for x, y in zip(base, variant, strict=True) if (x, y) == (1.0, 0.0))
+        c = sum(1 for x, y in zip(base, variant, strict=True) if (x, y) == (0.0, 1.0))
+        assert got.delta == pytest.approx((c - b) / n, abs=1e-12)
+        assert got.ci95 == pytest.approx(agresti_min(b, c, n), abs=1e-12)
+        assert got.pvalue == pytest.approx(1.0 if b + c == 0 else scipy_stats.binomtest(b, b + c).pvalue)
+        assert got.ci95[1] - got.ci95[0] > 0  # never the zero width of ± 1.96 SE when no answer changes
+    nothing_changed = paired_mean_stats([1.0, 0.0] * 50, [1.0, 0.0] * 50)
+    assert nothing_changed.stderr == 0 and nothing_changed.ci95 == pytest.approx((-Z95 / 102, Z95 / 102))
+
+
+def test_agresti_min_covers_where_the_normal_interval_does_not():
+    """Rare answer changes on 30 documents: ± 1.96 SE is often zero-width around a non-zero truth."""
+    rng = random.Random(5)
+    runs, n, p_loss = 2000, 30, 0.02  # truth: ΔP = −0.02 (no answer gained)
+    covered = wald_covered = 0
+    for _ in range(runs):
+        base = [1.0] * n
+        variant = [0.0 if rng.random() < p_loss else 1.0 for _ in range(n)]
+        low, high = paired_mean_stats(base, variant).ci95
+        covered += low <= -0.02 <= high
+        diffs = [v - b for v, b in zip(variant, base, strict=True)]
+        se = _stdev(diffs) / math.sqrt(n)
+        wald_covered += _mean(diffs) - Z95 * se <= -0.02 <= _mean(diffs) + Z95 * se
+    assert covered / runs >= 0.93
+    assert wald_covered / runs < 0.7  # b = 0 in 55 % of runs: a zero-width interval at 0
 
 
 def test_significance_follows_the_interval():
