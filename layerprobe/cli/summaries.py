@@ -18,6 +18,7 @@ from layerprobe.core import DEFAULT_MULTIPLICITY
 from layerprobe.results import (
     AngularResult,
     AngularSummary,
+    AnswerFlips,
     DepthResult,
     FlipRate,
     MetricDrop,
@@ -204,6 +205,11 @@ def _flip_cell(rate: FlipRate, layer: int) -> str:
     return f"{rate.rate[k]:.2f} [{low:.2f}, {high:.2f}]"
 
 
+def _answers_cell(flips: AnswerFlips | None) -> str:
+    """`0.40 [0.20, 0.64]`: one set's share of changed answers (one filter), with its Wilson 95 % interval."""
+    return "—" if flips is None else f"{flips.rate:.2f} [{flips.ci95[0]:.2f}, {flips.ci95[1]:.2f}]"
+
+
 MULTIPLICITY_NAMES = {"holm": "Holm-adjusted", "bh": "BH-adjusted (false discovery rate)", "none": "unadjusted"}
 
 
@@ -296,11 +302,15 @@ def print_curve_summary(result: PruneCurveResult) -> None:
             table.add_column(column, justify="left" if column != "n" else "right")
         for column in (escape(name), "95 % CI", "ΔP", "paired 95 % CI"):
             table.add_column(column, justify="right")
+        filters = result.answer_filters(task)
+        for filter_name in filters:
+            table.add_column(escape(f"answers changed ({filter_name})"), justify="right")
         for method, strategy in result.methods.items():
             for n, chosen in sorted(strategy.sets.items()):
                 score = chosen.scores[task][name]
                 removed = [str(b) for b in chosen.blocks]
                 removed += [f"{b}.{'attn' if kind == 'attention' else kind}" for b, kind in chosen.sublayers]
+                flips = chosen.flip_rate.get(task, {})
                 table.add_row(
                     escape(method_label(method)),
                     str(n),
@@ -309,6 +319,7 @@ def print_curve_summary(result: PruneCurveResult) -> None:
                     _interval(score.ci95, signed=False),
                     f"{score.delta:+.4f}",
                     _interval(score.delta_ci95),
+                    *(_answers_cell(flips.get(f)) for f in filters),
                 )
         out.print(table)
     for method, strategy in result.methods.items():

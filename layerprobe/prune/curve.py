@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from layerprobe.core import (
+    ANSWER,
     CORPUS_TASK,
     CURVE_UNITS,
     AngularSpec,
@@ -40,6 +41,7 @@ from layerprobe.model import (
     model_kind,
 )
 from layerprobe.prune.agreement import check_angular_fits, load_angular_for
+from layerprobe.prune.assemble import answer_flips
 from layerprobe.prune.curve_spec import PruneCurveSpec
 from layerprobe.prune.search import Driver, SearchResult, check_prune_drop_for, delta_from_file, delta_measured, greedy
 from layerprobe.prune.state import corpus_settings
@@ -67,6 +69,7 @@ from layerprobe.prune.strategies import (
 from layerprobe.prune.variants import VariantScorer
 from layerprobe.results import (
     AngularResult,
+    AnswerFlips,
     BaselineScore,
     CurveStrategy,
     JSONObject,
@@ -80,6 +83,7 @@ from layerprobe.results import (
     normal_ci95,
     write_json,
 )
+from layerprobe.stats import wilson_interval
 
 __all__ = ["PruneCurveSpec", "choose_spans", "gromov_start", "run_prune_curve"]
 
@@ -304,7 +308,21 @@ def _removed_set(scorer: VariantScorer, tasks: tuple[str, ...], variant: Variant
                 interval,
             )
     blocks = [b for b, kind in variant if kind == BLOCK]
-    return RemovedSet(blocks, [(b, kind) for b, kind in variant if kind != BLOCK], scores)
+    flips = {task: found for task in tasks if (found := _flip_rates(scorer, task, variant))}
+    return RemovedSet(blocks, [(b, kind) for b, kind in variant if kind != BLOCK], scores, flips)
+
+
+def _flip_rates(scorer: VariantScorer, task: str, variant: Variant) -> dict[str, AnswerFlips]:
+    """Per filter of a generating task: the answers that differ from the full model's, with a Wilson 95 % interval."""
+    base, pruned = scorer.evaluation(task, ()), scorer.evaluation(task, variant)
+    out = {}
+    for label, answers in base.per_sample.items():
+        documents = sum(len(docs) for docs in answers.values.values())
+        flips = answer_flips(answers, pruned.per_sample.get(label)) if answers.aggregation == ANSWER else None
+        if flips is not None and documents:
+            low, high = wilson_interval(flips, documents) or (0.0, 1.0)
+            out[label.split(",", 1)[1]] = AnswerFlips(flips, documents, flips / documents, [low, high])
+    return out
 
 
 def _check_same_model(measured: str, path: Path, model: str) -> None:

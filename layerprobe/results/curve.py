@@ -137,6 +137,11 @@ class PruneCurveResult:
     def num_layers(self) -> int:
         return self.model.num_layers
 
+    def answer_filters(self, task: str) -> list[str]:
+        """The filters of a generating task whose changed answers were counted (empty for any other task)."""
+        sets = [chosen for strategy in self.methods.values() for chosen in strategy.sets.values()]
+        return list(dict.fromkeys(name for chosen in sets for name in chosen.flip_rate.get(task, {})))
+
     def shown_metric(self, task: str) -> str:
         """The metric a figure or table shows for `task`: the one that drove the choice, else the primary one."""
         driver = self.settings.get("metric")

@@ -2,8 +2,9 @@
 
 `methods.<name>` holds one `CurveStrategy`: for every n it chose a set of n units (`RemovedSet`: the
 removed `blocks` and the zeroed `sublayers` as [block, "attention"|"mlp"]), every task's and metric's
-score of the model without them (`SetScore`, with 95 % intervals), and what the search cost. `baseline`
-holds the full model's scores (`BaselineScore`).
+score of the model without them (`SetScore`, with 95 % intervals), on a generating task the share of
+answers that changed (`AnswerFlips`, per filter), and what the search cost. `baseline` holds the full
+model's scores (`BaselineScore`).
 """
 
 from __future__ import annotations
@@ -88,12 +89,44 @@ class SetScore:
 
 
 @dataclass(frozen=True)
+class AnswerFlips:
+    """One filter of a generating task with a set removed: the answers that differ from the full model's.
+
+    `flips` of `documents` answers (after the filter) changed; `rate` = flips / documents and `ci95` its
+    Wilson 95 % interval.
+    """
+
+    flips: int
+    documents: int
+    rate: float
+    ci95: list[float]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"flips": self.flips, "documents": self.documents, "rate": self.rate, "ci95": list(self.ci95)}
+
+    @classmethod
+    def from_dict(cls, node: Node) -> AnswerFlips:
+        documents = node.key("documents").integer(minimum=1)
+        flips = node.key("flips").integer(minimum=0)
+        if flips > documents:
+            node.key("flips").fail(f"a count of at most documents = {documents}", f"got {flips}")
+        ci95 = v.interval(node.key("ci95"))
+        if ci95 is None:
+            node.key("ci95").fail("the Wilson 95 % interval [low, high]")
+        return cls(flips, documents, node.key("rate").number(finite=True, low=0.0, high=1.0), ci95)
+
+
+@dataclass(frozen=True)
 class RemovedSet:
-    """The units one strategy removes for one n, and every task's and metric's score without them."""
+    """The units one strategy removes for one n, and every task's and metric's score without them.
+
+    `flip_rate` (generating tasks only): task → filter → how many answers changed against the full model.
+    """
 
     blocks: list[int]
     sublayers: list[tuple[int, str]]
     scores: dict[str, dict[str, SetScore]]
+    flip_rate: dict[str, dict[str, AnswerFlips]] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -108,11 +141,16 @@ class RemovedSet:
         return blocks[0]
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "blocks": list(self.blocks),
             "sublayers": [[block, kind] for block, kind in self.sublayers],
             "scores": {t: {m: s.to_dict() for m, s in metrics.items()} for t, metrics in self.scores.items()},
         }
+        if self.flip_rate:
+            out["flip_rate"] = {
+                task: {name: f.to_dict() for name, f in filters.items()} for task, filters in self.flip_rate.items()
+            }
+        return out
 
     @classmethod
     def from_dict(cls, node: Node, num_layers: int) -> RemovedSet:
@@ -135,7 +173,16 @@ class RemovedSet:
             task: {name: SetScore.from_dict(score) for name, score in metrics.entries(min_length=1)}
             for task, metrics in node.key("scores").entries(min_length=1)
         }
-        return cls(blocks, sublayers, scores)
+        flips = node.key("flip_rate")
+        flip_rate = (
+            {
+                task: {name: AnswerFlips.from_dict(item) for name, item in filters.entries(min_length=1)}
+                for task, filters in flips.entries()
+            }
+            if flips.given
+            else {}
+        )
+        return cls(blocks, sublayers, scores, flip_rate)
 
 
 @dataclass(frozen=True)

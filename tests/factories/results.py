@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 
 from layerprobe.results import (
     AngularResult,
+    AnswerFlips,
     BlockPlacement,
     CurveMethod,
     CurveMetric,
@@ -257,6 +258,25 @@ def curve_result() -> PruneCurveResult:
     selection = {"n": [1, 2], "start": [2, 1], "distance": [0.1, 0.2]}
     settings = {"tasks": ["corpus"], "max_fraction": 0.5}
     return PruneCurveResult.from_curves(model_info(4), settings, selection, {"corpus": {"nll": nll}}, RUN)
+
+
+def curve_result_with_flips() -> PruneCurveResult:
+    """`curve_result` with the answers changed per set, as a generating task records them (two filters).
+
+    Set n of method k (0, 1) changed n + k of 8 strict answers and n + k + 1 of 8 flexible ones.
+    """
+    result = curve_result()
+    methods = {}
+    for k, (name, strategy) in enumerate(result.methods.items()):
+        sets = {}
+        for n, chosen in strategy.sets.items():
+            counts = {"strict-match": n + k, "flexible-extract": n + k + 1}
+            flips = {
+                f: AnswerFlips(c, 8, c / 8, [max(0.0, c / 8 - 0.2), min(1.0, c / 8 + 0.2)]) for f, c in counts.items()
+            }
+            sets[n] = replace(chosen, flip_rate={"corpus": flips})
+        methods[name] = replace(strategy, sets=sets)
+    return replace(result, methods=methods)
 
 
 def curve_dict() -> dict:
