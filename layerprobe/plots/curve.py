@@ -34,7 +34,8 @@ def prune_curve_figure(result: PruneCurveResult, task: str) -> Figure:
     """Build one task's pruning-curve figure (returned open, so the report can inline it).
 
     A line per method, its band the paired 95 % interval of ΔP around the score (the full model's
-    score plus the interval of score − full model); the legend sits outside the axes, so no label
+    score plus the interval of score − full model; a sequential run's anytime-valid interval, each set
+    stopped when its ΔP was known, labelled so); the legend sits outside the axes, so no label
     covers a curve. A generating task gets a second panel: per method and filter, the share of answers
     that differ from the full model's, with its Wilson 95 % band.
     """
@@ -71,7 +72,9 @@ def prune_curve_figure(result: PruneCurveResult, task: str) -> Figure:
     handles, labels = ax.get_legend_handles_labels()
     if banded:
         handles.append(Patch(color="0.3", alpha=BAND_ALPHA * 2, lw=0))
-        labels.append("95 % (paired ΔP)")
+        labels.append(
+            "anytime 95 % (paired ΔP, sequential)" if result.settings.get("precision") else "95 % (paired ΔP)"
+        )
     sublayers = any(points.units_per_block > 1 for points in metric.methods.values())
     ax.set_ylabel(f"{task} {name}")
     ax.set_title(f"{title_name(result.model)}: pruning curve", fontsize=9)

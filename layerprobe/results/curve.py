@@ -167,7 +167,7 @@ class PruneCurveResult:
                         stderr=[p.stderr for p in scores],
                         delta=[p.delta for p in scores],
                         delta_stderr=[p.delta_stderr for p in scores],
-                        delta_ci95=[p.delta_ci95 for p in scores],
+                        delta_ci95=[p.interval for p in scores],  # a sequential run's: anytime
                         units_per_block=1 if strategy.unit == "block" else 2,
                     )
                 out[task][name] = CurveMetric(base.value, base.stderr, base.higher_is_better, curves)

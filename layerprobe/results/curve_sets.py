@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import layerprobe.results.validate as v
 from layerprobe.core import Z95
+from layerprobe.results.evaluation import STOP_REASONS
 from layerprobe.results.json_types import JSONObject, JSONValue
 from layerprobe.results.validate import Node
 
@@ -30,16 +31,21 @@ def normal_ci95(value: float, stderr: float | None) -> list[float] | None:
 
 @dataclass(frozen=True)
 class BaselineScore:
-    """One metric of one task on the full model: value, stderr and 95 % interval (value ± 1.96 stderr)."""
+    """One metric of one task on the full model: value, stderr and 95 % interval (value ± 1.96 stderr).
+
+    `items` (sequential runs only): the documents the full model was scored on, every one any set used.
+    """
 
     value: float
     stderr: float | None
     ci95: list[float] | None
     higher_is_better: bool
+    items: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"value": self.value, "stderr": self.stderr, "ci95": self.ci95}
-        return {**out, "higher_is_better": self.higher_is_better}
+        out["higher_is_better"] = self.higher_is_better
+        return out if self.items is None else {**out, "items": self.items}
 
     @classmethod
     def from_dict(cls, node: Node) -> BaselineScore:
@@ -48,6 +54,7 @@ class BaselineScore:
             stderr=node.key("stderr").number(optional=True),
             ci95=v.interval(node.key("ci95")),
             higher_is_better=node.key("higher_is_better").flag(),
+            items=node.key("items").integer(optional=True, minimum=1),
         )
 
 
@@ -56,7 +63,10 @@ class SetScore:
     """One metric of one task with a set removed: its score and ΔP = score − baseline, each with a 95 % interval.
 
     `ci95` is value ± 1.96 stderr; `delta_ci95` the paired interval of ΔP (closed form or paired
-    bootstrap, as prune-drop's), None where the documents cannot be paired.
+    bootstrap, as prune-drop's), None where the documents cannot be paired. A sequential run
+    (`--precision`) adds how the set stopped: `items` (documents scored, the first of the seeded
+    order), `stop` ("precision", "settled" or "exhausted") and `delta_cs95`, the anytime-valid 95 %
+    interval of ΔP it stopped with (`delta_ci95` is then the fixed-n interval on those documents).
     """
 
     value: float
@@ -65,9 +75,17 @@ class SetScore:
     delta: float
     delta_stderr: float | None
     delta_ci95: list[float] | None
+    items: int | None = None
+    stop: str | None = None
+    delta_cs95: list[float] | None = None
+
+    @property
+    def interval(self) -> list[float] | None:
+        """The interval to read ΔP by: the anytime one of a sequential run, else the paired one."""
+        return self.delta_cs95 if self.items is not None else self.delta_ci95
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "value": self.value,
             "stderr": self.stderr,
             "ci95": self.ci95,
@@ -75,9 +93,15 @@ class SetScore:
             "delta_stderr": self.delta_stderr,
             "delta_ci95": self.delta_ci95,
         }
+        if self.items is not None:
+            out |= {"items": self.items, "stop": self.stop, "delta_cs95": self.delta_cs95}
+        return out
 
     @classmethod
     def from_dict(cls, node: Node) -> SetScore:
+        stop = node.key("stop").text(optional=True)
+        if stop is not None and stop not in STOP_REASONS:
+            node.key("stop").fail(" or ".join(f'"{r}"' for r in STOP_REASONS), f"got {stop!r}")
         return cls(
             value=node.key("value").number(),
             stderr=node.key("stderr").number(optional=True),
@@ -85,6 +109,9 @@ class SetScore:
             delta=node.key("delta").number(),
             delta_stderr=node.key("delta_stderr").number(optional=True),
             delta_ci95=v.interval(node.key("delta_ci95")),
+            items=node.key("items").integer(optional=True, minimum=1),
+            stop=stop,
+            delta_cs95=v.interval(node.key("delta_cs95")) if node.key("delta_cs95").given else None,
         )
 
 

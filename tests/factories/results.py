@@ -279,6 +279,27 @@ def curve_result_with_flips() -> PruneCurveResult:
     return replace(result, methods=methods)
 
 
+def curve_result_sequential() -> PruneCurveResult:
+    """`curve_result` as a sequential run (`--precision 0.2 --round-size 4`) records it: each set's stop.
+
+    Set n of method k stopped after 4 (n + k) documents, its anytime interval ΔP ± 0.2 · n; the full model
+    was scored on 12 documents.
+    """
+    result = curve_result()
+    methods = {}
+    for k, (name, strategy) in enumerate(result.methods.items()):
+        sets = {}
+        for n, chosen in strategy.sets.items():
+            score = chosen.scores["corpus"]["nll"]
+            bounds = [score.delta - 0.2 * n, score.delta + 0.2 * n]
+            stopped = replace(score, items=4 * (n + k), stop="precision" if n == 1 else "settled", delta_cs95=bounds)
+            sets[n] = replace(chosen, scores={"corpus": {"nll": stopped}})
+        methods[name] = replace(strategy, sets=sets)
+    baseline = {"corpus": {"nll": replace(result.baseline["corpus"]["nll"], items=12)}}
+    settings = {**result.settings, "precision": 0.2, "round_size": 4}
+    return replace(result, methods=methods, baseline=baseline, settings=settings)
+
+
 def curve_dict() -> dict:
     """A valid prune_curve.json in the older `layerprobe/prune-curve@1` form (per task, metric and method)."""
     return curves_to_v1(curve_result())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from factories import curve_result, curve_result_with_flips
+from factories import curve_result, curve_result_sequential, curve_result_with_flips
 
 from layerprobe.plots import plot_prune_curve, prune_curve_figure
 from layerprobe.results import CurveStrategy, PruneCurveResult, RemovedSet, SetScore
@@ -68,3 +68,16 @@ def test_a_generating_task_gets_a_panel_of_answers_changed_per_method_and_filter
     renderer = fig.canvas.get_renderer()
     box = legend.get_window_extent(renderer)
     assert not any(box.overlaps(ax.get_window_extent(renderer)) for ax in (upper, lower))
+
+
+def test_a_sequential_curve_draws_each_sets_anytime_interval_and_says_so():
+    result = curve_result_sequential()
+    fig = prune_curve_figure(result, "corpus")
+    [ax] = fig.axes
+    [legend] = fig.legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert "anytime 95 % (paired ΔP, sequential)" in labels and "95 % (paired ΔP)" not in labels
+    bands = [c.get_paths()[0].vertices[:, 1] for c in ax.collections if c.get_paths()]
+    for band, strategy in zip(bands, result.methods.values(), strict=True):
+        edges = [3.0 + bound for n in (1, 2) for bound in strategy.sets[n].scores["corpus"]["nll"].delta_cs95]
+        assert min(band) == pytest.approx(min(edges)) and max(band) == pytest.approx(max(edges))

@@ -9,6 +9,8 @@ flip rates of a generating task's chosen sets against lm-eval run directly on mo
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import transformers as tf
@@ -72,6 +74,8 @@ def test_curve_uses_given_angular_and_scores_physically_deleted_spans(tiny_check
         assert kl.delta_stderr[index] is not None and kl.delta_stderr[index] > 0
     again = load_result(tmp_path / "prune_curve.json")  # validated on read, round trip
     assert isinstance(again, PruneCurveResult) and again.to_dict() == result.to_dict()
+    keys = set(re.findall(r'"(\w+)":', (tmp_path / "prune_curve.json").read_text()))
+    assert not keys & {"precision", "round_size", "items", "stop", "delta_cs95", "flip_rate"}  # without --precision
 
 
 def _angular_file(tmp_path, model, low):
