@@ -34,7 +34,7 @@ def test_prune_curve_passes_every_shared_option_to_its_spec(tmp_path, monkeypatc
     args += ["--model-args", "low_cpu_mem_usage=true,max_memory={0:1GiB}", "--load-in-8bit"]
     args += ["--attn-implementation", "eager", "--revision", "main", "--trust-remote-code", "--layers-path", "x.y"]
     args += ["--device", "cpu", "--dtype", "bfloat16", "--tokens", "1e3", "--seq-len", "64", "--seed", "7"]
-    args += ["--output_path", str(tmp_path / "out"), "-q"]
+    args += ["--output_path", str(tmp_path / "out"), "-q", "--precision", "0.1", "--round-size", "7"]
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "captured" in result.output, result.output
     [spec] = seen
@@ -45,7 +45,7 @@ def test_prune_curve_passes_every_shared_option_to_its_spec(tmp_path, monkeypatc
     assert (model.trust_remote_code, model.layers_path, model.device, model.dtype) == (True, "x.y", "cpu", "bfloat16")
     assert prune.tasks == ("a", "b") and prune.num_fewshot == 3 and prune.batch_size == "auto:2"
     assert prune.include_path == str(tmp_path) and prune.squad_data == str(tmp_path / "s.json")
-    assert prune.limit == 0.5 and prune.seed == 7
+    assert prune.limit == 0.5 and prune.seed == 7 and (prune.precision, prune.round_size) == (0.1, 7)
     assert prune.corpus.tokens == 1000 and prune.corpus.seq_len == 64
 
 
