@@ -78,8 +78,8 @@ class VariantScorer:
     def value(self, task: str, variant: Variant, metric: str) -> float | None:
         """The score of `metric` without `variant` (None if the task does not report it).
 
-        A set scored sequentially (`--precision`) scores the full model's value (on every document scored
-        so far) plus the mean paired difference on the set's own documents.
+        For a set scored sequentially (`--precision`) it is the full model's value (on every document
+        scored so far) plus the mean paired difference on the set's own documents.
         """
         evaluation = self.evaluation(task, variant)
         score = evaluation.metrics.get(metric)
