@@ -9,7 +9,17 @@ import typer
 
 from layerprobe.cli.console import RichProgress, out, print_task_code
 from layerprobe.cli.groups import takes_groups
-from layerprobe.cli.options import Corpus, Evaluation, ModelArg, ModelLoading, Output, Tasks, split_task_names
+from layerprobe.cli.options import (
+    Corpus,
+    Evaluation,
+    ModelArg,
+    ModelLoading,
+    Output,
+    Precision,
+    RoundSize,
+    Tasks,
+    split_task_names,
+)
 from layerprobe.cli.summaries import print_curve_summary
 from layerprobe.core import CURVE_MAX_FRACTION, CURVE_METHODS, CURVE_UNITS, PruneSpec
 from layerprobe.plots import plot_prune_curve
@@ -69,6 +79,8 @@ def prune_curve(
         int,
         typer.Option("--baseline-seeds", help="Random draws (one span per n each; seeds --seed, --seed+1, …)."),
     ] = 0,
+    precision: Precision = PruneSpec.precision,
+    round_size: RoundSize = PruneSpec.round_size,
     evaluation: Evaluation,
     corpus: Corpus,
     loading: ModelLoading,
@@ -78,7 +90,7 @@ def prune_curve(
 
     Writes prune_curve.json (every method's removed set per n, every task's scores with 95 % intervals,
     the search cost) and prune_curve_<task>.png / .pdf (one line per method), and prints a table of every
-    method × n.
+    method × n. With --precision, every set is scored only until its ΔP is known (anytime 95 % intervals).
     """
     from layerprobe.evaluate import local_task_code  # lm-eval: only once a run starts
     from layerprobe.prune import PruneCurveSpec, run_prune_curve
@@ -89,6 +101,8 @@ def prune_curve(
             tasks=split_task_names(task),
             **evaluation.spec_fields(),
             corpus=corpus.spec(),
+            precision=precision,
+            round_size=round_size,
         ),
         max_fraction=max_fraction,
         baseline_seeds=baseline_seeds,

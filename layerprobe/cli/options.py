@@ -64,6 +64,23 @@ MaxStateMemory = Annotated[
     ),
 ]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).")]
+Precision = Annotated[
+    float | None,
+    typer.Option(
+        "--precision",
+        help="Sequential: score documents in a seeded random order, in rounds, and stop each variant (prune-curve: "
+        "each set scored, delta's and greedy's candidates included) once its anytime-valid 95 % interval of ΔP has "
+        "half-width <= H, excludes 0, or the documents run out (0-1 scale, e.g. 0.05). lm-eval tasks with "
+        "per-document metrics in [0, 1] only.",
+    ),
+]
+RoundSize = Annotated[
+    int,
+    typer.Option(
+        "--round-size",
+        help="With --precision: documents scored per round before every running variant is looked at again.",
+    ),
+]
 Tasks = Annotated[
     list[str],
     typer.Option(

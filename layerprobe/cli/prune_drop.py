@@ -16,6 +16,8 @@ from layerprobe.cli.options import (
     ModelArg,
     ModelLoading,
     Output,
+    Precision,
+    RoundSize,
     Tasks,
     split_task_names,
 )
@@ -110,22 +112,8 @@ def prune_drop(
             "and measured this model).",
         ),
     ] = None,
-    precision: Annotated[
-        float | None,
-        typer.Option(
-            "--precision",
-            help="Sequential: score documents in a seeded random order, in rounds, and stop each variant once "
-            "its anytime-valid 95 % interval of ΔP has half-width <= H, excludes 0, or the documents run out "
-            "(0-1 scale, e.g. 0.05). lm-eval tasks with per-document metrics in [0, 1] only.",
-        ),
-    ] = PruneSpec.precision,
-    round_size: Annotated[
-        int,
-        typer.Option(
-            "--round-size",
-            help="With --precision: documents scored per round before every running variant is looked at again.",
-        ),
-    ] = PruneSpec.round_size,
+    precision: Precision = PruneSpec.precision,
+    round_size: RoundSize = PruneSpec.round_size,
     multiplicity: Annotated[
         Multiplicity,
         typer.Option(

@@ -18,6 +18,7 @@ from layerprobe.core import DEFAULT_MULTIPLICITY
 from layerprobe.results import (
     AngularResult,
     AngularSummary,
+    AnswerFlips,
     DepthResult,
     FlipRate,
     MetricDrop,
@@ -204,6 +205,11 @@ def _flip_cell(rate: FlipRate, layer: int) -> str:
     return f"{rate.rate[k]:.2f} [{low:.2f}, {high:.2f}]"
 
 
+def _answers_cell(flips: AnswerFlips | None) -> str:
+    """`0.40 [0.20, 0.64]`: one set's share of changed answers (one filter), with its Wilson 95 % interval."""
+    return "—" if flips is None else f"{flips.rate:.2f} [{flips.ci95[0]:.2f}, {flips.ci95[1]:.2f}]"
+
+
 MULTIPLICITY_NAMES = {"holm": "Holm-adjusted", "bh": "BH-adjusted (false discovery rate)", "none": "unadjusted"}
 
 
@@ -281,26 +287,36 @@ def print_curve_summary(result: PruneCurveResult) -> None:
     """A PruneCurveResult on stdout: per task, a table of every method × n with 95 % intervals, then the costs.
 
     The task that drove the choice shows the driving metric, every other task its primary metric; the
-    removed units are listed as blocks (`3`) and sublayers (`3.attn`, `3.mlp`).
+    removed units are listed as blocks (`3`) and sublayers (`3.attn`, `3.mlp`). A sequential run
+    (`--precision`) shows each set's anytime 95 % interval, the documents it was scored on and why it stopped.
     """
+    sequential = result.settings.get("precision") is not None
     for task, baseline in result.baseline.items():
         name = result.shown_metric(task)
         base = baseline[name]
         ci = "" if base.ci95 is None else f" (95 % CI {_interval(base.ci95, signed=False)})"
+        scored = "" if base.items is None else f" on {base.items} documents"
         out.print(
-            f"[bold]{escape(f'{result.model.label} · {task} · {name}')}[/]: full model {base.value:.4f}{ci}",
+            f"[bold]{escape(f'{result.model.label} · {task} · {name}')}[/]: full model {base.value:.4f}{ci}{scored}",
             highlight=False,
         )
         table = Table()
         for column in ("method", "n", "removed"):
             table.add_column(column, justify="left" if column != "n" else "right")
-        for column in (escape(name), "95 % CI", "ΔP", "paired 95 % CI"):
+        for column in (escape(name), "95 % CI", "ΔP", "anytime 95 % CI" if sequential else "paired 95 % CI"):
             table.add_column(column, justify="right")
+        if sequential:
+            table.add_column("documents", justify="right")
+            table.add_column("stop", justify="left")
+        filters = result.answer_filters(task)
+        for filter_name in filters:
+            table.add_column(escape(f"answers changed ({filter_name})"), justify="right")
         for method, strategy in result.methods.items():
             for n, chosen in sorted(strategy.sets.items()):
                 score = chosen.scores[task][name]
                 removed = [str(b) for b in chosen.blocks]
                 removed += [f"{b}.{'attn' if kind == 'attention' else kind}" for b, kind in chosen.sublayers]
+                flips = chosen.flip_rate.get(task, {})
                 table.add_row(
                     escape(method_label(method)),
                     str(n),
@@ -308,14 +324,17 @@ def print_curve_summary(result: PruneCurveResult) -> None:
                     f"{score.value:.4f}",
                     _interval(score.ci95, signed=False),
                     f"{score.delta:+.4f}",
-                    _interval(score.delta_ci95),
+                    _interval(score.interval),
+                    *([] if not sequential else [str(score.items or "—"), score.stop or "—"]),
+                    *(_answers_cell(flips.get(f)) for f in filters),
                 )
         out.print(table)
     for method, strategy in result.methods.items():
         cost = strategy.cost
         if cost.get("variants_scored") or cost.get("block_tokens"):
             reused = f" ({cost['reused']} reused from another method)" if cost.get("reused") else ""
-            scored = f"{cost.get('variants_scored', 0):,} sets scored{reused}"
+            documents = f" on {cost['documents']:,} documents" if isinstance(cost.get("documents"), int) else ""
+            scored = f"{cost.get('variants_scored', 0):,} sets scored{documents}{reused}"
             out.print(
                 f"{escape(method_label(method))}: choosing cost {scored}, "
                 f"{cost.get('block_tokens', 0):,} block × token evaluations",

@@ -13,7 +13,7 @@ from layerprobe.evaluate.corpus_metric import METRICS as CORPUS_METRICS
 from layerprobe.evaluate.corpus_metric import CorpusScorer
 from layerprobe.evaluate.documents import check_sequential_tasks
 from layerprobe.evaluate.paired import PairedColumns, paired_columns, paired_delta
-from layerprobe.evaluate.scorer import Scorer, check_tasks_fit_model, make_scorers, prepare_tasks
+from layerprobe.evaluate.scorer import PreparedTasks, Scorer, check_tasks_fit_model, make_scorers, prepare_tasks
 from layerprobe.evaluate.task_sources import keyed_by_task_name, local_task_code
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "PairedColumns",
     "paired_columns",
     "paired_delta",
+    "PreparedTasks",
     "prepare_tasks",
     "Scorer",
 ]

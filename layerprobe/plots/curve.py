@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from layerprobe.plots.common import pyplot, save_figure, title_name
 from layerprobe.results import PruneCurveResult, RunDir, method_label
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
 BAND_ALPHA = 0.15
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # methods that chose the same sets stay told apart
+LINE_STYLES = ("-", "--", ":", "-.")  # answers changed: one style per filter of a generating task
 
 
 def plot_prune_curve(result: PruneCurveResult, out_dir: Path) -> list[Path]:
@@ -31,25 +34,35 @@ def prune_curve_figure(result: PruneCurveResult, task: str) -> Figure:
     """Build one task's pruning-curve figure (returned open, so the report can inline it).
 
     A line per method, its band the paired 95 % interval of ΔP around the score (the full model's
-    score plus the interval of score − full model); the legend sits outside the axes, so no label
-    covers a curve.
+    score plus the interval of score − full model; a sequential run's anytime-valid interval, each set
+    stopped when its ΔP was known, labelled so); the legend sits outside the axes, so no label
+    covers a curve. A generating task gets a second panel: per method and filter, the share of answers
+    that differ from the full model's, with its Wilson 95 % band.
     """
     plt = pyplot()
     from matplotlib.patches import Patch
 
     name = result.shown_metric(task)
     metric = result.tasks[task][name]
-    fig, ax = plt.subplots(figsize=(7.6, 4.2), layout="constrained")
+    filters = result.answer_filters(task)
+    if filters:
+        fig, (ax, lower) = plt.subplots(
+            2, 1, figsize=(7.6, 6.4), sharex=True, height_ratios=[3, 2], layout="constrained"
+        )
+    else:
+        fig, ax = plt.subplots(figsize=(7.6, 4.2), layout="constrained")
     ax.axhline(metric.baseline, color="0.4", lw=0.8, ls="--", label="full model")
     base = result.baseline[task][name]
     if base.ci95 is not None:
         ax.axhspan(*base.ci95, color="0.5", alpha=0.12, lw=0, label="full model 95 %")
     banded = False
+    colours = {}
     for k, (method, points) in enumerate(metric.methods.items()):
         x = points.fractions(result.num_layers)
         random = method.startswith("random")
         style = {"marker": MARKERS[k % len(MARKERS)], "ms": 4, "mfc": "none", "alpha": 0.6 if random else 1}
         line = ax.plot(x, points.score, label=method_label(method), **style)[0]
+        colours[method] = (line.get_color(), style)
         intervals = points.delta_ci95 or [None] * len(x)
         if x and all(ci is not None for ci in intervals):
             low = [metric.baseline + ci[0] for ci in intervals if ci is not None]
@@ -59,11 +72,42 @@ def prune_curve_figure(result: PruneCurveResult, task: str) -> Figure:
     handles, labels = ax.get_legend_handles_labels()
     if banded:
         handles.append(Patch(color="0.3", alpha=BAND_ALPHA * 2, lw=0))
-        labels.append("95 % (paired ΔP)")
+        labels.append(
+            "anytime 95 % (paired ΔP, sequential)" if result.settings.get("precision") else "95 % (paired ΔP)"
+        )
     sublayers = any(points.units_per_block > 1 for points in metric.methods.values())
-    ax.set_xlabel("fraction of blocks removed" + (" (a sublayer counts ½)" if sublayers else ""))
     ax.set_ylabel(f"{task} {name}")
     ax.set_title(f"{title_name(result.model)}: pruning curve", fontsize=9)
     ax.grid(alpha=0.3)
+    if filters:
+        handles += _draw_answers_changed(lower, result, task, filters, colours)
+        labels += [f"answers changed ({f})" for f in filters]
+        ax = lower
+    ax.set_xlabel("fraction of blocks removed" + (" (a sublayer counts ½)" if sublayers else ""))
     fig.legend(handles, labels, loc="outside right upper", fontsize=8)
     return fig
+
+
+def _draw_answers_changed(
+    ax: Axes, result: PruneCurveResult, task: str, filters: list[str], colours: dict[str, tuple[str, dict[str, Any]]]
+) -> list[Line2D]:
+    """Per method and filter, the share of answers that differ from the full model's and its Wilson 95 % band.
+
+    Returns one legend handle per filter (its line style).
+    """
+    from matplotlib.lines import Line2D
+
+    for method, strategy in result.methods.items():
+        colour, style = colours[method]
+        per_block = 1 if strategy.unit == "block" else 2
+        for f, filter_name in enumerate(filters):
+            found = [(n, s.flip_rate.get(task, {}).get(filter_name)) for n, s in sorted(strategy.sets.items())]
+            points = [(n, flips) for n, flips in found if flips is not None]
+            x = [n / (per_block * result.num_layers) for n, _ in points]
+            ax.plot(x, [p.rate for _, p in points], color=colour, ls=LINE_STYLES[f % len(LINE_STYLES)], **style)
+            low, high = [p.ci95[0] for _, p in points], [p.ci95[1] for _, p in points]
+            ax.fill_between(x, low, high, color=colour, alpha=BAND_ALPHA / 2, lw=0)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel("answers changed\n(share; Wilson 95 %)")
+    ax.grid(alpha=0.3)
+    return [Line2D([], [], color="0.3", ls=LINE_STYLES[f % len(LINE_STYLES)]) for f in range(len(filters))]

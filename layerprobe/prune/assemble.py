@@ -143,12 +143,10 @@ def flip_rates(values: dict[int | None, dict[str, MetricSamples]], layers: list[
         docs = [(task, doc) for task in sorted(base.values) for doc in base.values[task]]
         flips = []
         for layer in layers:
-            other = values[layer].get(label)
-            if other is None or {t: set(d) for t, d in other.values.items()} != {
-                t: set(d) for t, d in base.values.items()
-            }:
+            found = answer_flips(base, values[layer].get(label))
+            if found is None:
                 break
-            flips.append(sum(other.values[t][d] != base.values[t][d] for t, d in docs))
+            flips.append(found)
         else:
             if docs:
                 intervals = [wilson_interval(k, len(docs)) or (0.0, 1.0) for k in flips]
@@ -156,6 +154,16 @@ def flip_rates(values: dict[int | None, dict[str, MetricSamples]], layers: list[
                     list(layers), flips, len(docs), [k / len(docs) for k in flips], [list(c) for c in intervals]
                 )
     return out or None
+
+
+def answer_flips(base: MetricSamples, other: MetricSamples | None) -> int | None:
+    """How many documents' answers (one filter's `answer,<filter>` samples) differ between two evaluations.
+
+    None when `other` is missing or did not answer exactly the documents `base` answered.
+    """
+    if other is None or {t: set(d) for t, d in other.values.items()} != {t: set(d) for t, d in base.values.items()}:
+        return None
+    return sum(other.values[t][d] != base.values[t][d] for t in base.values for d in base.values[t])
 
 
 def adjust_significance(tasks: dict[str, TaskDrop], method: str) -> dict[str, TaskDrop]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from layerprobe.core import (
+    ANSWER,
     CORPUS_TASK,
     CURVE_UNITS,
     AngularSpec,
@@ -27,7 +28,14 @@ from layerprobe.core import (
     ResultError,
 )
 from layerprobe.data import check_chat_template
-from layerprobe.evaluate import CORPUS_METRICS, check_tasks_fit_model, keyed_by_task_name, paired_delta
+from layerprobe.evaluate import (
+    CORPUS_METRICS,
+    check_sequential_tasks,
+    check_tasks_fit_model,
+    keyed_by_task_name,
+    paired_delta,
+    prepare_tasks,
+)
 from layerprobe.measure import run_angular
 from layerprobe.model import (
     LoadedModel,
@@ -41,6 +49,7 @@ from layerprobe.model import (
     model_kind,
 )
 from layerprobe.prune.agreement import check_angular_fits, load_angular_for
+from layerprobe.prune.assemble import answer_flips, restricted
 from layerprobe.prune.curve_spec import PruneCurveSpec
 from layerprobe.prune.search import Driver, SearchResult, check_prune_drop_for, delta_from_file, delta_measured, greedy
 from layerprobe.prune.state import corpus_settings
@@ -68,6 +77,7 @@ from layerprobe.prune.strategies import (
 from layerprobe.prune.variants import VariantScorer
 from layerprobe.results import (
     AngularResult,
+    AnswerFlips,
     BaselineScore,
     CurveStrategy,
     JSONObject,
@@ -81,6 +91,7 @@ from layerprobe.results import (
     normal_ci95,
     write_json,
 )
+from layerprobe.stats import wilson_interval
 
 __all__ = ["PruneCurveSpec", "choose_spans", "gromov_start", "run_prune_curve"]
 
@@ -136,6 +147,11 @@ def run_prune_curve(
             )
         tokenizer = load_tokenizer(prune.model) if loaded is None else loaded.tokenizer
         check_chat_template(tokenizer)
+    prepared = None
+    if prune.precision is not None:  # the tasks built and checked before any weight: each needs per-document means
+        progress.stage("Preparing tasks")
+        prepared = prepare_tasks(prune)
+        check_sequential_tasks(prepared.task_sets)
     if loaded is None:
         progress.stage("Loading model")
         loaded = load_model(prune.model, purpose="head", tokenizer=tokenizer)
@@ -150,7 +166,7 @@ def run_prune_curve(
     sublayers = None
     if spec.unit != CURVE_UNITS[0] and searching:
         sublayers = Remover.for_model(loaded.model, stack, ATTENTION).sublayers
-    scorer = VariantScorer(loaded, stack, prune, progress, sublayers)
+    scorer = VariantScorer(loaded, stack, prune, progress, sublayers, prepared=prepared)
     angular_work = 0
     if reads_angular and angular_result is None:
         with scorer.counting():
@@ -182,7 +198,7 @@ def run_prune_curve(
             "start": list(gromov.values()),
             "distance": [angular_result.distance[s][s + n] for n, s in gromov.items()],
         },
-        baseline={t: _baseline(scorer.evaluation(t, ())) for t in prune.tasks},
+        baseline={t: _baseline(scorer.evaluation(t, ()), prune.precision is not None) for t in prune.tasks},
         methods={
             name: CurveStrategy(
                 unit, {n: _removed_set(scorer, prune.tasks, v) for n, v in found.sets.items()}, found.cost
@@ -278,35 +294,62 @@ def _prune_drop_for(path: str, known: int | None, model: str) -> PruneDropResult
     return result
 
 
-def _baseline(evaluation: Evaluation) -> dict[str, BaselineScore]:
+def _baseline(evaluation: Evaluation, sequential: bool) -> dict[str, BaselineScore]:
+    """The full model's scores (a sequential run's on every document any set used, counted in `items`)."""
+    items = evaluation.samples if sequential else None
     return {
-        name: BaselineScore(s.value, s.stderr, normal_ci95(s.value, s.stderr), s.higher_is_better is not False)
+        name: BaselineScore(s.value, s.stderr, normal_ci95(s.value, s.stderr), s.higher_is_better is not False, items)
         for name, s in evaluation.metrics.items()
     }
 
 
 def _removed_set(scorer: VariantScorer, tasks: tuple[str, ...], variant: Variant) -> RemovedSet:
-    """One chosen set with every task's and metric's score and paired ΔP (95 % intervals)."""
+    """One chosen set with every task's and metric's score and paired ΔP (95 % intervals).
+
+    A set scored sequentially (`--precision`) also records how it stopped and its anytime interval; its
+    score is the full model's plus the mean paired difference on its own documents.
+    """
     scores: dict[str, dict[str, SetScore]] = {}
     for task in tasks:
         base, pruned = scorer.evaluation(task, ()), scorer.evaluation(task, variant)
         scores[task] = {}
         for name, score in base.metrics.items():
             value = pruned.metrics[name]
+            stop = pruned.sequential.get(name)
             pair = None
             if name in base.per_sample and name in pruned.per_sample:
-                pair = paired_delta(base.per_sample[name], pruned.per_sample[name])
+                samples = pruned.per_sample[name]
+                pair = paired_delta(
+                    base.per_sample[name] if stop is None else restricted(base.per_sample[name], samples), samples
+                )
             interval = None if pair is None or pair.ci95 is None else list(pair.ci95)
+            found = scorer.value(task, variant, name)
+            number = value.value if found is None else found
             scores[task][name] = SetScore(
-                value.value,
+                number,
                 value.stderr,
-                normal_ci95(value.value, value.stderr),
-                value.value - score.value,
+                normal_ci95(number, value.stderr),
+                number - score.value,
                 None if pair is None else pair.stderr,
                 interval,
+                *(() if stop is None else (stop.items, stop.stop, list(stop.interval))),
             )
     blocks = [b for b, kind in variant if kind == BLOCK]
-    return RemovedSet(blocks, [(b, kind) for b, kind in variant if kind != BLOCK], scores)
+    flips = {task: rates for task in tasks if (rates := _flip_rates(scorer, task, variant))}
+    return RemovedSet(blocks, [(b, kind) for b, kind in variant if kind != BLOCK], scores, flips)
+
+
+def _flip_rates(scorer: VariantScorer, task: str, variant: Variant) -> dict[str, AnswerFlips]:
+    """Per filter of a generating task: the answers that differ from the full model's, with a Wilson 95 % interval."""
+    base, pruned = scorer.evaluation(task, ()), scorer.evaluation(task, variant)
+    out = {}
+    for label, answers in base.per_sample.items():
+        documents = sum(len(docs) for docs in answers.values.values())
+        flips = answer_flips(answers, pruned.per_sample.get(label)) if answers.aggregation == ANSWER else None
+        if flips is not None and documents:
+            low, high = wilson_interval(flips, documents) or (0.0, 1.0)
+            out[label.split(",", 1)[1]] = AnswerFlips(flips, documents, flips / documents, [low, high])
+    return out
 
 
 def _check_same_model(measured: str, path: Path, model: str) -> None:
@@ -337,4 +380,5 @@ def _settings(spec: PruneCurveSpec, angular: str | None, driver: Driver) -> dict
         "seed": prune.seed,
         "batch_size": prune.batch_size,
         "engine": prune.engine,
+        **({} if prune.precision is None else {"precision": prune.precision, "round_size": prune.round_size}),
     }

@@ -40,8 +40,8 @@ class Driver:
 
     def value(self, scorer: VariantScorer, variant: Variant) -> float:
         """The driving metric's score of the model without `variant` (NaN if the metric is missing)."""
-        score = scorer.evaluation(self.task, variant).metrics.get(self.metric)
-        return math.nan if score is None else score.value
+        score = scorer.value(self.task, variant, self.metric)
+        return math.nan if score is None else score
 
     def to_dict(self) -> JSONObject:
         return {"task": self.task, "metric": self.metric, "higher_is_better": self.higher_is_better}
@@ -56,13 +56,19 @@ class SearchResult:
 
 
 def measured_cost(scorer: VariantScorer, wanted: Sequence[Variant], driver: Driver, work_before: int) -> JSONObject:
-    """The cost block of a search that needed `wanted` scored (some perhaps reused from another search)."""
-    return {
+    """The cost block of a search that needed `wanted` scored (some perhaps reused from another search).
+
+    A sequential run (`--precision`) adds `documents`: the documents those sets were scored on, summed.
+    """
+    cost: JSONObject = {
         "variants_scored": len(set(wanted)),
         "block_tokens": scorer.work - work_before,
         "task": driver.task,
         "metric": driver.metric,
     }
+    if scorer.prune.precision is not None:
+        cost["documents"] = sum(scorer.evaluation(driver.task, v).samples or 0 for v in set(wanted))
+    return cost
 
 
 def delta_measured(

@@ -19,10 +19,10 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -49,6 +49,7 @@ Document = tuple[str, Any]  # (leaf task, doc id)
 ROW_KEYS = ("round", "variant", "task", "doc_id")  # the keys of a round-log row that are not metrics
 MEAN = "mean"
 LOW, HIGH = -1.0, 1.0  # the range of a paired difference of two per-document values in [0, 1]
+K = TypeVar("K", bound=Hashable)  # what identifies a variant: prune-drop's block index, prune-curve's set of units
 
 
 class PopulationLike(Protocol):
@@ -131,20 +132,20 @@ class RoundLog:
         write_text(self.path, "".join(kept))
 
 
-class TaskRounds:
+class TaskRounds(Generic[K]):
     """One task's sequential state: the baseline's values and every variant's confidence sequences."""
 
     def __init__(
-        self, task: str, population: PopulationLike, layers: list[int], precision: float, round_size: int, seed: int
+        self, task: str, population: PopulationLike, layers: Sequence[K], precision: float, round_size: int, seed: int
     ) -> None:
         self.task, self.population, self.precision, self.round_size = task, population, precision, round_size
         self.order = [population.documents[i] for i in scoring_order(len(population.documents), seed)]
         self.labels: list[str] = []
         self.baseline: dict[str, dict[Document, float]] = {}
-        self.raw: dict[int | None, dict[str, dict[Document, object]]] = {BASELINE: {}, **{v: {} for v in layers}}
-        self.sequences: dict[int, dict[str, ConfidenceSequence]] = {v: {} for v in layers}
+        self.raw: dict[K | None, dict[str, dict[Document, object]]] = {BASELINE: {}, **{v: {} for v in layers}}
+        self.sequences: dict[K, dict[str, ConfidenceSequence]] = {v: {} for v in layers}
         self.active = list(layers)
-        self.stops: dict[int, dict[str, SequentialStop]] = {}
+        self.stops: dict[K, dict[str, SequentialStop]] = {}
         self.rounds = 0
 
     def next_documents(self) -> list[Document]:
@@ -154,7 +155,7 @@ class TaskRounds:
         start = self.rounds * self.round_size
         return self.order[start : start + self.round_size]
 
-    def apply(self, documents: list[Document], scored: dict[int | None, dict[str, MetricSamples]]) -> None:
+    def apply(self, documents: list[Document], scored: dict[K | None, dict[str, MetricSamples]]) -> None:
         """Take one round's per-document values: update every running variant's intervals and stops."""
         base = scored[BASELINE]
         if not self.labels:
@@ -189,12 +190,12 @@ class TaskRounds:
         self.active = still
         self.rounds += 1
 
-    def _interval(self, layer: int, label: str) -> tuple[float, float]:
+    def _interval(self, layer: K, label: str) -> tuple[float, float]:
         interval = self.sequences[layer][label].interval
         assert interval is not None  # set by the round just applied
         return interval
 
-    def _value(self, variant: int | None, label: str, doc: Document) -> float:
+    def _value(self, variant: K | None, label: str, doc: Document) -> float:
         """One per-document value as a number in [0, 1] (refused otherwise: its ΔP would have no known range)."""
         value = self.raw[variant][label][doc]
         number = float(value) if isinstance(value, (bool, int, float)) else math.nan
@@ -206,11 +207,11 @@ class TaskRounds:
             )
         return number
 
-    def evaluations(self, engine: str, reuse: str | None) -> dict[int | None, Evaluation]:
+    def evaluations(self, engine: str, reuse: str | None) -> dict[K | None, Evaluation]:
         """The baseline's and every variant's evaluation once all have stopped (see `MetricDrop` for `pruned`)."""
         used = self.order[: self.rounds * self.round_size]
         base_means = {label: float(np.mean([self._value(BASELINE, label, d) for d in used])) for label in self.labels}
-        out: dict[int | None, Evaluation] = {BASELINE: self._evaluation(BASELINE, used, base_means, engine, reuse)}
+        out: dict[K | None, Evaluation] = {BASELINE: self._evaluation(BASELINE, used, base_means, engine, reuse)}
         for layer, stops in self.stops.items():
             items = self.order[: next(iter(stops.values())).items]
             means = {
@@ -223,7 +224,7 @@ class TaskRounds:
 
     def _evaluation(
         self,
-        variant: int | None,
+        variant: K | None,
         documents: list[Document],
         values: dict[str, float],
         engine: str,

@@ -4,8 +4,9 @@
 a search and the final scoring of the chosen sets never pay twice for one set. `--task corpus` scores
 a batch of block sets in one shared-prefix pass (`evaluate.CorpusScorer`: a set replays the recorded
 input of its first removed block); sublayer sets and the other tasks run the whole model with the set
-removed in memory (the simple engine). Every block forward pass is counted (`work`: block × token
-evaluations), so a search can report what it cost.
+removed in memory (the simple engine). With `--precision`, the lm-eval tasks are scored in rounds and
+each set stops once its ΔP is known (`curve_rounds.py`). Every block forward pass is counted (`work`:
+block × token evaluations), so a search can report what it cost.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, cast
 
 from layerprobe.core import CORPUS_TASK, PruneSpec
-from layerprobe.evaluate import CorpusScorer, Scorer, make_scorers
+from layerprobe.evaluate import CorpusScorer, PreparedTasks, Scorer, make_scorers, paired_delta
 from layerprobe.model import hidden_from_input, removed_blocks, zeroed_sublayers
+from layerprobe.prune.assemble import restricted
+from layerprobe.prune.curve_rounds import SequentialSets
+from layerprobe.prune.sequential import SequentialScorer
 from layerprobe.prune.strategies import ATTENTION, BLOCK, MLP, Variant
 
 if TYPE_CHECKING:
@@ -56,17 +60,35 @@ class VariantScorer:
         progress: Progress,
         sublayers: Sequence[BlockSublayers] | None = None,
         windows: list[Window] | None = None,
+        prepared: PreparedTasks | None = None,
     ) -> None:
         self.loaded, self.stack, self.prune, self.progress = loaded, stack, prune, progress
         self.sublayers = sublayers
         self.windows = windows
+        self.prepared = prepared  # the lm-eval tasks, built before the weights loaded (None: built here)
         self.done: dict[tuple[str, Variant], Evaluation] = {}
         self.work = 0  # block × token evaluations run so far
         self._scorers: list[tuple[Scorer, list[str]]] | None = None
+        self._rounds: dict[str, SequentialSets] = {}  # --precision: each lm-eval task's rounds so far
 
     def evaluation(self, task: str, variant: Variant) -> Evaluation:
         """A finished evaluation (KeyError if never scored)."""
         return self.done[(task, variant)]
+
+    def value(self, task: str, variant: Variant, metric: str) -> float | None:
+        """The score of `metric` without `variant` (None if the task does not report it).
+
+        For a set scored sequentially (`--precision`) it is the full model's value (on every document
+        scored so far) plus the mean paired difference on the set's own documents.
+        """
+        evaluation = self.evaluation(task, variant)
+        score = evaluation.metrics.get(metric)
+        if score is None or not evaluation.sequential:
+            return None if score is None else score.value
+        base = self.evaluation(task, ())
+        samples = evaluation.per_sample[metric]
+        pair = paired_delta(restricted(base.per_sample[metric], samples), samples)
+        return None if pair is None else base.metrics[metric].value + pair.delta
 
     def missing(self, variants: Sequence[Variant], tasks: Sequence[str]) -> int:
         """How many (task, set) pairs `score(variants, tasks)` would compute."""
@@ -121,8 +143,11 @@ class VariantScorer:
         if self._scorers is None:  # lm-eval / SQuAD: the set is removed in memory around the scorer's baseline
             every = tuple(t for t in self.prune.tasks if t != CORPUS_TASK)
             simple = replace(self.prune, tasks=every, engine="simple")
-            self._scorers = make_scorers(self.loaded, self.stack, simple, [], self.progress)
-        for scorer, scorer_tasks in self._scorers:
+            self._scorers = make_scorers(self.loaded, self.stack, simple, [], self.progress, prepared=self.prepared)
+        for scorer, scorer_tasks in self._scorers if self.prune.precision is not None else []:
+            for task in [t for t in scorer_tasks if t in tasks]:  # lm-eval tasks only: PruneSpec refuses others
+                self._score_rounds(cast(SequentialScorer, scorer), task, variants)
+        for scorer, scorer_tasks in self._scorers if self.prune.precision is None else []:
             for variant in variants:
                 pending = [t for t in scorer_tasks if t in tasks and (t, variant) not in self.done]
                 if not pending:
@@ -132,6 +157,22 @@ class VariantScorer:
                         self.done[(task, variant)] = scorer.score(task)
                         if not scorer.reports_progress:
                             self.progress.on_advance(1)
+
+    def _score_rounds(self, scorer: SequentialScorer, task: str, variants: list[Variant]) -> None:
+        """--precision: score the sets of `variants` not scored yet in rounds, each until it has stopped."""
+        prune = self.prune
+        assert prune.precision is not None
+        if task not in self._rounds:
+            self._rounds[task] = SequentialSets(scorer, task, prune.precision, prune.round_size, prune.seed)
+        rounds = self._rounds[task]
+        pending = [v for v in variants if v and (task, v) not in self.done]
+        found = rounds.score(pending, lambda variant: removed_units(self.stack, variant, self.sublayers))
+        for variant, evaluation in found.items():
+            self.done[(task, variant)] = evaluation
+            self.progress.on_advance(1)
+        if (task, ()) not in self.done:
+            self.progress.on_advance(1)
+        self.done[(task, ())] = rounds.baseline()  # now on every document any set has used
 
     @contextlib.contextmanager
     def counting(self) -> Iterator[None]:

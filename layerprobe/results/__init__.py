@@ -18,7 +18,14 @@ from layerprobe.results.curve import (
     method_label,
     read_curve_set,
 )
-from layerprobe.results.curve_sets import BaselineScore, CurveStrategy, RemovedSet, SetScore, normal_ci95
+from layerprobe.results.curve_sets import (
+    AnswerFlips,
+    BaselineScore,
+    CurveStrategy,
+    RemovedSet,
+    SetScore,
+    normal_ci95,
+)
 from layerprobe.results.depth import (
     LNS,
     MIX_LN,
@@ -142,6 +149,7 @@ __all__ = [
     "CurveSet",
     "curves_to_v1",
     "CurveStrategy",
+    "AnswerFlips",
     "method_label",
     "normal_ci95",
     "RemovedSet",

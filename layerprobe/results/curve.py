@@ -137,6 +137,11 @@ class PruneCurveResult:
     def num_layers(self) -> int:
         return self.model.num_layers
 
+    def answer_filters(self, task: str) -> list[str]:
+        """The filters of a generating task whose changed answers were counted (empty for any other task)."""
+        sets = [chosen for strategy in self.methods.values() for chosen in strategy.sets.values()]
+        return list(dict.fromkeys(name for chosen in sets for name in chosen.flip_rate.get(task, {})))
+
     def shown_metric(self, task: str) -> str:
         """The metric a figure or table shows for `task`: the one that drove the choice, else the primary one."""
         driver = self.settings.get("metric")
@@ -162,7 +167,7 @@ class PruneCurveResult:
                         stderr=[p.stderr for p in scores],
                         delta=[p.delta for p in scores],
                         delta_stderr=[p.delta_stderr for p in scores],
-                        delta_ci95=[p.delta_ci95 for p in scores],
+                        delta_ci95=[p.interval for p in scores],  # a sequential run's: anytime
                         units_per_block=1 if strategy.unit == "block" else 2,
                     )
                 out[task][name] = CurveMetric(base.value, base.stderr, base.higher_is_better, curves)

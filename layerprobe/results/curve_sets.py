@@ -2,8 +2,9 @@
 
 `methods.<name>` holds one `CurveStrategy`: for every n it chose a set of n units (`RemovedSet`: the
 removed `blocks` and the zeroed `sublayers` as [block, "attention"|"mlp"]), every task's and metric's
-score of the model without them (`SetScore`, with 95 % intervals), and what the search cost. `baseline`
-holds the full model's scores (`BaselineScore`).
+score of the model without them (`SetScore`, with 95 % intervals), on a generating task the share of
+answers that changed (`AnswerFlips`, per filter), and what the search cost. `baseline` holds the full
+model's scores (`BaselineScore`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 
 import layerprobe.results.validate as v
 from layerprobe.core import Z95
+from layerprobe.results.evaluation import STOP_REASONS
 from layerprobe.results.json_types import JSONObject, JSONValue
 from layerprobe.results.validate import Node
 
@@ -29,16 +31,21 @@ def normal_ci95(value: float, stderr: float | None) -> list[float] | None:
 
 @dataclass(frozen=True)
 class BaselineScore:
-    """One metric of one task on the full model: value, stderr and 95 % interval (value ± 1.96 stderr)."""
+    """One metric of one task on the full model: value, stderr and 95 % interval (value ± 1.96 stderr).
+
+    `items` (sequential runs only): the documents the full model was scored on, every one any set used.
+    """
 
     value: float
     stderr: float | None
     ci95: list[float] | None
     higher_is_better: bool
+    items: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"value": self.value, "stderr": self.stderr, "ci95": self.ci95}
-        return {**out, "higher_is_better": self.higher_is_better}
+        out["higher_is_better"] = self.higher_is_better
+        return out if self.items is None else {**out, "items": self.items}
 
     @classmethod
     def from_dict(cls, node: Node) -> BaselineScore:
@@ -47,6 +54,7 @@ class BaselineScore:
             stderr=node.key("stderr").number(optional=True),
             ci95=v.interval(node.key("ci95")),
             higher_is_better=node.key("higher_is_better").flag(),
+            items=node.key("items").integer(optional=True, minimum=1),
         )
 
 
@@ -55,7 +63,10 @@ class SetScore:
     """One metric of one task with a set removed: its score and ΔP = score − baseline, each with a 95 % interval.
 
     `ci95` is value ± 1.96 stderr; `delta_ci95` the paired interval of ΔP (closed form or paired
-    bootstrap, as prune-drop's), None where the documents cannot be paired.
+    bootstrap, as prune-drop's), None where the documents cannot be paired. A sequential run
+    (`--precision`) adds how the set stopped: `items` (documents scored, the first of the seeded
+    order), `stop` ("precision", "settled" or "exhausted") and `delta_cs95`, the anytime-valid 95 %
+    interval of ΔP it stopped with (`delta_ci95` is then the fixed-n interval on those documents).
     """
 
     value: float
@@ -64,9 +75,17 @@ class SetScore:
     delta: float
     delta_stderr: float | None
     delta_ci95: list[float] | None
+    items: int | None = None
+    stop: str | None = None
+    delta_cs95: list[float] | None = None
+
+    @property
+    def interval(self) -> list[float] | None:
+        """The interval to read ΔP by: the anytime one of a sequential run, else the paired one."""
+        return self.delta_cs95 if self.items is not None else self.delta_ci95
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "value": self.value,
             "stderr": self.stderr,
             "ci95": self.ci95,
@@ -74,9 +93,15 @@ class SetScore:
             "delta_stderr": self.delta_stderr,
             "delta_ci95": self.delta_ci95,
         }
+        if self.items is not None:
+            out |= {"items": self.items, "stop": self.stop, "delta_cs95": self.delta_cs95}
+        return out
 
     @classmethod
     def from_dict(cls, node: Node) -> SetScore:
+        stop = node.key("stop").text(optional=True)
+        if stop is not None and stop not in STOP_REASONS:
+            node.key("stop").fail(" or ".join(f'"{r}"' for r in STOP_REASONS), f"got {stop!r}")
         return cls(
             value=node.key("value").number(),
             stderr=node.key("stderr").number(optional=True),
@@ -84,16 +109,51 @@ class SetScore:
             delta=node.key("delta").number(),
             delta_stderr=node.key("delta_stderr").number(optional=True),
             delta_ci95=v.interval(node.key("delta_ci95")),
+            items=node.key("items").integer(optional=True, minimum=1),
+            stop=stop,
+            delta_cs95=v.interval(node.key("delta_cs95")) if node.key("delta_cs95").given else None,
         )
 
 
 @dataclass(frozen=True)
+class AnswerFlips:
+    """One filter of a generating task with a set removed: the answers that differ from the full model's.
+
+    `flips` of `documents` answers (after the filter) changed; `rate` = flips / documents and `ci95` its
+    Wilson 95 % interval.
+    """
+
+    flips: int
+    documents: int
+    rate: float
+    ci95: list[float]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"flips": self.flips, "documents": self.documents, "rate": self.rate, "ci95": list(self.ci95)}
+
+    @classmethod
+    def from_dict(cls, node: Node) -> AnswerFlips:
+        documents = node.key("documents").integer(minimum=1)
+        flips = node.key("flips").integer(minimum=0)
+        if flips > documents:
+            node.key("flips").fail(f"a count of at most documents = {documents}", f"got {flips}")
+        ci95 = v.interval(node.key("ci95"))
+        if ci95 is None:
+            node.key("ci95").fail("the Wilson 95 % interval [low, high]")
+        return cls(flips, documents, node.key("rate").number(finite=True, low=0.0, high=1.0), ci95)
+
+
+@dataclass(frozen=True)
 class RemovedSet:
-    """The units one strategy removes for one n, and every task's and metric's score without them."""
+    """The units one strategy removes for one n, and every task's and metric's score without them.
+
+    `flip_rate` (generating tasks only): task → filter → how many answers changed against the full model.
+    """
 
     blocks: list[int]
     sublayers: list[tuple[int, str]]
     scores: dict[str, dict[str, SetScore]]
+    flip_rate: dict[str, dict[str, AnswerFlips]] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -108,11 +168,16 @@ class RemovedSet:
         return blocks[0]
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "blocks": list(self.blocks),
             "sublayers": [[block, kind] for block, kind in self.sublayers],
             "scores": {t: {m: s.to_dict() for m, s in metrics.items()} for t, metrics in self.scores.items()},
         }
+        if self.flip_rate:
+            out["flip_rate"] = {
+                task: {name: f.to_dict() for name, f in filters.items()} for task, filters in self.flip_rate.items()
+            }
+        return out
 
     @classmethod
     def from_dict(cls, node: Node, num_layers: int) -> RemovedSet:
@@ -135,7 +200,16 @@ class RemovedSet:
             task: {name: SetScore.from_dict(score) for name, score in metrics.entries(min_length=1)}
             for task, metrics in node.key("scores").entries(min_length=1)
         }
-        return cls(blocks, sublayers, scores)
+        flips = node.key("flip_rate")
+        flip_rate = (
+            {
+                task: {name: AnswerFlips.from_dict(item) for name, item in filters.entries(min_length=1)}
+                for task, filters in flips.entries()
+            }
+            if flips.given
+            else {}
+        )
+        return cls(blocks, sublayers, scores, flip_rate)
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from factories import metric_drop, prune_drop_result, write_squad_json
+from factories import TASKS_DIR, metric_drop, prune_drop_result, write_squad_json
 from typer.testing import CliRunner
 
 import layerprobe.model.load
 import layerprobe.prune
+import layerprobe.prune.curve
 from layerprobe.cli.app import app
 from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, LayerprobeError, ModelSpec
 from layerprobe.measure.angular import run_angular
@@ -33,7 +34,7 @@ def test_prune_curve_passes_every_shared_option_to_its_spec(tmp_path, monkeypatc
     args += ["--model-args", "low_cpu_mem_usage=true,max_memory={0:1GiB}", "--load-in-8bit"]
     args += ["--attn-implementation", "eager", "--revision", "main", "--trust-remote-code", "--layers-path", "x.y"]
     args += ["--device", "cpu", "--dtype", "bfloat16", "--tokens", "1e3", "--seq-len", "64", "--seed", "7"]
-    args += ["--output_path", str(tmp_path / "out"), "-q"]
+    args += ["--output_path", str(tmp_path / "out"), "-q", "--precision", "0.1", "--round-size", "7"]
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "captured" in result.output, result.output
     [spec] = seen
@@ -44,7 +45,7 @@ def test_prune_curve_passes_every_shared_option_to_its_spec(tmp_path, monkeypatc
     assert (model.trust_remote_code, model.layers_path, model.device, model.dtype) == (True, "x.y", "cpu", "bfloat16")
     assert prune.tasks == ("a", "b") and prune.num_fewshot == 3 and prune.batch_size == "auto:2"
     assert prune.include_path == str(tmp_path) and prune.squad_data == str(tmp_path / "s.json")
-    assert prune.limit == 0.5 and prune.seed == 7
+    assert prune.limit == 0.5 and prune.seed == 7 and (prune.precision, prune.round_size) == (0.1, 7)
     assert prune.corpus.tokens == 1000 and prune.corpus.seq_len == 64
 
 
@@ -158,3 +159,17 @@ def test_prune_curve_scores_squad_from_a_local_file(tiny_checkpoints, tmp_path):
     assert set(data["baseline"]["squad"]) >= {"exact_match", "f1"}
     missing = runner.invoke(app, ["prune-curve", *args[:4], str(tmp_path / "none.json"), *args[5:]])
     assert missing.exit_code == 2 and "none.json" in missing.output, missing.output
+
+
+def test_precision_refuses_what_cannot_be_scored_sequentially_before_the_weights_load(tiny_checkpoints, monkeypatch):
+    monkeypatch.setattr(layerprobe.prune.curve, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    args = ["prune-curve", str(tiny_checkpoints["llama"]), "--include-path", str(TASKS_DIR), "--device", "cpu", "-q"]
+    cases = [
+        (["--task", "corpus", "--precision", "0.1"], "--precision scores lm-eval tasks"),  # no per-document range
+        (["--task", "lp_pydoc_ppl", "--precision", "0.1"], "not a mean"),  # perplexities: no paired mean
+        (["--task", "lp_arc_like", "--precision", "1.5"], "--precision must lie in (0, 1)"),
+        (["--task", "lp_arc_like", "--precision", "0.1", "--round-size", "0"], "--round-size must be a positive"),
+    ]
+    for extra, message in cases:
+        result = runner.invoke(app, [*args, *extra])
+        assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output

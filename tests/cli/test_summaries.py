@@ -6,7 +6,14 @@ import io
 from dataclasses import replace
 
 import pytest
-from factories import angular_from_walk, corpus_prune_result, paired_arc_result
+from factories import (
+    angular_from_walk,
+    corpus_prune_result,
+    curve_result,
+    curve_result_sequential,
+    curve_result_with_flips,
+    paired_arc_result,
+)
 from rich.console import Console
 
 from layerprobe.cli import summaries
@@ -86,3 +93,39 @@ def test_a_sequential_prune_drop_table_shows_the_anytime_interval_documents_and_
     assert "anytime 95 % CI" in text and "documents" in text and "stop" in text
     assert "[-0.4500, -0.1500]" in text and "exhausted" in text and "[-0.40" not in text
     assert "sequential, anytime-valid 95 % CI" in text
+
+
+def test_the_curve_table_shows_each_sets_answers_changed_per_filter_with_its_interval(monkeypatch):
+    result = curve_result_with_flips()
+    stream = io.StringIO()
+    monkeypatch.setattr(summaries, "out", Console(file=stream, width=250))
+    summaries.print_curve_summary(result)
+    lines = stream.getvalue().splitlines()
+    header = next(line for line in lines if "method" in line)
+    assert "answers changed (strict-match)" in header and "answers changed (flexible-extract)" in header
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines if "│" in line and "method" not in line]
+    for method, strategy in result.methods.items():
+        for n, chosen in strategy.sets.items():
+            flips = chosen.flip_rate["corpus"]
+            cells = [f"{f.rate:.2f} [{f.ci95[0]:.2f}, {f.ci95[1]:.2f}]" for f in flips.values()]
+            assert [method, str(n), *cells] in [[*r[:2], *r[-2:]] for r in rows], rows
+    plain = io.StringIO()  # no generating task: no such column
+    monkeypatch.setattr(summaries, "out", Console(file=plain, width=250))
+    summaries.print_curve_summary(curve_result())
+    assert "method" in plain.getvalue() and "answers changed" not in plain.getvalue()
+
+
+def test_a_sequential_curve_table_shows_each_sets_anytime_interval_documents_and_stop(monkeypatch):
+    result = curve_result_sequential()
+    stream = io.StringIO()
+    monkeypatch.setattr(summaries, "out", Console(file=stream, width=250))
+    summaries.print_curve_summary(result)
+    text = stream.getvalue()
+    assert "on 12 documents" in text and "anytime 95 % CI" in text and "paired 95 % CI" not in text
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines() if "│" in line]
+    for method, strategy in result.methods.items():
+        for n, chosen in strategy.sets.items():
+            score = chosen.scores["corpus"]["nll"]
+            low, high = score.delta_cs95
+            want = [method, str(n), f"[{low:+.4f}, {high:+.4f}]", str(score.items), score.stop]
+            assert want in [[*r[:2], *r[-3:]] for r in rows], rows

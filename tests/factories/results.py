@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 
 from layerprobe.results import (
     AngularResult,
+    AnswerFlips,
     BlockPlacement,
     CurveMethod,
     CurveMetric,
@@ -257,6 +258,46 @@ def curve_result() -> PruneCurveResult:
     selection = {"n": [1, 2], "start": [2, 1], "distance": [0.1, 0.2]}
     settings = {"tasks": ["corpus"], "max_fraction": 0.5}
     return PruneCurveResult.from_curves(model_info(4), settings, selection, {"corpus": {"nll": nll}}, RUN)
+
+
+def curve_result_with_flips() -> PruneCurveResult:
+    """`curve_result` with the answers changed per set, as a generating task records them (two filters).
+
+    Set n of method k (0, 1) changed n + k of 8 strict answers and n + k + 1 of 8 flexible ones.
+    """
+    result = curve_result()
+    methods = {}
+    for k, (name, strategy) in enumerate(result.methods.items()):
+        sets = {}
+        for n, chosen in strategy.sets.items():
+            counts = {"strict-match": n + k, "flexible-extract": n + k + 1}
+            flips = {
+                f: AnswerFlips(c, 8, c / 8, [max(0.0, c / 8 - 0.2), min(1.0, c / 8 + 0.2)]) for f, c in counts.items()
+            }
+            sets[n] = replace(chosen, flip_rate={"corpus": flips})
+        methods[name] = replace(strategy, sets=sets)
+    return replace(result, methods=methods)
+
+
+def curve_result_sequential() -> PruneCurveResult:
+    """`curve_result` as a sequential run (`--precision 0.2 --round-size 4`) records it: each set's stop.
+
+    Set n of method k stopped after 4 (n + k) documents, its anytime interval ΔP ± 0.2 · n; the full model
+    was scored on 12 documents.
+    """
+    result = curve_result()
+    methods = {}
+    for k, (name, strategy) in enumerate(result.methods.items()):
+        sets = {}
+        for n, chosen in strategy.sets.items():
+            score = chosen.scores["corpus"]["nll"]
+            bounds = [score.delta - 0.2 * n, score.delta + 0.2 * n]
+            stopped = replace(score, items=4 * (n + k), stop="precision" if n == 1 else "settled", delta_cs95=bounds)
+            sets[n] = replace(chosen, scores={"corpus": {"nll": stopped}})
+        methods[name] = replace(strategy, sets=sets)
+    baseline = {"corpus": {"nll": replace(result.baseline["corpus"]["nll"], items=12)}}
+    settings = {**result.settings, "precision": 0.2, "round_size": 4}
+    return replace(result, methods=methods, baseline=baseline, settings=settings)
 
 
 def curve_dict() -> dict:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from factories import curve_result
+from factories import curve_result, curve_result_sequential, curve_result_with_flips
 
 from layerprobe.plots import plot_prune_curve, prune_curve_figure
 from layerprobe.results import CurveStrategy, PruneCurveResult, RemovedSet, SetScore
@@ -45,3 +45,39 @@ def test_the_band_is_the_paired_95_interval_around_the_full_model(tmp_path):
     paths = plot_prune_curve(result, tmp_path)
     assert [p.name for p in paths] == ["prune_curve_corpus.png", "prune_curve_corpus.pdf"]
     assert paths[1].read_bytes()[:4] == b"%PDF"
+
+
+def test_a_generating_task_gets_a_panel_of_answers_changed_per_method_and_filter():
+    result = curve_result_with_flips()
+    fig = prune_curve_figure(result, "corpus")
+    fig.canvas.draw()
+    upper, lower = fig.axes
+    assert "answers changed" in lower.get_ylabel() and "Wilson 95 %" in lower.get_ylabel()
+    assert lower.get_xlabel().startswith("fraction of blocks removed") and upper.get_xlabel() == ""
+    drawn = [(list(line.get_xdata()), list(line.get_ydata()), line.get_linestyle()) for line in lower.get_lines()]
+    for k, strategy in enumerate(result.methods.values()):  # methods in order, each: strict (solid), flexible (dashed)
+        for f, (name, style) in enumerate((("strict-match", "-"), ("flexible-extract", "--"))):
+            rates = [strategy.sets[n].flip_rate["corpus"][name].rate for n in (1, 2)]
+            assert drawn[2 * k + f] == ([0.25, 0.5], rates, style)
+    bands = [c.get_paths()[0].vertices[:, 1] for c in lower.collections if c.get_paths()]
+    first = result.methods["angular"].sets[1].flip_rate["corpus"]["strict-match"].ci95
+    assert min(bands[0]) == pytest.approx(first[0]) and max(bands[0]) <= 1.0
+    [legend] = fig.legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels[-2:] == ["answers changed (strict-match)", "answers changed (flexible-extract)"]
+    renderer = fig.canvas.get_renderer()
+    box = legend.get_window_extent(renderer)
+    assert not any(box.overlaps(ax.get_window_extent(renderer)) for ax in (upper, lower))
+
+
+def test_a_sequential_curve_draws_each_sets_anytime_interval_and_says_so():
+    result = curve_result_sequential()
+    fig = prune_curve_figure(result, "corpus")
+    [ax] = fig.axes
+    [legend] = fig.legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert "anytime 95 % (paired ΔP, sequential)" in labels and "95 % (paired ΔP)" not in labels
+    bands = [c.get_paths()[0].vertices[:, 1] for c in ax.collections if c.get_paths()]
+    for band, strategy in zip(bands, result.methods.values(), strict=True):
+        edges = [3.0 + bound for n in (1, 2) for bound in strategy.sets[n].scores["corpus"]["nll"].delta_cs95]
+        assert min(band) == pytest.approx(min(edges)) and max(band) == pytest.approx(max(edges))

@@ -3,16 +3,20 @@
 Gromov's span, the influence order and the delta order come from a given angular matrix or a hand-made
 prune_drop.json; the greedy searches (blocks and sublayers) are checked against a brute-force loop that
 deletes blocks (or zeroes output projections) with the test's own code and scores every candidate in
-float64; the recorded search cost against a count of the block passes the shared engine must run.
+float64; the recorded search cost against a count of the block passes the shared engine must run. The
+flip rates of a generating task's chosen sets against lm-eval run directly on models rebuilt without them.
 """
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import transformers as tf
-from factories import TASKS_DIR, banded_distances, metric_drop, model_info, prune_drop_result
-from reference import corpus_reference, deleted_span_float64, zeroed_projections
+from factories import TASKS_DIR, banded_distances, loaded_head, metric_drop, model_info, prune_drop_result, prune_spec
+from reference import corpus_reference, deleted_span_float64, lm_eval_reference, physically_deleted, zeroed_projections
+from scipy import stats
 
 from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec, PruneSpec
 from layerprobe.core.errors import LayerprobeError
@@ -70,6 +74,8 @@ def test_curve_uses_given_angular_and_scores_physically_deleted_spans(tiny_check
         assert kl.delta_stderr[index] is not None and kl.delta_stderr[index] > 0
     again = load_result(tmp_path / "prune_curve.json")  # validated on read, round trip
     assert isinstance(again, PruneCurveResult) and again.to_dict() == result.to_dict()
+    keys = set(re.findall(r'"(\w+)":', (tmp_path / "prune_curve.json").read_text()))
+    assert not keys & {"precision", "round_size", "items", "stop", "delta_cs95", "flip_rate"}  # without --precision
 
 
 def _angular_file(tmp_path, model, low):
@@ -194,3 +200,50 @@ def test_an_lm_eval_metric_drives_delta_and_greedy_as_prune_drop_ranks_it(tiny_c
     from_file = PruneCurveSpec(prune, methods=("delta",), prune_drop=str(tmp_path / "drop" / "prune_drop.json"))
     again = run_prune_curve(from_file, tmp_path / "again")
     assert {n: s.blocks for n, s in again.methods["delta"].sets.items()} == {n: s.blocks for n, s in delta.sets.items()}
+
+
+@pytest.mark.slow
+def test_flip_rates_of_chosen_sets_equal_lm_eval_run_directly_on_physically_pruned_models(
+    tiny_checkpoints, tasks_with_generation, tmp_path
+):
+    path = tiny_checkpoints["llama"]
+    spec = PruneCurveSpec(
+        prune_spec(path, tasks=("lp_gsm",), limit=8, num_fewshot=None, include_path=str(tasks_with_generation)),
+        methods=("last",),
+    )
+    result = run_prune_curve(spec, tmp_path, loaded=loaded_head(path))
+    sets = result.methods["last"].sets
+    assert {n: s.blocks for n, s in sets.items()} == {1: [2], 2: [1, 2]}  # the blocks before the final one
+    tokenizer = tf.AutoTokenizer.from_pretrained(path)
+    models = {(): tf.AutoModelForCausalLM.from_pretrained(path).eval()}
+    models |= {tuple(s.blocks): physically_deleted(path, "llama", s.blocks) for s in sets.values()}
+    logged = {  # lm-eval itself, on the untouched model and on models rebuilt without the blocks
+        removed: lm_eval_reference(
+            model, tokenizer, ["lp_gsm"], tasks_dir=tasks_with_generation, limit=8, log_samples=True
+        )
+        for removed, model in models.items()
+    }
+    for name, base in result.baseline["lp_gsm"].items():  # the same scores
+        key = name if "," in name else f"{name},none"
+        assert base.value == logged[()]["results"]["lp_gsm"][key]
+        for chosen in sets.values():
+            assert chosen.scores["lp_gsm"][name].value == logged[tuple(chosen.blocks)]["results"]["lp_gsm"][key]
+    changed = 0
+    for chosen in sets.values():
+        assert set(chosen.flip_rate["lp_gsm"]) == {"strict-match", "flexible-extract"}
+        for filter_name, flips in chosen.flip_rate["lp_gsm"].items():
+            answers = {
+                removed: {
+                    s["doc_id"]: s["filtered_resps"][0] for s in run["samples"]["lp_gsm"] if s["filter"] == filter_name
+                }
+                for removed, run in logged.items()
+            }
+            pruned, full = answers[tuple(chosen.blocks)], answers[()]
+            count = sum(pruned[d] != full[d] for d in full)
+            want = stats.binomtest(count, 8).proportion_ci(confidence_level=0.95, method="wilson")
+            assert (flips.flips, flips.documents, flips.rate) == (count, 8, count / 8)
+            assert flips.ci95 == pytest.approx([want.low, want.high], abs=1e-12)
+            changed += count
+    assert changed  # a removal changes some answers: the count can fail
+    back = load_result(tmp_path / "prune_curve.json")
+    assert back.to_dict() == result.to_dict() and back.methods["last"].sets[2].flip_rate == sets[2].flip_rate
