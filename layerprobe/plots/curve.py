@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-BAND_ALPHA = 0.15
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # methods that chose the same sets stay told apart
 LINE_STYLES = ("-", "--", ":", "-.")  # answers changed: one style per filter of a generating task
 
@@ -33,14 +32,17 @@ def plot_prune_curve(result: PruneCurveResult, out_dir: Path) -> list[Path]:
 def prune_curve_figure(result: PruneCurveResult, task: str) -> Figure:
     """Build one task's pruning-curve figure (returned open, so the report can inline it).
 
-    A line per method, its band the paired 95 % interval of ΔP around the score (the full model's
-    score plus the interval of score − full model; a sequential run's anytime-valid interval, each set
-    stopped when its ΔP was known, labelled so); the legend sits outside the axes, so no label
-    covers a curve. A generating task gets a second panel: per method and filter, the share of answers
-    that differ from the full model's, with its Wilson 95 % band.
+    A line per method and, at each n, a bar for the paired 95 % interval of ΔP placed around the full
+    model's score (the full model's score plus the interval of score − full model; a sequential run's
+    anytime-valid interval, each set stopped when its ΔP was known, labelled so). Methods often choose
+    the same set (angular and influence for small n, say), so each method's points are shifted
+    sideways by a fraction of one unit's width: identical curves stay visible side by side, and bars
+    never hide each other the way shaded bands do. The legend sits outside the axes, so no label covers
+    a curve. A generating task gets a second panel: per method and filter, the share of answers that
+    differ from the full model's, with its Wilson 95 % interval.
     """
     plt = pyplot()
-    from matplotlib.patches import Patch
+    from matplotlib.lines import Line2D
 
     name = result.shown_metric(task)
     metric = result.tasks[task][name]
@@ -58,7 +60,7 @@ def prune_curve_figure(result: PruneCurveResult, task: str) -> Figure:
     banded = False
     colours = {}
     for k, (method, points) in enumerate(metric.methods.items()):
-        x = points.fractions(result.num_layers)
+        x = dodged(points.fractions(result.num_layers), k, len(metric.methods), result.num_layers)
         random = method.startswith("random")
         style = {"marker": MARKERS[k % len(MARKERS)], "ms": 4, "mfc": "none", "alpha": 0.6 if random else 1}
         line = ax.plot(x, points.score, label=method_label(method), **style)[0]
@@ -67,11 +69,11 @@ def prune_curve_figure(result: PruneCurveResult, task: str) -> Figure:
         if x and all(ci is not None for ci in intervals):
             low = [metric.baseline + ci[0] for ci in intervals if ci is not None]
             high = [metric.baseline + ci[1] for ci in intervals if ci is not None]
-            ax.fill_between(x, low, high, color=line.get_color(), alpha=BAND_ALPHA, lw=0)
+            ax.vlines(x, low, high, color=line.get_color(), lw=1.1, alpha=style["alpha"] * 0.8)
             banded = True
     handles, labels = ax.get_legend_handles_labels()
     if banded:
-        handles.append(Patch(color="0.3", alpha=BAND_ALPHA * 2, lw=0))
+        handles.append(Line2D([], [], color="0.3", marker="|", ms=10, mew=1.1, ls="none"))
         labels.append(
             "anytime 95 % (paired ΔP, sequential)" if result.settings.get("precision") else "95 % (paired ΔP)"
         )
@@ -88,6 +90,16 @@ def prune_curve_figure(result: PruneCurveResult, task: str) -> Figure:
     return fig
 
 
+def dodged(fractions: list[float], k: int, count: int, num_layers: int) -> list[float]:
+    """Method k of `count`'s x positions, shifted so the methods sit side by side within 0.6 of one unit's width.
+
+    A unit is the smallest step of the x axis: one block, or half a block when a method counts sublayers.
+    """
+    step = 1 / (2 * num_layers)
+    offset = (k - (count - 1) / 2) * 0.6 * step / max(count, 1)
+    return [f + offset for f in fractions]
+
+
 def _draw_answers_changed(
     ax: Axes, result: PruneCurveResult, task: str, filters: list[str], colours: dict[str, tuple[str, dict[str, Any]]]
 ) -> list[Line2D]:
@@ -97,16 +109,17 @@ def _draw_answers_changed(
     """
     from matplotlib.lines import Line2D
 
-    for method, strategy in result.methods.items():
+    for k, (method, strategy) in enumerate(result.methods.items()):
         colour, style = colours[method]
         per_block = 1 if strategy.unit == "block" else 2
         for f, filter_name in enumerate(filters):
             found = [(n, s.flip_rate.get(task, {}).get(filter_name)) for n, s in sorted(strategy.sets.items())]
             points = [(n, flips) for n, flips in found if flips is not None]
-            x = [n / (per_block * result.num_layers) for n, _ in points]
+            fractions = [n / (per_block * result.num_layers) for n, _ in points]
+            x = dodged(fractions, k * len(filters) + f, len(result.methods) * len(filters), result.num_layers)
             ax.plot(x, [p.rate for _, p in points], color=colour, ls=LINE_STYLES[f % len(LINE_STYLES)], **style)
             low, high = [p.ci95[0] for _, p in points], [p.ci95[1] for _, p in points]
-            ax.fill_between(x, low, high, color=colour, alpha=BAND_ALPHA / 2, lw=0)
+            ax.vlines(x, low, high, color=colour, lw=0.9, alpha=0.6)
     ax.set_ylim(-0.02, 1.02)
     ax.set_ylabel("answers changed\n(share; Wilson 95 %)")
     ax.grid(alpha=0.3)

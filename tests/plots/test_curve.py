@@ -55,10 +55,14 @@ def test_a_generating_task_gets_a_panel_of_answers_changed_per_method_and_filter
     assert "answers changed" in lower.get_ylabel() and "Wilson 95 %" in lower.get_ylabel()
     assert lower.get_xlabel().startswith("fraction of blocks removed") and upper.get_xlabel() == ""
     drawn = [(list(line.get_xdata()), list(line.get_ydata()), line.get_linestyle()) for line in lower.get_lines()]
+    half_unit = 1 / (2 * result.num_layers) / 2
     for k, strategy in enumerate(result.methods.values()):  # methods in order, each: strict (solid), flexible (dashed)
         for f, (name, style) in enumerate((("strict-match", "-"), ("flexible-extract", "--"))):
             rates = [strategy.sets[n].flip_rate["corpus"][name].rate for n in (1, 2)]
-            assert drawn[2 * k + f] == ([0.25, 0.5], rates, style)
+            x, y, drawn_style = drawn[2 * k + f]
+            assert y == rates and drawn_style == style
+            assert x == pytest.approx([0.25, 0.5], abs=half_unit)  # shifted sideways, less than half a unit
+    assert len({line[0][0] for line in drawn}) == len(drawn)  # no two methods' points on top of each other
     bands = [c.get_paths()[0].vertices[:, 1] for c in lower.collections if c.get_paths()]
     first = result.methods["angular"].sets[1].flip_rate["corpus"]["strict-match"].ci95
     assert min(bands[0]) == pytest.approx(first[0]) and max(bands[0]) <= 1.0
@@ -77,7 +81,7 @@ def test_a_sequential_curve_draws_each_sets_anytime_interval_and_says_so():
     [legend] = fig.legends
     labels = [t.get_text() for t in legend.get_texts()]
     assert "anytime 95 % (paired ΔP, sequential)" in labels and "95 % (paired ΔP)" not in labels
-    bands = [c.get_paths()[0].vertices[:, 1] for c in ax.collections if c.get_paths()]
+    bands = [[v for path in c.get_paths() for v in path.vertices[:, 1]] for c in ax.collections if c.get_paths()]
     for band, strategy in zip(bands, result.methods.values(), strict=True):
         edges = [3.0 + bound for n in (1, 2) for bound in strategy.sets[n].scores["corpus"]["nll"].delta_cs95]
         assert min(band) == pytest.approx(min(edges)) and max(band) == pytest.approx(max(edges))
