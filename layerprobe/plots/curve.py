@@ -61,15 +61,15 @@ def prune_curve_figure(result: PruneCurveResult, task: str) -> Figure:
     colours = {}
     for k, (method, points) in enumerate(metric.methods.items()):
         x = dodged(points.fractions(result.num_layers), k, len(metric.methods), result.num_layers)
-        random = method.startswith("random")
-        style = {"marker": MARKERS[k % len(MARKERS)], "ms": 4, "mfc": "none", "alpha": 0.6 if random else 1}
+        opacity = 0.6 if method.startswith("random") else 1.0
+        style = {"marker": MARKERS[k % len(MARKERS)], "ms": 4, "mfc": "none", "alpha": opacity}
         line = ax.plot(x, points.score, label=method_label(method), **style)[0]
         colours[method] = (line.get_color(), style)
         intervals = points.delta_ci95 or [None] * len(x)
         if x and all(ci is not None for ci in intervals):
             low = [metric.baseline + ci[0] for ci in intervals if ci is not None]
             high = [metric.baseline + ci[1] for ci in intervals if ci is not None]
-            ax.vlines(x, low, high, color=line.get_color(), lw=1.1, alpha=style["alpha"] * 0.8)
+            ax.vlines(x, low, high, color=line.get_color(), lw=1.1, alpha=opacity * 0.8)
             banded = True
     handles, labels = ax.get_legend_handles_labels()
     if banded:
