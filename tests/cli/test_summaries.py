@@ -22,6 +22,14 @@ from layerprobe.results import angular_summary
 pytestmark = pytest.mark.usefixtures("no_leaked_figures")
 
 
+def summary_text(monkeypatch, print_summary, result, width: int) -> str:
+    """What `print_summary(result)` writes on a console `width` characters wide."""
+    stream = io.StringIO()
+    monkeypatch.setattr(summaries, "out", Console(file=stream, width=width))
+    print_summary(result)
+    return stream.getvalue()
+
+
 def test_console_summary_never_calls_an_unmeasured_pair_most_similar(monkeypatch):
     result = angular_from_walk(4, seed=5, nan_cells=[(0, 1), (1, 2), (2, 3), (3, 4)], stderr=0.01)
     printed = {"out": io.StringIO(), "err": io.StringIO()}
@@ -51,21 +59,15 @@ def test_console_summary_never_calls_an_unmeasured_pair_most_similar(monkeypatch
 
 def test_prune_summary_prints_the_baseline_with_its_95_percent_interval(monkeypatch):
     result, metric = paired_arc_result()
-    stream = io.StringIO()
-    monkeypatch.setattr(summaries, "out", Console(file=stream, width=200))
-    summaries.print_prune_summary(result)
+    text = summary_text(monkeypatch, summaries.print_prune_summary, result, width=200)
     z = 1.959963984540054
     low, high = metric.baseline - z * metric.baseline_stderr, metric.baseline + z * metric.baseline_stderr
-    text = stream.getvalue()
     assert f"baseline {metric.baseline:.4f} (95 % CI [{low:.4f}, {high:.4f}])" in text and "±" not in text
 
 
 def test_the_corpus_task_prints_kl_and_top1_agreement_beside_nll(monkeypatch):
     result = corpus_prune_result()
-    stream = io.StringIO()
-    monkeypatch.setattr(summaries, "out", Console(file=stream, width=250))
-    summaries.print_prune_summary(result)
-    lines = stream.getvalue().splitlines()
+    lines = summary_text(monkeypatch, summaries.print_prune_summary, result, width=250).splitlines()
     header = next(line for line in lines if "KL(base ‖ pruned)" in line)
     assert "top-1 agreement" in header and "nll" in header
     kl, top1 = result.tasks["corpus"].metrics["kl"], result.tasks["corpus"].metrics["top1_agreement"]
@@ -86,10 +88,7 @@ def test_a_sequential_prune_drop_table_shows_the_anytime_interval_documents_and_
         delta_cs95=[[-0.45, -0.15], [-0.07, 0.03], [-0.02, 0.1], [0.01, 0.2]],
     )
     result = replace(result, tasks={"arc": replace(result.tasks["arc"], metrics={"acc": sequential})})
-    stream = io.StringIO()
-    monkeypatch.setattr(summaries, "out", Console(file=stream, width=200))
-    summaries.print_prune_summary(result)
-    text = stream.getvalue()
+    text = summary_text(monkeypatch, summaries.print_prune_summary, result, width=200)
     assert "anytime 95 % CI" in text and "documents" in text and "stop" in text
     assert "[-0.4500, -0.1500]" in text and "exhausted" in text and "[-0.40" not in text
     assert "sequential, anytime-valid 95 % CI" in text
@@ -97,10 +96,7 @@ def test_a_sequential_prune_drop_table_shows_the_anytime_interval_documents_and_
 
 def test_the_curve_table_shows_each_sets_answers_changed_per_filter_with_its_interval(monkeypatch):
     result = curve_result_with_flips()
-    stream = io.StringIO()
-    monkeypatch.setattr(summaries, "out", Console(file=stream, width=250))
-    summaries.print_curve_summary(result)
-    lines = stream.getvalue().splitlines()
+    lines = summary_text(monkeypatch, summaries.print_curve_summary, result, width=250).splitlines()
     header = next(line for line in lines if "method" in line)
     assert "answers changed (strict-match)" in header and "answers changed (flexible-extract)" in header
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines if "│" in line and "method" not in line]
@@ -117,10 +113,7 @@ def test_the_curve_table_shows_each_sets_answers_changed_per_filter_with_its_int
 
 def test_a_sequential_curve_table_shows_each_sets_anytime_interval_documents_and_stop(monkeypatch):
     result = curve_result_sequential()
-    stream = io.StringIO()
-    monkeypatch.setattr(summaries, "out", Console(file=stream, width=250))
-    summaries.print_curve_summary(result)
-    text = stream.getvalue()
+    text = summary_text(monkeypatch, summaries.print_curve_summary, result, width=250)
     assert "on 12 documents" in text and "anytime 95 % CI" in text and "paired 95 % CI" not in text
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines() if "│" in line]
     for method, strategy in result.methods.items():
