@@ -317,3 +317,14 @@ def direct_ratio_stderr(windows: np.ndarray, positions: np.ndarray) -> tuple[flo
     k = len(a)
     se = math.sqrt(k / (k - 1) * float((n**2 * (a - mean) ** 2).sum())) / float(n.sum())
     return mean, se
+
+
+def holm_adjusted(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values: sort, multiply the i-th smallest by m − i, keep the running max."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: (pvalues[i], i))
+    out, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        out[i] = running
+    return out

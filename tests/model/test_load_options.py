@@ -23,7 +23,8 @@ from layerprobe.model.load_options import from_pretrained_kwargs
 from layerprobe.model.stack import find_layers
 
 
-def test_options_reach_from_pretrained_and_the_result(tiny_checkpoints, tmp_path, monkeypatch):
+def watch_from_pretrained(monkeypatch) -> list[dict]:
+    """The keywords of every from_pretrained of weights from now on (copied: accelerate rewrites max_memory)."""
     seen: list[dict] = []
     real_load = tf.PreTrainedModel.from_pretrained.__func__
 
@@ -32,6 +33,11 @@ def test_options_reach_from_pretrained_and_the_result(tiny_checkpoints, tmp_path
         return real_load(cls, *args, **kwargs)
 
     monkeypatch.setattr(tf.PreTrainedModel, "from_pretrained", classmethod(watched))
+    return seen
+
+
+def test_options_reach_from_pretrained_and_the_result(tiny_checkpoints, tmp_path, monkeypatch):
+    seen = watch_from_pretrained(monkeypatch)
     out = tmp_path / "out"
     result = invoke(
         "angular", tiny_checkpoints["llama"], "--model-args", "low_cpu_mem_usage=true,use_safetensors=true",
@@ -73,19 +79,6 @@ def test_quantized_load_builds_a_bitsandbytes_config():
     assert kwargs["device_map"] == {"": "cpu"}  # bitsandbytes models cannot be moved after loading
     kwargs = from_pretrained_kwargs(ModelSpec("m", quantization="8bit", device_map="auto"), torch.float16, None)
     assert kwargs["quantization_config"].load_in_8bit and kwargs["device_map"] == "auto"
-
-
-def watch_from_pretrained(monkeypatch) -> list[dict]:
-    """The keywords of every from_pretrained of weights from now on (copied: accelerate rewrites max_memory)."""
-    seen: list[dict] = []
-    real_load = tf.PreTrainedModel.from_pretrained.__func__
-
-    def watched(cls, *args, **kwargs):
-        seen.append(copy.deepcopy({k: v for k, v in kwargs.items() if k != "config"}))
-        return real_load(cls, *args, **kwargs)
-
-    monkeypatch.setattr(tf.PreTrainedModel, "from_pretrained", classmethod(watched))
-    return seen
 
 
 @pytest.mark.parametrize(
