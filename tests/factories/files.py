@@ -27,6 +27,16 @@ test_split: test
 doc_to_text: "Question: {{question}}\\nAnswer:"
 """
 
+# ...and score the generated answer the same way.
+EXACT_MATCH = """\
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: 1.0
+"""
+
 GENERATION_YAML = f"""\
 task: lp_gen
 {GENERATE_ON_ARC}\
@@ -35,13 +45,7 @@ generation_kwargs:
   until: ["\\n"]
   max_gen_toks: 3
   do_sample: false
-metric_list:
-  - metric: exact_match
-    aggregation: mean
-    higher_is_better: true
-metadata:
-  version: 1.0
-"""
+{EXACT_MATCH}"""
 
 
 # GSM8K-shaped: generate_until with a strict and a flexible answer extractor (GSM8K's own filter names;
@@ -67,13 +71,7 @@ filter_list:
         group_select: -1
         regex_pattern: '(\\S+)' 
       - function: take_first
-metric_list:
-  - metric: exact_match
-    aggregation: mean
-    higher_is_better: true
-metadata:
-  version: 1.0
-"""
+{EXACT_MATCH}"""
 
 
 def tasks_with_generation(folder: Path) -> Path:
