@@ -326,3 +326,14 @@ def agresti_min(b: int, c: int, n: int) -> tuple[float, float]:
     centre = p_gained - p_lost
     half = 1.959963984540054 * math.sqrt((p_gained + p_lost - centre**2) / total)
     return centre - half, centre + half
+
+
+def holm_adjusted(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values: sort, multiply the i-th smallest by m − i, keep the running max."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: (pvalues[i], i))
+    out, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        out[i] = running
+    return out

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 
 from layerprobe.cli.console import err, out, safe_text
-from layerprobe.core import LayerprobeError
+from layerprobe.core import LayerprobeError, OutputError
 from layerprobe.gate import (
     FORMATS,
     build_table,
@@ -97,8 +97,9 @@ def compare(
     if junit is not None:
         try:
             write_text(junit, render_junit(verdict))
-        except OSError as exc:
-            raise LayerprobeError(f"Cannot write --junit {junit}: {exc.strerror or exc}") from exc
+        except (OSError, OutputError) as exc:
+            reason = exc.reason if isinstance(exc, OutputError) else exc.strerror or exc
+            raise LayerprobeError(f"Cannot write --junit {junit}: {reason}") from exc
         err.print(f"wrote {junit}", highlight=False, markup=False, soft_wrap=True)
     if plot:
         try:

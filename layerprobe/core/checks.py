@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from layerprobe.core.errors import LayerprobeError
@@ -81,7 +82,9 @@ def check_output_dir(directory: str | os.PathLike[str], option: str = "--out") -
     """Refuse an output directory that cannot be written, before any work: a file, or a read-only parent.
 
     Nothing is created here (a refused run leaves nothing behind); the nearest existing ancestor must be a
-    writable directory, so the run can create the rest when it writes.
+    writable directory, so the run can create the rest when it writes. Writable is tried, not only asked:
+    `access()` says yes to root everywhere, also where no file can be made (/proc), so a nameless
+    temporary file is opened there and closed again.
     """
     path = os.path.abspath(os.fspath(directory))
     if os.path.exists(path) and not os.path.isdir(path):
@@ -97,9 +100,15 @@ def check_output_dir(directory: str | os.PathLike[str], option: str = "--out") -
             f"{option} {directory} cannot be created: {ancestor} is an existing file.",
             hint=f"Pass a directory to {option} (it is created if missing).",
         )
+    refusal = LayerprobeError(
+        f"{option} {directory} is not writable ({ancestor} does not allow writing).",
+        hint=f"Pick a directory you can write to with {option.split()[0]}.",
+    )
     if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise LayerprobeError(
-            f"{option} {directory} is not writable ({ancestor} does not allow writing).",
-            hint="Pick a directory you can write to with --out.",
-        )
+        raise refusal
+    try:
+        with tempfile.TemporaryFile(dir=ancestor):  # O_TMPFILE where there is one: never visible
+            pass
+    except OSError:
+        raise refusal from None
     return Path(directory)

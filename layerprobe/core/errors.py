@@ -70,3 +70,14 @@ class TaskError(LayerprobeError):
 
 class ResultError(LayerprobeError):
     """A result file is missing, unreadable, of the wrong schema, or does not match a resumed run."""
+
+
+class OutputError(LayerprobeError):
+    """A file cannot be written where it was asked for: a read-only or missing folder, a file in the way.
+
+    `reason` is the system's word for it (e.g. "Permission denied"), for callers that name the option.
+    """
+
+    def __init__(self, message: str, reason: str, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.reason = reason

@@ -73,7 +73,10 @@ class ModelSpec:
         if not _DEVICE.match(self.device):
             raise LayerprobeError(f"Unknown --device {self.device!r}.", hint="Use auto, cpu, cuda, cuda:N or mps.")
         if self.device_map not in (None, "auto"):
-            raise LayerprobeError(f"Unknown --device-map {self.device_map!r}.", hint="The only value is 'auto'.")
+            raise LayerprobeError(
+                f"Unknown --device-map {self.device_map!r}.",
+                hint="The only value is 'auto'; for one device use --device (e.g. --device cpu).",
+            )
         if self.quantization not in (None, *QUANTIZATIONS):
             raise LayerprobeError(f"Unknown quantization {self.quantization!r}.", hint="Use 4bit or 8bit.")
         if "attn_implementation" in self.model_args:  # lm-eval's spelling; one home: the dedicated field

@@ -26,7 +26,7 @@ from layerprobe.core import ANSWER
 from layerprobe.evaluate.documents import Document, Population, build_population, score_documents
 from layerprobe.evaluate.lm_eval_globals import quiet_lm_eval, seed_everything
 from layerprobe.evaluate.tasks import GENERATION
-from layerprobe.model import Remover
+from layerprobe.model import Remover, module_device
 from layerprobe.results import Evaluation, MetricSamples, MetricScore
 
 if TYPE_CHECKING:
@@ -75,9 +75,11 @@ def make_lm(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_si
     """Wrap an already loaded causal LM in one lm-eval `HFLM`, to be reused for every variant of it.
 
     HFLM keeps a reference to `model`, so blocks removed from (or restored to) that object in place are
-    seen by the next `evaluate`. It takes the model's device as is. With `batch_size="auto"`, lm-eval
-    0.4.13 detects the batch size again at every evaluation (a variant may get a different one, which
-    can change results in the last float digits); an int keeps variants exactly comparable.
+    seen by the next `evaluate`. It takes the model's device as is, except where `--device-map` left even
+    the first weights on "meta" (offloaded): inputs then go where the embedding computes. With
+    `batch_size="auto"`, lm-eval 0.4.13 detects the batch size again at every evaluation (a variant may get
+    a different one, which can change results in the last float digits); an int keeps variants exactly
+    comparable.
 
     Args:
         model: A `transformers` causal LM (`…ForCausalLM`), in eval mode.
@@ -87,7 +89,11 @@ def make_lm(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_si
     from lm_eval.models.huggingface import HFLM
 
     with quiet_lm_eval():
-        return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+    if lm.device.type == "meta":  # HFLM takes the first weight's device; lm-eval has no other way to set it
+        embeddings = model.get_input_embeddings()
+        lm._device = module_device(embeddings) if embeddings is not None else lm.device
+    return lm
 
 
 def evaluate(

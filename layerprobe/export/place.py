@@ -76,21 +76,20 @@ def sync_tree(directory: Path) -> None:
     for root, _dirs, names in os.walk(directory):
         for name in names:
             path = os.path.join(root, name)
-            if os.path.islink(path):
-                continue
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            if not os.path.islink(path):
+                _fsync(path)
         sync_directory(Path(root))
 
 
 def sync_directory(directory: Path) -> None:
     """Flush a folder's entries (its renames); a platform that cannot open a folder skips it."""
-    if os.name == "nt":
-        return
-    fd = os.open(directory, os.O_RDONLY)
+    if os.name != "nt":
+        _fsync(directory)
+
+
+def _fsync(path: str | Path) -> None:
+    """Flush one file's data, or one folder's entries, to disk."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

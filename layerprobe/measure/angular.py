@@ -115,7 +115,8 @@ def run_angular(
     timer = RunTimer()
     progress.stage("Reading corpus", spec.corpus.tokens, "tok")
     if loaded is None:  # everything cheap (config, tokenizer, the whole corpus) before any weight is read
-        check_loadable(spec.model)  # e.g. bitsandbytes missing for --load-in-4bit: before streaming a corpus
+        # e.g. bitsandbytes missing for --load-in-4bit: before streaming a corpus
+        check_loadable(spec.model, progress.note)
         skeleton_stack(spec.model)
         tokenizer, windows, seq_len = windows_before_loading(spec.model, spec.corpus, progress.on_advance)
         progress.stage("Loading model")

@@ -69,7 +69,8 @@ def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedM
     purpose = _grad_purpose(spec) if spec.grad else "base"
     windows = None
     if loaded is None:  # everything cheap (config, tokenizer, the whole corpus) before any weight is read
-        check_loadable(spec.model)  # e.g. bitsandbytes missing for --load-in-4bit: before streaming a corpus
+        # e.g. bitsandbytes missing for --load-in-4bit: before streaming a corpus
+        check_loadable(spec.model, progress.note)
         skeleton_stack(spec.model)
         progress.stage("Reading corpus", spec.corpus.tokens, "tok")
         tokenizer, windows, seq_len = windows_before_loading(spec.model, spec.corpus, progress.on_advance)

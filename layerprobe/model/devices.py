@@ -36,6 +36,18 @@ def resolve_device(name: str) -> torch.device:
     return torch.device("cpu")
 
 
+def gpu_count() -> int:
+    """How many GPUs accelerate's integer device keys (`max_memory={0:...}`) can name here: CUDA's, else XPU's."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.device_count()
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        return int(xpu.device_count())
+    return 0
+
+
 def resolve_dtype(name: str, config: PretrainedConfig, device: torch.device | None) -> torch.dtype:
     """`auto` keeps the checkpoint's half precision on a GPU, and uses float32 on a CPU.
 

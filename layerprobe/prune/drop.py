@@ -79,7 +79,7 @@ def run_prune_drop(
     timer = RunTimer()
     out_dir = Path(out_dir)
     if loaded is None:
-        check_loadable(spec.model)  # e.g. bitsandbytes missing for --load-in-4bit: before any loading
+        check_loadable(spec.model, progress.note)  # e.g. bitsandbytes missing for --load-in-4bit: before any loading
     config = load_config(spec.model) if loaded is None else loaded.model.config
     check_tasks_fit_model(spec.tasks, model_kind(config), spec.model.model, spec.engine)
     skeleton = skeleton_stack(spec.model) if loaded is None else None

@@ -9,6 +9,7 @@ layerprobe writes (`layerprobe/<kind>@<version>`) is registered in `SCHEMAS` and
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from layerprobe.core import ResultError, scrub
+from layerprobe.core import OutputError, ResultError, scrub
 from layerprobe.results.json_types import JSONObject, Record
 from layerprobe.results.validate import Node
 
@@ -86,17 +87,29 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], object]) 
     (`remove_stale_temp_files`).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temp_files(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
-    _WRITING.add(tmp.name)
     try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-        _WRITING.discard(tmp.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temp_files(path.parent)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        _WRITING.add(tmp.name)
+        try:
+            write(tmp)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+            _WRITING.discard(tmp.name)
+    except OSError as exc:
+        if exc.errno not in _CANNOT_WRITE_HERE:  # a full disk or quota is the caller's to explain
+            raise
+        reason = exc.strerror or str(exc)
+        raise OutputError(
+            f"Cannot write {path}: {reason}.", reason, hint="Pick a folder you can write to (--out)."
+        ) from exc
     return path
+
+
+# The errors that say "not here" (a read-only, missing or unreachable folder, a file in the way), not "not now".
+_CANNOT_WRITE_HERE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EEXIST, errno.EISDIR}
 
 
 # `.angular.json.<pid>-<8 hex>.tmp` (and the pid-less `.angular.json.<8 hex>.tmp` of earlier versions).

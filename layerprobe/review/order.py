@@ -86,9 +86,9 @@ def check_one_model(runs: list[RunResults], allow_mixed: bool) -> bool:
     ids = list(dict.fromkeys(m.id for m in models))
     shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
     raise LayerprobeError(
-        f"The runs measured different models ({shown}): track follows one model's checkpoints.",
+        f"The runs measured different models ({shown}): track and report follow one model's checkpoints.",
         hint="Pass runs of one model id, or sibling checkpoint directories (run/checkpoint-N); "
-        "--allow-mixed tracks them anyway.",
+        "--allow-mixed puts them side by side anyway.",
     )
 
 

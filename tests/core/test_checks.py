@@ -1,10 +1,13 @@
-"""The cheap checks of user input: layer ranges (inclusive, 0-based) and memory sizes."""
+"""The cheap checks of user input: layer ranges (inclusive, 0-based), memory sizes, output directories."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
 
-from layerprobe.core import parse_layer_ranges, parse_memory_size
+from layerprobe.core import check_output_dir, parse_layer_ranges, parse_memory_size
 from layerprobe.core.errors import LayerprobeError
 
 
@@ -51,3 +54,22 @@ def test_memory_sizes():
     for bad in ("lots", "0", "-1GiB", "2 parsecs"):
         with pytest.raises(LayerprobeError):
             parse_memory_size(bad)
+
+
+def test_an_out_where_no_file_can_be_made_is_refused_and_nothing_is_left(tmp_path, monkeypatch):
+    assert check_output_dir(tmp_path / "new" / "run") == tmp_path / "new" / "run"
+    assert list(tmp_path.iterdir()) == []  # the writability probe leaves nothing behind
+
+    def refused(*_args, **_kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", refused)  # what access() cannot see (root, ACLs, /proc)
+    with pytest.raises(LayerprobeError, match="is not writable") as caught:
+        check_output_dir(tmp_path / "run", "--save")
+    assert caught.value.hint == "Pick a directory you can write to with --save."
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_proc_is_refused_also_for_root():
+    with pytest.raises(LayerprobeError, match="/proc does not allow writing"):
+        check_output_dir("/proc/layerprobe-out")

@@ -17,12 +17,14 @@ import types
 import pytest
 import torch
 import transformers as tf
-from factories import TASKS, TASKS_DIR
+from factories import TASKS, TASKS_DIR, offload_args
 from reference import lm_eval_reference
 
+from layerprobe.core import ModelSpec, parse_model_args
 from layerprobe.evaluate.harness import evaluate, make_lm, task_scores
 from layerprobe.evaluate.lm_eval_globals import quiet_lm_eval
 from layerprobe.evaluate.tasks import build_tasks
+from layerprobe.model import load_model
 
 NAMES = list(TASKS)
 BATCH = 4
@@ -73,6 +75,22 @@ def _requests(task_set):
 
 
 # ----------------------------------------------------------------------------------------- scoring
+
+
+def test_a_model_offloaded_whole_scores_like_one_in_memory(task_set, models, tiny_checkpoints, tmp_path):
+    """--device-map with every weight on disk: HFLM would take "meta" as its device and fail in autocast."""
+    args = parse_model_args(offload_args(tmp_path, cpu_bytes="1KB"))
+    spec = ModelSpec(str(tiny_checkpoints["llama"]), device_map="auto", dtype="float32", model_args=args)
+    loaded = load_model(spec, purpose="head")
+    assert set(loaded.model.hf_device_map.values()) == {"disk"} and loaded.model.device.type == "meta"
+    lm = make_lm(loaded.model, loaded.tokenizer, batch_size=BATCH)
+    assert lm.device == torch.device("cpu")  # where the embedding computes, not "meta"
+    ours = evaluate(lm, task_set, limit=4)["lp_arc_like"]
+    model, tokenizer = models["llama"]
+    in_memory = evaluate(make_lm(model, tokenizer, batch_size=BATCH), task_set, limit=4)["lp_arc_like"]
+    assert {m: s.value for m, s in ours.metrics.items()} == pytest.approx(
+        {m: s.value for m, s in in_memory.metrics.items()}, abs=1e-12
+    )
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])

@@ -16,8 +16,8 @@ TASKS_DIR = Path(__file__).resolve().parents[1] / "data" / "tasks"
 # MMLU-shaped group, ARC-shaped, rolling perplexity: the three local tasks (see tests/data/tasks/README.md).
 TASKS = ("lp_mmlu", "lp_arc_like", "lp_pydoc_ppl")
 
-GENERATION_YAML = """\
-task: lp_gen
+# The ARC-shaped questions asked for a generated answer: what the two generation tasks below share.
+GENERATE_ON_ARC = """\
 dataset_path: json
 dataset_kwargs:
   data_files:
@@ -25,11 +25,10 @@ dataset_kwargs:
 output_type: generate_until
 test_split: test
 doc_to_text: "Question: {{question}}\\nAnswer:"
-doc_to_target: "{{choices.text[choices.label.index(answerKey)]}}"
-generation_kwargs:
-  until: ["\\n"]
-  max_gen_toks: 3
-  do_sample: false
+"""
+
+# ...and score the generated answer the same way.
+EXACT_MATCH = """\
 metric_list:
   - metric: exact_match
     aggregation: mean
@@ -38,20 +37,24 @@ metadata:
   version: 1.0
 """
 
+GENERATION_YAML = f"""\
+task: lp_gen
+{GENERATE_ON_ARC}\
+doc_to_target: "{{{{choices.text[choices.label.index(answerKey)]}}}}"
+generation_kwargs:
+  until: ["\\n"]
+  max_gen_toks: 3
+  do_sample: false
+{EXACT_MATCH}"""
+
 
 # GSM8K-shaped: generate_until with a strict and a flexible answer extractor (GSM8K's own filter names;
 # the flexible one here keeps the last word, so a random tiny model's answers can differ), so that flip
 # rates are counted per filter.
-GSM_YAML = """\
+GSM_YAML = f"""\
 task: lp_gsm
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: data/arc_like_test.jsonl
-output_type: generate_until
-test_split: test
-doc_to_text: "Question: {{question}}\\nAnswer:"
-doc_to_target: "{{choices.label.index(answerKey)}}"
+{GENERATE_ON_ARC}\
+doc_to_target: "{{{{choices.label.index(answerKey)}}}}"
 generation_kwargs:
   until: ["\\n"]
   max_gen_toks: 4
@@ -68,13 +71,7 @@ filter_list:
         group_select: -1
         regex_pattern: '(\\S+)' 
       - function: take_first
-metric_list:
-  - metric: exact_match
-    aggregation: mean
-    higher_is_better: true
-metadata:
-  version: 1.0
-"""
+{EXACT_MATCH}"""
 
 
 def tasks_with_generation(folder: Path) -> Path:

@@ -14,23 +14,12 @@ import pytest
 import transformers as tf
 from factories import GATE_PRUNED, acc_drop, arc_result, loaded_head, prune_spec
 from factories.stability import corpus
-from reference import lm_eval_reference, physically_deleted
+from reference import holm_adjusted, lm_eval_reference, physically_deleted
 from scipy import stats
 
 from layerprobe.prune.assemble import adjust_significance
 from layerprobe.prune.drop import run_prune_drop
 from layerprobe.results import RunDir, load_result, write_json
-
-
-def hand_holm(pvalues: list[float]) -> list[float]:
-    """Holm's step-down adjusted p-values: sort, multiply the i-th smallest by m − i, keep the running max."""
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    out, running = [0.0] * m, 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        out[i] = running
-    return out
 
 
 def flat(result, field):
@@ -81,7 +70,7 @@ def test_flags_are_holm_adjusted_over_every_variant_task_and_metric_of_a_real_ru
                     low, high = metric.delta_ci95[i]  # goes with the percentile interval, up to its +1
                     assert 0 < p <= 1 and (p >= 0.04 or low > 0 or high < 0)
                     assert p <= 0.06 or low <= 0 <= high
-    holm = hand_holm(raw)
+    holm = holm_adjusted(raw)
     assert flat(result, "p_adjusted") == pytest.approx(holm, rel=1e-12)
     assert flat(result, "significant") == [p < 0.05 for p in holm]
     assert any(flat(result, "significant"))  # KL and top-1 agreement move beyond noise

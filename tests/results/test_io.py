@@ -4,6 +4,7 @@ registered there, once."""
 from __future__ import annotations
 
 import ast
+import errno
 import os
 import re
 import signal
@@ -17,7 +18,7 @@ import pytest
 from source_code import PACKAGE, string_literals
 
 import layerprobe.results.io as results_io
-from layerprobe.core import ResultError
+from layerprobe.core import OutputError, ResultError
 from layerprobe.results import atomic_write, read_json, write_json, write_json_lines, write_text
 from layerprobe.results.io import SCHEMAS, check_schema, remove_stale_temp_files, schema_family
 from layerprobe.results.validate import Node
@@ -161,3 +162,26 @@ def test_a_write_in_progress_keeps_its_own_temp_file(tmp_path):
 
     atomic_write(tmp_path / "angular.json", inner)
     assert seen == [True] and sorted(p.name for p in tmp_path.iterdir()) == ["angular.json", "other.json"]
+
+
+def test_a_place_that_cannot_be_written_is_one_output_error_and_leaves_nothing(tmp_path):
+    (tmp_path / "a_file").write_text("in the way")
+    with pytest.raises(OutputError, match="Cannot write") as caught:
+        write_text(tmp_path / "a_file" / "report.xml", "x")
+    assert caught.value.reason and caught.value.exit_code == 2
+    target = tmp_path / "kept.json"
+
+    def refused(tmp):
+        tmp.write_text("half")
+        raise PermissionError(errno.EACCES, "Permission denied", str(tmp))
+
+    with pytest.raises(OutputError, match="Permission denied"):
+        atomic_write(target, refused)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+    def full(tmp):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError) as caught_full:  # a full disk stays an OSError: the export explains it
+        atomic_write(target, full)
+    assert not isinstance(caught_full.value, OutputError) and caught_full.value.errno == errno.ENOSPC

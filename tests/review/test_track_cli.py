@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -239,3 +240,14 @@ def test_bad_run_directories_are_one_line_and_status_2(review_runs, tmp_path):
     for result in (missing, empty, as_file, only_angular):
         assert "Traceback" not in result.output and result.output.count("error:") == 1
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where no folder can be made")
+@pytest.mark.parametrize("command, out", [("track", "/proc/layerprobe-out"), ("report", "/proc/layerprobe.html")])
+def test_an_out_that_cannot_be_written_is_one_line_and_exit_2(review_runs, command, out):
+    """/proc refuses every new file, also to root (whom access() says yes to everywhere)."""
+    result = runner.invoke(app, [command, *map(str, review_runs.scrambled), "--out", out])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "error:" in result.output and out in "".join(result.output.split())

@@ -1,23 +1,14 @@
-"""stats/multiplicity.py against direct computations written here, scipy's BH, and simulated error rates."""
+"""stats/multiplicity.py against direct computations (Holm in tests/reference.py), scipy's BH, simulations."""
 
 import math
 
 import numpy as np
 import pytest
+from reference import holm_adjusted
 from scipy import stats
 
 from layerprobe.stats import paired_mean_stats
 from layerprobe.stats.multiplicity import adjust_pvalues, bootstrap_pvalue, normal_pvalue
-
-
-def holm_direct(p):
-    m = len(p)
-    order = sorted(range(m), key=lambda i: (p[i], i))
-    out, running = [0.0] * m, 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p[i]))
-        out[i] = running
-    return out
 
 
 def bh_direct(p):
@@ -39,7 +30,7 @@ def random_pvalues(seed, size=40):
 @pytest.mark.parametrize("seed", range(5))
 def test_holm_matches_a_direct_computation(seed):
     p = random_pvalues(seed)
-    assert adjust_pvalues(p, "holm").pvalues == pytest.approx(holm_direct(p), abs=1e-15)
+    assert adjust_pvalues(p, "holm").pvalues == pytest.approx(holm_adjusted(p), abs=1e-15)
 
 
 @pytest.mark.parametrize("seed", range(5))

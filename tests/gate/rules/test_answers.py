@@ -2,7 +2,7 @@
 
 The runs are prune_drop.json files with samples/<task>.jsonl beside them, written here with answers
 chosen per document; every p-value is checked against scipy.stats.binomtest on the discordant counts
-counted here, and the Holm adjustment against Holm written out in the test.
+counted here, and the Holm adjustment against Holm written out in tests/reference.py.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 from factories import metric_drop, prune_drop_result
+from reference import holm_adjusted
 from scipy import stats
 
 from layerprobe.core.errors import ResultError
@@ -59,16 +60,6 @@ def runs(tmp_path, candidate_shift: float = 0.0):
     return base, cand, write_run(tmp_path, "base", base), write_run(tmp_path, "cand", cand)
 
 
-def hand_holm(pvalues):
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    out, running = [0.0] * m, 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        out[i] = running
-    return out
-
-
 def test_mcnemar_p_values_equal_binomtest_on_the_discordant_counts_and_are_holm_adjusted(tmp_path):
     base, cand, base_dir, cand_dir = runs(tmp_path, candidate_shift=0.3)
     verdict = compare_paths(base_dir, cand_dir)
@@ -85,19 +76,19 @@ def test_mcnemar_p_values_equal_binomtest_on_the_discordant_counts_and_are_holm_
         assert t.baseline_accuracy == sum(base[t.variant]) / DOCS
         assert t.candidate_accuracy == pytest.approx(sum(cand[t.variant]) / DOCS, abs=1e-12)
         want.append(p)
-    assert [t.p_adjusted for t in tests.tests] == pytest.approx(hand_holm(want), rel=1e-12)
+    assert [t.p_adjusted for t in tests.tests] == pytest.approx(holm_adjusted(want), rel=1e-12)
     assert any(t.test.pvalue < 0.05 for t in tests.tests)  # the shift moves some beyond noise
 
     # The JSON, the markdown and the JUnit XML carry raw and adjusted p-values.
     entry = verdict_to_dict(verdict)["comparisons"][0]["mcnemar"]
     assert entry["family"] == 5 and entry["method"] == "holm"
     assert [t["p_value"] for t in entry["tests"]] == pytest.approx(want, rel=1e-12)
-    assert [t["p_adjusted"] for t in entry["tests"]] == pytest.approx(hand_holm(want), rel=1e-12)
+    assert [t["p_adjusted"] for t in entry["tests"]] == pytest.approx(holm_adjusted(want), rel=1e-12)
     markdown = render_markdown(verdict)
     assert "exact McNemar test per task and variant (Holm-adjusted, family of 5 tests)" in markdown
     assert f"| `arc_easy/acc full model` | {DOCS} |" in markdown
     out = ET.fromstring(render_junit(verdict)).find("testsuite/system-out").text
-    assert f"p = {want[0]:.3g}, Holm p = {hand_holm(want)[0]:.3g}" in out
+    assert f"p = {want[0]:.3g}, Holm p = {holm_adjusted(want)[0]:.3g}" in out
 
 
 def test_non_inferiority_passes_only_when_the_upper_bound_of_the_drop_is_within_the_margin(tmp_path):
