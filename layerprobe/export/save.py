@@ -81,7 +81,7 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
     # randomly initialised blocks (or silently drop some) into a checkpoint that looks trained.
     check_skeleton_weights(spec.model, skeleton, stack)
     if chosen is not None:
-        removed = _chosen_blocks(chosen, num_layers, notes, spec)
+        removed = _chosen_blocks(chosen, num_layers, notes, spec, config)
     else:
         removed = parse_layer_ranges(spec.remove, num_layers, "--remove")
     if len(removed) == num_layers:
@@ -252,8 +252,20 @@ def _read_chosen_set(spec: ExportSpec) -> CurveSet | None:
     return chosen
 
 
-def _chosen_blocks(chosen: CurveSet, num_layers: int, notes: list[str], spec: ExportSpec) -> list[int]:
-    """The set's blocks, once the curve is known to be of a model with this many blocks."""
+def _chosen_blocks(
+    chosen: CurveSet, num_layers: int, notes: list[str], spec: ExportSpec, config: PretrainedConfig
+) -> list[int]:
+    """The set's blocks, once the curve is known to be of a model of this architecture with this many blocks.
+
+    Another id is only said (a local copy of a hub model has another id); another architecture or block
+    count is another model, whose chosen blocks mean nothing here.
+    """
+    architectures = getattr(config, "architectures", None) or []
+    if chosen.architecture and architectures and chosen.architecture != architectures[0]:
+        raise LayerprobeError(
+            f"{chosen.source} was measured on a {chosen.architecture}; {spec.model.model} is a {architectures[0]}.",
+            hint="Export from the model the curve was measured on.",
+        )
     if chosen.num_layers != num_layers:
         raise LayerprobeError(
             f"{chosen.source} was measured on a model of {chosen.num_layers} blocks; {spec.model.model} has "

@@ -321,7 +321,7 @@ class CurveSet:
     """The units one method chose to remove for n, read from a prune_curve.json.
 
     `blocks`: whole blocks (0-based); `sublayers`: (block, "attention" | "mlp") removed without the rest of
-    their block. `model_id` and `num_layers` say which model the curve was measured on.
+    their block. `model_id`, `num_layers` and `architecture` say which model the curve was measured on.
     """
 
     source: str
@@ -331,6 +331,7 @@ class CurveSet:
     sublayers: list[tuple[int, str]]
     model_id: str | None
     num_layers: int
+    architecture: str | None = None
 
 
 def read_curve_set(path: str | os.PathLike[str], method: str, n: int) -> CurveSet:
@@ -351,11 +352,12 @@ def read_curve_set(path: str | os.PathLike[str], method: str, n: int) -> CurveSe
     model = root.key("model")
     num_layers = model.key("num_layers").integer(minimum=1)
     model_id = model.key("id").text(optional=True)
+    architecture = model.key("architecture").text(optional=True)
     if schema == f"{family}@1":
         spans = _spans_of_v1(root)
         starts = _pick(spans, method, f"{source} has no method {method!r}", "")
         start = _pick(starts, n, f"{source} has no {method} set for n = {n}", "n = ")
-        return CurveSet(source, method, n, list(range(start, start + n)), [], model_id, num_layers)
+        return CurveSet(source, method, n, list(range(start, start + n)), [], model_id, num_layers, architecture)
     if schema != f"{family}@2":
         raise ResultError(f"{source}: expected a prune-curve result, got schema {schema!r}.")
     methods = dict(root.key("methods").entries())
@@ -375,7 +377,7 @@ def read_curve_set(path: str | os.PathLike[str], method: str, n: int) -> CurveSe
     for block in [*blocks, *(b for b, _ in sublayers)]:
         if block >= num_layers:
             chosen.fail(f"blocks in 0 … {num_layers - 1} (the model has {num_layers})", f"got block {block}")
-    return CurveSet(source, method, n, sorted(blocks), sublayers, model_id, num_layers)
+    return CurveSet(source, method, n, sorted(blocks), sublayers, model_id, num_layers, architecture)
 
 
 def _spans_of_v1(root: Node) -> dict[str, dict[int, int]]:

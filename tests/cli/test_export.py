@@ -197,12 +197,22 @@ def test_cli_prune_from_a_curve_exports_that_methods_set(export_sources, tmp_pat
 
 
 def test_cli_prune_from_an_older_curve_takes_the_span(export_sources, tmp_path):
-    curve = _curve(tmp_path, curve_dict())  # 4 blocks; angular chose the span [1, 3) for n = 2
+    data = curve_dict()  # 4 blocks; angular chose the span [1, 3) for n = 2
+    curve = _curve(tmp_path, {**data, "model": {**data["model"], "architecture": "GPT2LMHeadModel"}})
     out = tmp_path / "out"
     result = invoke("prune", export_sources("gpt2"), "--from", curve, "--method", "angular", "--n", 2, "--save", out)
     assert result.exit_code == 0, result.output
     assert json.loads(RunDir(out).export_record.read_text())["removed_blocks"] == [1, 2]
     assert "measured on org/m" in result.output  # the curve names another model id: said, not refused
+
+
+def test_cli_prune_refuses_a_curve_of_another_architecture(export_sources, tmp_path, monkeypatch):
+    curve = _curve(tmp_path, curve_dict())  # a LlamaForCausalLM's curve of 4 blocks, like the tiny GPT-2's
+    monkeypatch.setattr("layerprobe.export.save._load_weights", _no_loading)
+    out = tmp_path / "out"
+    result = invoke("prune", export_sources("gpt2"), "--from", curve, "--method", "angular", "--n", 2, "--save", out)
+    assert_one_line_error(result, "was measured on a LlamaForCausalLM", out)
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(
