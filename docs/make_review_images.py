@@ -20,24 +20,16 @@ history means something (deep blocks waking), not any score.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("MPLBACKEND", "Agg")
+# This checkout and its tests' builders on the import path, offline settings (docs/doc_fixtures.py).
+from doc_fixtures import IMAGES, layerprobe, tiny_llama
 
 # The browser tests' own helper (tests/headless_chromium.py), importable once the path is set.
-from headless_chromium import find_chromium, screenshot  # noqa: E402
+from headless_chromium import find_chromium, screenshot
 
-IMAGES = ROOT / "docs" / "img"
 STEPS = (1000, 2000, 3000, 4000, 5000)
 DEEP = range(4, 8)  # the blocks that wake up
 SHALLOW_SCALE = 3.0
@@ -55,9 +47,8 @@ def build_run(work: Path) -> list[Path]:
     """The checkpoints of the imitated training run, each saved like a Trainer's checkpoint-N."""
     import torch
     import transformers as tf
-    from factories import build_checkpoint
 
-    base = build_checkpoint("llama", work / "base", num_layers=8, seed=0)
+    base = tiny_llama(work / "base")
     checkpoints = []
     for step in STEPS:
         model = tf.AutoModelForCausalLM.from_pretrained(base)
@@ -70,12 +61,6 @@ def build_run(work: Path) -> list[Path]:
         tf.AutoTokenizer.from_pretrained(base).save_pretrained(target)
         checkpoints.append(target)
     return checkpoints
-
-
-def layerprobe(*args: str) -> None:
-    """A layerprobe command of this checkout, as a user would run it."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    subprocess.run([sys.executable, "-m", "layerprobe", *args], check=True, env=env)
 
 
 def measure(checkpoint: Path, out: Path) -> None:
