@@ -63,14 +63,14 @@ def build_run(work: Path) -> list[Path]:
     return checkpoints
 
 
-def measure(checkpoint: Path, out: Path) -> None:
-    """Every measuring command on one checkpoint, into its run directory."""
-    layerprobe("angular", str(checkpoint), "--tokens", "4096", *CORPUS, "--out", str(out))
-    layerprobe("depth", str(checkpoint), "--tokens", "1024", "--grad", *CORPUS, "--out", str(out))
+def measure(work: Path, checkpoint: str, out: str) -> None:
+    """Every measuring command on one checkpoint, into its run directory (paths relative to `work`)."""
+    layerprobe("angular", checkpoint, "--tokens", "4096", *CORPUS, "--out", out, cwd=work)
+    layerprobe("depth", checkpoint, "--tokens", "1024", "--grad", *CORPUS, "--out", out, cwd=work)
     task = ["--task", "corpus", "--tokens", "2048", "--batch-size", "8"]
-    layerprobe("prune-drop", str(checkpoint), *task, *CORPUS, "--out", str(out))
-    curve = [*task, "--angular", str(out / "angular.json"), "--max-fraction", "0.5"]
-    layerprobe("prune-curve", str(checkpoint), *curve, *CORPUS, "--out", str(out))
+    layerprobe("prune-drop", checkpoint, *task, *CORPUS, "--out", out, cwd=work)
+    curve = [*task, "--angular", f"{out}/angular.json", "--max-fraction", "0.5"]
+    layerprobe("prune-curve", checkpoint, *curve, *CORPUS, "--out", out, cwd=work)
 
 
 def main() -> None:
@@ -79,14 +79,14 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="Where to keep checkpoints and runs (default: a temporary folder).")
     parser.add_argument("--chromium", default=find_chromium(), help="The browser (default: Debian's chromium).")
     args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="layerprobe-review-images-"))
+    work = (args.work or Path(tempfile.mkdtemp(prefix="layerprobe-review-images-"))).resolve()
     runs = []
-    for checkpoint in build_run(work):
-        runs.append(work / "runs" / checkpoint.name)
-        measure(checkpoint, runs[-1])
+    for checkpoint in build_run(work):  # run in `work` with relative paths: the figures name `run`, not `work`
+        runs.append(f"runs/{checkpoint.name}")
+        measure(work, str(checkpoint.relative_to(work)), runs[-1])
     track = work / "track"
-    layerprobe("track", *map(str, runs), "--out", str(track), "--format", "markdown", "--quiet")
-    layerprobe("report", *map(str, runs), "--out", str(track / "report.html"), "--quiet")
+    layerprobe("track", *runs, "--out", "track", "--format", "markdown", "--quiet", cwd=work)
+    layerprobe("report", *runs, "--out", "track/report.html", "--quiet", cwd=work)
     IMAGES.mkdir(parents=True, exist_ok=True)
     for what in ("heat", "lazy", "delta"):
         shutil.copy(track / f"track_{what}.png", IMAGES / f"track-{what}.png")

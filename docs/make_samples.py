@@ -1,10 +1,13 @@
 """Write the README's sample outputs from real runs, so that they cannot drift from what layerprobe prints.
 
 Each sample sits in README.md between `<!-- sample:NAME -->` and `<!-- /sample -->`; this script runs the
-commands of every sample in one temporary directory (relative paths, so the outputs name no temporary
-path; `tiny-llama-8` is built there as docs/make_tiny_checkpoint.py builds it), offline and on CPU, and
-writes the block between the markers: the commands after a `$ ` prompt, then what they printed, or an
-abridged result JSON.
+commands of every sample, in SAMPLES order, in one temporary directory (relative paths, so the outputs
+name no temporary path; a sample may read what an earlier one wrote; `tiny-llama-8` is built there as
+docs/make_tiny_checkpoint.py builds it, and `tests` links to this checkout's tests/, so `tests/data/tasks`
+reads as it does at the repository's root; `<minilm>` runs as the demo extra's MiniLM-L6 directory and is
+printed as the placeholder), offline, and writes the block between the markers: the commands after a `$ `
+prompt, then what they printed, or an abridged result JSON. docs/make_images.py draws the README's figures
+from the same commands.
 
     python docs/make_samples.py                    # rewrite README.md's sample blocks
     python docs/make_samples.py --readme COPY.md   # write into another copy (the tests do)
