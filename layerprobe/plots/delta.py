@@ -183,7 +183,16 @@ def _draw_flip_rates(ax: Axes, flips: dict[str, FlipRate]) -> None:
         ax.errorbar(x, rate.rate, yerr=[low, high], fmt=marker, markersize=4, capsize=2, linewidth=0.8, label=name)
     ax.set_ylim(-0.02, 1.02)
     ax.set_ylabel("answers changed\n(share of documents)")
-    ax.legend(fontsize=8, loc="best", title="filter (Wilson 95 %)", title_fontsize=8)
+    # Above the panel, never on it: rates sit anywhere from 0 to 1, so no corner inside is sure to be free.
+    ax.legend(
+        fontsize=8,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
+        ncol=len(flips),
+        title="filter (Wilson 95 %)",
+        title_fontsize=8,
+        frameon=False,
+    )
 
 
 def _paired_color(gain: float, significant: bool | None) -> str:
