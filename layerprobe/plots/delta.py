@@ -213,9 +213,9 @@ def _overlay_distance(ax: Axes, agreement: dict, span: int = 1) -> None:
     twin.set_ylabel(rf"$d(x^l,\,x^{{l+{span}}})$", color="#6c3483")
     twin.tick_params(axis="y", colors="#6c3483")
     rho, ci = agreement.get("spearman"), agreement.get("spearman_ci95")
-    if rho is not None:
+    if rho is not None:  # under the axis, not on the plot: no place inside is sure to be free of bars and line
         text = f"Spearman ρ(d, ΔP) = {rho:.2f}" + ("" if ci is None else f" [{ci[0]:.2f}, {ci[1]:.2f}]")
-        twin.text(0.01, 0.02, text, transform=twin.transAxes, fontsize=8, color="#6c3483")
+        ax.set_xlabel(f"{ax.get_xlabel()}\n{text} (d: right axis, purple)")
 
 
 def draw_bars(
