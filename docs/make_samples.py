@@ -59,156 +59,62 @@ STRATEGIES = "angular,last,influence,delta,greedy,random"
 # Shown as the placeholder, run as what it stands for; tests/test_docs_commands.py maps it the same way.
 PLACEHOLDERS: dict[str, Callable[[], str]] = {"<minilm>": lambda: str(demo_model_dir())}
 
+# fmt: off
 SAMPLES = (
     Sample("demo", (("demo", "--tokens", "4096", "--out", "base", "--quiet"),)),
     Sample("angular-json", (), language="json", json_of="base/angular.json"),
     Sample(
         "prune-drop-tasks",
         (
-            (
-                "angular",
-                "tiny-llama-8",
-                "--dataset",
-                "builtin:pydoc",
-                "--tokens",
-                "4096",
-                "--seq-len",
-                "128",
-                "--out",
-                "runs/pd-example",
-                "--quiet",
-            ),
-            (
-                "prune-drop",
-                "tiny-llama-8",
-                "--task",
-                "lp_pydoc_ppl",
-                "--task",
-                "lp_arc_like",
-                "--include-path",
-                "tests/data/tasks",
-                "--out",
-                "runs/pd-example",
-                "--log-samples",
-                "--quiet",
-            ),
-        ),  # fmt: skip
+            ("angular", "tiny-llama-8", "--dataset", "builtin:pydoc", "--tokens", "4096", "--seq-len", "128",
+             "--out", "runs/pd-example", "--quiet"),
+            ("prune-drop", "tiny-llama-8", "--task", "lp_pydoc_ppl", "--task", "lp_arc_like", "--include-path",
+             "tests/data/tasks", "--out", "runs/pd-example", "--log-samples", "--quiet"),
+        ),
         output_of_last_only=True,
     ),
     Sample(
         "prune-drop-corpus",
         (
-            (
-                "prune-drop",
-                "tiny-llama-8",
-                "--task",
-                "corpus",
-                "--dataset",
-                "builtin:pydoc",
-                "--tokens",
-                "2048",
-                "--seq-len",
-                "128",
-                "--out",
-                "runs/pdc-example",
-                "--quiet",
-            ),
-        ),  # fmt: skip
+            ("prune-drop", "tiny-llama-8", "--task", "corpus", "--dataset", "builtin:pydoc", "--tokens", "2048",
+             "--seq-len", "128", "--out", "runs/pdc-example", "--quiet"),
+        ),
     ),
     Sample(
         "prune-curve",
         (
             ("angular", "tiny-llama-8", *PYDOC, "--out", "runs/pydoc", "--quiet"),
-            (
-                "prune-drop",
-                "tiny-llama-8",
-                "--task",
-                "corpus",
-                *PYDOC,
-                "--log-samples",
-                "--out",
-                "runs/pydoc",
-                "--quiet",
-            ),
-            (
-                "prune-curve",
-                "tiny-llama-8",
-                "--task",
-                "corpus",
-                *PYDOC,
-                "--methods",
-                STRATEGIES,
-                "--angular",
-                "runs/pydoc/angular.json",
-                "--prune-drop",
-                "runs/pydoc/prune_drop.json",
-                "--out",
-                "runs/pydoc",
-                "--quiet",
-            ),
-        ),  # fmt: skip
+            ("prune-drop", "tiny-llama-8", "--task", "corpus", *PYDOC, "--log-samples", "--out", "runs/pydoc",
+             "--quiet"),
+            ("prune-curve", "tiny-llama-8", "--task", "corpus", *PYDOC, "--methods", STRATEGIES,
+             "--angular", "runs/pydoc/angular.json", "--prune-drop", "runs/pydoc/prune_drop.json",
+             "--out", "runs/pydoc", "--quiet"),
+        ),
         output_of_last_only=True,
     ),
     Sample(
         "prune-from",
         (
-            (
-                "prune",
-                "tiny-llama-8",
-                "--from",
-                "runs/pydoc/prune_curve.json",
-                "--method",
-                "greedy",
-                "--n",
-                "2",
-                "--save",
-                "tiny-llama-6-greedy",
-                "--quiet",
-            ),
-        ),  # fmt: skip
+            ("prune", "tiny-llama-8", "--from", "runs/pydoc/prune_curve.json", "--method", "greedy", "--n", "2",
+             "--save", "tiny-llama-6-greedy", "--quiet"),
+        ),
     ),
     Sample(
         "stability",
         (
-            (
-                "angular",
-                "tiny-llama-8",
-                "--dataset",
-                "tests/data/tasks/data/pydoc_paragraphs.jsonl",
-                "--tokens",
-                "1024",
-                "--seq-len",
-                "64",
-                "--out",
-                "runs/paragraphs",
-                "--quiet",
-            ),
-            (
-                "stability",
-                "runs/pydoc/angular.json",
-                "runs/paragraphs/angular.json",
-                "runs/pydoc/prune_drop.json",
-                "--out",
-                "runs/stability",
-            ),
-        ),  # fmt: skip
+            ("angular", "tiny-llama-8", "--dataset", "tests/data/tasks/data/pydoc_paragraphs.jsonl", "--tokens",
+             "1024", "--seq-len", "64", "--out", "runs/paragraphs", "--quiet"),
+            ("stability", "runs/pydoc/angular.json", "runs/paragraphs/angular.json", "runs/pydoc/prune_drop.json",
+             "--out", "runs/stability"),
+        ),
         output_of_last_only=True,
     ),
     Sample(
         "flip-rate",
         (
-            (
-                "prune-drop",
-                "tiny-llama-8",
-                "--task",
-                "lp_gsm_like",
-                "--include-path",
-                "tests/data/tasks",
-                "--out",
-                "runs/gsm",
-                "--quiet",
-            ),
-        ),  # fmt: skip
+            ("prune-drop", "tiny-llama-8", "--task", "lp_gsm_like", "--include-path", "tests/data/tasks",
+             "--out", "runs/gsm", "--quiet"),
+        ),
     ),
     Sample(
         "compare",
@@ -227,22 +133,12 @@ SAMPLES = (
     Sample(
         "depth-minilm",
         (
-            (
-                "depth",
-                "<minilm>",
-                "--dataset",
-                "builtin:pydoc",
-                "--tokens",
-                "8192",
-                "--seq-len",
-                "256",
-                "--out",
-                "runs/depth-minilm",
-                "--quiet",
-            ),
-        ),  # fmt: skip
+            ("depth", "<minilm>", "--dataset", "builtin:pydoc", "--tokens", "8192", "--seq-len", "256",
+             "--out", "runs/depth-minilm", "--quiet"),
+        ),
     ),
 )
+# fmt: on
 
 
 def run(words: tuple[str, ...]) -> tuple[int, str]:
