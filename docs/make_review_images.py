@@ -20,24 +20,16 @@ history means something (deep blocks waking), not any score.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("MPLBACKEND", "Agg")
+# This checkout and its tests' builders on the import path, offline settings (docs/doc_fixtures.py).
+from doc_fixtures import IMAGES, layerprobe, tiny_llama
 
 # The browser tests' own helper (tests/headless_chromium.py), importable once the path is set.
-from headless_chromium import find_chromium, screenshot  # noqa: E402
+from headless_chromium import find_chromium, screenshot
 
-IMAGES = ROOT / "docs" / "img"
 STEPS = (1000, 2000, 3000, 4000, 5000)
 DEEP = range(4, 8)  # the blocks that wake up
 SHALLOW_SCALE = 3.0
@@ -55,9 +47,8 @@ def build_run(work: Path) -> list[Path]:
     """The checkpoints of the imitated training run, each saved like a Trainer's checkpoint-N."""
     import torch
     import transformers as tf
-    from factories import build_checkpoint
 
-    base = build_checkpoint("llama", work / "base", num_layers=8, seed=0)
+    base = tiny_llama(work / "base")
     checkpoints = []
     for step in STEPS:
         model = tf.AutoModelForCausalLM.from_pretrained(base)
@@ -72,20 +63,14 @@ def build_run(work: Path) -> list[Path]:
     return checkpoints
 
 
-def layerprobe(*args: str) -> None:
-    """A layerprobe command of this checkout, as a user would run it."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    subprocess.run([sys.executable, "-m", "layerprobe", *args], check=True, env=env)
-
-
-def measure(checkpoint: Path, out: Path) -> None:
-    """Every measuring command on one checkpoint, into its run directory."""
-    layerprobe("angular", str(checkpoint), "--tokens", "4096", *CORPUS, "--out", str(out))
-    layerprobe("depth", str(checkpoint), "--tokens", "1024", "--grad", *CORPUS, "--out", str(out))
+def measure(work: Path, checkpoint: str, out: str) -> None:
+    """Every measuring command on one checkpoint, into its run directory (paths relative to `work`)."""
+    layerprobe("angular", checkpoint, "--tokens", "4096", *CORPUS, "--out", out, cwd=work)
+    layerprobe("depth", checkpoint, "--tokens", "1024", "--grad", *CORPUS, "--out", out, cwd=work)
     task = ["--task", "corpus", "--tokens", "2048", "--batch-size", "8"]
-    layerprobe("prune-drop", str(checkpoint), *task, *CORPUS, "--out", str(out))
-    curve = [*task, "--angular", str(out / "angular.json"), "--max-fraction", "0.5"]
-    layerprobe("prune-curve", str(checkpoint), *curve, *CORPUS, "--out", str(out))
+    layerprobe("prune-drop", checkpoint, *task, *CORPUS, "--out", out, cwd=work)
+    curve = [*task, "--angular", f"{out}/angular.json", "--max-fraction", "0.5"]
+    layerprobe("prune-curve", checkpoint, *curve, *CORPUS, "--out", out, cwd=work)
 
 
 def main() -> None:
@@ -94,14 +79,14 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="Where to keep checkpoints and runs (default: a temporary folder).")
     parser.add_argument("--chromium", default=find_chromium(), help="The browser (default: Debian's chromium).")
     args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="layerprobe-review-images-"))
+    work = (args.work or Path(tempfile.mkdtemp(prefix="layerprobe-review-images-"))).resolve()
     runs = []
-    for checkpoint in build_run(work):
-        runs.append(work / "runs" / checkpoint.name)
-        measure(checkpoint, runs[-1])
+    for checkpoint in build_run(work):  # run in `work` with relative paths: the figures name `run`, not `work`
+        runs.append(f"runs/{checkpoint.name}")
+        measure(work, str(checkpoint.relative_to(work)), runs[-1])
     track = work / "track"
-    layerprobe("track", *map(str, runs), "--out", str(track), "--format", "markdown", "--quiet")
-    layerprobe("report", *map(str, runs), "--out", str(track / "report.html"), "--quiet")
+    layerprobe("track", *runs, "--out", "track", "--format", "markdown", "--quiet", cwd=work)
+    layerprobe("report", *runs, "--out", "track/report.html", "--quiet", cwd=work)
     IMAGES.mkdir(parents=True, exist_ok=True)
     for what in ("heat", "lazy", "delta"):
         shutil.copy(track / f"track_{what}.png", IMAGES / f"track-{what}.png")

@@ -1,10 +1,13 @@
 """Write the README's sample outputs from real runs, so that they cannot drift from what layerprobe prints.
 
 Each sample sits in README.md between `<!-- sample:NAME -->` and `<!-- /sample -->`; this script runs the
-commands of every sample in one temporary directory (relative paths, so the outputs name no temporary
-path; `tiny-llama-8` is built there as docs/make_tiny_checkpoint.py builds it), offline and on CPU, and
-writes the block between the markers: the commands after a `$ ` prompt, then what they printed, or an
-abridged result JSON.
+commands of every sample, in SAMPLES order, in one temporary directory (relative paths, so the outputs
+name no temporary path; a sample may read what an earlier one wrote; `tiny-llama-8` is built there as
+docs/make_tiny_checkpoint.py builds it, and `tests` links to this checkout's tests/, so `tests/data/tasks`
+reads as it does at the repository's root; `<minilm>` runs as the demo extra's MiniLM-L6 directory and is
+printed as the placeholder), offline, and writes the block between the markers: the commands after a `$ `
+prompt, then what they printed, or an abridged result JSON. docs/make_images.py draws the README's figures
+from the same commands.
 
     python docs/make_samples.py                    # rewrite README.md's sample blocks
     python docs/make_samples.py --readme COPY.md   # write into another copy (the tests do)
@@ -23,24 +26,17 @@ import io
 import json
 import os
 import re
-import sys
 import tempfile
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("MPLBACKEND", "Agg")
+# This checkout and its tests' builders on the import path, offline settings (docs/doc_fixtures.py).
+from doc_fixtures import ROOT, tiny_llama
+from typer.testing import CliRunner
 
-# The tests' builders (tests/factories), importable once the path is set.
-from factories import build_checkpoint  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
-
-from layerprobe.cli.app import app  # noqa: E402
-from layerprobe.model import demo_model_dir  # noqa: E402
+from layerprobe.cli.app import app
+from layerprobe.model import demo_model_dir
 
 BLOCK = re.compile(r"(<!-- sample:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /sample -->)", re.S)
 WIDTH = "120"
@@ -58,9 +54,68 @@ class Sample:
     output_of_last_only: bool = False  # the commands before the last are shown `> /dev/null`
 
 
+PYDOC = ("--dataset", "builtin:pydoc", "--tokens", "2048", "--seq-len", "128")  # the worked example's corpus
+STRATEGIES = "angular,last,influence,delta,greedy,random"
+# Shown as the placeholder, run as what it stands for; tests/test_docs_commands.py maps it the same way.
+PLACEHOLDERS: dict[str, Callable[[], str]] = {"<minilm>": lambda: str(demo_model_dir())}
+
+# fmt: off
 SAMPLES = (
     Sample("demo", (("demo", "--tokens", "4096", "--out", "base", "--quiet"),)),
     Sample("angular-json", (), language="json", json_of="base/angular.json"),
+    Sample(
+        "prune-drop-tasks",
+        (
+            ("angular", "tiny-llama-8", "--dataset", "builtin:pydoc", "--tokens", "4096", "--seq-len", "128",
+             "--out", "runs/pd-example", "--quiet"),
+            ("prune-drop", "tiny-llama-8", "--task", "lp_pydoc_ppl", "--task", "lp_arc_like", "--include-path",
+             "tests/data/tasks", "--out", "runs/pd-example", "--log-samples", "--quiet"),
+        ),
+        output_of_last_only=True,
+    ),
+    Sample(
+        "prune-drop-corpus",
+        (
+            ("prune-drop", "tiny-llama-8", "--task", "corpus", "--dataset", "builtin:pydoc", "--tokens", "2048",
+             "--seq-len", "128", "--out", "runs/pdc-example", "--quiet"),
+        ),
+    ),
+    Sample(
+        "prune-curve",
+        (
+            ("angular", "tiny-llama-8", *PYDOC, "--out", "runs/pydoc", "--quiet"),
+            ("prune-drop", "tiny-llama-8", "--task", "corpus", *PYDOC, "--log-samples", "--out", "runs/pydoc",
+             "--quiet"),
+            ("prune-curve", "tiny-llama-8", "--task", "corpus", *PYDOC, "--methods", STRATEGIES,
+             "--angular", "runs/pydoc/angular.json", "--prune-drop", "runs/pydoc/prune_drop.json",
+             "--out", "runs/pydoc", "--quiet"),
+        ),
+        output_of_last_only=True,
+    ),
+    Sample(
+        "prune-from",
+        (
+            ("prune", "tiny-llama-8", "--from", "runs/pydoc/prune_curve.json", "--method", "greedy", "--n", "2",
+             "--save", "tiny-llama-6-greedy", "--quiet"),
+        ),
+    ),
+    Sample(
+        "stability",
+        (
+            ("angular", "tiny-llama-8", "--dataset", "tests/data/tasks/data/pydoc_paragraphs.jsonl", "--tokens",
+             "1024", "--seq-len", "64", "--out", "runs/paragraphs", "--quiet"),
+            ("stability", "runs/pydoc/angular.json", "runs/paragraphs/angular.json", "runs/pydoc/prune_drop.json",
+             "--out", "runs/stability"),
+        ),
+        output_of_last_only=True,
+    ),
+    Sample(
+        "flip-rate",
+        (
+            ("prune-drop", "tiny-llama-8", "--task", "lp_gsm_like", "--include-path", "tests/data/tasks",
+             "--out", "runs/gsm", "--quiet"),
+        ),
+    ),
     Sample(
         "compare",
         (
@@ -71,39 +126,35 @@ SAMPLES = (
         output_of_last_only=True,
     ),
     Sample(
-        "prune-drop-corpus",
-        (
-            (
-                "prune-drop",
-                "tiny-llama-8",
-                "--task",
-                "corpus",
-                "--dataset",
-                "builtin:pydoc",
-                "--tokens",
-                "2048",
-                "--seq-len",
-                "128",
-                "--out",
-                "runs/pdc-example",
-                "--quiet",
-            ),
-        ),  # fmt: skip
-    ),
-    Sample(
         "compare-markdown",
         (("compare", "base/angular.json", "cand/angular.json", "--format", "markdown", "--no-plot"),),
         language="markdown",
     ),
+    Sample(
+        "depth-minilm",
+        (
+            ("depth", "<minilm>", "--dataset", "builtin:pydoc", "--tokens", "8192", "--seq-len", "256",
+             "--out", "runs/depth-minilm", "--quiet"),
+        ),
+    ),
 )
+# fmt: on
 
 
 def run(words: tuple[str, ...]) -> tuple[int, str]:
-    """`layerprobe *words` in-process, on a console WIDTH columns wide; its exit status and output."""
-    result = CliRunner().invoke(app, list(words), env={"COLUMNS": WIDTH, "TERMINAL_WIDTH": WIDTH})
+    """`layerprobe *words` in-process, on a console WIDTH columns wide; its exit status and output.
+
+    A placeholder word runs as what it stands for, and the output names it by the placeholder again.
+    """
+    real = {name: value() for name, value in PLACEHOLDERS.items() if name in words}
+    argv = [real.get(word, word) for word in words]
+    result = CliRunner().invoke(app, argv, env={"COLUMNS": WIDTH, "TERMINAL_WIDTH": WIDTH})
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
-    return result.exit_code, result.output
+    output = result.output
+    for name, value in real.items():
+        output = output.replace(value, name)
+    return result.exit_code, output
 
 
 def shown_command(words: tuple[str, ...], hidden: bool) -> str:
@@ -166,18 +217,31 @@ def result_json(path: Path) -> str:
     return abridged(data)
 
 
-def make_blocks(work: Path) -> dict[str, str]:
-    """Run every sample's commands in `work`; each sample's block text (fences included)."""
+def make_blocks(work: Path, only: Collection[str] | None = None) -> dict[str, str]:
+    """Run the samples' commands in `work` (those named in `only`, in SAMPLES order); each one's block text.
+
+    `work` gets `tiny-llama-8` and a link `tests` to this checkout's tests/, so the commands' relative paths
+    (`tests/data/tasks`) read as they do at the repository's root; the outputs name `work` nowhere.
+    """
     blocks = {}
-    build_checkpoint("llama", work / "tiny-llama-8", num_layers=8, seed=0)  # as docs/make_tiny_checkpoint.py
+    if not (work / "tiny-llama-8").exists():
+        tiny_llama(work / "tiny-llama-8")
+    if not (work / "tests").exists():
+        (work / "tests").symlink_to(ROOT / "tests", target_is_directory=True)
     previous = Path.cwd()
     os.chdir(work)
     try:
         for sample in SAMPLES:
+            if only is not None and sample.name not in only:
+                continue
             lines: list[str] = []
             code = 0
             for i, words in enumerate(sample.commands):
                 code, output = run(words)
+                for prefix in {f"{work}/", f"{work.resolve()}/"}:
+                    output = output.replace(prefix, "")
+                if code != 0 and not sample.exit_code:
+                    raise SystemExit(f"sample {sample.name}: layerprobe {' '.join(words)} exited {code}:\n{output}")
                 hidden = sample.output_of_last_only and i < len(sample.commands) - 1
                 if sample.language == "text":
                     lines.append(shown_command(words, hidden))

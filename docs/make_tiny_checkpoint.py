@@ -15,32 +15,13 @@ outputs look like, not what a trained model does. Real pretrained weights offlin
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# This checkout and its tests' builders on the import path, offline settings (docs/doc_fixtures.py).
+from doc_fixtures import build_tiny
 
-# The tests' builders (tests/factories), importable once the path is set.
-from factories import TINY_ARCHITECTURES, build_checkpoint  # noqa: E402
-
-# A BOS, then each turn as `<|role|>` and its text, closed by an EOS (the shape of LLaMA-3's template).
-CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}{{ eos_token }}{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
-
-
-def add_chat_template(path: Path) -> None:
-    """Give the checkpoint's tokenizer CHAT_TEMPLATE."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    tokenizer.chat_template = CHAT_TEMPLATE
-    tokenizer.save_pretrained(path)
+# The tests' builders (tests/factories), importable once doc_fixtures has set the path.
+from factories import TINY_ARCHITECTURES  # noqa: E402
 
 
 def main() -> None:
@@ -51,9 +32,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8, help="number of blocks")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    path = build_checkpoint(args.arch, args.directory, num_layers=args.layers, seed=args.seed)
-    if args.arch not in ("bert", "bert_qa"):
-        add_chat_template(path)
+    path = build_tiny(args.directory, args.arch, args.layers, args.seed)
     print(f"wrote {path}")
 
 

@@ -131,6 +131,33 @@ def drawn_texts(fig) -> list:
     return [t for t in unique.values() if t.get_visible() and t.get_text().strip()]
 
 
+def points_under_legend(legend_ax, *axes) -> list[tuple[float, float]]:
+    """What `legend_ax`'s legend box covers of `axes` (default: its own), as points in pixels.
+
+    The points are the markers and vertices of every line, and points every few pixels along every error
+    bar and other line segment (a LineCollection), so a legend drawn over an interval counts too.
+    """
+    from matplotlib.collections import LineCollection
+
+    fig = legend_ax.figure
+    fig.canvas.draw()
+    box = legend_ax.get_legend().get_window_extent(fig.canvas.get_renderer())
+    covered = []
+    for ax in axes or (legend_ax,):
+        points = [np.column_stack([line.get_xdata(), line.get_ydata()]).astype(float) for line in ax.get_lines()]
+        for collection in ax.collections:
+            if isinstance(collection, LineCollection):
+                for segment in collection.get_segments():
+                    a, b = np.asarray(segment[0], float), np.asarray(segment[-1], float)
+                    points.append(a + np.linspace(0, 1, 50)[:, None] * (b - a))
+        for xy in points:
+            xy = xy[np.isfinite(xy).all(axis=1)]
+            for x, y in ax.transData.transform(xy) if len(xy) else []:
+                if box.x0 <= x <= box.x1 and box.y0 <= y <= box.y1:
+                    covered.append((float(x), float(y)))
+    return covered
+
+
 def overlapping_texts(fig, slack: float = 1.0) -> list[tuple[str, str]]:
     """Pairs of drawn texts of `fig` whose rendered boxes overlap (by more than `slack` pixels each way)."""
     fig.canvas.draw()

@@ -63,7 +63,7 @@ MODELS = {
     "<minilm>": "<minilm>",
 }
 TASKS = {"mmlu": "lp_mmlu", "arc_easy": "lp_arc_like"}
-LOCAL_TASKS = {"lp_mmlu", "lp_arc_like", "lp_pydoc_ppl"}
+LOCAL_TASKS = {"lp_mmlu", "lp_arc_like", "lp_pydoc_ppl", "lp_gsm_like"}
 MODEL_COMMANDS = {"angular", "depth", "layers", "prune-drop", "prune-curve", "prune"}
 VARIABLES = {
     "$MODEL_ID": LLAMA,

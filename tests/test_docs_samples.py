@@ -15,6 +15,8 @@ from doc_commands import ROOT
 @functools.cache
 def make_samples():
     """docs/make_samples.py as a module."""
+    if str(ROOT / "docs") not in sys.path:  # its helper docs/doc_fixtures.py sits beside it
+        sys.path.insert(0, str(ROOT / "docs"))
     spec = importlib.util.spec_from_file_location("make_samples", ROOT / "docs" / "make_samples.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclass looks itself up there

@@ -183,7 +183,16 @@ def _draw_flip_rates(ax: Axes, flips: dict[str, FlipRate]) -> None:
         ax.errorbar(x, rate.rate, yerr=[low, high], fmt=marker, markersize=4, capsize=2, linewidth=0.8, label=name)
     ax.set_ylim(-0.02, 1.02)
     ax.set_ylabel("answers changed\n(share of documents)")
-    ax.legend(fontsize=8, loc="best", title="filter (Wilson 95 %)", title_fontsize=8)
+    # Above the panel, never on it: rates sit anywhere from 0 to 1, so no corner inside is sure to be free.
+    ax.legend(
+        fontsize=8,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
+        ncol=len(flips),
+        title="filter (Wilson 95 %)",
+        title_fontsize=8,
+        frameon=False,
+    )
 
 
 def _paired_color(gain: float, significant: bool | None) -> str:
@@ -204,9 +213,9 @@ def _overlay_distance(ax: Axes, agreement: dict, span: int = 1) -> None:
     twin.set_ylabel(rf"$d(x^l,\,x^{{l+{span}}})$", color="#6c3483")
     twin.tick_params(axis="y", colors="#6c3483")
     rho, ci = agreement.get("spearman"), agreement.get("spearman_ci95")
-    if rho is not None:
+    if rho is not None:  # under the axis, not on the plot: no place inside is sure to be free of bars and line
         text = f"Spearman ρ(d, ΔP) = {rho:.2f}" + ("" if ci is None else f" [{ci[0]:.2f}, {ci[1]:.2f}]")
-        twin.text(0.01, 0.02, text, transform=twin.transAxes, fontsize=8, color="#6c3483")
+        ax.set_xlabel(f"{ax.get_xlabel()}\n{text} (d: right axis, purple)")
 
 
 def draw_bars(

@@ -5,8 +5,9 @@ across hidden units vs depth, (b) each block's relative update ‖x^(l+1) − x^
 MLP relative contribution ‖f‖/‖r‖, (d) gradient norms per block and sublayer (with --grad). Values span
 orders of magnitude across depth (the Curse of Depth is a growth law), so y axes are logarithmic, with
 plain-number tick labels that never repeat (`DistinctLabels`), linear steps within a decade; bands are
-± one standard deviation over positions (a spread, not an interval), clipped at the smallest positive
-value. Without --grad, panel (d) suggests it only for a model whose gradient `depth --grad` can measure.
+± one standard deviation over positions (a spread, not an interval; the title says so), clipped at the
+smallest positive value. Without --grad, panel (d) suggests it only for a model whose gradient
+`depth --grad` can measure.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ GRAD_ADVICE = {
     "encoder": "not measured (--grad needs a checkpoint\nsaved with its trained masked-LM head)",
 }
 NO_GRAD = "not measured (--grad needs a\nlanguage-modelling loss: causal LM or masked LM)"
+# What the shaded bands of panels (a)-(c) are, said on the figure itself.
+BAND_NOTE = "shaded bands: ± 1 SD over positions (the spread of the values, not a confidence interval)"
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -69,7 +72,9 @@ def depth_figure(result: DepthResult) -> Figure:
             log_ticks(ax)
     tokens = result.data.get("tokens")
     tokens = f"{tokens:,}" if isinstance(tokens, int) else tokens
-    fig.suptitle(f"{short_name(result.model.id)} · {tokens} tokens · {result.placement.summary}", fontsize=11)
+    fig.suptitle(
+        f"{short_name(result.model.id)} · {tokens} tokens · {result.placement.summary}\n{BAND_NOTE}", fontsize=11
+    )
     return fig
 
 
@@ -106,7 +111,16 @@ def _draw_residual(ax: Axes, result: DepthResult) -> None:
     twin.set_ylabel("variance across units", color="#16a085", fontsize=8)
     twin.tick_params(axis="y", labelsize=7, colors="#16a085")
     lines = ax.get_lines() + twin.get_lines()
-    ax.legend(lines, [str(line.get_label()) for line in lines], fontsize=8, loc="upper left")
+    # Above the panel, right of its title: the two lines can pass through any corner inside it.
+    ax.legend(
+        lines,
+        [str(line.get_label()) for line in lines],
+        fontsize=8,
+        loc="lower right",
+        bbox_to_anchor=(1.0, 1.0),
+        frameon=False,
+        borderaxespad=0.2,
+    )
     ax.set_title("(a) residual stream growth", fontsize=10, loc="left")
     _integer_ticks(ax, result.num_layers + 1)
 

@@ -207,7 +207,7 @@ def draw_heatmap(
                 light = not math.isfinite(value) or (
                     value < 0.45 if cmap == HEATMAP_CMAP else abs(value) < 0.6 * limits[1]
                 )
-                text = (f"{value:.2f}" if cmap == HEATMAP_CMAP else f"{value:+.3f}") if math.isfinite(value) else "nan"
+                text = (f"{value:.2f}" if cmap == HEATMAP_CMAP else signed(value)) if math.isfinite(value) else "nan"
                 ax.text(
                     col,
                     row + 1,
@@ -227,3 +227,9 @@ def draw_heatmap(
     ax.set_xlim(extent[0], extent[1])
     ax.set_ylim(extent[2], extent[3])
     return image, minima
+
+
+def signed(value: float, digits: int = 3) -> str:
+    """A difference with its sign (`+0.012`, `-0.004`); one that rounds to zero is `0.000`, never `-0.000`."""
+    text = f"{value:+.{digits}f}"
+    return text[1:] if float(text) == 0 else text

@@ -17,6 +17,7 @@ from drawn import (
     file_magic,
     legend_texts,
     overlapping_texts,
+    points_under_legend,
 )
 from factories import (
     corpus_prune_result,
@@ -119,7 +120,8 @@ def test_adjacent_distance_is_overlaid_on_a_second_axis():
         assert len(fig.axes) == 2
         line = fig.axes[1].get_lines()[0]
         assert list(line.get_xdata()) == [0, 1, 2, 3] and list(line.get_ydata()) == [0.4, 0.1, 0.2, 0.3]
-        assert any("Spearman" in t.get_text() for t in fig.axes[1].texts)
+        assert "Spearman ρ(d, ΔP)" in fig.axes[0].get_xlabel()  # under the axis, where no bar or point can be
+        assert not fig.axes[0].texts and not fig.axes[1].texts
     finally:
         plt.close(fig)
 
@@ -177,6 +179,24 @@ def test_a_generating_task_gets_a_panel_of_flip_rates_per_filter_with_their_inte
         segments = containers[0].lines[2][0].get_segments()  # the vertical error bars: the Wilson intervals
         got = [v for s in segments for v in (s[0][1], s[1][1])]
         assert got == pytest.approx([v for c in rates["strict-match"].ci95 for v in c])
+    finally:
+        plt.close(fig)
+
+
+def test_the_flip_rate_legend_covers_no_point_wherever_the_rates_lie():
+    result = random_prune_result(8)
+    layers = list(range(8))
+    corners = {  # intervals from the bottom and the top of the panel, as in the README's example
+        "strict-match": FlipRate(layers, [0] * 8, 10, [0.0] * 8, [[0.0, 0.28]] * 8),
+        "flexible-extract": FlipRate(layers, [7] * 8, 10, [0.7] * 8, [[0.4, 0.89]] * 8),
+    }
+    task = replace(result.tasks["arc_easy"], flip_rate=corners)
+    fig = prune_drop_figure(replace(result, tasks={"arc_easy": task}), "arc_easy")
+    try:
+        lower = fig.axes[1]
+        assert "filter (Wilson 95 %)" == lower.get_legend().get_title().get_text()
+        assert points_under_legend(lower) == []
+        assert overlapping_texts(fig) == []
     finally:
         plt.close(fig)
 

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import pytest
-from drawn import overlapping_texts
+from drawn import drawn_texts, overlapping_texts, points_under_legend
 from factories import depth_dict
 
 from layerprobe.plots.depth import depth_figure, distinct_labels
-from layerprobe.results import DepthResult, Spread
+from layerprobe.results import BlockPlacement, DepthResult, Placement, Spread
 
 pytestmark = pytest.mark.usefixtures("no_leaked_figures")
 
@@ -100,3 +100,55 @@ def test_no_two_labels_of_the_depth_figure_overlap(kind):
             assert overlapping_texts(fig) == []
         finally:
             plt.close(fig)
+
+
+def _minilm_like() -> DepthResult:
+    """The real MiniLM-L6's residual panel (6 Post-LN blocks; flat, then falling): lines through its upper left."""
+    base = _result()
+    rms = [0.52, 0.61, 0.61, 0.64, 0.68, 0.54, 0.19]
+    variance = [0.27, 0.37, 0.37, 0.41, 0.47, 0.32, 0.05]
+    update = [0.62, 0.52, 0.51, 0.57, 0.63, 0.87]
+
+    def spread(values):
+        return Spread(values, [0.1 * v for v in values], values, values, [8] * len(values))
+
+    placement = Placement([BlockPlacement(l, "Post-LN") for l in range(6)], "Post-LN", "Post-LN in all 6 blocks")
+    sublayers = {
+        kind: {"modules": [f"m{l}" for l in range(6)], "relative": spread(update)} for kind in ("attention", "mlp")
+    }
+    return replace(
+        base,
+        model=replace(base.model, num_layers=6, kind="encoder"),
+        placement=placement,
+        rms=spread(rms),
+        variance=spread(variance),
+        update=spread(update),
+        sublayers=sublayers,
+        grad=None,
+    )
+
+
+def test_the_residual_legend_covers_neither_line():
+    fig = depth_figure(_minilm_like())
+    try:
+        residual = next(ax for ax in fig.axes if "(a)" in ax.get_title(loc="left"))
+        twin = next(ax for ax in fig.axes if ax is not residual and ax.bbox.bounds == residual.bbox.bounds)
+        assert [t.get_text() for t in residual.get_legend().get_texts()][:2] == [
+            r"RMS $\|x^l\|/\sqrt{d}$",
+            "variance across units",
+        ]
+        assert points_under_legend(residual, residual, twin) == []
+    finally:
+        plt.close(fig)
+
+
+def test_the_shaded_bands_say_what_they_are():
+    fig = depth_figure(_minilm_like())
+    try:
+        fig.canvas.draw()
+        banded = [ax for ax in fig.axes if ax.collections and ax.get_yscale() == "log"]
+        assert len(banded) >= 3  # residual, updates, sublayers
+        texts = [t.get_text() for t in drawn_texts(fig)]
+        assert any("± 1 SD over positions" in t for t in texts), texts
+    finally:
+        plt.close(fig)

@@ -158,3 +158,16 @@ def test_a_failed_save_leaves_no_file_behind(tmp_path, monkeypatch):
         plot_angular(angular_from_walk(6), tmp_path)
     assert (tmp_path / "angular.png").read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["angular.png"]
+
+
+def test_a_difference_that_rounds_to_zero_is_written_without_a_sign():
+    from layerprobe.plots.heatmap import DIFF_CMAP, draw_heatmap
+
+    diff = np.ma.masked_invalid(np.array([[-0.0002, 0.0013, -0.0041], [0.0004, -0.002, np.nan], [0.0, np.nan, np.nan]]))
+    fig, ax = plt.subplots()
+    try:
+        draw_heatmap(ax, diff, cmap=DIFF_CMAP, limits=(-0.005, 0.005), annotate=True, mark_minima=False)
+        texts = sorted(t.get_text() for t in ax.texts)
+        assert texts == sorted(["0.000", "+0.001", "-0.004", "0.000", "-0.002", "0.000"])
+    finally:
+        plt.close(fig)
