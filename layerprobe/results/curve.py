@@ -351,8 +351,7 @@ def read_curve_set(path: str | os.PathLike[str], method: str, n: int) -> CurveSe
     schema = root.obj().get("schema")
     model = root.key("model")
     num_layers = model.key("num_layers").integer(minimum=1)
-    model_id = model.key("id").text(optional=True)
-    architecture = model.key("architecture").text(optional=True)
+    model_id, architecture = model.key("id").text(optional=True), model.key("architecture").text(optional=True)
     if schema == f"{family}@1":
         spans = _spans_of_v1(root)
         starts = _pick(spans, method, f"{source} has no method {method!r}", "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 from dataclasses import replace
 
 import pytest
@@ -58,7 +59,8 @@ def test_console_summary_never_calls_an_unmeasured_pair_most_similar(monkeypatch
 
 
 def test_prune_summary_prints_the_baseline_with_its_95_percent_interval(monkeypatch):
-    result, metric = paired_arc_result()
+    result, metric = paired_arc_result()  # as an F1 (not a share of 0/1 answers): value ± 1.96 stderr
+    result = replace(result, tasks={"arc": replace(result.tasks["arc"], metrics={"f1": metric})})
     text = summary_text(monkeypatch, summaries.print_prune_summary, result, width=200)
     z = 1.959963984540054
     low, high = metric.baseline - z * metric.baseline_stderr, metric.baseline + z * metric.baseline_stderr
@@ -122,3 +124,14 @@ def test_a_sequential_curve_table_shows_each_sets_anytime_interval_documents_and
             low, high = score.delta_cs95
             want = [method, str(n), f"[{low:+.4f}, {high:+.4f}]", str(score.items), score.stop]
             assert want in [[*r[:2], *r[-3:]] for r in rows], rows
+
+
+def test_an_accuracy_baseline_gets_wilsons_interval_which_stays_inside_0_and_1(monkeypatch):
+    result, metric = paired_arc_result()
+    few = replace(metric, baseline=0.2, baseline_stderr=math.sqrt(0.2 * 0.8 / 14))  # 3 of 15 right
+    result = replace(result, tasks={"arc": replace(result.tasks["arc"], metrics={"acc": few}, samples=15)})
+    text = summary_text(monkeypatch, summaries.print_prune_summary, result, width=200)
+    z2 = 1.959963984540054**2
+    centre, half = (3 + z2 / 2) / (15 + z2), 1.959963984540054 * math.sqrt(3 * 12 / 15 + z2 / 4) / (15 + z2)
+    assert f"baseline 0.2000 (95 % CI [{centre - half:.4f}, {centre + half:.4f}])" in text
+    assert centre - half > 0  # ± 1.96 SE would say [-0.0095, 0.4095]
