@@ -30,12 +30,10 @@ from layerprobe.results import (
     span_distance_label,
     variant_label,
 )
-from layerprobe.stats import Z95, wilson_interval
+from layerprobe.stats import Z95, score_interval95
 
 # Shown beside the primary metric when a task reports them (`--task corpus`: KL and top-1 agreement
 # beside NLL), each pruned model's value with its paired 95 % interval.
-# Metrics that are the share of 0/1 answers (lm-eval's names): their baseline gets Wilson's interval.
-PROPORTION_METRICS = frozenset({"acc", "acc_norm", "exact_match", "em"})
 COMPANION_COLUMNS = {"kl": "KL(base ‖ pruned) [95 % CI]", "top1_agreement": "top-1 agreement [95 % CI]"}
 
 
@@ -115,10 +113,8 @@ def print_prune_summary(result: PruneDropResult) -> None:
     for name, task in result.tasks.items():
         metric_name = task.primary_metric
         metric = task.metrics[metric_name]
-        se = metric.baseline_stderr
-        ci = ""
-        if se is not None and math.isfinite(se):
-            ci = f" (95 % CI {baseline_interval_text(metric_name, metric.baseline, se, task.samples)})"
+        bounds = score_interval95(metric_name, metric.baseline, metric.baseline_stderr, task.samples)
+        ci = "" if bounds is None else f" (95 % CI [{bounds[0]:.4f}, {bounds[1]:.4f}])"
         out.print(
             f"[bold]{escape(f'{result.model.label} · {name} · {metric_name}')}[/]: baseline {metric.baseline:.4f}{ci}",
             highlight=False,
@@ -198,21 +194,6 @@ def interval_text(value: float, stderr: float | None) -> str:
     if stderr is None or not math.isfinite(stderr):
         return "—"
     return f"[{value - Z95 * stderr:.4f}, {value + Z95 * stderr:.4f}]"
-
-
-def baseline_interval_text(metric: str, value: float, stderr: float, documents: int | None) -> str:
-    """The baseline's 95 % interval: Wilson's for a share of correct answers, else value ± 1.96 stderr.
-
-    An accuracy is k right of n; ± 1.96 SE can reach below 0 or above 1 for a few documents or an
-    accuracy near either end (0.2 of 15 gives [-0.01, 0.41]), Wilson's score interval cannot. It is used
-    when the metric is a share of 0/1 answers whose value is exactly k / n for the task's documents.
-    """
-    right = value * documents if documents else math.nan
-    if metric.split(",")[0] in PROPORTION_METRICS and math.isfinite(right) and abs(right - round(right)) < 1e-6:
-        bounds = wilson_interval(round(right), documents or 0)
-        if bounds is not None:
-            return f"[{bounds[0]:.4f}, {bounds[1]:.4f}]"
-    return interval_text(value, stderr)
 
 
 def _flip_cell(rate: FlipRate, layer: int) -> str:

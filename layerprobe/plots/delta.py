@@ -36,7 +36,7 @@ from layerprobe.results import (
     agreement_span,
     variant_label,
 )
-from layerprobe.stats import Z95
+from layerprobe.stats import PROPORTION_METRICS, Z95, score_interval95
 
 # Every interval a figure draws is a 95 % interval; these are its labels.
 BASELINE_BAND = "baseline 95 % CI (± 1.96 stderr)"
@@ -96,7 +96,8 @@ def prune_drop_figure(result: PruneDropResult, task: str) -> Figure:
     agreement = (result.tasks[task].agreement or {}).get(metric_name)
     if agreement and agreement_distances(agreement):
         _overlay_distance(ax, agreement, agreement_span(agreement, result.settings))
-    ax.set_title(f"{title_name(result.model)} · {task} · {metric_name}\nbaseline = {value_text(metric)}", fontsize=11)
+    baseline = value_text(metric, metric_name, result.tasks[task].samples)
+    ax.set_title(f"{title_name(result.model)} · {task} · {metric_name}\nbaseline = {baseline}", fontsize=11)
     for row, name in zip(axes[1 : 1 + len(companions)], companions, strict=True):
         _draw_companion(row[0], result.tasks[task].metrics[name], name)
         row[0].set_xlabel(variant_label(result.settings))
@@ -277,8 +278,16 @@ def _band(stderr: float | None) -> float | None:
     return None if stderr is None or not math.isfinite(stderr) else Z95 * stderr
 
 
-def value_text(metric: MetricDrop) -> str:
-    """The full model's score for a title with its 95 % CI: `0.5123 ± 0.024 (95 % CI)` (no ± without a stderr)."""
+def value_text(metric: MetricDrop, name: str | None = None, documents: int | None = None) -> str:
+    """The full model's score for a title with its 95 % CI: `0.5123 ± 0.024 (95 % CI)` (no ± without a stderr).
+
+    Given the metric's `name` and the `documents` scored, a share of correct answers gets Wilson's interval
+    instead (`stats.score_interval95`): `0.2 (95 % CI [0.0705, 0.452])`, never below 0 or a zero width.
+    """
+    if name is not None and name.split(",")[0] in PROPORTION_METRICS:
+        bounds = score_interval95(name, metric.baseline, metric.baseline_stderr, documents)
+        if bounds is not None:
+            return f"{metric.baseline:.4g} (95 % CI [{bounds[0]:.3g}, {bounds[1]:.3g}])"
     half = _band(metric.baseline_stderr)
     noise = "" if half is None else f" ± {half:.2g} (95 % CI)"
     return f"{metric.baseline:.4g}{noise}"

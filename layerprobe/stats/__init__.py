@@ -16,7 +16,7 @@ from layerprobe.stats.paired import (
     stratified_mean_stats,
     top_k_overlap,
 )
-from layerprobe.stats.proportion import wilson_interval
+from layerprobe.stats.proportion import PROPORTION_METRICS, score_interval95, wilson_interval
 from layerprobe.stats.ranking import (
     BlockScores,
     RankingStability,
@@ -57,5 +57,7 @@ __all__ = [
     "stratified_mean_stats",
     "top_k_overlap",
     "Z95",
+    "PROPORTION_METRICS",
+    "score_interval95",
     "wilson_interval",
 ]

@@ -27,3 +27,25 @@ def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float,
     centre = (successes + z2 / 2) / (trials + z2)
     half = z * math.sqrt(successes * (trials - successes) / trials + z2 / 4) / (trials + z2)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+# Metrics that are the share of 0/1 answers (lm-eval's names): their score gets Wilson's interval.
+PROPORTION_METRICS = frozenset({"acc", "acc_norm", "exact_match", "em"})
+
+
+def score_interval95(
+    metric: str, value: float, stderr: float | None, documents: int | None
+) -> tuple[float, float] | None:
+    """A score's 95 % interval: Wilson's for a share of correct answers, else value ± 1.96 stderr.
+
+    An accuracy is k right of n; ± 1.96 SE can reach below 0 or above 1 for a few documents or an
+    accuracy near either end (3 of 15 gives [-0.01, 0.41]; 0 of 10 gives [0, 0]), Wilson's cannot. It is
+    used when `metric` (before any ",filter") is a share of 0/1 answers and `value` is exactly k / n for
+    the n = `documents` scored; None where neither interval exists.
+    """
+    right = value * documents if documents else math.nan
+    if metric.split(",")[0] in PROPORTION_METRICS and math.isfinite(right) and abs(right - round(right)) < 1e-6:
+        return wilson_interval(round(right), documents or 0)
+    if stderr is None or not math.isfinite(stderr):
+        return None
+    return value - Z95 * stderr, value + Z95 * stderr

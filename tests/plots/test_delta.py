@@ -34,6 +34,7 @@ from layerprobe.plots.common import HARMFUL, HELPFUL, WITHIN_NOISE
 from layerprobe.plots.delta import plot_prune_drop, prune_drop_figure
 from layerprobe.results import FlipRate
 from layerprobe.results.rundir import figure_name
+from layerprobe.stats import wilson_interval
 
 
 @pytest.mark.usefixtures("no_leaked_figures")
@@ -68,7 +69,10 @@ def test_prune_drop_bars_are_the_deltas_coloured_by_harm(higher_is_better):
         ]
         assert errorbar_spans(ax) == [pytest.approx(span) for span in expected_spans]
         assert "95 % CI of the pruned score (± 1.96 stderr)" in legend_texts(ax)
-        assert f"{metric.baseline:.4g} ± {z * metric.baseline_stderr:.2g} (95 % CI)" in ax.get_title()
+        # An accuracy's baseline is k right of n: Wilson's interval, as the terminal prints it.
+        n = result.tasks["arc_easy"].samples
+        low, high = wilson_interval(round(metric.baseline * n), n)
+        assert f"{metric.baseline:.4g} (95 % CI [{low:.3g}, {high:.3g}])" in ax.get_title()
         assert "arc_easy" in ax.get_title() and "acc" in ax.get_title()
         low, high = band_limits(ax, "baseline 95 % CI (± 1.96 stderr)")
         assert (low, high) == pytest.approx((-z * metric.baseline_stderr, z * metric.baseline_stderr))
