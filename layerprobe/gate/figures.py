@@ -145,8 +145,9 @@ def compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropRes
             ax_bars.errorbar([], [], yerr=[], fmt="none", ecolor="black", elinewidth=0.8, label=interval)
         ax_bars.legend(fontsize=8, loc="best")
         ax_bars.set_title(
-            f"{task} · {metric_name}: ΔP per removed layer\nbaseline model {value_text(base)}"
-            f" · candidate model {value_text(cand)}",
+            f"{task} · {metric_name}: ΔP per removed layer\n"
+            f"baseline model {value_text(base, metric_name, baseline.tasks[task].samples)}"
+            f" · candidate model {value_text(cand, metric_name, candidate.tasks[task].samples)}",
             fontsize=9,
         )
         layer_axis(ax_bars, sorted(set(base.layers) | set(cand.layers)))
