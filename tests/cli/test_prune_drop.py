@@ -18,7 +18,7 @@ from layerprobe.prune.state import PARTIAL_NAME
         pytest.param(  # an unknown name searches lm-eval's whole task index: about a minute
             "llama",
             ["--task", "lp_arc_likee"],
-            "unknown lm-eval task: 'lp_arc_likee' (did you mean lp_arc_like?)",
+            "unknown lm-eval task: 'lp_arc_likee' (did you mean lp_arc_like,",  # the closest name first
             "--include-path",
             marks=pytest.mark.slow,
         ),
