@@ -149,6 +149,7 @@ def test_prune_curve_loads_with_the_model_loading_options(tiny_checkpoints, tmp_
     assert refused.exit_code == 2 and "has its own option" in refused.output, refused.output
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_prune_curve_scores_squad_from_a_local_file(tiny_checkpoints, tmp_path):
     squad = write_squad_json(tmp_path / "dev-v1.1.json")
     args = [str(tiny_checkpoints["bert_qa"]), "--task", "squad", "--squad-data", str(squad), "--limit", "4"]

@@ -136,6 +136,7 @@ def test_prefix_reuse_equals_the_plain_path_and_lm_eval_on_a_5_shot_mmlu_task(ar
     assert find_layers(lms["reuse"].model).num_layers == L  # the model is left as it was
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_a_model_whose_cache_cannot_be_reused_falls_back_to_the_plain_path(long_context, tmp_path, spy, monkeypatch):
     """A model that ignores a prefilled cache is caught by the probe; the run scores on the plain path."""
     path = long_context["llama"]

@@ -138,7 +138,7 @@ def test_a_paired_difference_stderr_decides_the_candidates_when_present():
         plt.close(fig)
 
 
-@pytest.mark.parametrize("num_layers", [6, 80])
+@pytest.mark.parametrize("num_layers", [6, pytest.param(80, marks=pytest.mark.slow)])  # 80: over 2.5 s
 def test_plot_angular_writes_whole_png_and_pdf(tmp_path, num_layers):
     paths = plot_angular(angular_from_walk(num_layers, nan_cells=[(0, 1)]), tmp_path / "out")
     assert [p.name for p in paths] == ["angular.png", "angular.pdf"]
