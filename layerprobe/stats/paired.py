@@ -69,7 +69,8 @@ def paired_mean_stats(base: Sequence[float], variant: Sequence[float]) -> Paired
     """Paired stderr of the difference of two means over the same documents.
 
     The stderr is the sample standard deviation (ddof=1) of the per-document differences over sqrt(n);
-    the 95 % interval is delta ± 1.96 stderr (the mean of n differences is close to normal).
+    the 95 % interval is delta ± 1.96 stderr (the mean of n differences is close to normal), except for
+    0/1 values, whose interval and p-value come from the paired table (`paired_proportion_stats`).
 
     Args:
         base: Per-document scores of the baseline, aligned with `variant` (same document at each index).
@@ -80,10 +81,10 @@ def paired_mean_stats(base: Sequence[float], variant: Sequence[float]) -> Paired
     n = len(base)
     if n == 0:
         raise ValueError("no documents to compare")
-    diffs = np.asarray(variant, dtype=np.float64) - np.asarray(base, dtype=np.float64)
-    stderr = float(diffs.std(ddof=1) / math.sqrt(n)) if n > 1 else None
     if n > 1 and is_binary(base) and is_binary(variant):
         return paired_proportion_stats(base, variant)
+    diffs = np.asarray(variant, dtype=np.float64) - np.asarray(base, dtype=np.float64)
+    stderr = float(diffs.std(ddof=1) / math.sqrt(n)) if n > 1 else None
     return _normal(float(diffs.mean()), stderr)
 
 
