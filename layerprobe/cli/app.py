@@ -27,11 +27,13 @@ from layerprobe.cli import (
     plot,
     prune_drop,
     report,
+    rerun,
     stability,
     track,
 )
 from layerprobe.cli.console import err, print_error, quiet_libraries
 from layerprobe.cli.groups import Command
+from layerprobe.cli.invocation import with_config_option
 from layerprobe.core import LayerprobeError
 
 INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
@@ -94,9 +96,10 @@ COMMANDS: dict[str, Command] = {
     "stability": stability.stability,
     "track": track.track,
     "report": report.report,
+    "rerun": rerun.rerun,
 }
 for name, command in COMMANDS.items():
-    app.command(name)(friendly_errors(command))
+    app.command(name)(friendly_errors(with_config_option(command)))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -43,12 +43,18 @@ from layerprobe.core.errors import (
     hub_offline,
     offline_model_hint,
 )
+from layerprobe.core.invocation import Invocation, content_digest, current_invocation, input_digests, set_invocation
 from layerprobe.core.model_spec import ModelSpec, parse_model_args, quantization_from_flags
 from layerprobe.core.redact import known_secrets, redacted, scrub
 from layerprobe.core.run_specs import AngularSpec, DepthSpec, ExportSpec, PruneSpec, check_ablation
 from layerprobe.core.shares import Share
 
 __all__ = [
+    "content_digest",
+    "input_digests",
+    "Invocation",
+    "current_invocation",
+    "set_invocation",
     "ANSWER",
     "AngularSpec",
     "BUILTIN_CORPUS",

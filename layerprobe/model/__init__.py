@@ -13,6 +13,7 @@ from layerprobe.model.facts import (
     model_kind,
     takes_argument,
 )
+from layerprobe.model.fingerprint import weights_fingerprint
 from layerprobe.model.hub import quiet_hub_logs, quiet_transformers, translate_load_error
 from layerprobe.model.info import model_info
 from layerprobe.model.load import (
@@ -83,6 +84,7 @@ __all__ = [
     "takes_argument",
     "translate_load_error",
     "translate_weights_error",
+    "weights_fingerprint",
     "world",
     "World",
     "zeroed_sublayers",

@@ -84,6 +84,7 @@ from layerprobe.results.prune_drop import (
     variant_label,
 )
 from layerprobe.results.prune_state import PruneProgress, PruneShard
+from layerprobe.results.reproduce import Difference, differences
 from layerprobe.results.rundir import (
     ANGULAR_JSON,
     DEPTH_JSON,
@@ -128,6 +129,8 @@ from layerprobe.results.track import (
 from layerprobe.results.validate import Node
 
 __all__ = [
+    "Difference",
+    "differences",
     "agreement_distances",
     "agreement_span",
     "span_distance_label",

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 
 import layerprobe.results.validate as v
+from layerprobe.core import current_invocation
 from layerprobe.results.json_types import JSONObject, Record
 from layerprobe.results.validate import Node
 
@@ -41,6 +42,9 @@ RUN_FIELDS: dict[str, v.Kind] = {
     "versions": v.string_map(optional=True),
     "device": v.text(optional=True),
     "prefix_reuse": v.text(optional=True),
+    "command": v.text_list(optional=True),
+    "cwd": v.text(optional=True),
+    "inputs": v.string_map(optional=True),
 }
 
 
@@ -87,6 +91,11 @@ class RunInfo:
     versions: dict[str, str]
     device: str
     prefix_reuse: str | None = None  # prune-drop's shared engine: "on", "off" or "unavailable: <why>"
+    # `layerprobe ARGS…` that re-runs this result (`layerprobe rerun`), and the folder it ran in; None for a
+    # library call and in results written before it was recorded.
+    command: list[str] | None = None
+    cwd: str | None = None
+    inputs: dict[str, str] = field(default_factory=dict)  # local files the command read → content digest
 
     @classmethod
     def from_dict(cls, data: JSONObject | Node, source: str = "run") -> RunInfo:
@@ -118,9 +127,13 @@ class RunTimer:
         self._clock = time.perf_counter()
 
     def finish(self, device: str) -> RunInfo:
+        invocation = current_invocation()
         return RunInfo(
             started_at=self.started.isoformat(timespec="seconds"),
             seconds=time.perf_counter() - self._clock,
             versions=library_versions(),
             device=device,
+            command=list(invocation.argv) if invocation else None,
+            cwd=invocation.cwd if invocation else None,
+            inputs=dict(invocation.inputs) if invocation else {},
         )

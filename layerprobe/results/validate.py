@@ -292,6 +292,17 @@ def string_map(optional: bool = False) -> Kind:
     return read
 
 
+def text_list(optional: bool = False) -> Kind:
+    """An array of strings (e.g. `run.command`): None when optional and absent or null."""
+
+    def read(node: Node) -> list[str] | None:
+        if optional and (not node.given or node.value is None):
+            return None
+        return [item.text() for item in node.items()]
+
+    return read
+
+
 def any_object(optional: bool = False) -> Kind:
     """An object whose members are read by their own code (e.g. prune-drop's `agreement`): only its type here."""
 
