@@ -11,19 +11,40 @@ options (the mergekit habit).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Annotated, ClassVar
 
 Command = Callable[..., None]
 
 
 @dataclass(frozen=True)
 class OptionGroup:
-    """Base of every option group: a frozen dataclass whose fields are `Annotated[..., typer.Option]`."""
+    """Base of every option group: a frozen dataclass whose fields are `Annotated[..., typer.Option]`.
+
+    `PANEL` names the `--help` panel its options are listed under (unless an option names its own).
+    """
+
+    PANEL: ClassVar[str | None] = None
+
+
+def in_panel(annotation: object, panel: str | None) -> object:
+    """`Annotated[type, typer.Option(...)]` with the option placed in `panel` (a copy: the alias stays as it was)."""
+    if panel is None or typing.get_origin(annotation) is not Annotated:
+        return annotation
+    base, *metadata = typing.get_args(annotation)
+    placed = []
+    for item in metadata:
+        if hasattr(item, "rich_help_panel") and item.rich_help_panel is None:
+            item = copy.copy(item)
+            item.rich_help_panel = panel
+        placed.append(item)
+    return Annotated[(base, *placed)]  # type: ignore[valid-type]
 
 
 def group_parameters(group: type[OptionGroup]) -> list[inspect.Parameter]:
@@ -35,7 +56,10 @@ def group_parameters(group: type[OptionGroup]) -> list[inspect.Parameter]:
             raise TypeError(f"{group.__name__}.{field.name} needs a default: a group's options are optional.")
         parameters.append(
             inspect.Parameter(
-                field.name, inspect.Parameter.KEYWORD_ONLY, default=field.default, annotation=hints[field.name]
+                field.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=field.default,
+                annotation=in_panel(hints[field.name], group.PANEL),
             )
         )
     return parameters

@@ -18,6 +18,7 @@ import enum
 import functools
 import inspect
 import os
+import typing
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any
@@ -121,10 +122,15 @@ def with_config_option(command: Callable[..., None]) -> Callable[..., None]:
         finally:
             set_invocation(None)
 
-    parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in signature.parameters.values()]
+    # Typer reads this signature as it is: annotations resolved here (a module written with
+    # `from __future__ import annotations` holds them as text), as `takes_groups` does.
+    hints = typing.get_type_hints(command, include_extras=True)
+    parameters = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(name, p.annotation))
+        for name, p in signature.parameters.items()
+    ]
     configured.__signature__ = signature.replace(parameters=[*parameters, *added])  # type: ignore[attr-defined]
-    annotations = dict(getattr(command, "__annotations__", {}))
-    configured.__annotations__ = annotations | {CONFIG_PARAMETER: ConfigOption, CONTEXT_PARAMETER: typer.Context}
+    configured.__annotations__ = {p.name: p.annotation for p in [*parameters, *added]} | {"return": None}
     return configured
 
 

@@ -47,27 +47,45 @@ else:
 # --- options shared one by one ------------------------------------------------------------------------
 
 ModelArg = Annotated[str, typer.Argument(help="Hub id (org/name) or local checkpoint directory.")]
-Revision = Annotated[str | None, typer.Option("--revision", help="Branch, tag or commit of a hub model.")]
+LOADING_PANEL = "Model loading"  # the --help panels, in the order a reader needs them
+TASKS_PANEL = "Tasks and evaluation"
+STATISTICS_PANEL = "Statistics"
+SCALE_PANEL = "Scale"
+Revision = Annotated[
+    str | None,
+    typer.Option("--revision", help="Branch, tag or commit of a hub model.", rich_help_panel=LOADING_PANEL),
+]
 TrustRemoteCode = Annotated[
-    bool, typer.Option("--trust-remote-code", help="Allow the repository's own modelling code.")
+    bool,
+    typer.Option(
+        "--trust-remote-code", help="Allow the repository's own modelling code.", rich_help_panel=LOADING_PANEL
+    ),
 ]
 LayersPath = Annotated[
     str | None,
-    typer.Option("--layers-path", help="Dotted path of the blocks' ModuleList (e.g. model.layers), if not found."),
+    typer.Option(
+        "--layers-path",
+        help="Dotted path of the blocks' ModuleList (e.g. model.layers), if not found.",
+        rich_help_panel=LOADING_PANEL,
+    ),
 ]
 MaxStateMemory = Annotated[
     str | None,
     typer.Option(
         "--max-state-memory",
+        rich_help_panel=SCALE_PANEL,
         help="Bound on hidden states held at once, e.g. 512MiB or 4GiB. prune-drop: block inputs the shared "
         "engine records per chunk (default 2GiB); angular: fp32 states gathered on one device (default 256MiB).",
     ),
 ]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).")]
+Quiet = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).", rich_help_panel="Output")
+]
 Precision = Annotated[
     float | None,
     typer.Option(
         "--precision",
+        rich_help_panel=STATISTICS_PANEL,
         help="Sequential: score documents in a seeded random order, in rounds, and stop each variant (prune-curve: "
         "each set scored, delta's and greedy's candidates included) once its anytime-valid 95 % interval of ΔP has "
         "half-width <= H, excludes 0, or the documents run out (0-1 scale, e.g. 0.05). lm-eval tasks with "
@@ -78,6 +96,7 @@ RoundSize = Annotated[
     int,
     typer.Option(
         "--round-size",
+        rich_help_panel=STATISTICS_PANEL,
         help="With --precision: documents scored per round before every running variant is looked at again.",
     ),
 ]
@@ -86,6 +105,7 @@ Tasks = Annotated[
     typer.Option(
         "--task",
         "--tasks",
+        rich_help_panel=TASKS_PANEL,
         help="lm-eval task or group (mmlu, arc_easy, a task under --include-path, a task YAML path), "
         "squad for extractive-QA models, or corpus (task-free NLL/KL/top-1 agreement on the --dataset "
         "windows). Repeat, or separate with commas (--tasks a,b), for several.",
@@ -104,6 +124,8 @@ def split_task_names(values: list[str]) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class ModelLoading(OptionGroup):
     """How every command that runs a model loads it (`angular`, `depth`, `prune-drop`, `prune-curve`)."""
+
+    PANEL = LOADING_PANEL
 
     revision: Revision = None
     dtype: Annotated[
@@ -210,6 +232,8 @@ ChatTemplate = Annotated[
 class Corpus(OptionGroup):
     """The neutral text of `--task corpus` and of the angular measurement (`prune-drop`, `prune-curve`)."""
 
+    PANEL = "Corpus"
+
     tokens: Tokens = str(CorpusSpec.tokens)
     dataset: Dataset = CorpusSpec.dataset
     dataset_config: DatasetConfig = None
@@ -233,6 +257,8 @@ class Corpus(OptionGroup):
 @dataclass(frozen=True)
 class StreamedCorpus(OptionGroup):
     """The corpus streamed through the model in windows, and which positions count (`angular`, `depth`)."""
+
+    PANEL = "Corpus"
 
     tokens: Tokens = str(CorpusSpec.tokens)
     positions: Annotated[
@@ -282,6 +308,8 @@ class EvaluationFields(TypedDict):
 @dataclass(frozen=True)
 class Evaluation(OptionGroup):
     """How the tasks are scored (`prune-drop`, `prune-curve`), with lm-eval's spellings as aliases."""
+
+    PANEL = TASKS_PANEL
 
     limit: Annotated[
         float | None, typer.Option("--limit", help="Documents per task (a value < 1 is a fraction), for quick runs.")
@@ -334,6 +362,8 @@ def model_slug(model: str) -> str:
 class Output(OptionGroup):
     """Where a run writes and whether it shows progress (`angular`, `depth`, `prune-drop`, `prune-curve`)."""
 
+    PANEL = "Output"
+
     out: Annotated[
         Path | None,
         typer.Option("--out", "--output_path", help="Output directory (default: ./layerprobe-out/<model>/)."),
@@ -360,6 +390,8 @@ RunDirs = Annotated[
 @dataclass(frozen=True)
 class History(OptionGroup):
     """Which runs belong together, in what order, and which blocks' ΔP to follow (`track`, `report`)."""
+
+    PANEL = "Runs"
 
     order: Annotated[
         Order,

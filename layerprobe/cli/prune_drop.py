@@ -10,6 +10,8 @@ import typer
 from layerprobe.cli.console import RichProgress, out, print_task_code
 from layerprobe.cli.groups import takes_groups
 from layerprobe.cli.options import (
+    SCALE_PANEL,
+    STATISTICS_PANEL,
     Corpus,
     Evaluation,
     MaxStateMemory,
@@ -52,6 +54,7 @@ def prune_drop(
         Engine,
         typer.Option(
             "--engine",
+            rich_help_panel=SCALE_PANEL,
             help="auto: shared-prefix for loglikelihood tasks, simple "
             "otherwise; simple: one full evaluation per removed "
             "block; shared: reuse the baseline's states of blocks "
@@ -77,6 +80,7 @@ def prune_drop(
         bool,
         typer.Option(
             "--prefix-reuse/--no-prefix-reuse",
+            rich_help_panel=SCALE_PANEL,
             help="Shared engine: compute the key/value cache of a prompt prefix many requests share (few-shot "
             "examples) once per variant and run only the rest of each request.",
         ),
@@ -84,13 +88,16 @@ def prune_drop(
     resume: Annotated[
         bool,
         typer.Option(
-            "--resume", help="Continue an interrupted run in the same --out, recomputing nothing already done."
+            "--resume",
+            rich_help_panel=SCALE_PANEL,
+            help="Continue an interrupted run in the same --out, recomputing nothing already done.",
         ),
     ] = False,
     shard: Annotated[
         str | None,
         typer.Option(
             "--shard",
+            rich_help_panel=SCALE_PANEL,
             help="i/N (0-based): score only this job's share of the variants, into its own --out; "
             "join the N shards with `layerprobe merge`.",
         ),
@@ -100,6 +107,7 @@ def prune_drop(
         typer.Option(
             "--log-samples",
             "--log_samples",
+            rich_help_panel="Output",
             help="Also write every document's metric values, per variant, to <out>/samples/<task>.jsonl.",
         ),
     ] = PruneSpec.log_samples,
@@ -118,6 +126,7 @@ def prune_drop(
         Multiplicity,
         typer.Option(
             "--multiplicity",
+            rich_help_panel=STATISTICS_PANEL,
             help="How the significance flags allow for testing every variant × task × metric of the run: holm "
             "(family-wise error 5 %), bh (false discovery rate 5 %, Benjamini–Hochberg) or none (each test at 5 %). "
             "Only the flags and p_adjusted change; every measured number is the same.",

@@ -20,6 +20,7 @@ from typing import Annotated
 import typer
 
 from layerprobe.cli.console import out
+from layerprobe.cli.options import Quiet
 from layerprobe.core import LayerprobeError, ModelSpec, ResultError, check_output_dir, content_digest
 from layerprobe.results import differences, load_result, read_json
 
@@ -91,7 +92,7 @@ def rerun(
         Path | None,
         typer.Option("--out", help="Where the re-run writes (default: a new folder `<run folder>-rerun` beside it)."),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    quiet: Quiet = False,
 ) -> None:
     """Run again exactly what produced RESULT.json, then say whether every recorded value was reproduced."""
     file = recorded_file(result)
