@@ -81,6 +81,7 @@ def type_name(param) -> str:
 
 
 def first_line(text: str | None) -> str:
+    """A command's help, first paragraph, as one table cell (the summary table)."""
     return cell((text or "").strip().split("\n\n")[0])
 
 
@@ -121,6 +122,7 @@ def reference() -> str:
 
 
 def main() -> int:
+    """Write docs/cli.md, or with --check only say whether it is current."""
     parser = argparse.ArgumentParser(description="Write docs/cli.md from the app.")
     parser.add_argument("--check", action="store_true", help="exit 1 when docs/cli.md is not what the app says")
     args = parser.parse_args()

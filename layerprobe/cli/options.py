@@ -147,6 +147,7 @@ class ModelLoading(OptionGroup):
         str | None,
         typer.Option(
             "--model-args",
+            "--model_args",
             help="Extra from_pretrained keywords as k=v,k=v (lm-eval's syntax): true/false/none, numbers, strings, "
             "and {k:v,...} mappings, e.g. low_cpu_mem_usage=true,max_memory={0:70GiB,1:70GiB,cpu:200GiB}.",
         ),

@@ -114,7 +114,7 @@ def test_lm_eval_spellings_and_the_loading_options_on_every_command_that_runs_a_
     text = flat_help(command)
     loading = ["--revision", "--dtype", "--device", "--device-map", "--trust-remote-code", "--layers-path"]
     loading += ["--model-args", "--load-in-4bit", "--load-in-8bit", "--attn-implementation"]
-    for option in [*loading, "--batch_size", "--output_path"]:
+    for option in [*loading, "--model_args", "--batch_size", "--output_path"]:
         assert option in text, option
     if command.startswith("prune-"):
         for option in ("--tasks", "--num_fewshot", "--include_path", "--squad-data"):
