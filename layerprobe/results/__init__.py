@@ -59,11 +59,15 @@ from layerprobe.results.io import (
     ANSWERS_SCHEMA,
     COMPARE_SCHEMA,
     EXPORT_SCHEMA,
+    FULL_DISK_HINT,
+    NO_SPACE,
     PARTIAL_SCHEMA,
     SHARD_SCHEMA,
     STABILITY_SCHEMA,
+    StagedFile,
     atomic_write,
     checksum,
+    full_disk,
     pid_alive,
     read_json,
     read_json_lines,
@@ -128,6 +132,10 @@ from layerprobe.results.track import (
 from layerprobe.results.validate import Node
 
 __all__ = [
+    "FULL_DISK_HINT",
+    "NO_SPACE",
+    "StagedFile",
+    "full_disk",
     "agreement_distances",
     "agreement_span",
     "span_distance_label",
