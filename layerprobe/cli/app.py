@@ -33,7 +33,7 @@ from layerprobe.cli import (
 from layerprobe.cli.console import err, print_error, quiet_libraries
 from layerprobe.cli.groups import Command
 from layerprobe.core import LayerprobeError
-from layerprobe.results import FULL_DISK_HINT, NO_SPACE, full_disk
+from layerprobe.results import FULL_DISK_HINT, NO_SPACE, full_disk, release_run_dirs
 
 INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
 
@@ -69,6 +69,8 @@ def friendly_errors(command: Command) -> Command:
                 f"Cannot write {where}: {NO_SPACE[cause.errno]}. Files written before it are intact.", FULL_DISK_HINT
             )
             raise typer.Exit(LayerprobeError.exit_code) from None
+        finally:
+            release_run_dirs()  # the --out lock (results/lock.py): the next command may write there
 
     return wrapper
 

@@ -77,6 +77,7 @@ from layerprobe.results.io import (
 )
 from layerprobe.results.json_types import JSONObject, JSONValue, Record
 from layerprobe.results.load import load_gated_result, load_result
+from layerprobe.results.lock import RunDirLock, hold_run_dir, release_run_dirs
 from layerprobe.results.provenance import ModelInfo, RunInfo, RunTimer, jsonable, library_versions
 from layerprobe.results.prune_drop import (
     FlipRate,
@@ -105,6 +106,7 @@ from layerprobe.results.rundir import (
     STABILITY_MD,
     ExportPlaces,
     RunDir,
+    is_run_file,
     rank_suffix,
     sample_name,
 )
@@ -132,6 +134,10 @@ from layerprobe.results.track import (
 from layerprobe.results.validate import Node
 
 __all__ = [
+    "RunDirLock",
+    "is_run_file",
+    "hold_run_dir",
+    "release_run_dirs",
     "FULL_DISK_HINT",
     "NO_SPACE",
     "StagedFile",
