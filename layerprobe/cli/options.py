@@ -278,6 +278,7 @@ class EvaluationFields(TypedDict):
     seed: int
     include_path: str | None
     squad_data: str | None
+    trust_task_code: bool
 
 
 @dataclass(frozen=True)
@@ -308,6 +309,13 @@ class Evaluation(OptionGroup):
         Path | None,
         typer.Option("--squad-data", help="Local SQuAD v1.1 JSON (or .jsonl) instead of the hub's rajpurkar/squad."),
     ] = None
+    trust_task_code: Annotated[
+        bool,
+        typer.Option(
+            "--trust-task-code",
+            help="Run the Python that a local task YAML names (lm-eval's !function); refused without it.",
+        ),
+    ] = False
 
     def spec_fields(self) -> EvaluationFields:
         """These options as PruneSpec keywords (`PruneSpec(model=…, tasks=…, **evaluation.spec_fields())`)."""
@@ -318,6 +326,7 @@ class Evaluation(OptionGroup):
             seed=self.seed,
             include_path=str(self.include_path) if self.include_path else None,
             squad_data=str(self.squad_data) if self.squad_data else None,
+            trust_task_code=self.trust_task_code,
         )
 
 
