@@ -62,7 +62,7 @@ def friendly_errors(command: Command) -> Command:
             raise typer.Exit(INTERRUPTED) from None
         except OSError as exc:  # a full disk met outside results' own writes (a journal, a sample log)
             cause = full_disk(exc)
-            if cause is None:
+            if cause is None or cause.errno is None:
                 raise
             where = cause.filename or "a file"
             print_error(

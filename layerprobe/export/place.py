@@ -160,7 +160,7 @@ def _renameat2() -> Callable[..., int] | None:
         return None
     function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     function.restype = ctypes.c_int
-    return function  # type: ignore[no-any-return]
+    return function
 
 
 # The signals a process can catch that end it by default: held back while DIR is between two names.

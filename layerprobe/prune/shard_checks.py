@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numbers
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import NoReturn
 
@@ -22,7 +23,7 @@ from layerprobe.core import ResultError, Share
 from layerprobe.prune.samples import SampleRow
 from layerprobe.prune.sequential import with_baseline
 from layerprobe.prune.state import variant_key
-from layerprobe.results import PruneShard, evaluation_from_dict
+from layerprobe.results import JSONValue, Node, PruneShard, evaluation_from_dict
 
 RERUN_HINT = "Run that shard again (prune-drop --shard i/N into an empty --out), then merge."
 Document = tuple[str, object]  # (leaf task, doc_id)
@@ -98,14 +99,19 @@ def documents_agree(documents: dict[str, dict[str, tuple[Path, set[Document]]]],
 
 
 def _check_rows(
-    path: Path, task: str, found: dict[str, object], rows: list[SampleRow], expected: list[str], sequential: bool
+    path: Path,
+    task: str,
+    found: Mapping[str, JSONValue],
+    rows: list[SampleRow],
+    expected: list[str],
+    sequential: bool,
 ) -> dict[str, set[Document]]:
     """Check every row of `task` and the count per variant; the documents of each variant."""
     metrics: dict[str, list[str]] = {}
     counts: dict[str, int | None] = {}
     for key in expected:
         try:
-            evaluation = evaluation_from_dict(found[key], f"{path}: done.{task}.{key}")  # type: ignore[arg-type]
+            evaluation = evaluation_from_dict(Node(found[key], str(path), f"done.{task}.{key}"))
         except ResultError as exc:
             raise ResultError(
                 f"{path}: its result of task {task}, variant {key} is not readable ({exc.message}).", hint=RERUN_HINT
