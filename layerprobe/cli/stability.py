@@ -56,7 +56,7 @@ def stability(
     score lost first). Writes stability.json, stability.md and the matrix plot stability.png / stability.pdf.
     """
     if out_dir is not None:
-        check_output_dir(out_dir)  # before any file is read
+        hold_out(check_output_dir(out_dir))  # before any file is read
     result = compute_stability(results, task=task, metric=metric, draws=draws, seed=seed)
     directory = hold_out(
         check_output_dir(out_dir if out_dir is not None else Path("layerprobe-out") / model_slug(result.model.id))

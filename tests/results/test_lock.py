@@ -108,3 +108,36 @@ def test_a_lock_is_held_once_per_process_and_directory(tmp_path):
     assert json.loads(RunDir(tmp_path / "out").lock_file().read_text())["pid"] == os.getpid()
     release_run_dirs()
     assert not (tmp_path / "out").exists()
+
+
+COMMANDS = [
+    ["angular", "{model}", "--dataset", "builtin:pydoc", "--tokens", "300", "--seq-len", "64"],
+    ["depth", "{model}", "--dataset", "builtin:pydoc"],
+    ["demo"],
+    ["prune-drop", "{model}", "--task", "lp_arc_like", "--include-path", "{tasks}"],
+    ["prune-curve", "{model}", "--task", "corpus"],
+    ["merge", "{out}/no-shard"],
+    ["stability", "{out}/a.json", "{out}/b.json"],
+    ["track", "{out}/run1", "{out}/run2"],
+]
+
+
+@pytest.mark.slow  # starts a second Python process that imports layerprobe
+def test_every_command_that_writes_a_run_directory_takes_the_lock(tiny_checkpoints, tmp_path):
+    from factories import TASKS_DIR
+
+    out = tmp_path / "out"
+    child = _holder(out)
+    values = {"model": str(tiny_checkpoints["llama"]), "tasks": str(TASKS_DIR), "out": str(tmp_path)}
+    try:
+        for command in COMMANDS:
+            args = [part.format(**values) for part in command]
+            refused = CliRunner().invoke(app, [*args, "--out", str(out)])
+            flat = " ".join(refused.output.split())
+            assert refused.exit_code == 2 and f"in use by another layerprobe run: process {child.pid}" in flat, (
+                command[0],
+                flat,
+            )
+    finally:
+        child.kill()
+        child.wait()
