@@ -6,7 +6,7 @@ from pathlib import Path
 
 from layerprobe.cli.console import RichProgress, out
 from layerprobe.cli.groups import takes_groups
-from layerprobe.cli.options import MaxStateMemory, ModelArg, ModelLoading, Output, StreamedCorpus
+from layerprobe.cli.options import MaxStateMemory, ModelArg, ModelLoading, Output, StreamedCorpus, hold_out
 from layerprobe.cli.summaries import print_angular_summary
 from layerprobe.core import DEFAULT_CHUNK_BYTES, AngularSpec, check_output_dir, parse_memory_size
 from layerprobe.measure import run_angular
@@ -40,7 +40,7 @@ def angular(
 
 def measure_and_report(spec: AngularSpec, directory: Path, quiet: bool) -> None:
     """Run `angular` (on every rank of a launch), then write and print the result on the main rank."""
-    check_output_dir(directory)
+    hold_out(check_output_dir(directory))
     ranks = world()
     progress = RichProgress(quiet or not ranks.is_main)
     with progress.running():

@@ -2,8 +2,8 @@
 
 Each command lives in its own module (options in, one library call, a summary out). Here they are
 registered under their names and wrapped by `friendly_errors`: a user mistake (`LayerprobeError`)
-prints one red line and exits with its status (2), Ctrl-C exits with 130, and a real bug keeps its
-traceback. Nothing imported here loads torch, so `--help` is instant.
+prints one red line and exits with its status (2), and so does a full disk anywhere; Ctrl-C exits
+with 130, and a real bug keeps its traceback. Nothing imported here loads torch, so `--help` is instant.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from layerprobe.cli.console import err, print_error, quiet_libraries
 from layerprobe.cli.groups import Command
 from layerprobe.cli.invocation import with_config_option
 from layerprobe.core import LayerprobeError
+from layerprobe.results import FULL_DISK_HINT, NO_SPACE, full_disk, release_run_dirs
 
 INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
 
@@ -61,6 +62,17 @@ def friendly_errors(command: Command) -> Command:
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/]")
             raise typer.Exit(INTERRUPTED) from None
+        except OSError as exc:  # a full disk met outside results' own writes (a journal, a sample log)
+            cause = full_disk(exc)
+            if cause is None or cause.errno is None:
+                raise
+            where = cause.filename or "a file"
+            print_error(
+                f"Cannot write {where}: {NO_SPACE[cause.errno]}. Files written before it are intact.", FULL_DISK_HINT
+            )
+            raise typer.Exit(LayerprobeError.exit_code) from None
+        finally:
+            release_run_dirs()  # the --out lock (results/lock.py): the next command may write there
 
     return wrapper
 

@@ -92,7 +92,7 @@ def prune_curve(
     the search cost) and prune_curve_<task>.png / .pdf (one line per method), and prints a table of every
     method × n. With --precision, every set is scored only until its ΔP is known (anytime 95 % intervals).
     """
-    from layerprobe.evaluate import local_task_code  # lm-eval: only once a run starts
+    from layerprobe.evaluate import check_task_code  # lm-eval: only once a run starts
     from layerprobe.prune import PruneCurveSpec, run_prune_curve
 
     spec = PruneCurveSpec(
@@ -111,8 +111,9 @@ def prune_curve(
         unit=unit,
         prune_drop=None if prune_drop is None else str(prune_drop),
     )
+    task_code = check_task_code(list(spec.prune.tasks), spec.prune.include_path, spec.prune.trust_task_code)
     directory = output.directory(model)
-    print_task_code(local_task_code(list(spec.prune.tasks), spec.prune.include_path))
+    print_task_code(task_code)
     progress = RichProgress(output.quiet)
     with progress.running():
         result = run_prune_curve(spec, directory, str(angular) if angular else None, progress.callbacks())

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from layerprobe.cli.options import hold_out
 from layerprobe.cli.prune_drop import report_prune_drop
 from layerprobe.core import check_output_dir
 
@@ -18,5 +19,5 @@ def merge(
     """Join the shards of one `prune-drop --shard i/N` run into the prune_drop.json an unsharded run writes."""
     from layerprobe.prune import merge_shards  # lm-eval: only once a run starts
 
-    check_output_dir(out_dir)
+    hold_out(check_output_dir(out_dir))
     report_prune_drop(merge_shards(list(shards), out_dir), out_dir)

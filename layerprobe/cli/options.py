@@ -9,6 +9,7 @@ where they have one. lm-eval's underscore spellings (`--num_fewshot`, `--batch_s
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from layerprobe.core import (
     parse_model_args,
     quantization_from_flags,
 )
-from layerprobe.results import ALIGNS, ORDERS
+from layerprobe.results import ALIGNS, ORDERS, hold_run_dir, rank_suffix
 
 if TYPE_CHECKING:  # mypy reads a choice as the str it is; Typer lists and checks the Literal's values
     Dtype = str
@@ -304,6 +305,7 @@ class EvaluationFields(TypedDict):
     seed: int
     include_path: str | None
     squad_data: str | None
+    trust_task_code: bool
 
 
 @dataclass(frozen=True)
@@ -336,6 +338,13 @@ class Evaluation(OptionGroup):
         Path | None,
         typer.Option("--squad-data", help="Local SQuAD v1.1 JSON (or .jsonl) instead of the hub's rajpurkar/squad."),
     ] = None
+    trust_task_code: Annotated[
+        bool,
+        typer.Option(
+            "--trust-task-code",
+            help="Run the Python that a local task YAML names (lm-eval's !function); refused without it.",
+        ),
+    ] = False
 
     def spec_fields(self) -> EvaluationFields:
         """These options as PruneSpec keywords (`PruneSpec(model=…, tasks=…, **evaluation.spec_fields())`)."""
@@ -346,6 +355,7 @@ class Evaluation(OptionGroup):
             seed=self.seed,
             include_path=str(self.include_path) if self.include_path else None,
             squad_data=str(self.squad_data) if self.squad_data else None,
+            trust_task_code=self.trust_task_code,
         )
 
 
@@ -372,8 +382,26 @@ class Output(OptionGroup):
     quiet: Quiet = False
 
     def directory(self, model: str) -> Path:
-        """`--out` if given, else ./layerprobe-out/<model-slug>/; an existing file there is refused at once."""
-        return check_output_dir(self.out if self.out is not None else Path("layerprobe-out") / model_slug(model))
+        """`--out` if given, else ./layerprobe-out/<model-slug>/, locked for this run (`hold_out`).
+
+        An existing file there, or another run writing there, is refused at once.
+        """
+        return hold_out(
+            check_output_dir(self.out if self.out is not None else Path("layerprobe-out") / model_slug(model))
+        )
+
+
+def hold_out(directory: Path) -> Path:
+    """Lock a run directory for this command (results/lock.py; released when the command ends), or refuse.
+
+    In a multi-process launch each rank holds its own lock (the launcher's RANK and WORLD_SIZE name it).
+    """
+    try:
+        rank, size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:  # refused with its own line where the launch is joined
+        rank, size = 0, 1
+    hold_run_dir(directory, rank_suffix(rank, size) if size > 1 and 0 <= rank < size else "")
+    return directory
 
 
 # --- several runs read back (`track`, `report`) -------------------------------------------------------

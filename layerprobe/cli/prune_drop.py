@@ -142,7 +142,7 @@ def prune_drop(
     Writes prune_drop.json and one plot per task (prune_drop_<task>.png). Progress is saved after every
     evaluation; rerun with --resume after an interruption.
     """
-    from layerprobe.evaluate import local_task_code  # lm-eval: only once a run starts
+    from layerprobe.evaluate import check_task_code  # lm-eval: only once a run starts
     from layerprobe.prune import run_prune_drop
 
     share = Share.parse(shard) if shard is not None else None
@@ -163,10 +163,11 @@ def prune_drop(
         round_size=round_size,
         multiplicity=multiplicity,
     )
+    task_code = check_task_code(list(spec.tasks), spec.include_path, spec.trust_task_code)  # before any weight
     directory = output.directory(model)
     ranks = world()
     if ranks.is_main:
-        print_task_code(local_task_code(list(spec.tasks), spec.include_path))
+        print_task_code(task_code)
     progress = RichProgress(output.quiet or not ranks.is_main, notes=ranks.is_main)
     with progress.running():
         result = run_prune_drop(spec, directory, resume=resume, progress=progress.callbacks(), shard=share, world=ranks)

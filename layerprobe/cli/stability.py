@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from layerprobe.cli.console import err, out
-from layerprobe.cli.options import model_slug
+from layerprobe.cli.options import hold_out, model_slug
 from layerprobe.core import DEFAULT_DRAWS, DEFAULT_SEED, LayerprobeError, check_output_dir
 from layerprobe.plots import plot_stability
 from layerprobe.results import RunDir, StabilityResult, write_json, write_text
@@ -56,10 +56,10 @@ def stability(
     score lost first). Writes stability.json, stability.md and the matrix plot stability.png / stability.pdf.
     """
     if out_dir is not None:
-        check_output_dir(out_dir)  # before any file is read
+        hold_out(check_output_dir(out_dir))  # before any file is read
     result = compute_stability(results, task=task, metric=metric, draws=draws, seed=seed)
-    directory = check_output_dir(
-        out_dir if out_dir is not None else Path("layerprobe-out") / model_slug(result.model.id)
+    directory = hold_out(
+        check_output_dir(out_dir if out_dir is not None else Path("layerprobe-out") / model_slug(result.model.id))
     )
     run = RunDir(directory)
     written = [

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from layerprobe.cli.console import StageSpinner, err, out, safe_text
 from layerprobe.cli.groups import takes_groups
-from layerprobe.cli.options import History, Quiet, RunDirs
+from layerprobe.cli.options import History, Quiet, RunDirs, hold_out
 from layerprobe.core import check_output_dir
 from layerprobe.results import TrackResult
 from layerprobe.review import read_track, track_markdown, track_table, write_track
@@ -53,7 +53,7 @@ def track(
     residual growth, the gradient-norm signature, a heat strip of adjacent distance per block, and pruning
     curves. Exit 2 for a run directory that cannot be read or runs that do not belong together.
     """
-    check_output_dir(out_dir)
+    hold_out(check_output_dir(out_dir))
     _, result = read_track(
         run_dirs, order=history.order, align=history.align, allow_mixed=history.allow_mixed, watch=history.watch
     )

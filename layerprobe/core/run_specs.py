@@ -77,6 +77,7 @@ class PruneSpec:
     seed: int = 1234
     include_path: str | None = None
     squad_data: str | None = None
+    trust_task_code: bool = False  # run the Python a local task YAML names (lm-eval's `!function`)
     engine: str = "auto"
     unit: str = "block"  # what a variant removes: a block, or block l's attention / MLP sublayer
     span: int = 1  # with unit "block": blocks [l, l+span) leave together

@@ -14,7 +14,7 @@ from layerprobe.evaluate.corpus_metric import CorpusScorer
 from layerprobe.evaluate.documents import check_sequential_tasks
 from layerprobe.evaluate.paired import PairedColumns, paired_columns, paired_delta
 from layerprobe.evaluate.scorer import PreparedTasks, Scorer, check_tasks_fit_model, make_scorers, prepare_tasks
-from layerprobe.evaluate.task_sources import keyed_by_task_name, local_task_code
+from layerprobe.evaluate.task_sources import check_task_code, keyed_by_task_name, local_task_code
 
 __all__ = [
     "check_sequential_tasks",
@@ -22,6 +22,7 @@ __all__ = [
     "CORPUS_METRICS",
     "CorpusScorer",
     "keyed_by_task_name",
+    "check_task_code",
     "local_task_code",
     "make_scorers",
     "PairedColumns",

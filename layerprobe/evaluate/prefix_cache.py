@@ -306,10 +306,10 @@ class PrefixReuse:
 
         Checked for the baseline and the first and last selected variants (the replayed block first
         in the stack, and as few blocks after it as are run): a cache that is not reused correctly shows
-        in any of them.
+        in any of them. A share with no removed block (`--shard 0/8` of a few variants) checks the baseline.
         """
         lm = self.lm
-        layers = sorted({lm.layers[0], lm.layers[-1]})
+        layers = sorted({lm.layers[0], lm.layers[-1]}) if lm.layers else []  # a share of the baseline alone
         try:
             ids = _probe_ids(lm.tokenizer)
             rows = (ids, ids[:_PROBE_PREFIX] + ids[: _PROBE_LENGTH - _PROBE_PREFIX])

@@ -95,7 +95,9 @@ def prepare_tasks(spec: PruneSpec) -> PreparedTasks:
     harness_tasks = [t for t in spec.tasks if t not in (SQUAD_TASK, CORPUS_TASK)]
     if harness_tasks:
         prepared.task_sets = {
-            task: build_tasks([task], spec.include_path, spec.num_fewshot, spec.seed, dict(spec.task_files))
+            task: build_tasks(
+                [task], spec.include_path, spec.num_fewshot, spec.seed, dict(spec.task_files), spec.trust_task_code
+            )
             for task in harness_tasks
         }
     if SQUAD_TASK in spec.tasks:

@@ -10,7 +10,8 @@ lm-eval reads its tasks from YAML files: its own ~15k (indexing them takes secon
   working directory, so a task folder would only work when run from one place).
 - A local task YAML may name Python functions (`!function utils.process_docs`), which lm-eval imports from
   a `.py` file beside the YAML (`utils.py`; `pkg.utils.fn` from `pkg/utils.py`), i.e. runs.
-  `local_task_code` names those files before the run.
+  `local_task_code` names those files before the run, and `check_task_code` refuses to run them
+  without `--trust-task-code` (a consent of its own: trusting a model's code is not trusting a task folder's).
 """
 
 from __future__ import annotations
@@ -211,6 +212,24 @@ def local_task_code(names: list[str], include_path: str | Path | None) -> list[P
     seen: set[Path] = set()
     files = [file for path in yamls for file in _python_files(path, seen)]
     return list(dict.fromkeys(file.resolve() for file in files))
+
+
+def check_task_code(names: list[str], include_path: str | Path | None, trusted: bool) -> list[Path]:
+    """The Python files the local tasks of `names` would run, refused unless `trusted` (`--trust-task-code`).
+
+    Called before lm-eval sees a task: lm-eval imports a `!function`'s module while it loads the YAML.
+
+    Raises:
+        TaskError: a local task names Python code and the run was not told to trust it.
+    """
+    files = local_task_code(names, include_path)
+    if files and not trusted:
+        raise TaskError(
+            f"the local task YAMLs run Python code (lm-eval's !function): {', '.join(map(str, files))}; "
+            "layerprobe runs it only when told to",
+            hint="read those files, then pass --trust-task-code to run them",
+        )
+    return files
 
 
 # ------------------------------------------------------------------------------------------ task index

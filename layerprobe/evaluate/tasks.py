@@ -23,6 +23,7 @@ from layerprobe.core import OFFLINE_HINT, TaskError
 from layerprobe.evaluate.lm_eval_globals import quiet_lm_eval, seed_everything
 from layerprobe.evaluate.task_sources import (
     YAML_SUFFIXES,
+    check_task_code,
     check_task_yaml,
     is_yaml_file,
     task_manager,
@@ -91,6 +92,7 @@ def build_tasks(
     num_fewshot: int | None = None,
     seed: int = 1234,
     files: Mapping[str, str] | None = None,
+    trust_code: bool = False,
 ) -> TaskSet:
     """Build lm-eval tasks and groups once, configured as `lm_eval.simple_evaluate` configures them.
 
@@ -106,6 +108,8 @@ def build_tasks(
             every few-shot sampler; `harness.evaluate` re-seeds with it before each evaluation.
         files: name → the task YAML it is loaded from (`task_sources.by_task_name`); the TaskSet is keyed
             by the name.
+        trust_code: Run the Python a local task YAML names (lm-eval's `!function`); refused otherwise
+            (`task_sources.check_task_code`), before lm-eval imports it.
 
     Raises:
         TaskError: A name lm-eval does not know (with suggestions), data that cannot be reached (offline),
@@ -124,6 +128,7 @@ def build_tasks(
     for source in sources.values():
         if source.endswith(YAML_SUFFIXES):
             check_task_yaml(Path(source).expanduser(), source)
+    check_task_code(list(sources.values()), include_path, trust_code)
     with quiet_lm_eval():
         manager = task_manager(list(sources.values()), include_path)
         unknown = [src for src in sources.values() if src not in manager.task_index and not is_yaml_file(src)]

@@ -1,37 +1,38 @@
 """Putting a finished checkpoint in place so that one complete checkpoint is always there, and recovery after a kill.
 
-`prune --save DIR` over an existing DIR, in four steps (names from `results.ExportPlaces`):
+`prune --save DIR` over an existing DIR (names from `results.ExportPlaces`):
 
 1. the new checkpoint is written into `DIR.layerprobe-tmp-<pid>` and every file and folder is fsynced;
-2. the existing DIR is renamed to `DIR.layerprobe-old`;
-3. the new checkpoint is renamed to DIR (and the parent folder fsynced);
-4. `DIR.layerprobe-old` is renamed to `DIR.layerprobe-trash-<pid>` and removed.
+2. on Linux, one `renameat2(RENAME_EXCHANGE)` swaps the two names: DIR is the new checkpoint and the
+   staging name holds the old one, in one step no reader and no signal can see half of;
+3. the old checkpoint is renamed to `DIR.layerprobe-trash-<pid>` and removed.
 
-At every instant DIR or `DIR.layerprobe-old` is a complete checkpoint: a renamed directory is whole, and
-the old one is removed only under another name. A run killed between steps 2 and 3 leaves DIR missing;
-the next run into DIR (`recover`) renames `DIR.layerprobe-old` back first and says so. Staging and trash
-folders of processes that no longer run are removed by the next run, and so is a backup beside a DIR that
-an export completed; a folder whose name is not exactly one of these is never touched.
+Where the exchange does not exist (another OS, a filesystem without it), step 2 is two renames, DIR to
+`DIR.layerprobe-old` and the new checkpoint to DIR, with every catchable signal (Ctrl-C, SIGTERM, SIGHUP,
+SIGQUIT) held back until both are done: an interrupt then lands after the swap, never between. Only
+SIGKILL (or a power cut) at that instant leaves DIR missing with `DIR.layerprobe-old` whole beside it;
+the next run into DIR (`recover`) renames it back first and says so. Staging and trash folders of
+processes that no longer run are removed by the next run, and so is a backup beside a DIR that an
+export completed; a folder whose name is not exactly one of these is never touched.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import errno
 import os
 import re
 import shutil
+import signal
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from layerprobe.core import LayerprobeError
+from layerprobe.results import NO_SPACE, RunDir, full_disk, pid_alive
 from layerprobe.results import ExportPlaces as Places
-from layerprobe.results import RunDir, pid_alive
 
-# Errors of a full disk, a quota or a file-size limit (RLIMIT_FSIZE, a filesystem's largest file).
-NO_SPACE = {
-    errno.ENOSPC: "no space left on the device",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EFBIG: "file too large",
-}
 # safetensors reports an I/O error as text: "... I/O error: File too large (os error 27)".
 _OS_ERROR_IN_TEXT = re.compile(r"\(os error (\d+)\)")
 
@@ -97,23 +98,86 @@ def _fsync(path: str | Path) -> None:
 
 
 def replace_directory(staging: Path, destination: Path) -> None:
-    """Rename the finished `staging` onto `destination`, moving an existing one aside first (steps 2-4)."""
+    """Put the finished `staging` at `destination`, swapping out an existing one (module docstring, steps 2-3)."""
     places = Places(destination)
-    backup = None
-    if os.path.lexists(destination):
-        backup = places.backup
-        os.replace(destination, backup)
-    try:
+    if not os.path.lexists(destination):
         os.replace(staging, destination)
-    except BaseException:
-        if backup is not None:  # an error or Ctrl-C between the renames: put the old checkpoint back
-            os.replace(backup, destination)
-        raise
-    sync_directory(destination.parent)
-    if backup is not None:
-        trash = places.trash(os.getpid())
-        os.replace(backup, trash)
-        remove(trash)
+        sync_directory(destination.parent)
+        return
+    trash = places.trash(os.getpid())
+    try:
+        if exchange(staging, destination):  # one step: `staging` now holds the old checkpoint
+            sync_directory(destination.parent)
+            os.replace(staging, trash)
+            return
+        backup = places.backup
+        with signals_held():  # an interrupt arrives after the swap, never between the renames
+            os.replace(destination, backup)
+            try:
+                os.replace(staging, destination)
+            except BaseException:
+                os.replace(backup, destination)  # an error between the renames: put the old checkpoint back
+                raise
+            sync_directory(destination.parent)
+            os.replace(backup, trash)
+    finally:  # also when the held Ctrl-C arrives at the end of the swap
+        if os.path.lexists(trash):
+            remove(trash)
+
+
+# renameat2's flag that swaps two names atomically (linux/fs.h), and the "current directory" descriptor.
+RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+# Errors that say "this kernel, C library or filesystem cannot exchange": the two-rename swap is used instead.
+_NO_EXCHANGE = {errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP}
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap the names `a` and `b` in one atomic step (Linux renameat2); False where that is not available."""
+    renameat2 = _renameat2()
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in _NO_EXCHANGE:
+        return False
+    raise OSError(code, os.strerror(code), str(a), None, str(b))
+
+
+def exchange_available() -> bool:
+    """Whether this system has renameat2 at all (a filesystem may still refuse the exchange)."""
+    return _renameat2() is not None
+
+
+def _renameat2() -> Callable[..., int] | None:
+    """The C library's renameat2 (glibc 2.28 and later), None on other systems."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+# The signals a process can catch that end it by default: held back while DIR is between two names.
+_HELD = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold back Ctrl-C and the other catchable ending signals until the block is done (where the OS can)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def remove(path: Path) -> None:
@@ -132,12 +196,13 @@ def no_space(
     `needed` is the estimated size of what was being written in bytes, `free` the free bytes before the
     export, `outcome` what the user has after it.
     """
-    code = getattr(exc, "errno", None)
+    cause = full_disk(exc)  # an OSError, or the one a results write kept as the cause of its one line
+    code = cause.errno if cause is not None else getattr(exc, "errno", None)
     if code is None and (match := _OS_ERROR_IN_TEXT.search(str(exc))):
         code = int(match[1])
     if code not in NO_SPACE:
         return None
-    path = getattr(exc, "filename", None) or fallback
+    path = getattr(cause, "filename", None) or getattr(exc, "filename", None) or fallback
     available = f", {human_bytes(free)} were free there before the export" if free is not None else ""
     hint = "Free some space, or pass --save on a disk with room."
     if code == errno.EFBIG:

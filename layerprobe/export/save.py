@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING
 
 import layerprobe.export.files as files
 import layerprobe.export.place as place
-from layerprobe.core import ExportSpec, LayerprobeError, UnsupportedModel, check_output_dir, parse_layer_ranges
+from layerprobe.core import (
+    ExportSpec,
+    LayerprobeError,
+    OutputError,
+    UnsupportedModel,
+    check_output_dir,
+    parse_layer_ranges,
+)
 from layerprobe.export.config import ModelClass, build_skeleton, kept_config, model_class_for, verify_kept_config
 from layerprobe.model import (
     Progress,
@@ -37,7 +44,7 @@ from layerprobe.model import (
     translate_load_error,
     translate_weights_error,
 )
-from layerprobe.results import CurveSet, ExportPlaces, RunDir, read_curve_set, write_json, write_text
+from layerprobe.results import CurveSet, ExportPlaces, RunDir, StagedFile, read_curve_set, write_json
 
 if TYPE_CHECKING:
     import torch
@@ -102,6 +109,9 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
     tmp = ExportPlaces(destination).staging(os.getpid())
     shutil.rmtree(tmp, ignore_errors=True)
     free = _free_bytes(destination.parent)
+    yaml_text = files.mergekit_yaml(spec, removed, kept, dtype) if spec.mergekit_yaml else None
+    staged_yaml: StagedFile | None = None
+    placed = False
     try:
         try:
             progress.stage("Writing checkpoint")
@@ -125,20 +135,31 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
             if translated is None:
                 raise
             raise translated from exc
+        if yaml_text is not None:  # written before the checkpoint is put in place: a full disk leaves nothing new
+            yaml_file = Path(spec.mergekit_yaml or "").expanduser()
+            try:
+                staged_yaml = StagedFile(yaml_file, yaml_text)
+            except Exception as exc:
+                translated = place.no_space(exc, yaml_file, len(yaml_text.encode()), None)
+                if translated is None:
+                    raise
+                raise translated from exc
         place.replace_directory(tmp, destination)
+        placed = True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if staged_yaml is not None and not placed:
+            staged_yaml.discard()
     yaml_path = None
-    if spec.mergekit_yaml:
-        text = files.mergekit_yaml(spec, removed, kept, dtype)
+    if staged_yaml is not None:
         try:
-            yaml_path = write_text(Path(spec.mergekit_yaml).expanduser(), text)
-        except OSError as exc:
-            done = f"The checkpoint at {destination} is complete; the YAML was not written."
-            translated = place.no_space(exc, Path(spec.mergekit_yaml), len(text.encode()), None, done)
-            if translated is None:
-                raise
-            raise translated from exc
+            yaml_path = staged_yaml.publish()  # one rename, after the checkpoint's
+        except OutputError as exc:
+            raise OutputError(
+                f"{exc.message} The checkpoint at {destination} is complete; the YAML was not put in place.",
+                exc.reason,
+                hint=exc.hint,
+            ) from exc
     return ExportResult(
         destination, removed, kept, changes, parameters_before, parameters_after, record, yaml_path, notes
     )
@@ -202,6 +223,12 @@ def _check_destination(destination: Path, spec: ExportSpec) -> None:
     if destination.exists() and not destination.is_dir():
         raise LayerprobeError(f"--save {destination} is a file.", hint="Pass a directory path.")
     check_output_dir(destination.parent, "--save")
+    backup = ExportPlaces(destination).backup
+    if os.path.lexists(backup) and os.path.lexists(destination):  # what `recover` leaves for the user to decide
+        raise LayerprobeError(
+            f"--save {destination}: {backup.name} is beside it, the checkpoint an interrupted export was replacing.",
+            hint=f"Remove whichever of {destination} and {backup} you do not need, then run again.",
+        )
     if destination.is_dir() and any(destination.iterdir()) and not spec.overwrite:
         raise LayerprobeError(
             f"--save {destination} exists and is not empty.", hint="Pick a new directory, or pass --overwrite."

@@ -2,8 +2,9 @@
 
 Each job of a Slurm array (or k8s indexed job) scores its share of the variants into its own --out as
 prune_drop.shard.json: the finished evaluations plus everything needed to rebuild the result (model
-provenance, settings, the experiment's fingerprint). `join_shards` refuses shards of different
-experiments and sets of variants that are not exactly the whole; `merge_shards` then assembles the
+provenance, settings, the experiment's fingerprint). `join_shards` checks each shard against itself
+(`shard_checks.py`), then refuses shards of different experiments and sets of variants that are not
+exactly the whole; `merge_shards` then assembles the
 prune_drop.json an unsharded run writes (identical apart from the `run` block: timing and host).
 """
 
@@ -18,6 +19,7 @@ from layerprobe.prune.agreement import AngularSource, load_angular_for
 from layerprobe.prune.assemble import PruneSettings, assemble_result
 from layerprobe.prune.samples import SampleRow
 from layerprobe.prune.sequential import longer_baseline
+from layerprobe.prune.shard_checks import Document, check_shard, documents_agree
 from layerprobe.prune.state import BASELINE_KEY, PruneState, Recorded, variant_key
 from layerprobe.results import ModelInfo, PruneDropResult, PruneShard, RunDir, RunInfo, read_json, write_json
 
@@ -111,6 +113,7 @@ def join_shards(paths: list[Path]) -> JoinedShards:
     if not paths:
         raise ResultError("merge needs at least one shard.", hint="layerprobe merge OUT1 OUT2 … --out DIR")
     shards = [(path, _read_shard(path)) for path in paths]
+    documents = {path: check_shard(_shard_file(path), data) for path, data in shards}  # each against itself
     first_path, first = shards[0]
     for path, data in shards[1:]:
         for part, theirs in data.identity().items():
@@ -137,6 +140,11 @@ def join_shards(paths: list[Path]) -> JoinedShards:
             f"the shards lack variant(s) {', '.join(missing)}.",
             hint="Pass every shard of the run (--shard 0/N … N-1/N) once each.",
         )
+    by_variant: dict[str, dict[str, tuple[Path, set[Document]]]] = {task: {} for task in first.tasks}
+    for path, _ in shards:
+        for task, variants in documents[path].items():
+            by_variant[task].update({key: (_shard_file(path), docs) for key, docs in variants.items()})
+    documents_agree(by_variant, sequential)
     done: Recorded = {task: {} for task in first.tasks}
     rows: dict[str, list[SampleRow]] = {task: [] for task in first.tasks}
     for _, data in shards:
@@ -161,7 +169,12 @@ def join_shards(paths: list[Path]) -> JoinedShards:
 
 def _read_shard(path: Path) -> PruneShard:
     """A shard file (given the file or its --out folder), read typed and refused unless it is a shard."""
-    file = RunDir(path).shard_json if Path(path).is_dir() else Path(path)
+    file = _shard_file(path)
     if not file.exists():
         raise ResultError(f"{file} does not exist.", hint="Pass the --out folders of `prune-drop --shard` runs.")
     return PruneShard.from_dict(read_json(file), str(file))
+
+
+def _shard_file(path: Path) -> Path:
+    """The shard file a merge argument names: the file itself, or prune_drop.shard.json in its --out folder."""
+    return RunDir(path).shard_json if Path(path).is_dir() else Path(path)

@@ -25,6 +25,7 @@ from layerprobe.results import (
     checksum,
     evaluation_from_dict,
     evaluation_to_dict,
+    is_run_file,
     library_versions,
     read_json,
     write_json,
@@ -110,13 +111,20 @@ def corpus_settings(corpus: CorpusSpec) -> dict[str, object]:
 def files_stat_digest(path: str) -> str:
     """sha256 over the names, sizes and modification times (not the contents) of the files under `path`.
 
+    The files a layerprobe run writes (`results.is_run_file`) are not part of it.
+
     Reading a 15 GB checkpoint to hash it would cost minutes per run; a retrained or copied-over file
     changes its size or mtime, which is what this is for.
     """
     root = Path(path)
     if not root.exists():  # reported by the loader that needs it, with a proper message
         return f"{os.path.abspath(path)}@missing"
-    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    # A run's own files are left out: an --out inside the checkpoint must not change the checkpoint's digest.
+    files = (
+        sorted(p for p in root.rglob("*") if p.is_file() and not is_run_file(p.relative_to(root)))
+        if root.is_dir()
+        else [root]
+    )
     digest = hashlib.sha256()
     for file in files:
         stat = file.stat()

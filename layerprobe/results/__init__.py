@@ -59,11 +59,15 @@ from layerprobe.results.io import (
     ANSWERS_SCHEMA,
     COMPARE_SCHEMA,
     EXPORT_SCHEMA,
+    FULL_DISK_HINT,
+    NO_SPACE,
     PARTIAL_SCHEMA,
     SHARD_SCHEMA,
     STABILITY_SCHEMA,
+    StagedFile,
     atomic_write,
     checksum,
+    full_disk,
     pid_alive,
     read_json,
     read_json_lines,
@@ -73,6 +77,7 @@ from layerprobe.results.io import (
 )
 from layerprobe.results.json_types import JSONObject, JSONValue, Record
 from layerprobe.results.load import load_gated_result, load_result
+from layerprobe.results.lock import RunDirLock, hold_run_dir, release_run_dirs
 from layerprobe.results.provenance import ModelInfo, RunInfo, RunTimer, jsonable, library_versions
 from layerprobe.results.prune_drop import (
     FlipRate,
@@ -102,6 +107,7 @@ from layerprobe.results.rundir import (
     STABILITY_MD,
     ExportPlaces,
     RunDir,
+    is_run_file,
     rank_suffix,
     sample_name,
 )
@@ -131,6 +137,14 @@ from layerprobe.results.validate import Node
 __all__ = [
     "Difference",
     "differences",
+    "RunDirLock",
+    "is_run_file",
+    "hold_run_dir",
+    "release_run_dirs",
+    "FULL_DISK_HINT",
+    "NO_SPACE",
+    "StagedFile",
+    "full_disk",
     "agreement_distances",
     "agreement_span",
     "span_distance_label",

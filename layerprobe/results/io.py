@@ -99,13 +99,76 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], object]) 
             tmp.unlink(missing_ok=True)
             _WRITING.discard(tmp.name)
     except OSError as exc:
-        if exc.errno not in _CANNOT_WRITE_HERE:  # a full disk or quota is the caller's to explain
-            raise
-        reason = exc.strerror or str(exc)
-        raise OutputError(
-            f"Cannot write {path}: {reason}.", reason, hint="Pick a folder you can write to (--out)."
-        ) from exc
+        raise _cannot_write(exc, path) from exc
     return path
+
+
+def _cannot_write(exc: OSError, path: Path) -> OSError | OutputError:
+    """One line for a folder that cannot be written or a full disk (the OSError kept as its cause); else `exc`."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in NO_SPACE:  # the caller may say more (an export names the size it needs): the cause is kept
+        return OutputError(
+            f"Cannot write {path}: {NO_SPACE[exc.errno]}. Files written before it are intact.",
+            reason,
+            hint=FULL_DISK_HINT,
+        )
+    if exc.errno in _CANNOT_WRITE_HERE:
+        return OutputError(f"Cannot write {path}: {reason}.", reason, hint="Pick a folder you can write to (--out).")
+    return exc
+
+
+class StagedFile:
+    """A file written now under a temporary name beside `path`, put in place by `publish()` (one rename).
+
+    For a file that must appear only once something else succeeded (an export's `--mergekit-yaml`, with
+    its checkpoint): a full disk fails the writing, before anything is in place; `discard()` removes it.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], text: str) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+            _WRITING.add(self.tmp.name)
+            try:
+                self.tmp.write_text(scrub(text), encoding="utf-8")
+            except BaseException:
+                self.discard()
+                raise
+        except OSError as exc:
+            raise _cannot_write(exc, self.path) from exc
+
+    def publish(self) -> Path:
+        """Rename the written file over `path`."""
+        try:
+            os.replace(self.tmp, self.path)
+        except OSError as exc:
+            raise _cannot_write(exc, self.path) from exc
+        finally:
+            self.discard()
+        return self.path
+
+    def discard(self) -> None:
+        """Remove the temporary file if it is still there."""
+        self.tmp.unlink(missing_ok=True)
+        _WRITING.discard(self.tmp.name)
+
+
+# Errors of a full disk, a quota or a file-size limit (RLIMIT_FSIZE, a filesystem's largest file).
+NO_SPACE = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EFBIG: "file too large",
+}
+FULL_DISK_HINT = "Free some space on that disk (or raise the quota), or write to another disk (--out)."
+
+
+def full_disk(exc: BaseException) -> OSError | None:
+    """The full-disk OSError behind `exc` (itself, or the cause an `OutputError` keeps), None for anything else."""
+    for candidate in (exc, exc.__cause__):
+        if isinstance(candidate, OSError) and candidate.errno in NO_SPACE:
+            return candidate
+    return None
 
 
 # The errors that say "not here" (a read-only, missing or unreachable folder, a file in the way), not "not now".

@@ -31,6 +31,7 @@ PRUNE_DROP_PARTIAL_SAMPLES = "prune_drop.partial.samples"  # per-document rows w
 ROUNDS_SUFFIX = ".rounds.jsonl"  # --precision: the rounds scored so far, per task, in the partial samples folder
 SAMPLES_DIR = "samples"  # --log-samples: <out>/samples/<task>.jsonl
 SHARD_JSON = "prune_drop.shard.json"  # prune-drop --shard i/N
+LOCK_FILE = ".layerprobe.lock"  # held while a command writes the run directory (results/lock.py)
 EXPORT_RECORD = "layerprobe.json"  # in an exported checkpoint: what was removed, from which source
 # Beside `prune --save DIR`: DIR.layerprobe-tmp-<pid> (being written), DIR.layerprobe-old (the checkpoint
 # being replaced, complete), DIR.layerprobe-trash-<pid> (the replaced one, being removed).
@@ -49,6 +50,23 @@ REVIEWED_FILES = {**RESULT_FILES, "prune_curve": PRUNE_CURVE_JSON}
 # Figures: kind → file stem (`angular.png`, `prune_drop_<task>.png`, `compare_<kind>.png`…).
 FIGURES = ("angular", "depth", "prune_drop", "prune_curve", "compare", "stability", "track")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+# What a run writes that a checkpoint never holds, by name, wherever it lies: `--out` may be inside a model's
+# own directory, and the model's stat digest (prune/state.py) must not change because the run wrote there.
+_OWN_FILE = re.compile(
+    r"(?:angular|depth|prune_drop|prune_curve|stability|track)\.(?:json|md)"
+    r"|prune_drop\.(?:partial(?:\.rank\d+)?\.json|answers(?:\.rank\d+)?\.jsonl|shard\.json)"
+    r"|report\.html|\.layerprobe\.lock.*|\..+\.(?:\d+-)?[0-9a-f]{8}\.tmp"
+    r"|(?:angular|depth|prune_drop|prune_curve|compare|stability|track)(?:_.*)?\.(?:png|pdf|svg)"
+)
+_OWN_FOLDER = re.compile(rf"{re.escape(PRUNE_DROP_PARTIAL_SAMPLES)}(?:\.rank\d+)?|{SAMPLES_DIR}")
+
+
+def is_run_file(relative: Path) -> bool:
+    """Whether a path (relative to a folder being digested) is one layerprobe's runs write, not a checkpoint's."""
+    *folders, name = relative.parts
+    return bool(_OWN_FILE.fullmatch(name)) or any(_OWN_FOLDER.fullmatch(folder) for folder in folders)
 
 
 def figure_name(task: str) -> str:
@@ -171,6 +189,10 @@ class RunDir:
     def export_record(self) -> Path:
         """`layerprobe.json` of an exported checkpoint (the directory is the checkpoint)."""
         return self.path / EXPORT_RECORD
+
+    def lock_file(self, suffix: str = "") -> Path:
+        """The lock a command holds while it writes here (`suffix`: a process's `rank_suffix`)."""
+        return self.path / f"{LOCK_FILE}{suffix}"
 
     # --- an unfinished prune-drop -------------------------------------------------------------------
 

@@ -10,7 +10,8 @@ from command_line import invoke, invoke_prune_drop
 from factories import TASKS_DIR
 
 from layerprobe.core import TaskError
-from layerprobe.evaluate.task_sources import by_task_name, local_task_code
+from layerprobe.evaluate.task_sources import by_task_name, check_task_code, local_task_code
+from layerprobe.evaluate.tasks import build_tasks
 
 HELPERS = "def keep_all(dataset):\n    return dataset\n"
 
@@ -105,6 +106,7 @@ def test_prune_drop_says_which_python_a_local_task_runs(tiny_checkpoints, tasks_
         "--layers",
         "0",
         "--quiet",
+        "--trust-task-code",
         "--out",
         tmp_path / "o",
     )
@@ -112,3 +114,40 @@ def test_prune_drop_says_which_python_a_local_task_runs(tiny_checkpoints, tasks_
     notes = [line for line in result.output.splitlines() if line.startswith("note: the local task YAMLs run Python")]
     assert len(notes) == 1 and str((yaml_path.parent / "code" / "filters.py").resolve()) in notes[0]
     assert list(json.loads((tmp_path / "o" / "prune_drop.json").read_text())["tasks"]) == ["lp_arc_code"]
+
+
+# A task module that leaves a mark the moment it is imported (lm-eval imports it while loading the YAML).
+MARKING = "from pathlib import Path\nPath({marker!r}).write_text('ran')\n\ndef keep_all(dataset):\n    return dataset\n"
+
+
+@pytest.fixture
+def marking_task(tmp_path):
+    """lp_arc_like as a YAML of its own whose `process_docs` is a function in marking.py (which leaves a marker)."""
+    folder, marker = tmp_path / "task", tmp_path / "marker"
+    folder.mkdir()
+    arc = (TASKS_DIR / "lp_arc_like.yaml").read_text().replace("task: lp_arc_like", "task: lp_arc_marked")
+    arc = arc.replace("data/", f"{TASKS_DIR}/data/") + "process_docs: !function marking.keep_all\n"
+    (folder / "lp_arc_marked.yaml").write_text(arc)
+    (folder / "marking.py").write_text(MARKING.format(marker=str(marker)))
+    return folder / "lp_arc_marked.yaml", marker
+
+
+def test_task_code_runs_only_with_consent(marking_task):
+    yaml_path, marker = marking_task
+    with pytest.raises(TaskError, match="run Python code .*marking.py.*only when told to") as refused:
+        build_tasks([str(yaml_path)])
+    assert "--trust-task-code" in refused.value.hint
+    assert not marker.exists()  # refused before lm-eval imported the module
+    assert check_task_code(["lp_arc_like"], TASKS_DIR, trusted=False) == []  # no code: nothing to consent to
+    tasks = build_tasks([str(yaml_path)], trust_code=True)
+    assert marker.read_text() == "ran" and "lp_arc_marked" in tasks.tasks
+
+
+def test_prune_drop_refuses_task_code_without_the_flag_before_any_weight(tiny_checkpoints, marking_task, tmp_path):
+    yaml_path, marker = marking_task
+    out = tmp_path / "o"
+    result = invoke_prune_drop(tiny_checkpoints["llama"], "--task", yaml_path, "--limit", 2, "--out", out)
+    assert result.exit_code == 2, result.output
+    flat_output = " ".join(result.output.split())
+    assert "marking.py" in flat_output and "pass --trust-task-code to run them" in flat_output
+    assert "Traceback" not in result.output and not marker.exists() and not out.exists()

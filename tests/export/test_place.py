@@ -25,7 +25,8 @@ OLD = {"config.json": "old config", "model.safetensors": "old weights", "sub/ext
 NEW = {"config.json": "new config", "model.safetensors": "new weights", "layerprobe.json": "{}"}
 
 # In the child: write the new checkpoint into its staging folder, then replace; SIGKILL before operation k
-# (renames and removals counted in order), or after removing one file of the old checkpoint (k = "half").
+# (exchanges, renames and removals counted in order), or after removing one file of the old checkpoint
+# (k = "half"). argv[4] "renames" takes the exchange away (another OS, a filesystem without it).
 CHILD = textwrap.dedent(
     """
     import os, shutil, signal, sys
@@ -33,7 +34,7 @@ CHILD = textwrap.dedent(
     from layerprobe.export import place
     from layerprobe.results import ExportPlaces
 
-    destination, step, files = Path(sys.argv[1]), sys.argv[2], eval(sys.argv[3])
+    destination, step, files, mode = Path(sys.argv[1]), sys.argv[2], eval(sys.argv[3]), sys.argv[4]
     staging = ExportPlaces(destination).staging(os.getpid())
     for name, text in files.items():
         (staging / name).parent.mkdir(parents=True, exist_ok=True)
@@ -41,10 +42,13 @@ CHILD = textwrap.dedent(
     place.sync_tree(staging)
     calls = 0
     real_replace, real_rmtree = os.replace, shutil.rmtree
+    real_exchange = place.exchange if mode == "exchange" else (lambda a, b: False)
 
     def kill_at(real):
         def operation(*args, **kwargs):
             global calls
+            if real is real_exchange and mode != "exchange":
+                return False
             calls += 1
             if step == str(calls):
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -56,6 +60,7 @@ CHILD = textwrap.dedent(
         return operation
 
     os.replace, shutil.rmtree = kill_at(real_replace), kill_at(real_rmtree)
+    place.exchange = kill_at(real_exchange)
     if step == "0":
         os.kill(os.getpid(), signal.SIGKILL)  # killed while writing: nothing renamed yet
     place.replace_directory(staging, destination)
@@ -73,10 +78,10 @@ def _read(directory: Path) -> dict[str, str]:
     return {p.relative_to(directory).as_posix(): p.read_text() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
-def _replace_killed_at(step: str, destination: Path) -> int:
+def _replace_killed_at(step: str, destination: Path, mode: str = "renames") -> int:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, "-c", CHILD, str(destination), step, repr(NEW)], env=env, timeout=120)
-    return done.returncode
+    command = [sys.executable, "-c", CHILD, str(destination), step, repr(NEW), mode]
+    return subprocess.run(command, env=env, timeout=120).returncode
 
 
 # step: operation killed before (1: DIR -> backup, 2: staging -> DIR, 3: backup -> trash, 4: removing the trash);
@@ -89,7 +94,7 @@ CASES += [("half", NEW, False), ("never", NEW, False)]
 def test_a_kill_at_any_step_leaves_one_complete_checkpoint(tmp_path, step, expected, restored):
     destination = tmp_path / "pruned"
     _write(destination, OLD)
-    code = _replace_killed_at(step, destination)
+    code = _replace_killed_at(step, destination, "renames")
     assert code == (0 if step == "never" else -9)
     backup = ExportPlaces(destination).backup
     # At the instant of the kill: the destination is whole (old or new), or it is missing and the backup is whole.
@@ -104,6 +109,62 @@ def test_a_kill_at_any_step_leaves_one_complete_checkpoint(tmp_path, step, expec
     if step != "never":
         assert notes, "the next run says what it restored or removed"
     assert place.recover(destination) == []  # nothing left to say the second time
+
+
+# With the exchange: 1 swaps DIR and staging, 2 renames the old checkpoint (now at staging) to trash, 3 removes it.
+EXCHANGE_CASES = [("0", OLD), ("1", OLD), ("2", NEW), ("3", NEW), ("half", NEW), ("never", NEW)]
+
+
+@pytest.mark.skipif(not place.exchange_available(), reason="no renameat2(RENAME_EXCHANGE) here")
+@pytest.mark.parametrize(("step", "expected"), EXCHANGE_CASES)
+def test_with_the_exchange_dir_is_never_missing(tmp_path, step, expected):
+    destination = tmp_path / "pruned"
+    _write(destination, OLD)
+    code = _replace_killed_at(step, destination, "exchange")
+    assert code == (0 if step == "never" else -9)
+    assert _read(destination) == (OLD if step in ("0", "1") else NEW)  # whole at the instant of the kill
+    assert not ExportPlaces(destination).backup.exists()
+    notes = place.recover(destination)
+    assert _read(destination) == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pruned"]
+    assert not any("restored" in note for note in notes)
+
+
+# In the child: the two-rename swap, and a real Ctrl-C (SIGINT) sent right after the first rename.
+INTERRUPTED_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+    from layerprobe.export import place
+
+    destination, staging = Path(sys.argv[1]), Path(sys.argv[2])
+    real = os.replace
+
+    def replace(source, target):
+        real(source, target)
+        if Path(source) == destination:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    os.replace = replace
+    place.exchange = lambda a, b: False
+    try:
+        place.replace_directory(staging, destination)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    """
+)
+
+
+def test_ctrl_c_between_the_two_renames_leaves_a_whole_checkpoint(tmp_path):
+    destination, staging = tmp_path / "pruned", tmp_path / "staging"
+    _write(destination, OLD)
+    _write(staging, NEW)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = [sys.executable, "-c", INTERRUPTED_CHILD, str(destination), str(staging)]
+    done = subprocess.run(command, env=env, timeout=120)
+    assert done.returncode == 130  # the interrupt is still honoured, once the swap is done
+    assert _read(destination) == NEW
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pruned"]
 
 
 def test_recover_leaves_alone_what_is_not_its_own(tmp_path):
@@ -141,6 +202,7 @@ def test_an_error_between_the_renames_puts_the_old_checkpoint_back(tmp_path, mon
         real(source, target)
 
     monkeypatch.setattr(place.os, "replace", interrupted)
+    monkeypatch.setattr(place, "exchange", lambda a, b: False)
     with pytest.raises(KeyboardInterrupt):
         place.replace_directory(staging, destination)
     assert _read(destination) == OLD and not ExportPlaces(destination).backup.exists()

@@ -391,3 +391,47 @@ def test_replacing_after_an_interrupted_export_restores_first(export_sources, tm
     result = run_export(ExportSpec(**{**spec, "remove": "2"}, overwrite=True))
     assert result.notes == [] and tf.AutoConfig.from_pretrained(out).num_hidden_layers == 5
     assert json.loads(RunDir(out).export_record.read_text())["removed_blocks"] == [2]
+
+
+def test_a_backup_beside_an_existing_save_is_refused_before_any_weight_loads(export_sources, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("a user's folder, no layerprobe.json")
+    backup = ExportPlaces(out).backup
+    backup.mkdir()
+    (backup / "config.json").write_text("{}")  # the checkpoint an earlier, killed export was replacing
+    _no_weights(monkeypatch)
+    spec = ExportSpec(ModelSpec(str(export_sources("llama"))), str(out), remove="1", overwrite=True)
+    with pytest.raises(LayerprobeError, match="layerprobe-old is beside it") as raised:
+        run_export(spec)
+    assert "Remove whichever" in raised.value.hint
+    assert (out / "mine.txt").is_file() and (backup / "config.json").is_file()
+    shutil.rmtree(backup)  # the hint, followed
+    monkeypatch.undo()
+    assert run_export(spec).removed == [1] and RunDir(out).export_record.is_file()
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_full_disk_for_the_mergekit_yaml_leaves_nothing_new(export_sources, tmp_path, monkeypatch, existing):
+    source = str(export_sources("llama"))
+    out, yaml = tmp_path / "out", tmp_path / "m.yaml"
+    if existing:
+        run_export(ExportSpec(ModelSpec(source), str(out), remove="2"))
+    before = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    real = Path.write_text
+
+    def full(self, *args, **kwargs):
+        if self.name.startswith(".m.yaml."):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    spec = ExportSpec(ModelSpec(source), str(out), remove="1", overwrite=existing, mergekit_yaml=str(yaml))
+    with pytest.raises(LayerprobeError, match="m.yaml: no space left on the device.*Nothing was written"):
+        run_export(spec)
+    after = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == before  # no checkpoint at --save (or the old one, untouched), no YAML, no leftovers
+    monkeypatch.setattr(Path, "write_text", real)
+    result = run_export(spec)
+    assert result.mergekit_yaml == yaml and "layer_range" in yaml.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.yaml", "out"]

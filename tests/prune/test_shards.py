@@ -71,3 +71,17 @@ def test_shard_0_of_1_writes_its_shard_and_merge_makes_the_result(tiny_checkpoin
     assert (tmp_path / "s0" / SHARD_JSON).exists() and not (tmp_path / "s0" / "prune_drop.json").exists()
     whole = run_prune_drop(spec, tmp_path / "whole", loaded=loaded)
     assert comparable(merge_shards([tmp_path / "s0"], tmp_path / "merged")) == comparable(whole)
+
+
+@pytest.mark.slow  # five runs of one task
+def test_more_shards_than_variants_a_baseline_only_and_an_empty_shard_merge(tiny_checkpoints, tmp_path):
+    path = tiny_checkpoints["llama"]
+    loaded = loaded_head(path)
+    spec = spec_for(path, tasks=("lp_arc_like",), layers="0,3", limit=2)
+    for i in range(4):  # variants baseline, 0, 3 over 4 shards: the baseline alone, 0, 3, and nothing
+        assert run_prune_drop(spec, tmp_path / f"s{i}", loaded=loaded, shard=Share(i, 4)) is None
+    empty = json.loads((tmp_path / "s3" / SHARD_JSON).read_text())
+    assert empty["variants"] == [] and empty["done"] == {"lp_arc_like": {}} and empty["samples"] == {"lp_arc_like": []}
+    whole = run_prune_drop(spec, tmp_path / "whole", loaded=loaded)
+    merged = merge_shards([tmp_path / f"s{i}" for i in (3, 1, 0, 2)], tmp_path / "merged")
+    assert comparable(merged) == comparable(whole)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -242,3 +243,45 @@ def test_a_shared_run_resumed_with_the_simple_engine_leaves_no_journal_behind(ti
     assert not list(tmp_path.glob("prune_drop.answers*")) and not list(tmp_path.glob("prune_drop.partial*"))
     # The next fresh run into that --out is not refused.
     assert run_prune_drop(shared, tmp_path, loaded=loaded).engine == "shared"
+
+
+@pytest.mark.slow  # a real prune-drop, interrupted and resumed
+def test_a_run_inside_the_checkpoint_leaves_its_digest_alone_and_resumes(tiny_checkpoints, tmp_path):
+    checkpoint = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoints["llama"], checkpoint)
+    before = files_stat_digest(str(checkpoint))
+    own = [
+        "out/prune_drop.partial.json",
+        "out/prune_drop.partial.rank1.json",
+        "out/prune_drop.partial.samples/lp_arc_like.jsonl",
+        "out/prune_drop.answers.rank1.jsonl",
+        "out/.layerprobe.lock",
+        "out/.prune_drop.partial.json.123-0a1b2c3d.tmp",
+        "out/samples/lp_arc_like.jsonl",
+        "angular.json",
+        "angular.png",
+        "prune_drop_lp_arc_like.pdf",
+    ]
+    for name in own:
+        (checkpoint / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkpoint / name).write_text("a run's own file")
+    assert files_stat_digest(str(checkpoint)) == before
+    (checkpoint / "tokenizer_extra.json").write_text("{}")  # a file of the checkpoint's own still counts
+    assert files_stat_digest(str(checkpoint)) != before
+    (checkpoint / "tokenizer_extra.json").unlink()
+    for name in own:
+        (checkpoint / name).unlink()
+
+    out, loaded = checkpoint / "lp-run", loaded_head(checkpoint)
+    spec = resume_spec(checkpoint, tasks=("lp_arc_like",), layers="0")
+    seen = []
+
+    def interrupting(event):
+        seen.append(event)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_prune_drop(spec, out, loaded=loaded, progress=Progress(on_evaluation=interrupting))
+    assert (out / PARTIAL_NAME).exists() and len(seen) == 1
+    resumed = run_prune_drop(spec, out, resume=True, loaded=loaded)  # refused before: the digest saw the run's files
+    assert (out / RESULT).exists() and resumed.tasks

@@ -182,6 +182,7 @@ def test_a_place_that_cannot_be_written_is_one_output_error_and_leaves_nothing(t
     def full(tmp):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    with pytest.raises(OSError) as caught_full:  # a full disk stays an OSError: the export explains it
+    with pytest.raises(OutputError, match="kept.json: no space left on the device") as caught_full:
         atomic_write(target, full)
-    assert not isinstance(caught_full.value, OutputError) and caught_full.value.errno == errno.ENOSPC
+    assert caught_full.value.__cause__.errno == errno.ENOSPC  # kept: the export says how much it needed
+    assert "Free some space" in caught_full.value.hint
