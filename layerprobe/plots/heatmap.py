@@ -83,7 +83,7 @@ def plot_angular(result: AngularResult, out_dir: Path) -> list[Path]:
 
 
 # What the heatmap shows, said in its title (the cells: docs/methods.md, "The summary and the heatmap").
-HEATMAP_TITLE = "angular distance d(x^l, x^(l+n)) between the inputs of blocks l and l+n"
+HEATMAP_TITLE = r"angular distance $d(x^l,\,x^{l+n})$ between the inputs of blocks l and l+n"
 
 
 def _positions(result: AngularResult) -> str:

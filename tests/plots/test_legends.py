@@ -219,7 +219,8 @@ def test_the_heatmap_title_says_what_it_shows(tmp_path):
     fig = angular_figure(angular_from_adjacent([0.2, 0.1, 0.3]))
     try:
         title = fig.axes[0].get_title()
-        assert title.startswith("angular distance d(x^l, x^(l+n)) between the inputs of blocks l and l+n")
+        assert title.startswith("angular distance $d(x^l")
+        assert "between the inputs of blocks l and l+n" in title
         assert "positions=" not in title
     finally:
         plt.close(fig)
