@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from layerprobe.results import ModelInfo, atomic_write
 
@@ -137,7 +137,14 @@ def interval_text(low: float, high: float) -> str:
 
 # ------------------------------------------------------------------------------------------ legends
 # Where a legend may sit inside the axes, tried in this order before the axes make room for it.
-LEGEND_PLACES = ("upper right", "upper left", "lower right", "lower left", "upper center", "lower center")
+LEGEND_PLACES: tuple[Any, ...] = (
+    "upper right",
+    "upper left",
+    "lower right",
+    "lower left",
+    "upper center",
+    "lower center",
+)
 
 
 def place_legend(ax: Axes, *others: Axes, **kwargs) -> object:
@@ -148,15 +155,16 @@ def place_legend(ax: Axes, *others: Axes, **kwargs) -> object:
     last it goes outside, to the right of the axes. The test: `hidden_data(legend, ax, *others)` is empty.
     """
     owner = others[-1] if others else ax  # a twin is drawn over `ax`: its legend must be on top
-    ax.figure.draw_without_rendering()  # settle the layout first: positions are tested where they will be
+    _settle(ax)  # settle the layout first: positions are tested where they will be
     handles, labels = [], []
     for source in (ax, *others):
         h, l = source.get_legend_handles_labels()
         handles += h
         labels += l
     for source in (ax, *others):
-        if source.get_legend() is not None:
-            source.get_legend().remove()
+        old = source.get_legend()
+        if old is not None:
+            old.remove()
     for attempt in range(4):
         for place in LEGEND_PLACES:
             legend = owner.legend(handles, labels, loc=place, **kwargs)
@@ -165,14 +173,26 @@ def place_legend(ax: Axes, *others: Axes, **kwargs) -> object:
             legend.remove()
         if attempt < 3:
             _make_headroom(ax, *others, legend_height=_legend_fraction(owner, handles, labels, kwargs))
-            ax.figure.draw_without_rendering()
+            _settle(ax)
     return owner.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, **kwargs)
+
+
+def _settle(ax: Axes) -> None:
+    """Run the figure's layout (constrained layout moves axes) without rendering pixels."""
+    figure: Any = ax.figure
+    figure.draw_without_rendering()
+
+
+def _renderer(ax: Axes) -> Any:
+    """The figure's renderer (Agg: `pyplot` selects it), for the extents of legends and texts."""
+    canvas: Any = ax.figure.canvas
+    return canvas.get_renderer()
 
 
 def _legend_fraction(owner: Axes, handles: list, labels: list, kwargs: dict) -> float:
     """The legend's height as a fraction of the axes' height."""
     legend = owner.legend(handles, labels, loc="upper right", **kwargs)
-    renderer = owner.figure.canvas.get_renderer()
+    renderer = _renderer(owner)
     fraction = legend.get_window_extent(renderer).height / max(owner.get_window_extent(renderer).height, 1.0)
     legend.remove()
     return min(fraction, 0.6)
@@ -245,7 +265,7 @@ def data_points(ax: Axes):
             along(patch.get_data_transform().transform([(x, end), (x + w, end)]))
     for text in ax.texts:
         if text.get_visible() and text.get_text().strip():
-            extent = text.get_window_extent(ax.figure.canvas.get_renderer())
+            extent = text.get_window_extent(_renderer(ax))
             chunks.append(
                 np.array(
                     [[extent.x0, extent.y0], [extent.x1, extent.y1], [extent.x0, extent.y1], [extent.x1, extent.y0]]
