@@ -138,18 +138,26 @@ def points_under_legend(legend_ax, *axes) -> list[tuple[float, float]]:
     bar and other line segment (a LineCollection), so a legend drawn over an interval counts too.
     """
     from matplotlib.collections import LineCollection
+    from matplotlib.patches import Rectangle
 
     fig = legend_ax.figure
     fig.canvas.draw()
     box = legend_ax.get_legend().get_window_extent(fig.canvas.get_renderer())
     covered = []
     for ax in axes or (legend_ax,):
-        points = [np.column_stack([line.get_xdata(), line.get_ydata()]).astype(float) for line in ax.get_lines()]
+        # Lines in data coordinates (axhline/axvline mix in axes coordinates: references, not data).
+        lines = [line for line in ax.get_lines() if line.get_transform() == ax.transData]
+        points = [np.column_stack([line.get_xdata(), line.get_ydata()]).astype(float) for line in lines]
         for collection in ax.collections:
             if isinstance(collection, LineCollection):
                 for segment in collection.get_segments():
                     a, b = np.asarray(segment[0], float), np.asarray(segment[-1], float)
                     points.append(a + np.linspace(0, 1, 50)[:, None] * (b - a))
+        for patch in ax.patches:  # a bar's value end, across its width
+            if isinstance(patch, Rectangle) and patch.get_transform().contains_branch(ax.transData):
+                end = patch.get_y() + patch.get_height()
+                xs = patch.get_x() + np.linspace(0, 1, 20) * patch.get_width()
+                points.append(np.column_stack([xs, np.full(20, end)]))
         for xy in points:
             xy = xy[np.isfinite(xy).all(axis=1)]
             for x, y in ax.transData.transform(xy) if len(xy) else []:

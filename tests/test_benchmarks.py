@@ -1,5 +1,6 @@
 """The benchmark scripts still run end to end (tiny settings; they time nothing that is asserted)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -105,3 +106,42 @@ def test_bench_sequential_runs(tmp_path):
     )
     assert "documents scored (baseline included)" in out and "full-run ΔP inside the interval" in out
     assert "Projection: MMLU 5-shot" in out and (tmp_path / "sequential.md").exists()
+
+
+@pytest.mark.slow
+def test_gpu_check_tiny_cpu_path(tmp_path):
+    """The GPU check's every stage on a tiny LLaMA on the CPU: the JSON and the section it appends stay whole."""
+    out = tmp_path / "out"
+    _run(
+        "gpu_check.py",
+        "--shape",
+        "tiny",
+        "--device",
+        "cpu",
+        "--tokens",
+        "1024",
+        "--docs",
+        "16",
+        "--out",
+        str(out),
+        "--scratch",
+        str(tmp_path / "scratch"),
+    )
+    record = json.loads((out / "gpu_check.json").read_text())
+    stages = record["stages"]
+    failed = {name: stage.get("error") for name, stage in stages.items() if not stage["ok"]}
+    assert not failed, failed
+    assert stages["angular"]["tokens"] == 1024 and stages["angular"]["tokens_per_second"] > 0
+    assert stages["angular-device-map"]["device"] == "device_map=auto"
+    full, seq = stages["prune-drop"], stages["prune-drop-seq"]
+    # 4 blocks: the baseline and 4 variants of 16 questions; the block counter saw the engine's work.
+    assert full["variants"] == 5 and full["documents_scored"] == full["documents_full_run"] == 5 * 16
+    assert 0 < seq["documents_scored"] <= full["documents_scored"]
+    assert full["block_work"]["block_tokens"] > 0 and seq["block_work"]["passes"] > 0
+    assert not (tmp_path / "scratch").exists()  # the checkpoint is removed unless --keep
+    target = tmp_path / "performance.md"
+    target.write_text("# before\n")
+    _run("gpu_check.py", "--render", str(out / "gpu_check.json"), "--append-to", str(target))
+    text = target.read_text()
+    assert text.startswith("# before\n") and "### gpu_check: tiny on CPU" in text
+    assert "| prune-drop-seq |" in text and "`--precision 0.05` against the full run" in text

@@ -22,7 +22,9 @@ from layerprobe.plots import (
     draw_heatmap,
     effect_color,
     layer_axis,
+    metric_label,
     normal_intervals,
+    place_legend,
     pyplot,
     save_figure,
     short_name,
@@ -143,15 +145,14 @@ def compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropRes
             paired = base.paired and cand.paired
             interval = PAIRED_INTERVAL if paired else "95 % CI of ΔP (paired where recorded, else ± 1.96 stderr)"
             ax_bars.errorbar([], [], yerr=[], fmt="none", ecolor="black", elinewidth=0.8, label=interval)
-        ax_bars.legend(fontsize=8, loc="best")
         ax_bars.set_title(
-            f"{task} · {metric_name}: ΔP per removed layer\n"
+            f"{task} · {metric_label(metric_name)}: ΔP per removed layer\n"
             f"baseline model {value_text(base, metric_name, baseline.tasks[task].samples)}"
             f" · candidate model {value_text(cand, metric_name, candidate.tasks[task].samples)}",
             fontsize=9,
         )
         layer_axis(ax_bars, sorted(set(base.layers) | set(cand.layers)))
-        ax_bars.set_ylabel(f"ΔP ({metric_name})")
+        ax_bars.set_ylabel(f"ΔP ({metric_label(metric_name)})")
         shared = sorted(set(base.layers) & set(cand.layers))
         before = dict(zip(base.layers, base.delta, strict=True))
         after = dict(zip(cand.layers, cand.delta, strict=True))
@@ -169,7 +170,6 @@ def compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropRes
                 elinewidth=0.8,
                 label="95 % CI: ± 1.96 √(se_base² + se_cand²)",
             )
-            ax_diff.legend(fontsize=8, loc="best")
         zero_line(ax_diff, None)
         layer_axis(ax_diff, shared)
         ax_diff.set_ylabel("ΔP(candidate) − ΔP(baseline)")
@@ -178,6 +178,11 @@ def compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropRes
         f"prune-drop: {short_name(baseline.model.id)} (baseline) vs {short_name(candidate.model.id)} (candidate)",
         fontsize=11,
     )
+    # Last, once titles and labels have set the layout: each legend where it hides no bar, cap or end.
+    for ax_bars, ax_diff in axes:
+        place_legend(ax_bars, fontsize=8)
+        if ax_diff.get_legend_handles_labels()[0]:
+            place_legend(ax_diff, fontsize=8)
     return fig
 
 

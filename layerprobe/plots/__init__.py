@@ -8,7 +8,19 @@ figure is drawn (`pyplot`), so importing this room stays light. The gate draws i
 figures with the helpers listed here.
 """
 
-from layerprobe.plots.common import effect_color, layer_axis, pyplot, save_figure, short_name
+from layerprobe.plots.common import (
+    data_points,
+    effect_color,
+    hidden_data,
+    interval_text,
+    layer_axis,
+    metric_label,
+    number_text,
+    place_legend,
+    pyplot,
+    save_figure,
+    short_name,
+)
 from layerprobe.plots.curve import plot_prune_curve, prune_curve_figure
 from layerprobe.plots.delta import (
     BASELINE_BAND,
@@ -31,6 +43,7 @@ __all__ = [
     "BASELINE_BAND",
     "PAIRED_INTERVAL",
     "normal_intervals",
+    "data_points",
     "depth_figure",
     "DIFF_CMAP",
     "DISTANCE_LABEL",
@@ -39,7 +52,12 @@ __all__ = [
     "effect_color",
     "figure_svg",
     "HEATMAP_CMAP",
+    "hidden_data",
+    "interval_text",
     "layer_axis",
+    "metric_label",
+    "number_text",
+    "place_legend",
     "plot_angular",
     "plot_depth",
     "plot_prune_curve",

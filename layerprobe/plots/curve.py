@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from layerprobe.plots.common import pyplot, save_figure, title_name
+from layerprobe.plots.common import metric_label, pyplot, save_figure, title_name
 from layerprobe.results import PruneCurveResult, RunDir, method_label
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def prune_curve_figure(result: PruneCurveResult, task: str) -> Figure:
             "anytime 95 % (paired ΔP, sequential)" if result.settings.get("precision") else "95 % (paired ΔP)"
         )
     sublayers = any(points.units_per_block > 1 for points in metric.methods.values())
-    ax.set_ylabel(f"{task} {name}")
+    ax.set_ylabel(f"{task}: {metric_label(name)}")
     ax.set_title(f"{title_name(result.model)}: pruning curve", fontsize=9)
     ax.grid(alpha=0.3)
     if filters:

@@ -22,7 +22,11 @@ from layerprobe.plots.common import (
     MISSING,
     WITHIN_NOISE,
     effect_color,
+    interval_text,
     layer_axis,
+    metric_label,
+    number_text,
+    place_legend,
     pyplot,
     save_figure,
     title_name,
@@ -62,6 +66,10 @@ COMPANION_METRICS = {
     "kl": "KL(P_base ‖ P_pruned), nats",
     "top1_agreement": "top-1 agreement with\nthe full model",
 }
+COMPANION_TITLES = {
+    "kl": "KL divergence of each pruned model from the full model",
+    "top1_agreement": "top-1 agreement of each pruned model with the full model",
+}
 
 
 def prune_drop_figure(result: PruneDropResult, task: str) -> Figure:
@@ -94,15 +102,22 @@ def prune_drop_figure(result: PruneDropResult, task: str) -> Figure:
     _draw_delta_bars(ax, metric, metric_name)
     ax.set_xlabel(variant_label(result.settings))
     agreement = (result.tasks[task].agreement or {}).get(metric_name)
+    twins = []
     if agreement and agreement_distances(agreement):
-        _overlay_distance(ax, agreement, agreement_span(agreement, result.settings))
+        twins.append(_overlay_distance(ax, agreement, agreement_span(agreement, result.settings)))
     baseline = value_text(metric, metric_name, result.tasks[task].samples)
-    ax.set_title(f"{title_name(result.model)} · {task} · {metric_name}\nbaseline = {baseline}", fontsize=11)
+    ax.set_title(
+        f"{title_name(result.model)} · {task} · {metric_label(metric_name)}\nbaseline = {baseline}", fontsize=11
+    )
     for row, name in zip(axes[1 : 1 + len(companions)], companions, strict=True):
         _draw_companion(row[0], result.tasks[task].metrics[name], name)
         row[0].set_xlabel(variant_label(result.settings))
     if panels > 1:
         ax.tick_params(labelbottom=True)
+    # Last, once every panel, label and title is in place: the legends go where they hide no data.
+    place_legend(ax, *twins, fontsize=8)
+    for row in axes[1 : 1 + len(companions)]:
+        place_legend(row[0], fontsize=8)
     return fig
 
 
@@ -119,12 +134,15 @@ def _draw_companion(ax: Axes, metric: MetricDrop, name: str) -> None:
     if draw_bars(ax, metric.layers, metric.pruned, None, "#6c7a89", 0.8, None, intervals):
         ax.errorbar([], [], yerr=[], fmt="none", ecolor="black", elinewidth=0.8, label=label)
     ax.axhline(
-        metric.baseline, color="black", linewidth=0.8, linestyle="--", label=f"full model ({metric.baseline:.4g})"
+        metric.baseline,
+        color="black",
+        linewidth=0.8,
+        linestyle="--",
+        label=f"full model ({number_text(metric.baseline)})",
     )
-    ax.legend(fontsize=8, loc="best")
     layer_axis(ax, metric.layers)
     ax.set_ylabel(COMPANION_METRICS[name], fontsize=9)
-    ax.set_title(f"{name} of each pruned model", fontsize=10, loc="left")
+    ax.set_title(COMPANION_TITLES[name], fontsize=10, loc="left")
 
 
 def _draw_delta_bars(ax: Axes, metric: MetricDrop, metric_name: str) -> None:
@@ -165,10 +183,9 @@ def _draw_delta_bars(ax: Axes, metric: MetricDrop, metric_name: str) -> None:
         if metric.sequential:
             interval = "anytime-valid 95 % CI of ΔP (sequential)"
         ax.errorbar([], [], yerr=[], fmt="none", ecolor="black", elinewidth=0.8, label=interval)
-    ax.legend(fontsize=8, loc="best")
     layer_axis(ax, metric.layers)
     better = "higher" if metric.higher_is_better else "lower"
-    ax.set_ylabel(f"ΔP = pruned − baseline\n({metric_name}, {better} is better)")
+    ax.set_ylabel(f"ΔP = pruned − baseline\n({metric_label(metric_name)}, {better} is better)")
 
 
 FLIP_MARKERS = ("o", "s", "^", "D", "v")
@@ -205,11 +222,17 @@ def _paired_color(gain: float, significant: bool | None) -> str:
     return HELPFUL if gain >= 0 else HARMFUL
 
 
-def _overlay_distance(ax: Axes, agreement: dict, span: int = 1) -> None:
+def _overlay_distance(ax: Axes, agreement: dict, span: int = 1) -> Axes:
     """The angular distance d(x^l, x^(l+n)) of each variant's span on a second y axis, with the rank agreement."""
     twin = ax.twinx()
     twin.plot(
-        agreement["layers"], agreement_distances(agreement) or [], "o-", color="#6c3483", markersize=3, linewidth=1
+        agreement["layers"],
+        agreement_distances(agreement) or [],
+        "o-",
+        color="#6c3483",
+        markersize=3,
+        linewidth=1,
+        label=rf"angular distance $d(x^l,\,x^{{l+{span}}})$ (right axis)",
     )
     twin.set_ylabel(rf"$d(x^l,\,x^{{l+{span}}})$", color="#6c3483")
     twin.tick_params(axis="y", colors="#6c3483")
@@ -217,6 +240,7 @@ def _overlay_distance(ax: Axes, agreement: dict, span: int = 1) -> None:
     if rho is not None:  # under the axis, not on the plot: no place inside is sure to be free of bars and line
         text = f"Spearman ρ(d, ΔP) = {rho:.2f}" + ("" if ci is None else f" [{ci[0]:.2f}, {ci[1]:.2f}]")
         ax.set_xlabel(f"{ax.get_xlabel()}\n{text} (d: right axis, purple)")
+    return twin
 
 
 def draw_bars(
@@ -281,13 +305,15 @@ def _band(stderr: float | None) -> float | None:
 def value_text(metric: MetricDrop, name: str | None = None, documents: int | None = None) -> str:
     """The full model's score for a title with its 95 % CI: `0.5123 ± 0.024 (95 % CI)` (no ± without a stderr).
 
+    Every number in `number_text`'s one format (4 significant digits, trailing zeros kept).
+
     Given the metric's `name` and the `documents` scored, a share of correct answers gets Wilson's interval
-    instead (`stats.score_interval95`): `0.2 (95 % CI [0.0705, 0.452])`, never below 0 or a zero width.
+    instead (`stats.score_interval95`): `0.2000 (95 % CI [0.07048, 0.4523])`, never below 0 or a zero width.
     """
     if name is not None and name.split(",")[0] in PROPORTION_METRICS:
         bounds = score_interval95(name, metric.baseline, metric.baseline_stderr, documents)
         if bounds is not None:
-            return f"{metric.baseline:.4g} (95 % CI [{bounds[0]:.3g}, {bounds[1]:.3g}])"
+            return f"{number_text(metric.baseline)} (95 % CI {interval_text(*bounds)})"
     half = _band(metric.baseline_stderr)
-    noise = "" if half is None else f" ± {half:.2g} (95 % CI)"
-    return f"{metric.baseline:.4g}{noise}"
+    noise = "" if half is None else f" ± {number_text(half, 2)} (95 % CI)"
+    return f"{number_text(metric.baseline)}{noise}"

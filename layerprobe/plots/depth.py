@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layerprobe.plots.common import pyplot, save_figure, short_name
+from layerprobe.plots.common import number_text, place_legend, pyplot, save_figure, short_name
 from layerprobe.results import DepthResult, RunDir, Spread
 
 # The model kinds (`ModelInfo.kind`) whose loss `depth --grad` differentiates, and what it needs of each.
@@ -63,10 +63,12 @@ def depth_figure(result: DepthResult) -> Figure:
     axes[1].set_ylabel(r"$\|x^{l+1}-x^l\|\,/\,\|x^l\|$")
     axes[1].set_title("(b) relative update of block l", fontsize=10, loc="left")
     _draw_sublayers(axes[2], result)
-    _draw_grad(axes[3], result)
+    footnote = _draw_grad(axes[3], result)
     for ax in axes[1:]:
         ax.set_xlabel("block l")
         _integer_ticks(ax, result.num_layers)
+    if footnote:  # under the axis, never on the curves
+        axes[3].set_xlabel(f"block l\n{footnote}")
     for ax in fig.axes:
         if ax.get_yscale() == "log":
             log_ticks(ax)
@@ -75,6 +77,9 @@ def depth_figure(result: DepthResult) -> Figure:
     fig.suptitle(
         f"{short_name(result.model.id)} · {tokens} tokens · {result.placement.summary}\n{BAND_NOTE}", fontsize=11
     )
+    for ax in axes[2:]:  # last, with the layout settled: where the legend hides no point of a curve
+        if ax.get_legend_handles_labels()[0]:
+            place_legend(ax, fontsize=8)
     return fig
 
 
@@ -133,17 +138,17 @@ def _draw_sublayers(ax: Axes, result: DepthResult) -> None:
     for kind, colour in (("attention", ATTENTION_COLOUR), ("mlp", MLP_COLOUR)):
         _draw_spread(ax, result.sublayers[kind]["relative"], colour, "attention" if kind == "attention" else "MLP")
     ax.set_ylabel("relative contribution")
-    ax.legend(fontsize=8)
 
 
-def _draw_grad(ax: Axes, result: DepthResult) -> None:
+def _draw_grad(ax: Axes, result: DepthResult) -> str | None:
+    """Panel (d); returns the footnote (what the gradient is of) for the caller to put under the axis."""
     ax.set_title(r"(d) gradient norm $\|\nabla_{\theta_l} \bar{\mathcal{L}}\|$", fontsize=10, loc="left")
     grad = result.grad
     if grad is None:
         advice = GRAD_ADVICE.get(result.model.kind, NO_GRAD)
         ax.text(0.5, 0.5, advice, ha="center", va="center", transform=ax.transAxes, fontsize=9)
         ax.set_yticks([])
-        return
+        return None
     x = np.arange(len(grad.block))
     ax.plot(x, _positive(grad.block), "o-", color=BLOCK_COLOUR, label="block", ms=4)
     for kind, colour in (("attention", ATTENTION_COLOUR), ("mlp", MLP_COLOUR)):
@@ -152,17 +157,7 @@ def _draw_grad(ax: Axes, result: DepthResult) -> None:
             ax.plot(x, _positive(values), "s--", color=colour, label=kind if kind == "attention" else "MLP", ms=3)
     ax.set_yscale("log")
     ax.set_ylabel(r"gradient norm $\|\nabla_{\theta}\,\bar{\mathcal{L}}\|_2$")
-    ax.text(
-        0.99,
-        0.02,
-        f"of the mean {grad.loss} loss {grad.mean_loss:.3g} over {grad.positions:,} positions",
-        ha="right",
-        va="bottom",
-        fontsize=7,
-        transform=ax.transAxes,
-        color="#555555",
-    )
-    ax.legend(fontsize=8)
+    return f"gradient of the mean {grad.loss} loss ({number_text(grad.mean_loss)}) over {grad.positions:,} positions"
 
 
 def _draw_spread(ax: Axes, spread: Spread, colour: str, label: str, dashed: bool = False, band: bool = True) -> None:
@@ -187,19 +182,26 @@ def _positive(values: Sequence[float | None]) -> np.ndarray:
 def log_ticks(ax: Axes) -> None:
     """Tick a logarithmic y axis so that every label is a distinct plain number.
 
-    Where two or more powers of ten are in view, ticks sit at them (unlabelled minor ticks between);
-    otherwise, where matplotlib would label minor ticks that round alike ("1×10⁰" several times), at about
-    five evenly spaced values instead. Labels use the fewest significant digits (2 to 8) that keep them
-    distinct.
+    Ticks sit at 1, 2 and 5 times the powers of ten in view when that gives 3 to 9 labels, so a curve
+    anywhere in the panel has labelled ticks beside it; at the powers of ten alone when the range is wider;
+    when less than that is in view (where matplotlib would label minor ticks that round alike, "1×10⁰"
+    several times), at about five evenly spaced values instead. Labels use the fewest significant digits
+    (2 to 8) that keep them distinct.
     """
     from matplotlib.ticker import FixedFormatter, FixedLocator, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
     low, high = ax.get_ylim()
     if not (low > 0 and high > low):
         return
-    ticks = [float(t) for t in LogLocator(base=10).tick_values(low, high) if low <= t <= high]
-    narrow = len(ticks) < 2  # less than a decade shown: evenly spaced values instead
-    if narrow:
+    decades = [float(t) for t in LogLocator(base=10).tick_values(low, high) if low <= t <= high]
+    dense = [float(t) for t in LogLocator(base=10, subs=(1.0, 2.0, 5.0)).tick_values(low, high) if low <= t <= high]
+    narrow = False
+    if 3 <= len(dense) <= 9:  # 1-2-5: labels near every curve
+        ticks = dense
+    elif len(decades) >= 2:
+        ticks = decades
+    else:  # less than a factor of 5 in view: evenly spaced values instead
+        narrow = True
         ticks = [float(t) for t in MaxNLocator(nbins=5).tick_values(low, high) if low <= t <= high and t > 0]
     ax.yaxis.set_major_locator(FixedLocator(ticks))
     ax.yaxis.set_major_formatter(FixedFormatter(distinct_labels(ticks)))

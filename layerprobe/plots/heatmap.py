@@ -82,6 +82,18 @@ def plot_angular(result: AngularResult, out_dir: Path) -> list[Path]:
     return save_figure(angular_figure(result), run.plot("angular"), run.plot("angular", suffix="pdf"))
 
 
+# What the heatmap shows, said in its title (the cells: docs/methods.md, "The summary and the heatmap").
+HEATMAP_TITLE = r"angular distance $d(x^l,\,x^{l+n})$ between the inputs of blocks l and l+n"
+
+
+def _positions(result: AngularResult) -> str:
+    """Which positions each cell averages, in words."""
+    positions = result.data.get("positions")
+    return {"all": "mean over all positions", "last": "last position of each window"}.get(
+        str(positions), f"positions={positions}"
+    )
+
+
 def angular_figure(result: AngularResult) -> Figure:
     """Build the heatmap figure of one result (returned open, so tests can inspect it before it is saved)."""
     size = result.num_layers
@@ -93,9 +105,7 @@ def angular_figure(result: AngularResult) -> Figure:
     fig.colorbar(image, ax=ax, label=DISTANCE_LABEL, shrink=0.85, aspect=30, pad=0.02)
     tokens = result.data.get("tokens")
     tokens = f"{tokens:,}" if isinstance(tokens, int) else tokens
-    ax.set_title(
-        f"{title_name(result.model)} · {tokens} tokens · positions={result.data.get('positions')}", fontsize=11
-    )
+    ax.set_title(f"{HEATMAP_TITLE}\n{title_name(result.model)} · {tokens} tokens · {_positions(result)}", fontsize=11)
     return fig
 
 

@@ -2,7 +2,8 @@
 
 Left, the inputs × inputs matrix of rank agreement: Kendall's τ-b above the diagonal, Spearman's ρ below,
 each cell with its 95 % interval as text. Right, the Jaccard overlap of the k most prunable blocks for
-every pair against k, with its 95 % band, and the overlap two unrelated rankings would have (chance).
+every pair against k, with its 95 % band, and the overlap two unrelated rankings would have (chance);
+pairs are drawn side by side around each k with their own marker and dashes, so equal curves stay visible.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layerprobe.plots.common import pyplot, save_figure, tick_step, title_name
+from layerprobe.plots.common import place_legend, pyplot, save_figure, tick_step, title_name
 from layerprobe.results import RunDir, StabilityPair, StabilityResult
 
 if TYPE_CHECKING:
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 
 ANNOTATE_MAX_INPUTS = 8  # interval text fits in a cell up to this many inputs
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # pairs that agree exactly stay visible under each other
+DASHES = ("-", "--", ":", "-.")  # and so does each line between the markers
+DODGE = 0.12  # k units between neighbouring pairs' points: equal curves side by side, never on top
 
 
 def plot_stability(result: StabilityResult, out_dir: Path) -> list[Path]:
@@ -45,6 +48,7 @@ def stability_figure(result: StabilityResult) -> Figure:
         f"95 % bootstrap intervals",
         fontsize=11,
     )
+    place_legend(curve_ax, fontsize=8)  # last, with the layout settled: where it hides no point of a curve
     return fig
 
 
@@ -87,13 +91,22 @@ def _cell_text(name: str, value: float | None, interval: list[float] | None) -> 
 def _draw_curves(ax: Axes, result: StabilityResult) -> None:
     """One line per pair with its 95 % band, and the chance overlap dashed."""
     ks = result.ks
+    count = len(result.pairs)
     for index, pair in enumerate(result.pairs):
-        marker = MARKERS[index % len(MARKERS)]
-        size = 7 - 4 * index / max(1, len(result.pairs) - 1)  # later pairs smaller: equal curves stay visible
-        line = ax.plot(ks, pair.jaccard_lowest_k, marker=marker, markersize=size, label=_pair_label(result, pair))[0]
+        # Each pair a little left or right of k, with its own marker and dashes: pairs that agree exactly
+        # (a common case with few blocks) show as parallel lines, not one line hiding the others.
+        x = np.asarray(ks, dtype=float) + (index - (count - 1) / 2) * min(DODGE, 0.5 / max(count, 1))
+        line = ax.plot(
+            x,
+            pair.jaccard_lowest_k,
+            marker=MARKERS[index % len(MARKERS)],
+            linestyle=DASHES[index % len(DASHES)],
+            markersize=5,
+            label=_pair_label(result, pair),
+        )[0]
         low = [ci[0] for ci in pair.jaccard_lowest_k_ci95]
         high = [ci[1] for ci in pair.jaccard_lowest_k_ci95]
-        ax.fill_between(ks, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+        ax.fill_between(x, low, high, color=line.get_color(), alpha=0.12, linewidth=0)
     ax.plot(ks, result.jaccard_chance, linestyle="--", color="#555555", label="chance (unrelated rankings)")
     ax.set_ylim(-0.02, 1.02)
     step = tick_step(len(ks))
@@ -102,7 +115,6 @@ def _draw_curves(ax: Axes, result: StabilityResult) -> None:
     ax.set_ylabel("Jaccard overlap |A∩B| / |A∪B|")
     ax.set_title("Overlap of the blocks chosen for removal, 95 % bands", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
 
 
 def _pair_label(result: StabilityResult, pair: StabilityPair) -> str:

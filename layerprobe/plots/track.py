@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layerprobe.plots.common import pyplot, save_figure, short_name
+from layerprobe.plots.common import metric_label, place_legend, pyplot, save_figure, short_name
 from layerprobe.plots.track_blocks import curve_figure, grad_figure, heat_figure
 from layerprobe.results import INDEPENDENT_BLOCKS, RunDir, TrackResult
 
@@ -121,8 +121,8 @@ def finish(ax: Axes, track: TrackResult, ylabel: str, what: str, legend_title: s
     """Label, grid, legend and title of one panel."""
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best", title=legend_title, title_fontsize=7)
     ax.set_title(title(track, what), fontsize=10)
+    place_legend(ax, fontsize=8, title=legend_title, title_fontsize=7)  # where it hides no point or cap
 
 
 def one_panel() -> tuple[Figure, Axes]:
@@ -201,10 +201,10 @@ def scores_figure(track: TrackResult) -> Figure | None:
             [e.baseline if e else None for e in entries],
             [e.baseline_ci95 if e else None for e in entries],
             colour=TASK_COLOURS[k % len(TASK_COLOURS)],
-            label=f"{task} {metric} (full model)",
+            label=f"{task} {metric_label(metric)} (full model)",
             interval_label="95 % CI (± 1.96 stderr)",
         )
-        finish(ax, track, metric, f"{task}: full-model score (95 % CI)")
+        finish(ax, track, metric_label(metric), f"{task}: full-model score (95 % CI)")
     return fig
 
 
@@ -234,7 +234,7 @@ def delta_figure(track: TrackResult) -> Figure | None:
         finish(
             ax,
             track,
-            f"ΔP = pruned − baseline ({metric})",
+            f"ΔP = pruned − baseline ({metric_label(metric)})",
             f"{task}: ΔP of watched blocks (paired 95 % CI)",
             legend_title=f"watched ({track.watch_source})",
         )

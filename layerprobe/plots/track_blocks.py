@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layerprobe.plots.common import pyplot, short_name
+from layerprobe.plots.common import metric_label, pyplot, short_name
 from layerprobe.results import TrackResult, TrackRun
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ def curve_figure(track: TrackResult) -> Figure | None:
             ax.fill_between(points.fraction, low, high, color=colour, alpha=0.15, linewidth=0)
         ax.axhline(0.0, color="black", linewidth=0.8)
         ax.set_xlabel("fraction of blocks removed")
-        ax.set_ylabel(f"ΔP ({metric})")
+        ax.set_ylabel(f"ΔP ({metric_label(metric)})" if metric else "ΔP")
         ax.grid(alpha=0.3)
         _legend(ax, "band: paired 95 % CI of ΔP")
         ax.set_title(_title(track, f"{task}: pruning curve, {method} spans"), fontsize=10)

@@ -78,7 +78,7 @@ def test_heatmap_draws_the_distances_and_marks_row_minima(num_layers):
         else:
             assert texts == []
             assert len(ax.get_xticks()) <= 20 and len(ax.get_yticks()) <= 20
-        assert "4,096 tokens" in ax.get_title() and "positions=all" in ax.get_title()
+        assert "4,096 tokens" in ax.get_title() and "mean over all positions" in ax.get_title()
         assert "org/tiny-model" in ax.get_title()
         assert any("angular distance" in other.get_ylabel() for other in fig.axes[1:])
     finally:
