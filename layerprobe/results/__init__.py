@@ -73,6 +73,7 @@ from layerprobe.results.io import (
 )
 from layerprobe.results.json_types import JSONObject, JSONValue, Record
 from layerprobe.results.load import load_gated_result, load_result
+from layerprobe.results.notebook import Notebook, register_figures
 from layerprobe.results.provenance import ModelInfo, RunInfo, RunTimer, jsonable, library_versions
 from layerprobe.results.prune_drop import (
     FlipRate,
@@ -128,6 +129,8 @@ from layerprobe.results.track import (
 from layerprobe.results.validate import Node
 
 __all__ = [
+    "Notebook",
+    "register_figures",
     "agreement_distances",
     "agreement_span",
     "span_distance_label",
