@@ -88,7 +88,9 @@ def test_trainer_run_logs_what_the_cli_reports(tiny_checkpoints, tmp_path):
     scalars = tensorboard_scalars(tmp_path / "with" / "trainer")  # TensorBoard writes under output_dir
     for step in (3, 6):
         checkpoint = tmp_path / "with" / "trainer" / f"checkpoint-{step}"
-        result = invoke("angular", checkpoint, *CLI_CALIBRATION, "--device", "cpu", "--quiet", "--out", tmp_path / str(step))
+        result = invoke(
+            "angular", checkpoint, *CLI_CALIBRATION, "--device", "cpu", "--quiet", "--out", tmp_path / str(step)
+        )
         assert result.exit_code == 0, result.output
         cli = json.loads((tmp_path / str(step) / "angular.json").read_text())
         summary = cli["summary"]
@@ -106,7 +108,9 @@ def test_trainer_run_logs_what_the_cli_reports(tiny_checkpoints, tmp_path):
             assert scalars[(f"train/layerprobe/grad_norm/block_{block}", step)] == pytest.approx(norm, rel=1e-4)
     assert ("train/layerprobe/lazy_blocks", 2) not in scalars  # only the measured steps
     # track reads the run directories in step order
-    result = invoke("track", tmp_path / "runs" / "step-6", tmp_path / "runs" / "step-3", "--quiet", "--out", tmp_path / "t")
+    result = invoke(
+        "track", tmp_path / "runs" / "step-6", tmp_path / "runs" / "step-3", "--quiet", "--out", tmp_path / "t"
+    )
     assert result.exit_code == 0, result.output
     track = json.loads((tmp_path / "t" / "track.json").read_text())
     assert [run["step"] for run in track["runs"]] == [3, 6]
