@@ -105,3 +105,13 @@ def test_bench_sequential_runs(tmp_path):
     )
     assert "documents scored (baseline included)" in out and "full-run ΔP inside the interval" in out
     assert "Projection: MMLU 5-shot" in out and (tmp_path / "sequential.md").exists()
+
+
+@pytest.mark.slow
+def test_bench_callback_runs(minilm):
+    out = _run(
+        "bench_callback.py",
+        *("--layers", "2", "--hidden", "64", "--steps", "4", "--every", "2", "--batch", "2", "--seq", "32"),
+        *("--tokens", "256", "--scan-tokens", "256", "--scan-every", "10"),
+    )
+    assert "overhead ratio" in out and "API vs CLI" in out and "max |Δd|" in out
