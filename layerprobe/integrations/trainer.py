@@ -40,6 +40,7 @@ class LayerprobeCallback(TrainerCallback):
         out: where `step-N/` run directories go (None: nothing written); `track` and `report` read them.
         on_save: also measure at each checkpoint save (`save_strategy="steps"`).
         grad: log per-block gradient norms of the measured steps.
+        tokenizer: the model's tokenizer (default: the Trainer's `processing_class`).
         **options: `Monitor`'s other keywords (seq_len, positions, batch_size, depth, layers_path, …).
 
     Example:
@@ -56,12 +57,13 @@ class LayerprobeCallback(TrainerCallback):
         *,
         on_save: bool = False,
         grad: bool = True,
+        tokenizer: Any = None,
         **options: Any,
     ) -> None:
         if not isinstance(every, int) or every < 1:
             raise LayerprobeError(f"every must be a positive number of steps, got {every!r}.")
         self.every, self.tokens, self.corpus, self.out = every, tokens, corpus, out
-        self.on_save_too, self.grad, self.options = on_save, grad, options
+        self.on_save_too, self.grad, self.options, self.tokenizer = on_save, grad, options, tokenizer
         self.monitor: Monitor | None = None
         self.pending: dict[str, float] = {}
         self.history: list[tuple[int, dict[str, float]]] = []
@@ -74,14 +76,14 @@ class LayerprobeCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if self.monitor is None and state.is_world_process_zero:
-            tokenizer = kwargs.get("processing_class") or kwargs.get("tokenizer")
+            tokenizer = self.tokenizer or kwargs.get("processing_class") or kwargs.get("tokenizer")
             self.monitor = Monitor(model, tokenizer, self.corpus, self.out, tokens=self.tokens, **self.options)
 
     def due(self, args: Any, step: int) -> bool:
         """Whether optimizer step `step` (counted from 1) is measured."""
         if step % self.every == 0:
             return True
-        saves = self.on_save_too and str(getattr(args, "save_strategy", "")).endswith("steps")
+        saves = self.on_save_too and str(getattr(args, "save_strategy", "")).lower().endswith("steps")
         return bool(saves and args.save_steps and step % int(args.save_steps) == 0)
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -133,3 +133,28 @@ def grad_reference(checkpoint, trainer):
         grads = torch.autograd.grad(loss, list(block.parameters()), retain_graph=True)
         norms.append(float(torch.sqrt(sum(g.double().pow(2).sum() for g in grads))))
     return norms
+
+
+@pytest.mark.parametrize(
+    "every, on_save, strategy, save_steps, due",
+    [
+        (3, False, "steps", 2, [3, 6]),
+        (3, True, "steps", 2, [2, 3, 4, 6]),
+        (3, True, "epoch", 2, [3, 6]),
+        (5, True, tf.trainer_utils.SaveStrategy.STEPS, 4, [4, 5]),
+    ],
+)
+def test_which_steps_are_measured(every, on_save, strategy, save_steps, due):
+    from types import SimpleNamespace
+
+    callback = LayerprobeCallback(every=every, corpus="builtin:pydoc", on_save=on_save)
+    args = SimpleNamespace(save_strategy=strategy, save_steps=save_steps)
+    assert [step for step in range(1, 7) if callback.due(args, step)] == due
+
+
+@pytest.mark.parametrize("every", [0, -1, 2.5])
+def test_every_is_a_positive_number_of_steps(every):
+    from layerprobe.core import LayerprobeError
+
+    with pytest.raises(LayerprobeError, match="every must be a positive number of steps"):
+        LayerprobeCallback(every=every)
