@@ -53,6 +53,7 @@ def test_prune_drop_on_a_live_model_equals_the_cli_and_restores_every_block(tiny
         assert api["tasks"][task]["metrics"] == scores["metrics"]
 
 
+@pytest.mark.slow
 def test_compare_and_stability_take_result_objects(tiny_checkpoints):
     path = tiny_checkpoints["llama"]
     model = tf.AutoModel.from_pretrained(path)

@@ -138,6 +138,7 @@ def test_bad_arguments_are_one_line_errors(live, call, message):
     assert_same(before, snapshot(model))
 
 
+@pytest.mark.slow
 def test_results_in_a_notebook(tiny_checkpoints, tmp_path):
     """to_frame, plot, save (files the CLI's readers take), short repr, HTML."""
     path = tiny_checkpoints["llama"]
