@@ -90,7 +90,7 @@ def compare(
     """
     rules = rules or GateRules()
     if isinstance(baseline, (str, os.PathLike)) and isinstance(candidate, (str, os.PathLike)):
-        return compare_paths(baseline, candidate, rules)
+        return compare_paths(Path(baseline), Path(candidate), rules)
     left, right = (_as_result(baseline), _as_result(candidate))
     return Verdict(Path("baseline"), Path("candidate"), rules, [compare_results(left, right, rules)], [])
 

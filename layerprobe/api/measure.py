@@ -19,9 +19,9 @@ from layerprobe.api.arguments import check_model, corpus_spec, loading
 from layerprobe.core import DEFAULT_CHUNK_BYTES, AngularSpec, CorpusSpec, DepthSpec, ModelSpec, parse_memory_size
 from layerprobe.measure import run_angular, run_depth
 from layerprobe.model import LoadedModel, Progress, is_live_model, live_model, untouched
-from layerprobe.results import AngularResult, DepthResult
+from layerprobe.results import AngularResult, DepthResult, PruneDropResult
 
-R = TypeVar("R", AngularResult, DepthResult)
+R = TypeVar("R", AngularResult, DepthResult, PruneDropResult)
 
 
 def without_fingerprint(result: R) -> R:

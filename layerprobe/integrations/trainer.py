@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+from types import FrameType
 from typing import Any
 
 from transformers import TrainerCallback
@@ -108,7 +109,7 @@ class LayerprobeCallback(TrainerCallback):
 
 def _move_to_front(callback: TrainerCallback) -> bool:
     """Put `callback` first in the handler that is calling it now (see the module docstring)."""
-    frame = sys._getframe(2)  # on_init_end ← CallbackHandler.call_event
+    frame: FrameType | None = sys._getframe(2)  # on_init_end ← CallbackHandler.call_event
     for _ in range(4):
         if frame is None:
             return False
