@@ -1,15 +1,30 @@
 """layerprobe: which layers of a pretrained checkpoint actually do work.
 
-The public API mirrors the commands: `load_model`, `find_layers`, `run_angular`, `run_prune_drop`,
-`run_depth`, `run_export`, and `find_sublayers` (a block's attention and MLP, found by tracing).
-Imports are lazy so that `layerprobe --help` does not pay for importing torch.
+The public API on a model you already hold (docs/api.md): `angular`, `depth`, `prune_drop`, `compare` and
+`stability` (layerprobe.api), and the training monitor `Monitor` and `LayerprobeCallback`
+(layerprobe.integrations). Below them, the spec-driven calls the commands make: `load_model`,
+`find_layers`, `run_angular`, `run_prune_drop`, `run_depth`, `run_export`, and `find_sublayers` (a
+block's attention and MLP, found by tracing). Imports are lazy (module `__getattr__`) so that
+`layerprobe --help` does not pay for importing torch.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
+# name → the module that defines it, imported on first use.
+_API = {
+    "angular": "layerprobe.api",
+    "depth": "layerprobe.api",
+    "prune_drop": "layerprobe.api",
+    "compare": "layerprobe.api",
+    "stability": "layerprobe.api",
+    "Monitor": "layerprobe.integrations",
+    "LayerprobeCallback": "layerprobe.integrations",
+}
+
 __all__ = [
+    *_API,
     "load_model",
     "find_layers",
     "run_angular",
@@ -22,6 +37,10 @@ __all__ = [
 
 
 def __getattr__(name: str):
+    if name in _API:
+        import importlib
+
+        return getattr(importlib.import_module(_API[name]), name)
     if name == "load_model":
         from layerprobe.model.load import load_model
 

@@ -136,7 +136,8 @@ def test_the_room_graph_is_shallow_and_acyclic():
 
     levels = max(depth(r) for r in edges)
     assert levels <= MAX_LEVELS
-    assert len({room(n) for n in MODULES if room(n)}) <= 14, "about a dozen rooms"
+    # 15 rooms and __main__: the API and integrations (issue 29) sit on their own floors above the read-only rooms.
+    assert len({room(n) for n in MODULES if room(n)}) <= 16, "about a dozen rooms"
 
 
 def test_the_command_line_starts_without_torch():

@@ -145,3 +145,13 @@ def test_gpu_check_tiny_cpu_path(tmp_path):
     text = target.read_text()
     assert text.startswith("# before\n") and "### gpu_check: tiny on CPU" in text
     assert "| prune-drop-seq |" in text and "`--precision 0.05` against the full run" in text
+
+
+@pytest.mark.slow
+def test_bench_callback_runs(minilm):
+    out = _run(
+        "bench_callback.py",
+        *("--layers", "2", "--hidden", "64", "--steps", "4", "--every", "2", "--batch", "2", "--seq", "32"),
+        *("--tokens", "256", "--scan-tokens", "256", "--scan-every", "10"),
+    )
+    assert "overhead ratio" in out and "API vs CLI" in out and "max |Δd|" in out

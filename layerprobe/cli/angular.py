@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from layerprobe.cli.console import RichProgress, out
+from layerprobe.cli.corpus_options import StreamedCorpus
 from layerprobe.cli.groups import takes_groups
-from layerprobe.cli.options import MaxStateMemory, ModelArg, ModelLoading, Output, StreamedCorpus, hold_out
+from layerprobe.cli.options import MaxStateMemory, ModelArg, ModelLoading, Output, hold_out
 from layerprobe.cli.summaries import print_angular_summary
 from layerprobe.core import DEFAULT_CHUNK_BYTES, AngularSpec, check_output_dir, parse_memory_size
 from layerprobe.measure import run_angular

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from layerprobe.cli.console import RichProgress, out, print_task_code
+from layerprobe.cli.corpus_options import Corpus
 from layerprobe.cli.groups import takes_groups
 from layerprobe.cli.options import (
-    Corpus,
     Evaluation,
     ModelArg,
     ModelLoading,

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from layerprobe.cli.angular import measure_and_report
-from layerprobe.cli.options import Quiet, parse_tokens
+from layerprobe.cli.corpus_options import parse_tokens
+from layerprobe.cli.options import Quiet
 from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
 from layerprobe.model import DEMO_NAME, demo_model_dir
 

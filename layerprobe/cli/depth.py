@@ -7,8 +7,9 @@ from typing import Annotated
 import typer
 
 from layerprobe.cli.console import RichProgress, out
+from layerprobe.cli.corpus_options import StreamedCorpus
 from layerprobe.cli.groups import takes_groups
-from layerprobe.cli.options import ModelArg, ModelLoading, Output, StreamedCorpus
+from layerprobe.cli.options import ModelArg, ModelLoading, Output
 from layerprobe.cli.summaries import print_depth_summary
 from layerprobe.core import DepthSpec
 from layerprobe.measure import run_depth

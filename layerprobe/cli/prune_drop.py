@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 
 from layerprobe.cli.console import RichProgress, out, print_task_code
+from layerprobe.cli.corpus_options import Corpus
 from layerprobe.cli.groups import takes_groups
 from layerprobe.cli.options import (
     SCALE_PANEL,
     STATISTICS_PANEL,
-    Corpus,
     Evaluation,
     MaxStateMemory,
     ModelArg,

@@ -17,6 +17,8 @@ DEFAULT_DATASET_CONFIG = "en"  # C4's English split; used when the default datas
 # Local corpus files by suffix → the `datasets` builder that reads them.
 LOCAL_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 BUILTIN_CORPUS = "builtin:pydoc"
+# A corpus given as a list of strings (the Python API): what results record as its dataset.
+TEXTS_CORPUS = "texts"
 # The most positions one run streams: every window is kept in memory as Python ints (tens of bytes per
 # token), so 2^24 ≈ 16.8M positions is already ~1 GB — far beyond what distances need to settle.
 MAX_TOKENS = 1 << 24
@@ -67,3 +69,8 @@ MIN_SECRET_LENGTH = 4  # shorter values (true, 1) are never searched for in text
 
 # Launches of several processes: how long a rank waits for its peers to join before giving up.
 RENDEZVOUS_SECONDS = 30
+
+# The training-time monitor (integrations: LayerprobeCallback, Monitor): how often it measures and on how
+# many calibration tokens. 32,768 positions keep a measurement a small share of 500 training steps.
+MONITOR_EVERY = 500
+MONITOR_TOKENS = 32_768

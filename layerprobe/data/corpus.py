@@ -20,6 +20,9 @@ Row = dict[str, object]  # one record of a corpus: its fields by name (JSON valu
 
 def iter_documents(spec: CorpusSpec) -> Iterator[str]:
     """Texts of the corpus, streamed: hub datasets are never downloaded whole."""
+    if spec.texts is not None:  # the Python API's list of strings
+        yield from spec.texts
+        return
     if spec.dataset == BUILTIN_CORPUS:
         from pydoc_data.topics import topics
 

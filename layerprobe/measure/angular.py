@@ -103,9 +103,13 @@ def measure(
 
 
 def run_angular(
-    spec: AngularSpec, progress: Progress | None = None, loaded: LoadedModel | None = None, world: World | None = None
+    spec: AngularSpec,
+    progress: Progress | None = None,
+    loaded: LoadedModel | None = None,
+    world: World | None = None,
+    windows: list[Window] | None = None,
 ) -> AngularResult:
-    """Load the model (unless given), build the windows, measure, and return the result.
+    """Load the model (unless given), build the windows (unless given, packed from `spec.corpus` for `loaded`), measure.
 
     Under `accelerate launch`/`torchrun` (see layerprobe.model.ranks) every rank measures a share of the
     batches and every rank returns the same, whole result; the caller writes it on rank 0 only.
@@ -123,7 +127,8 @@ def run_angular(
         loaded = load_model(spec.model, purpose="base", tokenizer=tokenizer)
     else:
         seq_len = min(spec.corpus.seq_len, loaded.context_length or spec.corpus.seq_len)
-        windows = pack_corpus(loaded.tokenizer, spec.corpus, seq_len, progress.on_advance)
+        if windows is None:
+            windows = pack_corpus(loaded.tokenizer, spec.corpus, seq_len, progress.on_advance)
     stack = find_layers(loaded.model, spec.model.layers_path)
     progress.stage("Measuring", spec.corpus.tokens, "tok")
     measure_clock = time.perf_counter()

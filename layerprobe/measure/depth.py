@@ -62,12 +62,19 @@ class ResidualRef(Protocol):
     def key(self) -> int | str | None: ...  # which argument of a module input: its position, or its name
 
 
-def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedModel | None = None) -> DepthResult:
-    """Load the model (unless given), trace placement, measure, and return the result."""
+def run_depth(
+    spec: DepthSpec,
+    progress: Progress | None = None,
+    loaded: LoadedModel | None = None,
+    windows: list[Window] | None = None,
+) -> DepthResult:
+    """Load the model (unless given), trace placement, measure, and return the result.
+
+    `windows` (with `loaded` only): the calibration windows already packed for it, e.g. a monitor's fixed set.
+    """
     progress = progress or Progress()
     timer = RunTimer()
-    purpose = _grad_purpose(spec) if spec.grad else "base"
-    windows = None
+    purpose = _grad_purpose(spec) if spec.grad and loaded is None else "base"
     if loaded is None:  # everything cheap (config, tokenizer, the whole corpus) before any weight is read
         # e.g. bitsandbytes missing for --load-in-4bit: before streaming a corpus
         check_loadable(spec.model, progress.note)
@@ -84,9 +91,10 @@ def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedM
                 f"{spec.model.model} ships no trained masked-LM head, so its own loss (and --grad) is undefined.",
                 hint="Run depth without --grad, or use a checkpoint saved with its …ForMaskedLM head.",
             ) from None
+    else:
+        seq_len = min(spec.corpus.seq_len, loaded.context_length or spec.corpus.seq_len)
     stack = find_layers(loaded.model, spec.model.layers_path)
     if windows is None:
-        seq_len = min(spec.corpus.seq_len, loaded.context_length or spec.corpus.seq_len)
         progress.stage("Reading corpus", spec.corpus.tokens, "tok")
         windows = pack_corpus(loaded.tokenizer, spec.corpus, seq_len, progress.on_advance)
     progress.stage("Tracing norm placement", None, "")

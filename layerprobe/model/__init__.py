@@ -16,6 +16,7 @@ from layerprobe.model.facts import (
 from layerprobe.model.fingerprint import weights_fingerprint
 from layerprobe.model.hub import quiet_hub_logs, quiet_transformers, translate_load_error
 from layerprobe.model.info import model_info
+from layerprobe.model.live import LIVE_NAME, is_live_model, live_model, live_name, untouched
 from layerprobe.model.load import (
     LoadedModel,
     check_skeleton_weights,
@@ -43,6 +44,11 @@ from layerprobe.model.sublayers import BlockSublayers
 from layerprobe.model.weights import check_loading_info, translate_weights_error
 
 __all__ = [
+    "is_live_model",
+    "LIVE_NAME",
+    "live_model",
+    "live_name",
+    "untouched",
     "Ablation",
     "base_of",
     "BlockEvent",

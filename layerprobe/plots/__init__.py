@@ -4,7 +4,8 @@ heatmap.py draws the angular-distance heatmap, delta.py the ΔP bars, depth.py a
 and pruning-curve figures, stability.py the ranking-stability figure, redraw.py any result JSON's figures
 again; track.py and track_blocks.py the history of several runs (`layerprobe track`); inline.py turns a
 figure into SVG for an HTML page; common.py holds what they share. matplotlib is imported when the first
-figure is drawn (`pyplot`), so importing this room stays light. The gate draws its baseline-vs-candidate
+figure is drawn (`pyplot`), so importing this room stays light. Importing it registers the angular and depth
+figures with the results' notebook face (`plot()`, `save()`). The gate draws its baseline-vs-candidate
 figures with the helpers listed here.
 """
 
@@ -33,13 +34,27 @@ from layerprobe.plots.delta import (
     zero_line,
 )
 from layerprobe.plots.depth import depth_figure, plot_depth
-from layerprobe.plots.heatmap import DIFF_CMAP, DISTANCE_LABEL, HEATMAP_CMAP, draw_heatmap, plot_angular, span_matrix
+from layerprobe.plots.heatmap import (
+    DIFF_CMAP,
+    DISTANCE_LABEL,
+    HEATMAP_CMAP,
+    angular_figure,
+    draw_heatmap,
+    plot_angular,
+    span_matrix,
+)
 from layerprobe.plots.inline import figure_svg
 from layerprobe.plots.redraw import redraw
 from layerprobe.plots.stability import plot_stability
 from layerprobe.plots.track import plot_track, track_figures
+from layerprobe.results import AngularResult, DepthResult, register_figures
+
+# A result's plot() and save() (results/notebook.py) draw through these: results sits below plots.
+register_figures(AngularResult, angular_figure, plot_angular)
+register_figures(DepthResult, depth_figure, plot_depth)
 
 __all__ = [
+    "angular_figure",
     "BASELINE_BAND",
     "PAIRED_INTERVAL",
     "normal_intervals",

@@ -78,6 +78,7 @@ from layerprobe.results.io import (
 from layerprobe.results.json_types import JSONObject, JSONValue, Record
 from layerprobe.results.load import load_gated_result, load_result
 from layerprobe.results.lock import RunDirLock, hold_run_dir, release_run_dirs
+from layerprobe.results.notebook import Notebook, register_figures
 from layerprobe.results.provenance import ModelInfo, RunInfo, RunTimer, jsonable, library_versions
 from layerprobe.results.prune_drop import (
     FlipRate,
@@ -145,6 +146,8 @@ __all__ = [
     "NO_SPACE",
     "StagedFile",
     "full_disk",
+    "Notebook",
+    "register_figures",
     "agreement_distances",
     "agreement_span",
     "span_distance_label",

@@ -10,12 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TypedDict, TypeVar
 
 import layerprobe.results.validate as v
 from layerprobe.results.io import ANGULAR_SCHEMA, check_schema
 from layerprobe.results.json_types import JSONObject, Record
+from layerprobe.results.notebook import Notebook, Table
 from layerprobe.results.provenance import ModelInfo, RunInfo
+from layerprobe.results.rundir import RunDir
 from layerprobe.results.validate import Node
 
 T = TypeVar("T")
@@ -60,8 +63,8 @@ class AngularSummary(TypedDict):
     most_redundant: dict[str, SpanChoice]
 
 
-@dataclass(frozen=True)
-class AngularResult:
+@dataclass(frozen=True, repr=False)
+class AngularResult(Notebook):
     """The full angular-distance matrix between the inputs of every pair of blocks.
 
     `distance[i][j]` is the mean over measured positions of d(x^i, x^j), 0 <= i, j <= L, where x^i is
@@ -100,6 +103,30 @@ class AngularResult:
     @property
     def num_layers(self) -> int:
         return len(self.distance) - 1
+
+    def table(self) -> Table:
+        """Per block l: d(x^l, x^(l+1)), its standard error, and whether the block is lazy."""
+        summary = self.summary or self.summarize()
+        stderr = summary["adjacent_stderr"]
+        return {
+            "block": list(range(self.num_layers)),
+            "adjacent_distance": list(summary["adjacent"]),
+            "stderr": list(stderr) if stderr is not None else [None] * self.num_layers,
+            "lazy": [l in summary["lazy_layers"] for l in range(self.num_layers)],
+        }
+
+    def headline(self) -> str:
+        summary = self.summary or self.summarize()
+        mean = summary["mean_adjacent"]
+        return (
+            f"{self.model.id}: {self.num_layers} blocks, {summary['lazy_count']} lazy "
+            f"(d < {summary['lazy_threshold']:g}), mean adjacent d "
+            + (f"{mean:.4f}" if mean is not None else "unmeasured")
+            + f", {self.data.get('tokens')} tokens"
+        )
+
+    def run_file(self, run: RunDir) -> Path:
+        return run.angular_json
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any, TypedDict
 
 import layerprobe.results.validate as v
@@ -16,7 +17,9 @@ from layerprobe.results.angular import ANGULAR_DATA_FIELDS
 from layerprobe.results.export_record import PrunedFrom
 from layerprobe.results.io import DEPTH_SCHEMA, check_schema
 from layerprobe.results.json_types import JSONObject, Record
+from layerprobe.results.notebook import Notebook, Table
 from layerprobe.results.provenance import ModelInfo, RunInfo
+from layerprobe.results.rundir import RunDir
 from layerprobe.results.validate import Node
 
 SUBLAYER_KINDS = ("attention", "mlp")
@@ -207,8 +210,8 @@ class DepthSummary(_DepthSummaryFields, total=False):
     grad_ratio_last_first: float | None  # with --grad only
 
 
-@dataclass(frozen=True)
-class DepthResult:
+@dataclass(frozen=True, repr=False)
+class DepthResult(Notebook):
     """Residual stream and update statistics across depth, plus norm placement (and gradient norms).
 
     Indices: `rms` and `variance` have L+1 entries (x^0 … x^L, x^L before any final norm); `update`
@@ -232,6 +235,33 @@ class DepthResult:
     @property
     def num_layers(self) -> int:
         return len(self.update.mean)
+
+    def table(self) -> Table:
+        """Per block l: its placement, RMS of its input x^l and output x^(l+1), relative update, gradient norm."""
+        layers = range(self.num_layers)
+        table: Table = {
+            "block": list(layers),
+            "placement": [self.placement.blocks[l].label for l in layers],
+            "rms_in": self.rms.mean[:-1],
+            "rms_out": self.rms.mean[1:],
+            "relative_update": list(self.update.mean),
+        }
+        for kind, entry in (self.sublayers or {}).items():
+            table[f"{kind}_update"] = list(entry["relative"].mean)
+        if self.grad is not None:
+            table["grad_norm"] = list(self.grad.block)
+        return table
+
+    def headline(self) -> str:
+        growth = (self.summary or depth_summary(self))["rms_growth"]
+        return (
+            f"{self.model.id}: {self.num_layers} blocks, {self.placement.summary}, residual growth "
+            + (f"{growth:.3g}×" if growth is not None else "unmeasured")
+            + (", with gradient norms" if self.grad is not None else "")
+        )
+
+    def run_file(self, run: RunDir) -> Path:
+        return run.depth_json
 
     def to_dict(self) -> dict[str, object]:
         return {

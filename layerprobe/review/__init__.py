@@ -8,6 +8,7 @@ is the library call, stability_inputs.py turns each result file into per-block s
 bootstrap redraws, stability_markdown.py writes the report.
 """
 
+from layerprobe.review.adjacent import track_angular
 from layerprobe.review.stability import check_one_model, stability, unique_labels
 from layerprobe.review.stability_markdown import (
     DIRECTION,
@@ -23,6 +24,7 @@ from layerprobe.review.table import track_markdown, track_table
 from layerprobe.review.workflow import read_track, write_report, write_track
 
 __all__ = [
+    "track_angular",
     "check_one_model",
     "data_text",
     "DIRECTION",

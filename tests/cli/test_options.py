@@ -17,8 +17,9 @@ import typer
 from command_line import flat_help
 
 from layerprobe.cli.app import COMMANDS, app
+from layerprobe.cli.corpus_options import Corpus, StreamedCorpus
 from layerprobe.cli.groups import OptionGroup, command_groups
-from layerprobe.cli.options import Corpus, Evaluation, ModelLoading, Output, StreamedCorpus, split_task_names
+from layerprobe.cli.options import Evaluation, ModelLoading, Output, split_task_names
 from layerprobe.core import parse_eval_batch_size
 
 CLICK = typer.main.get_command(app)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from layerprobe.core import BUILTIN_CORPUS, DEFAULT_DATASET, CorpusSpec
+import pytest
+
+from layerprobe.core import BUILTIN_CORPUS, DEFAULT_DATASET, TEXTS_CORPUS, CorpusSpec, LayerprobeError
 
 
 def test_corpus_spec_decides_c4s_config_for_library_callers_too():
@@ -20,3 +22,10 @@ def test_hub_or_local_is_decided_once(tmp_path):
     assert missing.is_local and not missing.is_hub
     assert not CorpusSpec(dataset=BUILTIN_CORPUS).is_hub and not CorpusSpec(dataset=BUILTIN_CORPUS).is_local
     assert CorpusSpec(dataset="allenai/c4").is_hub
+
+
+def test_a_list_of_strings_is_a_corpus_recorded_as_texts():
+    spec = CorpusSpec(texts=("one", "two"))
+    assert spec.dataset == TEXTS_CORPUS and not spec.is_hub and not spec.is_local
+    with pytest.raises(LayerprobeError, match="non-empty list of strings"):
+        CorpusSpec(texts=("one", 2))

@@ -39,3 +39,10 @@ def test_unreachable_hub_dataset_is_a_clear_error():
 def test_builtin_corpus_is_real_english():
     docs = list(iter_documents(CorpusSpec(BUILTIN_CORPUS)))
     assert len(docs) > 50 and sum(len(d) for d in docs) > 400_000
+
+
+def test_a_corpus_of_texts_yields_them_in_order():
+    from layerprobe.core import CorpusSpec
+    from layerprobe.data import iter_documents
+
+    assert list(iter_documents(CorpusSpec(texts=("one", "two")))) == ["one", "two"]

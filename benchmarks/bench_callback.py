@@ -1,0 +1,130 @@
+"""What does watching a training run cost? The monitor's overhead, and the API against the CLI's measurement.
+
+1. Training overhead: the same training loop (AdamW, next-token loss, seeded) is timed without and with the
+   monitor that `LayerprobeCallback` runs (gradient norms read at the measured steps, `Monitor.step` every
+   `--every` steps). The measured ratio is printed, and, since one measurement costs the same whenever it
+   runs, the overhead at other settings is extrapolated from its two parts: 1 + t_measure(tokens) /
+   (every × t_step). `t_measure` is timed for each `--scan-tokens` value.
+2. API vs CLI: `lp.angular` on the live model against `run_angular` on the saved checkpoint (what
+   `layerprobe angular` calls), on the same windows: the ratio of their measuring passes' tokens/s (≈ 1×)
+   and of the whole calls' wall times (the CLI's includes loading the checkpoint).
+
+No network: a LLaMA-shaped random model is built here (MiniLM's tokenizer from the demo extra), the text is
+the stdlib's pydoc topics.
+
+    python benchmarks/bench_callback.py                       # defaults: 4 layers, hidden 256, 40 steps
+    python benchmarks/bench_callback.py --layers 8 --hidden 512 --steps 100 --every 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import transformers as tf
+
+import layerprobe as lp
+from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+from layerprobe.measure import run_angular
+from layerprobe.model import demo_model_dir
+
+
+def build(directory: Path, layers: int, hidden: int) -> tuple[tf.PreTrainedModel, tf.PreTrainedTokenizerBase]:
+    tokenizer = tf.AutoTokenizer.from_pretrained(demo_model_dir())
+    config = tf.LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=hidden * 3,
+        num_hidden_layers=layers,
+        num_attention_heads=max(1, hidden // 64),
+        num_key_value_heads=max(1, hidden // 64),
+        max_position_embeddings=1024,
+    )
+    torch.manual_seed(0)
+    model = tf.LlamaForCausalLM(config)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return model, tokenizer
+
+
+def train(model, steps: int, batch: int, seq: int, monitor=None, every: int = 0) -> float:
+    """Wall seconds of `steps` optimizer steps on seeded random tokens (the monitor at every `every`-th)."""
+    torch.manual_seed(1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    vocab = model.config.vocab_size
+    data = [torch.randint(0, vocab, (batch, seq)) for _ in range(steps)]
+    model.train()
+    start = time.perf_counter()
+    for step, ids in enumerate(data, 1):
+        model(input_ids=ids, labels=ids).loss.backward()
+        if monitor is not None and step % every == 0:
+            monitor.record_gradients()
+        optimizer.step()
+        optimizer.zero_grad()
+        if monitor is not None and step % every == 0:
+            monitor.step(step)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--every", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--tokens", type=int, default=4096, help="calibration positions of the measured run")
+    parser.add_argument("--scan-tokens", default="4096,32768", help="calibration sizes timed for the table")
+    parser.add_argument("--scan-every", default="100,500,1000", help="intervals the table extrapolates to")
+    args = parser.parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "model"
+        model, tokenizer = build(path, args.layers, args.hidden)
+        initial = {k: v.clone() for k, v in model.state_dict().items()}
+        plain = train(model, args.steps, args.batch, args.seq)
+        model.load_state_dict(initial)
+        monitor = lp.Monitor(model, tokenizer, BUILTIN_CORPUS, tokens=args.tokens, seq_len=args.seq, depth=True)
+        watched = train(model, args.steps, args.batch, args.seq, monitor, args.every)
+        step_time = plain / args.steps
+        print(f"model: LLaMA {args.layers} layers, hidden {args.hidden}; batch {args.batch}×{args.seq} tokens")
+        print(f"training {args.steps} steps: {plain:.2f} s without, {watched:.2f} s with the monitor every ")
+        print(f"  {args.every} steps ({args.tokens} calibration tokens): overhead ratio {watched / plain:.3f}")
+        print(f"one training step: {step_time * 1000:.0f} ms")
+        scan = [int(t) for t in args.scan_tokens.split(",")]
+        intervals = [int(e) for e in args.scan_every.split(",")]
+        print("extrapolated overhead ratio 1 + t_measure / (every × t_step):")
+        print("  tokens   t_measure  " + "  ".join(f"every={e:<5}" for e in intervals))
+        for tokens in scan:
+            timer = lp.Monitor(model, tokenizer, BUILTIN_CORPUS, tokens=tokens, seq_len=args.seq, depth=True)
+            start = time.perf_counter()
+            timer.step(0)
+            measure = time.perf_counter() - start
+            ratios = "  ".join(f"{1 + measure / (e * step_time):<11.4f}" for e in intervals)
+            print(f"  {tokens:<8} {measure:7.2f} s  {ratios}")
+
+        model.eval()
+        corpus = CorpusSpec(BUILTIN_CORPUS, tokens=args.tokens, seq_len=args.seq)
+        start = time.perf_counter()
+        api = lp.angular(model, tokenizer, BUILTIN_CORPUS, tokens=args.tokens, seq_len=args.seq)
+        api_wall = time.perf_counter() - start
+        start = time.perf_counter()
+        cli = run_angular(AngularSpec(ModelSpec(str(path), device="cpu", dtype="float32"), corpus))
+        cli_wall = time.perf_counter() - start
+        rows = zip(api.distance, cli.distance, strict=True)
+        gap = max(abs(a - b) for ra, rb in rows for a, b in zip(ra, rb, strict=True))
+        ratio = cli.tokens_per_second / api.tokens_per_second
+        print(
+            f"API vs CLI on {args.tokens} tokens: measuring pass {api.tokens_per_second:,.0f} vs "
+            f"{cli.tokens_per_second:,.0f} tok/s (API/CLI time ratio {ratio:.2f}); "
+            f"whole call {api_wall:.2f} s vs {cli_wall:.2f} s (the CLI's loads the checkpoint); max |Δd| {gap:.1e}"
+        )
+
+
+if __name__ == "__main__":
+    main()
