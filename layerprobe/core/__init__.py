@@ -47,8 +47,12 @@ from layerprobe.core.model_spec import ModelSpec, parse_model_args, quantization
 from layerprobe.core.redact import known_secrets, redacted, scrub
 from layerprobe.core.run_specs import AngularSpec, DepthSpec, ExportSpec, PruneSpec, check_ablation
 from layerprobe.core.shares import Share
+from layerprobe.core.text import markdown_text, terminal_text, without_surrogates
 
 __all__ = [
+    "markdown_text",
+    "terminal_text",
+    "without_surrogates",
     "ANSWER",
     "AngularSpec",
     "BUILTIN_CORPUS",

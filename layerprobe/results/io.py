@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from layerprobe.core import OutputError, ResultError, scrub
+from layerprobe.core import OutputError, ResultError, scrub, without_surrogates
 from layerprobe.results.json_types import JSONObject, Record
 from layerprobe.results.validate import Node
 
@@ -195,8 +195,12 @@ def write_json(path: str | os.PathLike[str], data: Record) -> Path:
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write a text file atomically (see `atomic_write`): a JUnit report, a YAML recipe. No secret is written."""
-    text = scrub(text)  # a token that reached a result by any road (core/redact.py)
+    r"""Write a text file atomically (see `atomic_write`): a JUnit report, a YAML recipe. No secret is written.
+
+    A lone surrogate (a name from a JSON `"\udcff"` or a run directory named with a non-UTF-8 byte) is
+    written escaped as `\udcff`: UTF-8 cannot hold it, and a name is never worth a failed write.
+    """
+    text = without_surrogates(scrub(text))  # a token that reached a result by any road (core/redact.py)
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
