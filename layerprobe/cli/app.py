@@ -32,7 +32,7 @@ from layerprobe.cli import (
 )
 from layerprobe.cli.console import err, print_error, quiet_libraries
 from layerprobe.cli.groups import Command
-from layerprobe.core import LayerprobeError
+from layerprobe.core import LayerprobeError, no_space_left
 
 INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
 
@@ -56,6 +56,12 @@ def friendly_errors(command: Command) -> Command:
         except LayerprobeError as exc:
             print_error(exc.message, exc.hint)  # escaped, one line each also in a pipe or log
             raise typer.Exit(exc.exit_code) from None
+        except OSError as exc:
+            full = no_space_left(exc)  # a full disk under any command: one line (writes are atomic)
+            if full is None:
+                raise
+            print_error(full.message, full.hint)
+            raise typer.Exit(full.exit_code) from None
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/]")
             raise typer.Exit(INTERRUPTED) from None

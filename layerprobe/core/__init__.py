@@ -31,6 +31,7 @@ from layerprobe.core.defaults import (
     Z95,
 )
 from layerprobe.core.errors import (
+    NO_SPACE,
     OFFLINE_HINT,
     CorpusError,
     EmptyCorpus,
@@ -41,6 +42,7 @@ from layerprobe.core.errors import (
     TaskError,
     UnsupportedModel,
     hub_offline,
+    no_space_left,
     offline_model_hint,
 )
 from layerprobe.core.model_spec import ModelSpec, parse_model_args, quantization_from_flags
@@ -50,6 +52,8 @@ from layerprobe.core.shares import Share
 from layerprobe.core.text import markdown_text, terminal_text, without_surrogates
 
 __all__ = [
+    "NO_SPACE",
+    "no_space_left",
     "markdown_text",
     "terminal_text",
     "without_surrogates",

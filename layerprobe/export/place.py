@@ -22,16 +22,10 @@ import re
 import shutil
 from pathlib import Path
 
-from layerprobe.core import LayerprobeError
+from layerprobe.core import NO_SPACE, LayerprobeError
 from layerprobe.results import ExportPlaces as Places
 from layerprobe.results import RunDir, pid_alive
 
-# Errors of a full disk, a quota or a file-size limit (RLIMIT_FSIZE, a filesystem's largest file).
-NO_SPACE = {
-    errno.ENOSPC: "no space left on the device",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EFBIG: "file too large",
-}
 # safetensors reports an I/O error as text: "... I/O error: File too large (os error 27)".
 _OS_ERROR_IN_TEXT = re.compile(r"\(os error (\d+)\)")
 

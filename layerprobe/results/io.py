@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from layerprobe.core import OutputError, ResultError, scrub, without_surrogates
+from layerprobe.core import NO_SPACE, OutputError, ResultError, scrub, without_surrogates
 from layerprobe.results.json_types import JSONObject, Record
 from layerprobe.results.validate import Node
 
@@ -100,6 +100,8 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], object]) 
             _WRITING.discard(tmp.name)
     except OSError as exc:
         if exc.errno not in _CANNOT_WRITE_HERE:  # a full disk or quota is the caller's to explain
+            if exc.errno in NO_SPACE:
+                exc.filename = str(path)  # the file asked for, not its temporary name
             raise
         reason = exc.strerror or str(exc)
         raise OutputError(
