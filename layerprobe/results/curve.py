@@ -64,9 +64,9 @@ class CurveMethod:
             n=n,
             start=start,
             score=[item.number() for item in node.key("score").items()],
-            stderr=[item.number(optional=True) for item in node.key("stderr").items()],
+            stderr=[item.number(optional=True, low=0.0) for item in node.key("stderr").items()],
             delta=[item.number() for item in node.key("delta").items()],
-            delta_stderr=[item.number(optional=True) for item in node.key("delta_stderr").items()],
+            delta_stderr=[item.number(optional=True, low=0.0) for item in node.key("delta_stderr").items()],
         )
         for name in POINT_FIELDS[1:]:
             size = len(getattr(method, name))
@@ -106,7 +106,7 @@ class CurveMetric:
         node = Node.of(data, source)
         return cls(
             baseline=node.key("baseline").number(),
-            baseline_stderr=node.key("baseline_stderr").number(optional=True),
+            baseline_stderr=node.key("baseline_stderr").number(optional=True, low=0.0),
             higher_is_better=node.key("higher_is_better").flag(),
             methods={
                 name: CurveMethod.from_dict(method, num_layers)
