@@ -376,6 +376,10 @@ def read_curve_set(path: str | os.PathLike[str], method: str, n: int) -> CurveSe
     for block in [*blocks, *(b for b, _ in sublayers)]:
         if block >= num_layers:
             chosen.fail(f"blocks in 0 … {num_layers - 1} (the model has {num_layers})", f"got block {block}")
+    units = [*blocks, *sublayers]
+    if len(set(units)) != len(units) or len(units) != n:  # a hand edit: `[1, 1]` would export something else
+        shown = ", ".join(map(str, blocks)) + (f" and sublayers {sublayers}" if sublayers else "")
+        chosen.fail(f"{n} distinct units (the set for n = {n})", f"got {len(units)}: {shown}")
     return CurveSet(source, method, n, sorted(blocks), sublayers, model_id, num_layers, architecture)
 
 
