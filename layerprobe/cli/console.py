@@ -26,6 +26,7 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     SpinnerColumn,
+    Task,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
@@ -124,7 +125,7 @@ class RichProgress:
         if self.task is None:
             return
         self.bar.advance(self.task, amount)
-        speed = self.bar.tasks[self.task].speed
+        speed = _mean_rate(self.bar.tasks[self.task])
         if speed and self.unit:
             self.bar.update(
                 self.task, rate=f"{speed:,.0f} {self.unit}/s" if speed >= 10 else f"{speed:.2g} {self.unit}/s"
@@ -150,6 +151,17 @@ class RichProgress:
                 self.task = None
                 raise
             self._finish_current()
+
+
+def _mean_rate(task: Task) -> float | None:
+    """Units per second since the stage started: what was done over the time it took.
+
+    Not rich's `speed`, which divides the units of its last few samples by the time between them: a burst
+    of advances a millisecond apart (a batch's evaluations reported together) read as "24,084 eval/s"
+    for 12 evaluations that took 36 s.
+    """
+    elapsed = task.elapsed
+    return task.completed / elapsed if elapsed and elapsed > 0 else None
 
 
 class StageSpinner:
