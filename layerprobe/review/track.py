@@ -171,11 +171,16 @@ def track_tasks(
 
 
 def watched_delta(metric: MetricDrop, watched: int, block: int) -> WatchedDelta:
-    """ΔP of `block` with its paired 95 % interval as prune_drop.json recorded it (None where it has none)."""
+    """ΔP of `block` with its 95 % interval as prune_drop.json recorded it (None where it has none).
+
+    The interval is the one valid for how the run stopped (`MetricDrop.interval95`): after a `--precision`
+    run's data-dependent stop only the anytime `delta_cs95` holds, not the fixed-n `delta_ci95`.
+    """
     if block not in metric.layers:
         return WatchedDelta(watched, block, None, None, None)
     i = metric.layers.index(block)
-    ci = metric.delta_ci95[i] if metric.delta_ci95 is not None else None
+    intervals = metric.interval95
+    ci = intervals[i] if intervals is not None else None
     significant = metric.significant[i] if metric.significant is not None else None
     return WatchedDelta(watched, block, metric.delta[i], None if ci is None else list(ci), significant)
 
