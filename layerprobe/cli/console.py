@@ -61,7 +61,7 @@ class SafeConsole(Console):
     carriage return when it builds its `Text`, long before the segments are rendered.
     """
 
-    def render_str(self, text: str, **kwargs: Any) -> Text:  # type: ignore[override]
+    def render_str(self, text: str, **kwargs: Any) -> Text:
         return super().render_str(safe_text(text), **kwargs)
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:

@@ -31,7 +31,6 @@ log-probabilities that differ) falls back to the plain path, and the reason is r
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -41,7 +40,7 @@ from torch import nn
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from layerprobe.evaluate.journal import Answer, AnswerJournal, Key, Store
-from layerprobe.evaluate.replay import BlockOutput
+from layerprobe.evaluate.replay import BlockOutput, cache_keyword, filled_cache
 from layerprobe.model import LayerStack, capture_block_states, removed_blocks
 
 if TYPE_CHECKING:
@@ -101,22 +100,6 @@ class CachedPass:
 
     last_hidden_state: torch.Tensor
     cache: Cache
-
-
-def cache_keyword(model: nn.Module) -> str:
-    """The name under which `model.forward` takes its key/value cache: `cache`, or `past_key_values` before.
-
-    transformers 5 renamed the argument (the old name still works but warns that it "will be removed in
-    version 5.40.0"); the oldest supported version (4.56) knows only `past_key_values`. The signature
-    decides, so the engine keeps working on both and prints no library warning.
-    """
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def filled_cache(output: object) -> Cache:
-    """The cache a forward pass returned: `output.cache` (transformers 5), else `output.past_key_values`."""
-    cache = getattr(output, "cache", None)
-    return cache if cache is not None else getattr(output, "past_key_values")  # noqa: B009 (one name per version)
 
 
 @dataclass(frozen=True)
