@@ -34,8 +34,8 @@ from layerprobe.cli import (
 from layerprobe.cli.console import err, print_error, quiet_libraries
 from layerprobe.cli.groups import Command
 from layerprobe.cli.invocation import with_config_option
-from layerprobe.core import LayerprobeError
-from layerprobe.results import FULL_DISK_HINT, NO_SPACE, full_disk, release_run_dirs
+from layerprobe.core import LayerprobeError, no_space_left
+from layerprobe.results import release_run_dirs
 
 INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
 
@@ -59,18 +59,15 @@ def friendly_errors(command: Command) -> Command:
         except LayerprobeError as exc:
             print_error(exc.message, exc.hint)  # escaped, one line each also in a pipe or log
             raise typer.Exit(exc.exit_code) from None
+        except OSError as exc:
+            full = no_space_left(exc)  # a full disk outside results' own writes (a journal, a sample log): one line
+            if full is None:
+                raise
+            print_error(full.message, full.hint)
+            raise typer.Exit(full.exit_code) from None
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/]")
             raise typer.Exit(INTERRUPTED) from None
-        except OSError as exc:  # a full disk met outside results' own writes (a journal, a sample log)
-            cause = full_disk(exc)
-            if cause is None or cause.errno is None:
-                raise
-            where = cause.filename or "a file"
-            print_error(
-                f"Cannot write {where}: {NO_SPACE[cause.errno]}. Files written before it are intact.", FULL_DISK_HINT
-            )
-            raise typer.Exit(LayerprobeError.exit_code) from None
         finally:
             release_run_dirs()  # the --out lock (results/lock.py): the next command may write there
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -26,6 +26,7 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     SpinnerColumn,
+    Task,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
@@ -33,31 +34,35 @@ from rich.progress import (
 )
 from rich.segment import Segment
 from rich.status import Status
+from rich.text import Text
 
-from layerprobe.core import scrub
+from layerprobe.core import scrub, terminal_text
 from layerprobe.model import Progress as LibraryProgress
 
 # Wide enough that nothing is cut when output goes to a pipe or a CI log (rich would assume 80 columns).
 PIPE_WIDTH = 1000
-# C0 controls but newline and tab, DEL, and the C1 controls (U+0080-U+009F: 8-bit CSI and friends).
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def _shown(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()):02x}"
 
 
 def safe_text(text: str) -> str:
-    r"""`text` fit for a terminal: control characters shown as `\x1b`, `\x0d`… and no secret (`<redacted>`)."""
-    return _CONTROLS.sub(_shown, scrub(text))
+    r"""`text` fit for a terminal: control characters shown as `\x1b`, `\x0d`…, no secret (`<redacted>`).
+
+    A lone surrogate (a name read from a JSON `"\udcff"` or a non-UTF-8 file name) is shown as `\udcff`,
+    so printing it never fails with UnicodeEncodeError.
+    """
+    return terminal_text(scrub(text))
 
 
 class SafeConsole(Console):
     """A rich console that escapes control characters in the text it prints and removes secrets.
 
     Rich's own cursor moves and colours (control segments and styles) pass unchanged: only the text
-    of a segment, where a user's string ends up, is escaped.
+    of a segment, where a user's string ends up, is escaped. A string is escaped before rich reads it
+    too (`render_str`: printed text, table cells, bar descriptions), since rich silently drops a bell or a
+    carriage return when it builds its `Text`, long before the segments are rendered.
     """
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(safe_text(text), **kwargs)
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
         safe = (segment if segment.control else Segment(safe_text(segment.text), segment.style) for segment in buffer)
@@ -120,7 +125,7 @@ class RichProgress:
         if self.task is None:
             return
         self.bar.advance(self.task, amount)
-        speed = self.bar.tasks[self.task].speed
+        speed = _mean_rate(self.bar.tasks[self.task])
         if speed and self.unit:
             self.bar.update(
                 self.task, rate=f"{speed:,.0f} {self.unit}/s" if speed >= 10 else f"{speed:.2g} {self.unit}/s"
@@ -146,6 +151,17 @@ class RichProgress:
                 self.task = None
                 raise
             self._finish_current()
+
+
+def _mean_rate(task: Task) -> float | None:
+    """Units per second since the stage started: what was done over the time it took.
+
+    Not rich's `speed`, which divides the units of its last few samples by the time between them: a burst
+    of advances a millisecond apart (a batch's evaluations reported together) read as "24,084 eval/s"
+    for 12 evaluations that took 36 s.
+    """
+    elapsed = task.elapsed
+    return task.completed / elapsed if elapsed and elapsed > 0 else None
 
 
 class StageSpinner:

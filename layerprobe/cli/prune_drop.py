@@ -185,10 +185,25 @@ def prune_drop(
 
 
 def report_prune_drop(result: PruneDropResult, directory: Path, log_samples: bool = False) -> None:
-    """Draw the ΔP plots, print the summary and the `wrote …` line (also after `layerprobe merge`)."""
-    plots = plot_prune_drop(result, directory)
+    """Draw the ΔP plots, print the summary and the `wrote …` line (also after `layerprobe merge`).
+
+    Plots at least as new as prune_drop.json (a finished run reused by `--resume`) are kept, not redrawn:
+    drawing them was a fifth of the fixed cost of a resume that evaluates nothing.
+    """
+    run = RunDir(directory)
+    expected = [p for path in run.task_plots("prune_drop", result.tasks) for p in (path, path.with_suffix(".pdf"))]
+    plots = expected if _up_to_date(expected, run.prune_drop_json) else plot_prune_drop(result, directory)
     print_prune_summary(result)
     written = [*plots, *([RunDir(directory).samples_dir] if log_samples else [])]
     out.print(
         f"wrote {RunDir(directory).prune_drop_json}" + "".join(f", {p}" for p in written), highlight=False, markup=False
     )
+
+
+def _up_to_date(paths: list[Path], source: Path) -> bool:
+    """Whether every file of `paths` exists and was written no earlier than `source`."""
+    try:
+        written = source.stat().st_mtime
+        return all(path.stat().st_mtime >= written for path in paths)
+    except OSError:
+        return False

@@ -22,9 +22,9 @@ import typer
 from layerprobe.cli.console import out
 from layerprobe.cli.options import Quiet
 from layerprobe.core import LayerprobeError, ModelSpec, ResultError, check_output_dir, content_digest
-from layerprobe.results import differences, load_result, read_json
+from layerprobe.results import REVIEWED_FILES, RunDir, differences, load_result, read_json
 
-RERUNNABLE = ("angular", "prune_drop", "prune_curve", "depth")  # result kinds whose command recomputes them
+RERUNNABLE = REVIEWED_FILES  # result kind → file: the results whose recorded command recomputes them
 SKIPPED_OPTIONS = {"--out": 1, "--output_path": 1, "--resume": 0, "--quiet": 0}  # option → values it takes
 DIFFERENT = 1
 SHOWN_DIFFERENCES = 8
@@ -34,7 +34,7 @@ def recorded_file(path: Path) -> Path:
     """RESULT.json itself, or the one result file in a run directory."""
     if not path.is_dir():
         return path
-    found = [path / f"{kind}.json" for kind in RERUNNABLE if (path / f"{kind}.json").is_file()]
+    found = list(RunDir(path).present_results().values())
     if len(found) != 1:
         raise ResultError(
             f"{path} holds {len(found) or 'no'} result files ({', '.join(p.name for p in found) or 'none'})",
@@ -98,7 +98,7 @@ def rerun(
     file = recorded_file(result)
     loaded = load_result(file)  # validated: a result layerprobe wrote
     data = read_json(file)
-    kind = file.stem
+    kind = next((k for k, name in RERUNNABLE.items() if name == file.name), file.name)
     run = loaded.run
     if kind not in RERUNNABLE or not run.command:
         raise ResultError(

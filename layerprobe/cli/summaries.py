@@ -228,6 +228,9 @@ def print_agreement(metric_name: str, agreement: dict[str, Any], span: int = 1) 
     rho_text = "undefined (a constant side)" if rho is None else f"{rho:+.2f}"
     if ci is not None:
         rho_text += f" [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+    if agreement.get("informative") is False:
+        distinct = agreement.get("distinct") or ["?", "?"]
+        rho_text += f" (uninformative: {distinct[1]} distinct ΔP values, {distinct[0]} distinct distances)"
     overlap = agreement.get("top_k_overlap")
     overlap_text = "" if overlap is None else f"; top-{agreement['top_k']} overlap {overlap:.0%}"
     out.print(

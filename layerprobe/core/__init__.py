@@ -34,6 +34,8 @@ from layerprobe.core.defaults import (
     Z95,
 )
 from layerprobe.core.errors import (
+    FULL_DISK_HINT,
+    NO_SPACE,
     OFFLINE_HINT,
     CorpusError,
     EmptyCorpus,
@@ -44,6 +46,7 @@ from layerprobe.core.errors import (
     TaskError,
     UnsupportedModel,
     hub_offline,
+    no_space_left,
     offline_model_hint,
 )
 from layerprobe.core.invocation import Invocation, content_digest, current_invocation, input_digests, set_invocation
@@ -51,6 +54,7 @@ from layerprobe.core.model_spec import ModelSpec, parse_model_args, quantization
 from layerprobe.core.redact import known_secrets, redacted, scrub
 from layerprobe.core.run_specs import AngularSpec, DepthSpec, ExportSpec, PruneSpec, check_ablation
 from layerprobe.core.shares import Share
+from layerprobe.core.text import markdown_text, terminal_text, without_surrogates
 
 __all__ = [
     "content_digest",
@@ -58,6 +62,12 @@ __all__ = [
     "Invocation",
     "current_invocation",
     "set_invocation",
+    "FULL_DISK_HINT",
+    "NO_SPACE",
+    "no_space_left",
+    "markdown_text",
+    "terminal_text",
+    "without_surrogates",
     "ANSWER",
     "AngularSpec",
     "BUILTIN_CORPUS",

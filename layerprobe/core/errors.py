@@ -7,6 +7,8 @@ status 2. Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import errno
+
 # The one hint for "a dataset could not be fetched from the hub" (lm-eval tasks, SQuAD, corpora).
 OFFLINE_HINT = (
     "pre-cache the dataset (run once with network, HF_DATASETS_OFFLINE=1 afterwards) or use local files: "
@@ -81,3 +83,33 @@ class OutputError(LayerprobeError):
     def __init__(self, message: str, reason: str, hint: str | None = None) -> None:
         super().__init__(message, hint)
         self.reason = reason
+
+
+# Errors of a full disk, a quota or a file-size limit (RLIMIT_FSIZE, a filesystem's largest file): "not now".
+NO_SPACE = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EFBIG: "file too large",
+}
+
+
+FULL_DISK_HINT = "Free some space on that disk (or raise the quota), or write to another disk (--out)."
+
+
+def no_space_left(exc: BaseException) -> OutputError | None:
+    """A full disk, a quota or a file-size limit met while writing, as one line; None for any other error.
+
+    Every file is written atomically (results/io.py), so what the user had before is still there: the
+    line says so. The export explains its own (how much it needed, export/place.py); every other command
+    ends here (cli/app.py), so `report`, `track` or `stability` on a full disk print one line, exit 2.
+    """
+    code = getattr(exc, "errno", None)
+    if code not in NO_SPACE:
+        return None
+    path = getattr(exc, "filename", None)
+    where = f"Cannot write {path}" if path else "Cannot write the results"
+    return OutputError(
+        f"{where}: {NO_SPACE[code]}. Nothing was half-written; files already there are unchanged.",
+        NO_SPACE[code],
+        hint=FULL_DISK_HINT,
+    )

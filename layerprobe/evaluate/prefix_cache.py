@@ -8,7 +8,7 @@ them: computed once, they serve every input that starts with them, and only the 
 
 The shared-prefix engine (`shared.py`) scores the baseline and every variant "block l removed". Both
 reuse a prefix here:
-- baseline: one pass over the prefix fills the model's own cache (`past_key_values`) and records the
+- baseline: one pass over the prefix fills the model's own cache (a transformers `Cache`) and records the
   prefix's x^l; each batch of suffixes then runs with that cache (copied and repeated over the batch)
   and records the suffixes' x^l as the plain engine does;
 - variant l: blocks 0 … l-1 are unchanged, so the prefix's x^l is the baseline's; blocks l+1 … L-1 see
@@ -40,7 +40,7 @@ from torch import nn
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from layerprobe.evaluate.journal import Answer, AnswerJournal, Key, Store
-from layerprobe.evaluate.replay import BlockOutput
+from layerprobe.evaluate.replay import BlockOutput, cache_keyword, filled_cache
 from layerprobe.model import LayerStack, capture_block_states, removed_blocks
 
 if TYPE_CHECKING:
@@ -94,11 +94,12 @@ class PrefixEngine(Protocol):
     def logprobs(self, final: torch.Tensor) -> torch.Tensor: ...
 
 
-class CachedPass(Protocol):
+@dataclass(frozen=True)
+class CachedPass:
     """What the model without its head returns with `use_cache=True`: the final states and the filled cache."""
 
     last_hidden_state: torch.Tensor
-    past_key_values: Cache
+    cache: Cache
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,7 @@ class PrefixReuse:
         prefix_ids = torch.tensor([group.prefix], device=lm.device)
         with capture_block_states(lm.stack) as states:
             out = self._forward(prefix_ids, None)
-        base_cache = out.past_key_values
+        base_cache = out.cache
         prefix_states = {layer: states[layer] for layer in layers}
         del states
         suffixes = sorted((row[group.length :] for row in group.rows), key=lambda s: (-len(s), s))
@@ -280,7 +281,7 @@ class PrefixReuse:
                 yield None, batch, final
             for layer in layers:
                 with removed_blocks(lm.stack, list(range(layer))) as shrunk:
-                    cache = self._replayed(shrunk, prefix_ids, prefix_states[layer], None).past_key_values
+                    cache = self._replayed(shrunk, prefix_ids, prefix_states[layer], None).cache
                     for batch, (ids, kept) in zip(batches, recorded, strict=True):
                         output = self._replayed(shrunk, ids, kept[layer], _for_batch(cache, len(batch)))
                         yield layer, batch, output.last_hidden_state
@@ -298,7 +299,9 @@ class PrefixReuse:
 
     def _forward(self, ids: torch.Tensor, cache: Cache | None) -> CachedPass:
         """The model without its head, on `ids` after the tokens `cache` holds (None: from the start)."""
-        return self.lm.stack.root(input_ids=ids, past_key_values=cache, use_cache=True)  # the model without its head
+        root = self.lm.stack.root  # the model without its head
+        out = root(input_ids=ids, use_cache=True, **{cache_keyword(root): cache})
+        return CachedPass(out.last_hidden_state, filled_cache(out))
 
     # the probe ------------------------------------------------------------------------------------
     def _probe(self) -> str | None:

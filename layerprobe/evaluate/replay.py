@@ -9,6 +9,7 @@ and by applying `head_logits` to the final hidden states of only the positions t
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from layerprobe.model import LayerStack, base_of, hidden_from_output
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers.cache_utils import Cache
 
 # What a block returns: its hidden states bare, or first in a tuple (attention weights, cache… after them).
 BlockOutput = torch.Tensor | tuple[torch.Tensor | None, ...]
@@ -94,3 +96,19 @@ def verify_head(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, atol
             f"(max difference {float((got - expected).abs().max()):.2e})"
         )
     return None
+
+
+def cache_keyword(model: nn.Module) -> str:
+    """The name under which `model.forward` takes its key/value cache: `cache`, or `past_key_values` before.
+
+    transformers 5 renamed the argument (the old name still works but warns that it "will be removed in
+    version 5.40.0"); the oldest supported version (4.56) knows only `past_key_values`. The signature
+    decides, so the engine keeps working on both and prints no library warning.
+    """
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def filled_cache(output: object) -> Cache:
+    """The cache a forward pass returned: `output.cache` (transformers 5), else `output.past_key_values`."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else getattr(output, "past_key_values")  # noqa: B009 (one name per version)

@@ -29,9 +29,9 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from layerprobe.core import LayerprobeError
-from layerprobe.results import NO_SPACE, RunDir, full_disk, pid_alive
+from layerprobe.core import NO_SPACE, LayerprobeError
 from layerprobe.results import ExportPlaces as Places
+from layerprobe.results import RunDir, full_disk, pid_alive
 
 # safetensors reports an I/O error as text: "... I/O error: File too large (os error 27)".
 _OS_ERROR_IN_TEXT = re.compile(r"\(os error (\d+)\)")

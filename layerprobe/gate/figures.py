@@ -18,6 +18,7 @@ from layerprobe.plots import (
     DIFF_CMAP,
     DISTANCE_LABEL,
     PAIRED_INTERVAL,
+    baseline_band,
     draw_bars,
     draw_heatmap,
     effect_color,
@@ -140,7 +141,7 @@ def compare_prune_drop_figure(baseline: PruneDropResult, candidate: PruneDropRes
                     _intervals(metric),
                 )
             )
-        zero_line(ax_bars, base.baseline_stderr)
+        zero_line(ax_bars, baseline_band(base, metric_name, baseline.tasks[task].samples))  # as in the title
         if any(drawn):
             paired = base.paired and cand.paired
             interval = PAIRED_INTERVAL if paired else "95 % CI of ΔP (paired where recorded, else ± 1.96 stderr)"

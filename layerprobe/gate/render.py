@@ -17,7 +17,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from layerprobe.core import LayerprobeError
+from layerprobe.core import LayerprobeError, markdown_text
 from layerprobe.gate.rules.record import RuleResult
 from layerprobe.gate.verdict import KindComparison, Verdict
 from layerprobe.results import COMPARE_SCHEMA
@@ -298,7 +298,8 @@ def _num(value: float | None, count: bool = False, signed: bool = False) -> str:
 
 
 def _md(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """A name or message safe in one markdown cell: no line break, pipe or raw HTML (core/text.py)."""
+    return markdown_text(str(text))
 
 
 def _finite(value: object) -> object:

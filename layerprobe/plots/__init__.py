@@ -26,6 +26,7 @@ from layerprobe.plots.curve import plot_prune_curve, prune_curve_figure
 from layerprobe.plots.delta import (
     BASELINE_BAND,
     PAIRED_INTERVAL,
+    baseline_band,
     draw_bars,
     normal_intervals,
     plot_prune_drop,
@@ -88,5 +89,6 @@ __all__ = [
     "span_matrix",
     "track_figures",
     "value_text",
+    "baseline_band",
     "zero_line",
 ]

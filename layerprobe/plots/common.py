@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from layerprobe.core import terminal_text
 from layerprobe.results import ModelInfo, atomic_write
 
 if TYPE_CHECKING:
@@ -54,7 +55,22 @@ def save_figure(fig: Figure, *paths: Path, dpi: int = 150) -> list[Path]:
 
 
 def _savefig(fig: Figure, tmp: Path, *, fmt: str, dpi: int) -> None:
+    printable_texts(fig)
     fig.savefig(tmp, format=fmt, dpi=dpi)
+
+
+def printable_texts(fig: Figure) -> None:
+    r"""Show the odd characters of every text in `fig` escaped (`\x0d`, `\udcff`), as the terminal does.
+
+    A name read from a result (a model id holding a lone surrogate or a carriage return) would otherwise
+    make the font renderer fail while saving, or break a title across lines.
+    """
+    from matplotlib.text import Text
+
+    for text in fig.findobj(Text):
+        shown = terminal_text(text.get_text())
+        if shown != text.get_text():
+            text.set_text(shown)
 
 
 def tick_step(count: int) -> int:

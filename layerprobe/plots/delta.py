@@ -43,7 +43,7 @@ from layerprobe.results import (
 from layerprobe.stats import PROPORTION_METRICS, Z95, score_interval95
 
 # Every interval a figure draws is a 95 % interval; these are its labels.
-BASELINE_BAND = "baseline 95 % CI (± 1.96 stderr)"
+BASELINE_BAND = "baseline 95 % CI (Wilson for an accuracy, else ± 1.96 stderr)"
 OWN_INTERVAL = "95 % CI of the pruned score (± 1.96 stderr)"
 PAIRED_INTERVAL = "paired 95 % CI of ΔP"
 
@@ -99,7 +99,7 @@ def prune_drop_figure(result: PruneDropResult, task: str) -> Figure:
         lower = axes[-1][0]
         _draw_flip_rates(lower, flips)
         lower.set_xlabel(variant_label(result.settings))
-    _draw_delta_bars(ax, metric, metric_name)
+    _draw_delta_bars(ax, metric, metric_name, result.tasks[task].samples)
     ax.set_xlabel(variant_label(result.settings))
     agreement = (result.tasks[task].agreement or {}).get(metric_name)
     twins = []
@@ -145,13 +145,13 @@ def _draw_companion(ax: Axes, metric: MetricDrop, name: str) -> None:
     ax.set_title(COMPANION_TITLES[name], fontsize=10, loc="left")
 
 
-def _draw_delta_bars(ax: Axes, metric: MetricDrop, metric_name: str) -> None:
+def _draw_delta_bars(ax: Axes, metric: MetricDrop, metric_name: str, documents: int | None = None) -> None:
     """ΔP bars coloured by what the removal does to the model.
 
     With paired uncertainty the error bars are the paired 95 % intervals of ΔP (a sequential run's: the
     anytime-valid ones it stopped with), and a bar is red/blue only when its interval excludes 0, grey
     otherwise. Older files draw the pruned score's own 95 % interval (± 1.96 stderr) as error bars and the
-    baseline's 95 % band around 0, grey within it.
+    baseline's 95 % band around 0 (the interval the title gives it: `baseline_band`), grey within it.
     """
     sign = 1.0 if metric.higher_is_better else -1.0
     if metric.paired:
@@ -164,11 +164,14 @@ def _draw_delta_bars(ax: Axes, metric: MetricDrop, metric_name: str) -> None:
         )
         interval = PAIRED_INTERVAL
     else:
-        noise = metric.baseline_stderr
-        colors = [effect_color(sign * delta, _band(noise)) for delta in metric.delta]
+        band = baseline_band(metric, metric_name, documents)
+        colors = [
+            WITHIN_NOISE if band is not None and band[0] < delta < band[1] else effect_color(sign * delta)
+            for delta in metric.delta
+        ]
         intervals = normal_intervals(metric.delta, metric.stderr)
         drawn = draw_bars(ax, metric.layers, metric.delta, None, colors, 0.8, None, intervals)
-        zero_line(ax, noise)
+        zero_line(ax, band)
         grey, interval = "within the baseline's 95 % CI", OWN_INTERVAL
     for color, label in (
         (HARMFUL, "removal hurts"),
@@ -279,12 +282,21 @@ def draw_bars(
     return bool(has.any())
 
 
-def zero_line(ax: Axes, noise: float | None) -> None:
-    """The y = 0 line, with the baseline's 95 % band (± 1.96 × `noise`, its stderr) when that is positive."""
+def zero_line(ax: Axes, band: tuple[float, float] | None) -> None:
+    """The y = 0 line, with the baseline's 95 % band around it (`baseline_band`) when that has a width."""
     ax.axhline(0.0, color="black", linewidth=0.8)
-    half = _band(noise)
-    if half is not None and half > 0:
-        ax.axhspan(-half, half, color="#f9e79f", linewidth=0, zorder=0, label=BASELINE_BAND)
+    if band is not None and band[1] > band[0]:
+        ax.axhspan(band[0], band[1], color="#f9e79f", linewidth=0, zorder=0, label=BASELINE_BAND)
+
+
+def baseline_band(metric: MetricDrop, name: str, documents: int | None) -> tuple[float, float] | None:
+    """The full model's 95 % interval moved to 0 (interval − baseline): the same interval as in the title.
+
+    One quantity, one interval: `stats.score_interval95` (Wilson's for a share of correct answers, else
+    ± 1.96 stderr) gives the title's interval, this band, track's table and the report alike.
+    """
+    bounds = score_interval95(name, metric.baseline, metric.baseline_stderr, documents)
+    return None if bounds is None else (bounds[0] - metric.baseline, bounds[1] - metric.baseline)
 
 
 def normal_intervals(

@@ -16,7 +16,7 @@ import io
 import re
 from typing import TYPE_CHECKING
 
-from layerprobe.plots.common import pyplot
+from layerprobe.plots.common import printable_texts, pyplot
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -40,6 +40,7 @@ def figure_svg(fig: Figure, prefix: str, label: str) -> str:
 
     buffer = io.StringIO()
     try:
+        printable_texts(fig)
         with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": prefix}):
             fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
     finally:

@@ -9,7 +9,20 @@ from layerprobe.plots.curve import plot_prune_curve
 from layerprobe.plots.delta import plot_prune_drop
 from layerprobe.plots.depth import plot_depth
 from layerprobe.plots.heatmap import plot_angular
-from layerprobe.results import AngularResult, DepthResult, PruneCurveResult, load_result
+from layerprobe.plots.stability import plot_stability
+from layerprobe.plots.track import plot_track
+from layerprobe.results import (
+    STABILITY_SCHEMA,
+    TRACK_SCHEMA,
+    AngularResult,
+    DepthResult,
+    PruneCurveResult,
+    StabilityResult,
+    TrackResult,
+    load_result,
+    read_json,
+    schema_family,
+)
 
 
 def redraw(json_path: Path, out_dir: Path | None = None) -> list[Path]:
@@ -20,6 +33,14 @@ def redraw(json_path: Path, out_dir: Path | None = None) -> list[Path]:
         LayerprobeError: `out_dir` cannot be used as an output directory.
     """
     json_path = Path(json_path)
+    kind = schema_family(str(read_json(json_path)["schema"]))
+    if kind in (schema_family(STABILITY_SCHEMA), schema_family(TRACK_SCHEMA)):  # read many results: not load_result's
+        reader = StabilityResult if kind == schema_family(STABILITY_SCHEMA) else TrackResult
+        several = reader.from_dict(read_json(json_path), str(json_path))
+        out_dir = json_path.parent if out_dir is None else check_output_dir(out_dir)
+        if isinstance(several, StabilityResult):
+            return plot_stability(several, out_dir)
+        return plot_track(several, out_dir)
     result = load_result(json_path)  # validated once, whatever the kind
     out_dir = json_path.parent if out_dir is None else check_output_dir(out_dir)
     if isinstance(result, AngularResult):

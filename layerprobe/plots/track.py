@@ -187,7 +187,7 @@ def _task_axes(count: int) -> tuple[Figure, list[Axes]]:
 
 
 def scores_figure(track: TrackResult) -> Figure | None:
-    """Each task's full-model score per run, with its 95 % interval (baseline ± 1.96 stderr)."""
+    """Each task's full-model score per run, with its 95 % interval (track.json's: `stats.score_interval95`)."""
     tasks = _tasks(track)
     if not tasks:
         return None
@@ -202,7 +202,7 @@ def scores_figure(track: TrackResult) -> Figure | None:
             [e.baseline_ci95 if e else None for e in entries],
             colour=TASK_COLOURS[k % len(TASK_COLOURS)],
             label=f"{task} {metric_label(metric)} (full model)",
-            interval_label="95 % CI (± 1.96 stderr)",
+            interval_label="95 % CI (Wilson for an accuracy, else ± 1.96 stderr)",
         )
         finish(ax, track, metric_label(metric), f"{task}: full-model score (95 % CI)")
     return fig

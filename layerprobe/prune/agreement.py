@@ -2,8 +2,10 @@
 
 A block that barely turns its input (small adjacent angular distance) should cost little when removed.
 Given an angular result of the same model, each prune-drop metric gets a rank agreement: Spearman's rho
-between d(x^l, x^(l+1)) and ΔP(l) over the removed blocks, with a bootstrap 95 % interval over blocks,
-and the overlap of the k blocks each measure calls most redundant (smallest distance; smallest loss).
+between d(x^l, x^(l+1)) and ΔP(l) over the removed blocks, with a 95 % interval (Fisher's z, Bonett and
+Wright's standard error: it always holds ρ) and how many distinct values each side has (with fewer than
+4, ρ is a handful of tied ranks and says little), and the overlap of the k blocks each measure calls most
+redundant (smallest distance; smallest loss).
 
 Orientation: for a metric where higher is better, removing an important block makes ΔP negative, so
 the measures agree when rho is *negative*; for perplexity-like metrics when it is positive.
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from layerprobe.core import ResultError
 from layerprobe.results import AngularResult, MetricDrop, ModelInfo, RunDir, load_result
-from layerprobe.stats import DEFAULT_DRAWS, DEFAULT_SEED, spearman_bootstrap, top_k_overlap
+from layerprobe.stats import INFORMATIVE_DISTINCT, distinct_values, spearman_interval, top_k_overlap
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,6 @@ def metric_agreement(
     *,
     span: int = 1,
     k: int | None = None,
-    draws: int = DEFAULT_DRAWS,
-    seed: int = DEFAULT_SEED,
 ) -> dict[str, object]:
     """The agreement block of one metric (see the module docstring); blocks with a non-finite value are left out.
 
@@ -98,8 +98,6 @@ def metric_agreement(
         metric: The metric's ΔP per removed block (or span).
         span: n, the blocks each variant removed: recorded as `span`, the distances as `span_distance`.
         k: Blocks compared by the top-k overlap (default: a quarter of the usable blocks).
-        draws: Bootstrap draws for rho's interval.
-        seed: Seed of that bootstrap.
     """
     pairs = [
         (layer, adjacent[layer], delta)
@@ -108,7 +106,8 @@ def metric_agreement(
     ]
     layers = [p[0] for p in pairs]
     distance, delta = [p[1] for p in pairs], [p[2] for p in pairs]
-    rho, ci = spearman_bootstrap(distance, delta, draws=draws, seed=seed)
+    rho, ci = spearman_interval(distance, delta)
+    distinct = [distinct_values(distance), distinct_values(delta)]
     k = default_k(len(pairs)) if k is None else k
     loss = [-d if metric.higher_is_better else d for d in delta]  # > 0: the score got worse
     by_distance = [layers[i] for i in sorted(range(len(pairs)), key=lambda i: distance[i])]
@@ -120,7 +119,9 @@ def metric_agreement(
         "spearman": rho,
         "spearman_ci95": None if ci is None else list(ci),
         "agree_when": "negative" if metric.higher_is_better else "positive",
-        "bootstrap": {"draws": draws, "seed": seed},
+        "interval": "fisher_z_bonett_wright",
+        "distinct": distinct,  # distinct distances, distinct ΔP: below INFORMATIVE_DISTINCT ρ says little
+        "informative": len(pairs) >= INFORMATIVE_DISTINCT and min(distinct) >= INFORMATIVE_DISTINCT,
         "top_k": min(k, len(pairs)),
         "top_k_overlap": top_k_overlap(by_distance, by_loss, min(k, len(pairs))) if pairs else None,
         "most_redundant_by_distance": by_distance[:k],

@@ -13,9 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import cast
 
-from layerprobe.core import CORPUS_TASK, LayerprobeError, PruneSpec, Share, parse_layer_ranges
+from layerprobe.core import CORPUS_TASK, LayerprobeError, PruneSpec, ResultError, Share, parse_layer_ranges
 from layerprobe.data import check_chat_template
 from layerprobe.evaluate import (
+    PreparedTasks,
     check_sequential_tasks,
     check_tasks_fit_model,
     keyed_by_task_name,
@@ -51,7 +52,16 @@ from layerprobe.prune.samples import SampleLog, SampleRow
 from layerprobe.prune.sequential import SequentialScorer, longer_baseline, run_sequential_task, with_baseline
 from layerprobe.prune.shards import write_shard
 from layerprobe.prune.state import PruneState, check_state_paths, fingerprint, variant_key
-from layerprobe.results import JSONObject, PruneDropResult, RunDir, RunTimer, rank_suffix, to_rows, write_json
+from layerprobe.results import (
+    JSONObject,
+    PruneDropResult,
+    RunDir,
+    RunTimer,
+    rank_suffix,
+    read_json,
+    to_rows,
+    write_json,
+)
 
 
 def run_prune_drop(
@@ -106,10 +116,10 @@ def run_prune_drop(
     tokenizer = load_tokenizer(spec.model) if loaded is None else loaded.tokenizer
     if spec.corpus.chat_template:
         check_chat_template(tokenizer)
-    progress.stage("Preparing tasks")
-    prepared = prepare_tasks(spec)
-    if spec.precision is not None:
-        check_sequential_tasks(prepared.task_sets)
+    # A finished run of these tasks in --out may be reused (--resume): the tasks are then prepared only if
+    # it is not (lm-eval's task index and data: the largest fixed cost of a resume that evaluates nothing).
+    reusable = resume and not sharded and _finished_with(RunDir(out_dir), spec.tasks)
+    prepared = None if reusable else _prepared(spec, progress)
     if loaded is None:
         progress.stage("Loading model")
         loaded = load_model(spec.model, purpose="head", lm_eval=True, tokenizer=tokenizer)
@@ -152,6 +162,8 @@ def run_prune_drop(
             progress.note(reuse_line)
         if finished is not None:
             return finished
+    if prepared is None:
+        prepared = _prepared(spec, progress)
     state = PruneState.open(out_dir, print_, resume, run_dir.partial_json(suffix).name)
     samples = SampleLog.open(out_dir, resume, suffix)
     unpaired = samples.reconcile(state)
@@ -270,3 +282,23 @@ def _rows_of(samples: SampleLog, task: str, variants: list[int | None]) -> list[
     """The per-document rows of `variants`, baseline first (what merge and rank 0 need of a share)."""
     by_variant = samples.read(task)
     return [row for v in variants for row in by_variant.get(v, [])]
+
+
+def _prepared(spec: PruneSpec, progress: Progress) -> PreparedTasks:
+    """The tasks built once (names, YAML, data, few-shot pools), checked for a sequential run."""
+    progress.stage("Preparing tasks")
+    prepared = prepare_tasks(spec)
+    if spec.precision is not None:
+        check_sequential_tasks(prepared.task_sets)
+    return prepared
+
+
+def _finished_with(run_dir: RunDir, tasks: tuple[str, ...]) -> bool:
+    """Whether `run_dir` holds a finished prune_drop.json of exactly `tasks` and no run in progress."""
+    if not run_dir.prune_drop_json.is_file() or run_dir.partial_jsons():
+        return False
+    try:
+        recorded = read_json(run_dir.prune_drop_json).get("tasks")
+    except ResultError:
+        return False
+    return isinstance(recorded, dict) and list(recorded) == list(tasks)

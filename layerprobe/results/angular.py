@@ -159,8 +159,8 @@ class AngularResult(Notebook):
         model = ModelInfo.from_dict(root.key("model"))
         distance = _distance_matrix(root.key("distance"))
         size = len(distance)
-        stderr = _optional_matrix(root.key("distance_stderr"), size, lambda cell: cell.number())
-        difference = _optional_matrix(root.key("row_difference_stderr"), size, lambda cell: cell.number())
+        stderr = _optional_matrix(root.key("distance_stderr"), size, lambda cell: cell.number(low=0.0))
+        difference = _optional_matrix(root.key("row_difference_stderr"), size, lambda cell: cell.number(low=0.0))
         if model.num_layers != len(distance) - 1:
             root.key("model").key("num_layers").fail(
                 f"L = {len(distance) - 1} to match the {len(distance)}×{len(distance)} distance matrix",
@@ -173,7 +173,7 @@ class AngularResult(Notebook):
             distance=distance,
             nonfinite_tokens=root.key("nonfinite_tokens").integer(default=0, minimum=0),
             run=RunInfo.from_dict(root.key("run")),
-            tokens_per_second=root.key("tokens_per_second").number(default=0.0),
+            tokens_per_second=root.key("tokens_per_second").number(default=0.0, low=0.0),
             summary=angular_summary(distance, stderr=stderr, difference_stderr=difference),
             distance_stderr=stderr,
             nonfinite_positions=_optional_matrix(

@@ -64,9 +64,9 @@ class CurveMethod:
             n=n,
             start=start,
             score=[item.number() for item in node.key("score").items()],
-            stderr=[item.number(optional=True) for item in node.key("stderr").items()],
+            stderr=[item.number(optional=True, low=0.0) for item in node.key("stderr").items()],
             delta=[item.number() for item in node.key("delta").items()],
-            delta_stderr=[item.number(optional=True) for item in node.key("delta_stderr").items()],
+            delta_stderr=[item.number(optional=True, low=0.0) for item in node.key("delta_stderr").items()],
         )
         for name in POINT_FIELDS[1:]:
             size = len(getattr(method, name))
@@ -106,7 +106,7 @@ class CurveMetric:
         node = Node.of(data, source)
         return cls(
             baseline=node.key("baseline").number(),
-            baseline_stderr=node.key("baseline_stderr").number(optional=True),
+            baseline_stderr=node.key("baseline_stderr").number(optional=True, low=0.0),
             higher_is_better=node.key("higher_is_better").flag(),
             methods={
                 name: CurveMethod.from_dict(method, num_layers)
@@ -338,12 +338,10 @@ def read_curve_set(path: str | os.PathLike[str], method: str, n: int) -> CurveSe
     """Read `method`'s set for `n` from a prune_curve.json.
 
     Schema @2: `methods.<name>.sets.<n>` (`blocks`, and `sublayers` as [block, "attention" | "mlp"] pairs).
-    An older @1 file holds spans only: the span [start, start + n) a span method (angular, last,
-    random_<seed>) chose for n.
+    An older @1 file holds spans only: the span [start, start + n) a span method chose for n.
 
     Raises:
-        ResultError: the file is not a prune-curve result, or has no such method or n (the line lists
-            what it has), or a set names a block outside the model's blocks.
+        ResultError: not a prune-curve file; no such method or n; a set not of n distinct units in range.
     """
     source = str(path)
     root = Node(read_json(path), source)
@@ -376,6 +374,8 @@ def read_curve_set(path: str | os.PathLike[str], method: str, n: int) -> CurveSe
     for block in [*blocks, *(b for b, _ in sublayers)]:
         if block >= num_layers:
             chosen.fail(f"blocks in 0 … {num_layers - 1} (the model has {num_layers})", f"got block {block}")
+    if len(set(units := [*blocks, *sublayers])) != len(units) or len(units) != n:  # a hand edit: `[1, 1]`
+        chosen.fail(f"{n} distinct units (the set for n = {n})", f"got {len(units)}: {', '.join(map(str, units))}")
     return CurveSet(source, method, n, sorted(blocks), sublayers, model_id, num_layers, architecture)
 
 

@@ -51,7 +51,7 @@ class BaselineScore:
     def from_dict(cls, node: Node) -> BaselineScore:
         return cls(
             value=node.key("value").number(),
-            stderr=node.key("stderr").number(optional=True),
+            stderr=node.key("stderr").number(optional=True, low=0.0),
             ci95=v.interval(node.key("ci95")),
             higher_is_better=node.key("higher_is_better").flag(),
             items=node.key("items").integer(optional=True, minimum=1),
@@ -104,10 +104,10 @@ class SetScore:
             node.key("stop").fail(" or ".join(f'"{r}"' for r in STOP_REASONS), f"got {stop!r}")
         return cls(
             value=node.key("value").number(),
-            stderr=node.key("stderr").number(optional=True),
+            stderr=node.key("stderr").number(optional=True, low=0.0),
             ci95=v.interval(node.key("ci95")),
             delta=node.key("delta").number(),
-            delta_stderr=node.key("delta_stderr").number(optional=True),
+            delta_stderr=node.key("delta_stderr").number(optional=True, low=0.0),
             delta_ci95=v.interval(node.key("delta_ci95")),
             items=node.key("items").integer(optional=True, minimum=1),
             stop=stop,

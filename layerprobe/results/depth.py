@@ -148,7 +148,10 @@ class Spread:
     ) -> Spread:
         """Five parallel arrays (`length` entries each, named `length_name` in errors); NaN allowed, counts ≥ 0."""
         node = Node.of(data, source)
-        numbers = {name: [item.number() for item in node.key(name).items()] for name in ("mean", "std", "min", "max")}
+        numbers = {
+            name: [item.number(low=0.0 if name == "std" else None) for item in node.key(name).items()]
+            for name in ("mean", "std", "min", "max")
+        }
         count = [item.integer(minimum=0) for item in node.key("count").items()]
         expected = len(numbers["mean"]) if length is None else length
         for name, size in [*((name, len(items)) for name, items in numbers.items()), ("count", len(count))]:
@@ -175,7 +178,7 @@ class GradNorms:
     @classmethod
     def from_dict(cls, data: JSONObject | Node, source: str = "grad", length: int | None = None) -> GradNorms:
         node = Node.of(data, source)
-        block = [item.number() for item in node.key("block").items()]
+        block = [item.number(low=0.0) for item in node.key("block").items()]
         if length is not None and len(block) != length:
             node.key("block").fail(f"an array of L = {length} items", f"got {len(block)} items")
         subs = node.key("sublayers")

@@ -177,7 +177,7 @@ def evaluation_from_dict(data: JSONObject | Node, source: str = "evaluation") ->
     metrics = {
         name: MetricScore(
             m.key("value").number(),
-            m.key("stderr").number(optional=True),
+            m.key("stderr").number(optional=True, low=0.0),
             m.key("higher_is_better").flag(optional=True),
             samples or 0,
         )

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from layerprobe.core import OutputError, ResultError, scrub
+from layerprobe.core import FULL_DISK_HINT, NO_SPACE, OutputError, ResultError, scrub, without_surrogates
 from layerprobe.results.json_types import JSONObject, Record
 from layerprobe.results.validate import Node
 
@@ -108,7 +108,7 @@ def _cannot_write(exc: OSError, path: Path) -> OSError | OutputError:
     reason = exc.strerror or str(exc)
     if exc.errno in NO_SPACE:  # the caller may say more (an export names the size it needs): the cause is kept
         return OutputError(
-            f"Cannot write {path}: {NO_SPACE[exc.errno]}. Files written before it are intact.",
+            f"Cannot write {path}: {NO_SPACE[exc.errno]}. Nothing was half-written; files already there are unchanged.",
             reason,
             hint=FULL_DISK_HINT,
         )
@@ -155,12 +155,6 @@ class StagedFile:
 
 
 # Errors of a full disk, a quota or a file-size limit (RLIMIT_FSIZE, a filesystem's largest file).
-NO_SPACE = {
-    errno.ENOSPC: "no space left on the device",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EFBIG: "file too large",
-}
-FULL_DISK_HINT = "Free some space on that disk (or raise the quota), or write to another disk (--out)."
 
 
 def full_disk(exc: BaseException) -> OSError | None:
@@ -258,8 +252,12 @@ def write_json(path: str | os.PathLike[str], data: Record) -> Path:
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write a text file atomically (see `atomic_write`): a JUnit report, a YAML recipe. No secret is written."""
-    text = scrub(text)  # a token that reached a result by any road (core/redact.py)
+    r"""Write a text file atomically (see `atomic_write`): a JUnit report, a YAML recipe. No secret is written.
+
+    A lone surrogate (a name from a JSON `"\udcff"` or a run directory named with a non-UTF-8 byte) is
+    written escaped as `\udcff`: UTF-8 cannot hold it, and a name is never worth a failed write.
+    """
+    text = without_surrogates(scrub(text))  # a token that reached a result by any road (core/redact.py)
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 

@@ -38,7 +38,7 @@ MODEL_FIELDS: dict[str, v.Kind] = {
 }
 RUN_FIELDS: dict[str, v.Kind] = {
     "started_at": v.text(optional=True),
-    "seconds": v.number(optional=True),
+    "seconds": lambda node: node.number(optional=True, low=0.0),
     "versions": v.string_map(optional=True),
     "device": v.text(optional=True),
     "prefix_reuse": v.text(optional=True),

@@ -22,13 +22,13 @@ from layerprobe.results.validate import Node
 T = TypeVar("T")
 TASK_FIELDS: dict[str, v.Kind] = {
     "num_fewshot": v.integer(optional=True, minimum=0),
-    "limit": v.number(optional=True, finite=True),
+    "limit": lambda node: node.number(optional=True, finite=True, low=0.0),
     "samples": v.integer(optional=True, minimum=0),
     "nonfinite": v.integer(default=0, minimum=0),
     "version": v.text(optional=True),
 }
 SETTINGS_FIELDS: dict[str, v.Kind] = {
-    "limit": v.number(optional=True, finite=True),
+    "limit": lambda node: node.number(optional=True, finite=True, low=0.0),
     "num_fewshot": v.integer(optional=True, minimum=0),
     "seed": v.integer(optional=True),
     "batch_size": v.text_or_integer(optional=True),
@@ -140,19 +140,21 @@ class MetricDrop:
         pruned_node, stderr_node = node.key("pruned"), node.key("stderr")
         pruned = [item.number() for item in pruned_node.items()]
         stderr: list[float | None] = (
-            [item.number(optional=True) for item in stderr_node.items()] if stderr_node.given else [None] * len(layers)
+            [item.number(optional=True, low=0.0) for item in stderr_node.items()]
+            if stderr_node.given
+            else [None] * len(layers)
         )
         for name, count in (("pruned", len(pruned)), ("stderr", len(stderr))):
             if count != len(layers):
                 node.key(name).fail(f"an array of {len(layers)} items (one per entry of layers)", f"got {count} items")
         return cls(
             baseline=node.key("baseline").number(),
-            baseline_stderr=node.key("baseline_stderr").number(optional=True),
+            baseline_stderr=node.key("baseline_stderr").number(optional=True, low=0.0),
             higher_is_better=node.key("higher_is_better").flag(default=True),
             layers=layers,
             pruned=pruned,
             stderr=stderr,
-            delta_stderr=_per_layer(node.key("delta_stderr"), layers, lambda n: n.number(optional=True)),
+            delta_stderr=_per_layer(node.key("delta_stderr"), layers, lambda n: n.number(optional=True, low=0.0)),
             delta_ci95=_per_layer(node.key("delta_ci95"), layers, v.interval),
             significant=_per_layer(node.key("significant"), layers, lambda n: n.flag(optional=True)),
             p_value=_per_layer(node.key("p_value"), layers, _probability),

@@ -192,7 +192,7 @@ class PruneShard:
         samples = root.key("samples")
         run = root.key("run")
         run.key("started_at").text()
-        run.key("seconds").number()
+        run.key("seconds").number(low=0.0)
         return cls(
             shard=root.key("shard").text(),
             fingerprint=root.key("fingerprint").obj(),

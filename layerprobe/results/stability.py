@@ -24,7 +24,7 @@ METHODS = ("bootstrap", "parametric_bootstrap", "mixed_bootstrap")
 SETTINGS_FIELDS: dict[str, v.Kind] = {
     "draws": v.integer(minimum=2),
     "seed": v.integer(),
-    "confidence": v.number(finite=True),
+    "confidence": lambda node: node.number(finite=True, low=0.0, high=1.0),
     "task": v.text(optional=True),
     "metric": v.text(optional=True),
 }
@@ -123,7 +123,7 @@ class StabilityPair:
         if not first < second < inputs:
             node.key("second").fail(f"an input index above first ({first}) and below {inputs}", f"got {second}")
         jaccard = [item.number(low=0.0, high=1.0) for item in node.key("jaccard_lowest_k").items()]
-        intervals = [_interval(item) or [] for item in node.key("jaccard_lowest_k_ci95").items()]
+        intervals = [v.interval(item, 0.0, 1.0) or [] for item in node.key("jaccard_lowest_k_ci95").items()]
         for name, count in (("jaccard_lowest_k", len(jaccard)), ("jaccard_lowest_k_ci95", len(intervals))):
             if count != ks:
                 node.key(name).fail(f"an array of {ks} items (k = 1 … {ks})", f"got {count}")
@@ -138,8 +138,8 @@ class StabilityPair:
             kendall_tau_b=node.key("kendall_tau_b").number(optional=True, low=-1.0, high=1.0),
             spearman_rho=node.key("spearman_rho").number(optional=True, low=-1.0, high=1.0),
             jaccard_lowest_k=jaccard,
-            kendall_tau_b_ci95=_interval(node.key("kendall_tau_b_ci95")),
-            spearman_rho_ci95=_interval(node.key("spearman_rho_ci95")),
+            kendall_tau_b_ci95=v.interval(node.key("kendall_tau_b_ci95"), -1.0, 1.0),
+            spearman_rho_ci95=v.interval(node.key("spearman_rho_ci95"), -1.0, 1.0),
             jaccard_lowest_k_ci95=intervals,
             method=method,
         )
@@ -220,13 +220,3 @@ class StabilityResult:
             notes=[item.text() for item in root.key("notes").items()],
             run=RunInfo.from_dict(root.key("run")),
         )
-
-
-def _interval(node: Node) -> list[float] | None:
-    """A [low, high] pair of numbers (NaN allowed: undefined), or null."""
-    if not node.given:
-        return None
-    bounds = [item.number() for item in node.items()]
-    if len(bounds) != 2:
-        node.fail("null or an array [low, high]", f"got {len(bounds)} items")
-    return bounds

@@ -48,20 +48,20 @@ class TrackAngular:
     @classmethod
     def from_dict(cls, node: Node) -> TrackAngular:
         stderr = node.key("adjacent_stderr")
-        adjacent = [item.number() for item in node.key("adjacent").items(min_length=1)]
-        stderrs = [item.number() for item in stderr.items()] if stderr.given else None
+        adjacent = [item.number(low=0.0, high=1.0) for item in node.key("adjacent").items(min_length=1)]
+        stderrs = [item.number(low=0.0) for item in stderr.items()] if stderr.given else None
         if stderrs is not None and len(stderrs) != len(adjacent):
             stderr.fail(f"an array of {len(adjacent)} items (one per block, like adjacent)", f"got {len(stderrs)}")
         method = node.key("stderr_method")
         if method.given and method.value not in (WINDOWS, INDEPENDENT_BLOCKS):
             method.fail(f'"{WINDOWS}", "{INDEPENDENT_BLOCKS}" or null')
         return cls(
-            lazy_threshold=node.key("lazy_threshold").number(finite=True),
+            lazy_threshold=node.key("lazy_threshold").number(finite=True, low=0.0, high=1.0),
             lazy_count=node.key("lazy_count").integer(minimum=0),
             surely_below=node.key("surely_below").integer(optional=True, minimum=0),
             possibly_below=node.key("possibly_below").integer(optional=True, minimum=0),
-            mean_adjacent=node.key("mean_adjacent").number(optional=True),
-            mean_adjacent_stderr=node.key("mean_adjacent_stderr").number(optional=True),
+            mean_adjacent=node.key("mean_adjacent").number(optional=True, low=0.0, high=1.0),
+            mean_adjacent_stderr=node.key("mean_adjacent_stderr").number(optional=True, low=0.0),
             mean_adjacent_ci95=interval(node.key("mean_adjacent_ci95"))
             if node.key("mean_adjacent_ci95").given
             else None,
@@ -114,7 +114,7 @@ class TrackTask:
             metric=node.key("metric").text(),
             higher_is_better=node.key("higher_is_better").flag(),
             baseline=node.key("baseline").number(),
-            baseline_stderr=node.key("baseline_stderr").number(optional=True),
+            baseline_stderr=node.key("baseline_stderr").number(optional=True, low=0.0),
             baseline_ci95=interval(node.key("baseline_ci95")) if node.key("baseline_ci95").given else None,
             watched=[WatchedDelta.from_dict(item) for item in node.key("watched").items()],
         )
@@ -136,7 +136,7 @@ class TrackDepth:
         return cls(
             rms_growth=node.key("rms_growth").number(optional=True),
             placement=node.key("placement").text(),
-            grad=[item.number() for item in grad.items()] if grad.given else None,
+            grad=[item.number(low=0.0) for item in grad.items()] if grad.given else None,
             grad_loss=node.key("grad_loss").text(optional=True),
             grad_ratio_last_first=node.key("grad_ratio_last_first").number(optional=True),
         )
@@ -305,6 +305,6 @@ class TrackResult:
             watch_source=watch.key("source").text(),
             mixed=root.key("mixed").flag(default=False),
             notes=[item.text() for item in root.key("notes").items()] if root.key("notes").given else [],
-            confidence=root.key("confidence").number(low=0.0, high=1.0),
+            confidence=root.key("confidence").number(finite=True, low=0.0, high=1.0),
             z=root.key("z").number(finite=True),
         )

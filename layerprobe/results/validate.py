@@ -155,7 +155,8 @@ class Node:
     ) -> float | None:
         """A JSON number as float; NaN and ±inf (how layerprobe records a failed measurement) unless `finite`.
 
-        `low`/`high` bound the finite values only, so a recorded NaN stays readable.
+        `low`/`high` bound every value but NaN (also ±inf: a distance of -Infinity is impossible, not a
+        failed measurement), so a recorded NaN stays readable.
         """
         settled, fallback = self._fallback(optional, default)
         if settled:
@@ -166,8 +167,8 @@ class Node:
         number = float(value)
         if finite and not math.isfinite(number):
             self.fail("a finite number")
-        if math.isfinite(number) and ((low is not None and number < low) or (high is not None and number > high)):
-            self.fail(f"a number in [{low:g}, {high:g}]" if low is not None and high is not None else "in range")
+        if not math.isnan(number) and ((low is not None and number < low) or (high is not None and number > high)):
+            self.fail(_range_text(low, high, nan=not finite))
         return number
 
     @overload
@@ -314,11 +315,26 @@ def any_object(optional: bool = False) -> Kind:
     return read
 
 
-def interval(node: Node) -> list[float] | None:
-    """A `[low, high]` pair of numbers (a confidence interval), or None for a JSON null."""
-    if node.value is None:
+def interval(node: Node, low: float | None = None, high: float | None = None) -> list[float] | None:
+    """A `[low, high]` pair of numbers (a confidence interval), or None for a JSON null.
+
+    NaN bounds are allowed (undefined); a lower bound above the upper one is refused, and so is a bound
+    outside `[low, high]` where the quantity has a range (a correlation in [-1, 1]).
+    """
+    if not node.given:
         return None
-    bounds = [item.number() for item in node.items()]
+    bounds = [item.number(low=low, high=high) for item in node.items()]
     if len(bounds) != 2:
         node.fail("null or an array [low, high]", f"got {len(bounds)} items")
+    if bounds[0] > bounds[1]:
+        node.fail("an interval [low, high] with low ≤ high", f"got [{bounds[0]:g}, {bounds[1]:g}]")
     return bounds
+
+
+def _range_text(low: float | None, high: float | None, nan: bool) -> str:
+    """`a number in [0, 1]`, `a number ≥ 0`…, with `(or NaN)` where a failed measurement is allowed."""
+    if low is not None and high is not None:
+        text = f"a number in [{low:g}, {high:g}]"
+    else:
+        text = f"a number ≥ {low:g}" if low is not None else f"a number ≤ {high:g}"
+    return text + (" (or NaN)" if nan else "")

@@ -5,7 +5,7 @@ Every number comes from the result object; nothing is recomputed here.
 
 from __future__ import annotations
 
-from layerprobe.core import CORPUS_TASK
+from layerprobe.core import CORPUS_TASK, markdown_text
 from layerprobe.results import ANGULAR_KIND, StabilityInput, StabilityPair, StabilityResult
 
 DIRECTION = (
@@ -71,7 +71,7 @@ def stability_markdown(result: StabilityResult) -> str:
     """The whole result as a markdown report: inputs, rank correlations, lowest-k overlaps, notes."""
     settings = result.settings
     lines = [
-        f"# Ranking stability: {result.model.label}",
+        f"# Ranking stability: {markdown_text(result.model.label)}",
         "",
         f"{len(result.inputs)} inputs, {len(result.blocks)} blocks compared "
         f"({_blocks_text(result.blocks, result.model.num_layers)}). {DIRECTION}",
@@ -85,10 +85,8 @@ def stability_markdown(result: StabilityResult) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for i, item in enumerate(result.inputs, start=1):
-        lines.append(
-            f"| {i} | {_cell(item.label)} | {item.kind} | {_cell(ranked_by(item))} | {_cell(data_text(item))} | "
-            f"{resampled_text(item)} | {ranking_text(item)} |"
-        )
+        cells = [item.label, item.kind, ranked_by(item), data_text(item), resampled_text(item), ranking_text(item)]
+        lines.append(f"| {i} | " + " | ".join(map(markdown_text, cells)) + " |")
     lines += [
         "",
         "## Rank correlation",
@@ -99,21 +97,21 @@ def stability_markdown(result: StabilityResult) -> str:
     for pair in result.pairs:
         tau = value_with_interval(pair.kendall_tau_b, pair.kendall_tau_b_ci95)
         rho = value_with_interval(pair.spearman_rho, pair.spearman_rho_ci95)
-        lines.append(f"| {_cell(pair_name(result, pair))} | {tau} | {rho} | {pair.method.replace('_', ' ')} |")
+        lines.append(f"| {markdown_text(pair_name(result, pair))} | {tau} | {rho} | {pair.method.replace('_', ' ')} |")
     lines += [
         "",
         "## Overlap of the k most prunable blocks (Jaccard, [95 %])",
         "",
         "Chance: the expected overlap of two unrelated rankings.",
         "",
-        "| k | chance | " + " | ".join(_cell(pair_name(result, p)) for p in result.pairs) + " |",
+        "| k | chance | " + " | ".join(markdown_text(pair_name(result, p)) for p in result.pairs) + " |",
         "|---|---|" + "---|" * len(result.pairs),
     ]
     for index, k in enumerate(result.ks):
         cells = [value_with_interval(p.jaccard_lowest_k[index], p.jaccard_lowest_k_ci95[index]) for p in result.pairs]
         lines.append(f"| {k} | {result.jaccard_chance[index]:.2f} | " + " | ".join(cells) + " |")
     if result.notes:
-        lines += ["", "## Notes", ""] + [f"- {_cell(note)}" for note in result.notes]
+        lines += ["", "## Notes", ""] + [f"- {markdown_text(note)}" for note in result.notes]
     return "\n".join(lines) + "\n"
 
 
@@ -125,8 +123,3 @@ def _blocks_text(blocks: list[int], num_layers: int) -> str:
     if blocks == list(range(num_layers)):
         return f"all {num_layers}"
     return f"{', '.join(map(str, blocks))} of {num_layers}"
-
-
-def _cell(text: str) -> str:
-    """Text safe inside a markdown table cell."""
-    return text.replace("|", "\\|").replace("\n", " ")

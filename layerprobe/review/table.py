@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from layerprobe.core import markdown_text
 from layerprobe.results import INDEPENDENT_BLOCKS, TrackResult, TrackRun
 
 INTERVALS = (
@@ -107,11 +108,11 @@ def track_markdown(track: TrackResult) -> str:
     """The history as GitHub markdown: a heading, the table, what the intervals are, and the notes."""
     header, rows = track_table(track)
     order = "by training step" if track.order == "step" else "as given"
-    lines = [f"### layerprobe track: {_escape(track.name)} · {len(rows)} runs, {order}", ""]
-    lines.append("| " + " | ".join(_escape(h) for h in header) + " |")
+    lines = [f"### layerprobe track: {markdown_text(track.name)} · {len(rows)} runs, {order}", ""]
+    lines.append("| " + " | ".join(markdown_text(h) for h in header) + " |")
     lines.append("|" + "|".join("---" if i < 2 else "---:" for i in range(len(header))) + "|")
-    lines += ["| " + " | ".join(_escape(cell) for cell in row) + " |" for row in rows]
-    lines += [""] + [f"- {_escape(note)}" for note in track_notes(track)]
+    lines += ["| " + " | ".join(markdown_text(cell) for cell in row) + " |" for row in rows]
+    lines += [""] + [f"- {markdown_text(note)}" for note in track_notes(track)]
     return "\n".join(lines) + "\n"
 
 
@@ -124,8 +125,3 @@ def track_notes(track: TrackResult) -> list[str]:
     if watch:
         notes.append(f"Watched blocks ({track.watch_source}): {watch}.")
     return notes + [f"Note: {note}." for note in track.notes or []]
-
-
-def _escape(text: str) -> str:
-    """A cell's text safe inside a markdown table row (pipes and newlines would end the cell)."""
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")

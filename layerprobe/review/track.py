@@ -29,6 +29,7 @@ from layerprobe.results import (
 from layerprobe.review.adjacent import track_angular
 from layerprobe.review.order import check_depths, check_one_model, order_runs, run_step
 from layerprobe.review.runs import RunResults
+from layerprobe.stats import score_interval95
 
 Z95 = 1.96  # every interval of the history is a two-sided 95 % normal interval
 WATCH_DEFAULT = "most harmful block of each task in the first run"
@@ -160,7 +161,8 @@ def track_tasks(
         metric_name = task.primary_metric
         metric = task.metrics[metric_name]
         se = metric.baseline_stderr
-        ci = [metric.baseline - Z95 * se, metric.baseline + Z95 * se] if se is not None and math.isfinite(se) else None
+        bounds = score_interval95(metric_name, metric.baseline, se, task.samples)  # as the report's figures
+        ci = None if bounds is None else list(bounds)
         blocks = watched.get(name, [])
         deltas = [
             watched_delta(metric, block, mapped_block(block, reference[name], result.model.num_layers))
@@ -171,11 +173,16 @@ def track_tasks(
 
 
 def watched_delta(metric: MetricDrop, watched: int, block: int) -> WatchedDelta:
-    """ΔP of `block` with its paired 95 % interval as prune_drop.json recorded it (None where it has none)."""
+    """ΔP of `block` with its 95 % interval as prune_drop.json recorded it (None where it has none).
+
+    The interval is the one valid for how the run stopped (`MetricDrop.interval95`): after a `--precision`
+    run's data-dependent stop only the anytime `delta_cs95` holds, not the fixed-n `delta_ci95`.
+    """
     if block not in metric.layers:
         return WatchedDelta(watched, block, None, None, None)
     i = metric.layers.index(block)
-    ci = metric.delta_ci95[i] if metric.delta_ci95 is not None else None
+    intervals = metric.interval95
+    ci = intervals[i] if intervals is not None else None
     significant = metric.significant[i] if metric.significant is not None else None
     return WatchedDelta(watched, block, metric.delta[i], None if ci is None else list(ci), significant)
 

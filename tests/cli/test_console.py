@@ -107,3 +107,18 @@ def test_quiet_prune_drop_prints_no_warning_lines(tiny_checkpoints, tmp_path):
     assert "Warning" in runs[False].stderr  # the control: there is a warning to silence
     assert "Warning" not in runs[True].stderr and "deprecated" not in runs[True].stderr, runs[True].stderr
     assert runs[True].stderr.strip() == ""
+
+
+def test_the_rate_is_what_was_done_over_the_time_it_took():
+    """12 evaluations in 36 s, eleven of them reported together at the end, are 0.33 eval/s, not thousands."""
+    now = [100.0]
+    progress = console.RichProgress(quiet=True)
+    progress.bar.get_time = lambda: now[0]
+    progress.stage("prune-drop", 12, "eval")
+    now[0] = 136.0 - 0.011
+    progress.advance(1)
+    for _ in range(11):
+        now[0] += 0.001
+        progress.advance(1)
+    rate = progress.bar.tasks[progress.task].fields["rate"]
+    assert rate == f"{12 / 36:.2g} eval/s" == "0.33 eval/s"

@@ -226,7 +226,10 @@ def test_cli_prune_refuses_a_curve_of_another_architecture(export_sources, tmp_p
     ],
 )
 def test_cli_prune_from_refusals_come_before_loading(export_sources, tmp_path, monkeypatch, options, message):
-    sets = {"greedy": {2: {"blocks": [1, 4]}}, "blockpruner": {2: {"blocks": [], "sublayers": [[3, "attention"]]}}}
+    sets = {
+        "greedy": {2: {"blocks": [1, 4]}},
+        "blockpruner": {2: {"blocks": [], "sublayers": [[3, "attention"], [5, "mlp"]]}},
+    }
     curve = _curve(tmp_path, curve_sets_dict(sets, num_layers=6))
     monkeypatch.setattr("layerprobe.export.save._load_weights", _no_loading)
     out = tmp_path / "out"

@@ -231,3 +231,16 @@ def test_prefix_groups_are_journaled_so_a_killed_run_resumes_without_redoing_the
     )
     assert resumed.tasks["lp_mmlu"].metrics == full.tasks["lp_mmlu"].metrics
     assert 0 < sum(resumed_rows) < sum(full_rows)  # the saved group is not scored again
+
+
+@pytest.mark.filterwarnings("error::FutureWarning")  # pyproject ignores FutureWarning globally: not here
+def test_a_shared_prune_drop_uses_the_supported_cache_argument_and_warns_nothing(long_context, tmp_path, spy):
+    """transformers 5 renamed `past_key_values` to `cache` (the old name "will be removed in version 5.40.0")."""
+    import warnings
+
+    path = long_context["llama"]
+    spec = prune_spec(path, tasks=("lp_mmlu",), layers="3", limit=2, num_fewshot=5, engine="shared")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        result = run_prune_drop(spec, tmp_path / "run", loaded=loaded_head(path), progress=spy.progress)
+    assert result.run.prefix_reuse == "on"  # the cached passes ran

@@ -393,7 +393,7 @@ def paired_arc_result(higher_is_better=True, agreement=False) -> tuple[PruneDrop
         significant=[True, False, False, True],
         delta_method="paired_mean",
     )
-    block = {"acc": metric_agreement([0.4, 0.1, 0.2, 0.3], metric, draws=50)} if agreement else None
+    block = {"acc": metric_agreement([0.4, 0.1, 0.2, 0.3], metric)} if agreement else None
     return prune_drop_result({"arc": {"acc": metric}}, limit=None, model=model_info(4), agreement=block), metric
 
 

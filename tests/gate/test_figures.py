@@ -28,6 +28,8 @@ from layerprobe.core.errors import ResultError
 from layerprobe.gate import figures
 from layerprobe.gate.figures import plot_verdict
 from layerprobe.gate.verdict import compare_paths
+from layerprobe.plots import BASELINE_BAND
+from layerprobe.stats import wilson_interval
 
 
 @pytest.mark.slow  # over 3 s on 2 cores: the default tier stays under 3 minutes
@@ -131,8 +133,12 @@ def test_compare_prune_drop_draws_95_percent_intervals_and_labels_them():
             if s is not None and math.isfinite(d)
         ]
         assert spans == [pytest.approx(span) for span in expected]
-        low, high = band_limits(bars_ax, "baseline 95 % CI (± 1.96 stderr)")
-        assert (low, high) == pytest.approx((-z * base_metric.baseline_stderr, z * base_metric.baseline_stderr))
+        # One quantity, one interval: the band is the Wilson interval the title gives the baseline, moved to 0.
+        n = baseline.tasks["arc"].samples
+        wilson = wilson_interval(round(base_metric.baseline * n), n)
+        assert f"[{wilson[0]:.3g}, {wilson[1]:.3g}]" in bars_ax.get_title()
+        low, high = band_limits(bars_ax, BASELINE_BAND)
+        assert (low, high) == pytest.approx((wilson[0] - base_metric.baseline, wilson[1] - base_metric.baseline))
         assert any("95 % CI" in text for text in legend_texts(bars_ax) if "baseline" not in text)
         assert not errorbar_spans(diff_ax)  # the candidate has no paired stderrs: no combined interval
     finally:

@@ -45,10 +45,13 @@ def hand_spearman(x, y):
     return num / math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
 
 
+Z = 1.959963984540054
+
+
 def test_agreement_fields_against_a_hand_computation():
     adjacent = [0.40, 0.10, 0.30, 0.05, 0.20, 0.35, 0.15, 0.25]
     deltas = [-0.30, -0.01, -0.20, 0.00, -0.05, -0.28, -0.02, -0.10]  # bigger turn, bigger loss: agree
-    got = metric_agreement(adjacent, drop(deltas), draws=400, seed=3)
+    got = metric_agreement(adjacent, drop(deltas))
     assert got["spearman"] == pytest.approx(hand_spearman(adjacent, deltas), abs=1e-12)
     assert got["spearman"] < -0.8 and got["agree_when"] == "negative"
     low, high = got["spearman_ci95"]
@@ -56,16 +59,24 @@ def test_agreement_fields_against_a_hand_computation():
     assert got["top_k"] == default_k(8) == 2
     assert got["most_redundant_by_distance"] == [3, 1] and got["least_harmful_by_delta"] == [3, 1]
     assert got["top_k_overlap"] == 1.0
-    assert got["span_distance"] == adjacent and got["span"] == 1 and got["bootstrap"] == {"draws": 400, "seed": 3}
+    assert got["span_distance"] == adjacent and got["span"] == 1 and got["interval"] == "fisher_z_bonett_wright"
+    # Fisher's z with Bonett and Wright's standard error, computed here directly.
+    assert got["spearman"] == -1.0 and (low, high) == (-1.0, -1.0)  # a perfect ρ: the interval is the point
+    noisy = metric_agreement(adjacent, drop([-0.30, -0.01, -0.20, 0.00, -0.05, -0.02, -0.28, -0.10]))
+    rho, (low, high) = noisy["spearman"], noisy["spearman_ci95"]
+    z, se = math.atanh(rho), math.sqrt((1 + rho**2 / 2) / (8 - 3))
+    assert (low, high) == pytest.approx((math.tanh(z - Z * se), math.tanh(z + Z * se)), abs=1e-12)
+    assert low <= rho <= high and -1 < rho < -0.5
+    assert got["distinct"] == [8, 8] and got["informative"] is True
     # A perplexity-like metric: a larger ΔP is the loss, so the measures agree when rho is positive.
-    ppl = metric_agreement(adjacent, drop([-d for d in deltas], higher_is_better=False), draws=50)
+    ppl = metric_agreement(adjacent, drop([-d for d in deltas], higher_is_better=False))
     assert ppl["agree_when"] == "positive" and ppl["spearman"] == pytest.approx(-got["spearman"], abs=1e-12)
     assert ppl["least_harmful_by_delta"] == [3, 1]
 
 
 def test_only_removed_blocks_with_finite_values_are_compared():
     adjacent = [0.4, float("nan"), 0.3, 0.1]
-    got = metric_agreement(adjacent, drop([-0.2, -0.1, float("inf")], layers=[0, 1, 2]), draws=20)
+    got = metric_agreement(adjacent, drop([-0.2, -0.1, float("inf")], layers=[0, 1, 2]))
     assert got["layers"] == [0] and got["spearman"] is None and got["spearman_ci95"] is None
     assert got["top_k"] == 1 and got["top_k_overlap"] == 1.0
 
@@ -180,3 +191,13 @@ def test_a_span_run_compares_and_labels_the_span_distance(tmp_path, capsys):
     old = {k: v for k, v in block["acc"].items() if k not in ("span", "span_distance")}
     old["adjacent_distance"] = want
     assert agreement_distances(old) == want and agreement_span(old, result.settings) == 2
+
+
+def test_heavily_tied_deltas_get_an_interval_around_rho_and_are_called_uninformative():
+    """A prune-drop on 6 blocks with --limit 100: many equal ΔP. The bootstrap gave +0.65 [+0.66, +0.96]."""
+    adjacent = [0.30, 0.12, 0.10, 0.11, 0.09, 0.25]
+    deltas = [-0.05, 0.0, 0.0, 0.0, 0.0, -0.01]
+    got = metric_agreement(adjacent, drop(deltas, layers=list(range(6))))
+    low, high = got["spearman_ci95"]
+    assert low <= got["spearman"] <= high and -1 <= low and high <= 1
+    assert got["distinct"] == [6, 3] and got["informative"] is False

@@ -178,7 +178,9 @@ def interrupted_after(k: int, recorded: list) -> Progress:
     return Progress(on_evaluation=on_evaluation)
 
 
-def test_damaged_resume_state_is_recomputed_and_the_resumed_result_equals_a_clean_run(tiny_checkpoints, tmp_path):
+def test_damaged_resume_state_is_recomputed_and_the_resumed_result_equals_a_clean_run(
+    tiny_checkpoints, tmp_path, monkeypatch
+):
     path = tiny_checkpoints["llama"]
     loaded = loaded_head(path)
     spec = resume_spec(path, tasks=("lp_arc_like",), engine="shared", prefix_reuse=False, layers="0,3", batch_size=2)
@@ -212,10 +214,16 @@ def test_damaged_resume_state_is_recomputed_and_the_resumed_result_equals_a_clea
         "computing 3; 3 damaged record(s) of the resume state dropped and computed again."
     ]
 
-    # --resume on the finished run: reused as it is, nothing evaluated, and said so.
+    # --resume on the finished run: reused as it is, nothing evaluated, and said so; its fixed cost is small:
+    # the tasks (lm-eval's index and data) are not even prepared.
+    import layerprobe.prune.drop as drop_module
+
+    prepared = []
+    monkeypatch.setattr(drop_module, "prepare_tasks", lambda spec: prepared.append(spec) or 1 / 0)
     notes.clear(), recorded.clear()
     again = run_prune_drop(spec, out, resume=True, loaded=loaded, progress=progress)
-    assert recorded == [] and comparable(again) == comparable(full)
+    assert recorded == [] and comparable(again) == comparable(full) and prepared == []
+    monkeypatch.undo()
     assert notes == [
         f"--resume: {out / RESULT} is already this run's finished result; reused as it is "
         "(3 evaluations, nothing recomputed)."

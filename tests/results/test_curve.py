@@ -12,7 +12,7 @@ from layerprobe.results import read_curve_set
 
 SETS = {
     "greedy": {1: {"blocks": [4], "sublayers": []}, 2: {"blocks": [4, 1], "sublayers": []}},
-    "blockpruner": {2: {"blocks": [2], "sublayers": [[3, "attention"], [5, "mlp"]]}},
+    "blockpruner": {3: {"blocks": [2], "sublayers": [[3, "attention"], [5, "mlp"]]}},
     "influence": {3: {"blocks": [5, 0, 2]}},  # no sublayers field at all
 }
 
@@ -28,7 +28,7 @@ def test_a_set_of_schema_2(tmp_path):
     chosen = read_curve_set(path, "greedy", 2)
     assert (chosen.blocks, chosen.sublayers, chosen.num_layers, chosen.model_id) == ([1, 4], [], 6, "org/m")
     assert read_curve_set(path, "influence", 3).blocks == [0, 2, 5]
-    mixed = read_curve_set(path, "blockpruner", 2)
+    mixed = read_curve_set(path, "blockpruner", 3)
     assert mixed.blocks == [2] and mixed.sublayers == [(3, "attention"), (5, "mlp")]
 
 
@@ -79,3 +79,18 @@ def test_not_a_prune_curve(tmp_path):
     data["schema"] = "layerprobe/angular@1"
     with pytest.raises(ResultError, match="expected a prune-curve result"):
         read_curve_set(_write(tmp_path, data), "greedy", 1)
+
+
+@pytest.mark.parametrize(
+    ("blocks", "n", "got"),
+    [([1, 1], 2, "got 2: 1, 1"), ([1], 2, "got 1: 1"), ([1, 2, 3], 2, "got 3: 1, 2, 3")],
+)
+def test_a_set_that_is_not_n_distinct_units_is_refused(tmp_path, blocks, n, got):
+    """A hand-edited set (`[1, 1]` for n = 2) would export something other than it says: refused."""
+    path = _write(tmp_path, curve_sets_dict({"greedy": {n: {"blocks": blocks, "sublayers": []}}}, num_layers=9))
+    with pytest.raises(ResultError) as caught:
+        read_curve_set(path, "greedy", n)
+    assert (
+        caught.value.message
+        == f"{path}: methods.greedy.sets.{n} must be {n} distinct units (the set for n = {n}), {got}"
+    )

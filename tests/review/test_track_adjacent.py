@@ -99,3 +99,21 @@ def test_without_per_window_values_the_mean_assumes_blocks_independent_and_says_
     independent = math.sqrt(sum(s * s for s in se)) / result.num_layers
     assert got.stderr_method == "assumes blocks independent"
     assert got.mean_adjacent_stderr == pytest.approx(independent, rel=1e-12)
+
+
+def test_a_precision_run_is_tracked_with_its_anytime_interval():
+    """After --precision's data-dependent stop only delta_cs95 holds: track shows it, not delta_ci95."""
+    from factories import metric_drop
+
+    from layerprobe.review.track import watched_delta
+
+    metric = metric_drop(
+        0.6,
+        [0.5, 0.58],
+        paired_se=[0.01, 0.01],
+        delta_ci95=[[-0.12, -0.08], [-0.04, 0.0]],
+        delta_cs95=[[-0.15, -0.05], [-0.07, 0.03]],
+    )
+    assert watched_delta(metric, 0, 0).delta_ci95 == [-0.15, -0.05]
+    fixed = metric_drop(0.6, [0.5, 0.58], paired_se=[0.01, 0.01], delta_ci95=[[-0.12, -0.08], [-0.04, 0.0]])
+    assert watched_delta(fixed, 1, 1).delta_ci95 == [-0.04, 0.0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -87,8 +88,11 @@ def test_scores_and_watched_deltas_are_the_prune_drop_values(tracked, review_run
         metric = review_runs.raw(run["step"], "prune_drop")["tasks"]["lp_arc_like"]["metrics"]["acc"]
         task = run["prune_drop"]["lp_arc_like"]
         assert task["metric"] == "acc" and task["baseline"] == metric["baseline"]
-        b, s = metric["baseline"], metric["baseline_stderr"]
-        assert task["baseline_ci95"] == pytest.approx([b - Z * s, b + Z * s], rel=1e-12)
+        # acc is k right of n: Wilson's interval, as the report's figures give it (one quantity, one interval)
+        n = review_runs.raw(run["step"], "prune_drop")["tasks"]["lp_arc_like"]["samples"]
+        k, z = round(metric["baseline"] * n), 1.959963984540054
+        centre, half = (k + z * z / 2) / (n + z * z), z / (n + z * z) * math.sqrt(k * (n - k) / n + z * z / 4)
+        assert task["baseline_ci95"] == pytest.approx([centre - half, centre + half], rel=1e-9)
         i = metric["layers"].index(watched)
         assert task["watched"] == [
             {

@@ -107,10 +107,11 @@ def test_normal_pvalue_matches_the_normal_interval():
 
 
 def test_bootstrap_pvalue_counts_the_other_side_with_the_plus_one():
-    draws = np.array([0.3, 0.1, -0.2, 0.0, 0.5, 0.4, 0.2, 0.6, 0.1])
-    assert bootstrap_pvalue(0.25, draws) == pytest.approx(2 * (1 + 2) / 10)
-    assert bootstrap_pvalue(-0.25, -draws) == pytest.approx(2 * (1 + 2) / 10)
-    assert bootstrap_pvalue(0.25, np.abs(draws) + 1) == pytest.approx(2 / 10)
+    draws = np.tile([0.3, 0.1, -0.2, 0.0, 0.5, 0.4, 0.2, 0.6, 0.1], 5)  # 10 of 45 on the other side: resolved
+    assert bootstrap_pvalue(0.25, draws) == pytest.approx(2 * (1 + 10) / 46)
+    assert bootstrap_pvalue(-0.25, -draws) == pytest.approx(2 * (1 + 10) / 46)
+    shifted = np.abs(draws) + 1  # none on the other side: the normal tail of the bootstrap SE
+    assert bootstrap_pvalue(0.25, shifted) == pytest.approx(2 * stats.norm.sf(0.25 / shifted.std(ddof=1)))
     assert bootstrap_pvalue(0.25, -np.abs(draws) - 1) == 1.0  # capped
     assert bootstrap_pvalue(0.0, draws) == 1.0
     assert bootstrap_pvalue(0.1, [np.nan, 0.2]) is None
@@ -127,3 +128,41 @@ def test_bootstrap_pvalue_agrees_with_the_percentile_interval():
             assert p < 0.05
         if low < -0.01 < 0.01 < high:
             assert p > 0.05
+
+
+def _bootstrap_means(rng, values, draws=1000):
+    """A bootstrap of a mean over documents, as paired_bootstrap resamples them (same draw for both variants)."""
+    picks = rng.integers(0, len(values), size=(draws, len(values)))
+    return values[picks].mean(axis=1)
+
+
+def test_a_corpus_metric_p_value_has_the_resolution_holm_needs():
+    """A block costing 3.6 paired standard errors, 1,000 draws, Holm over 36 tests: flagged (it used to floor
+    at 2/1001 = 0.002, which Holm lifted to 0.07). Under no effect the level holds."""
+    rng = np.random.default_rng(26)
+    n = 400
+    flagged = 0
+    for _ in range(20):
+        differences = rng.normal(0.0, 1.0, size=n)
+        differences += 3.6 * differences.std(ddof=1) / math.sqrt(n) - differences.mean()  # exactly 3.6 SE
+        delta = float(differences.mean())
+        p = bootstrap_pvalue(delta, _bootstrap_means(rng, differences))
+        assert p < 2 / 1001  # below the old floor
+        family = [p, *rng.uniform(0.05, 1.0, size=35)]  # 35 blocks that do nothing
+        flagged += adjust_pvalues(family, "holm").pvalues[0] < 0.05
+    assert flagged == 20
+    # No effect: the test keeps its level (the refinement only acts beyond the draws' resolution).
+    rejected = 0
+    for _ in range(300):
+        differences = rng.normal(0.0, 1.0, size=n)
+        rejected += bootstrap_pvalue(float(differences.mean()), _bootstrap_means(rng, differences)) < 0.05
+    assert 0.02 <= rejected / 300 <= 0.09
+
+
+def test_beyond_the_draws_the_p_value_is_the_normal_tail_of_the_bootstrap_se():
+    draws = np.random.default_rng(3).normal(1.0, 0.2, size=999)  # none at or below 0
+    expected = 2 * stats.norm.sf(1.0 / draws.std(ddof=1))
+    assert bootstrap_pvalue(1.0, draws) == pytest.approx(expected, rel=1e-12)
+    resolved = np.random.default_rng(4).normal(1.0, 0.5, size=999)  # about 23 draws below 0: percentile p
+    other = int(np.sum(resolved <= 0))
+    assert other >= 10 and bootstrap_pvalue(1.0, resolved) == pytest.approx(2 * (1 + other) / 1000)

@@ -3,6 +3,7 @@
 import math
 import random
 
+import numpy as np
 import pytest
 from reference import agresti_min
 from scipy import stats as scipy_stats
@@ -13,7 +14,7 @@ from layerprobe.stats.paired import (
     paired_mean_stats,
     ranks,
     spearman,
-    spearman_bootstrap,
+    spearman_interval,
     stratified_mean_stats,
     top_k_overlap,
 )
@@ -162,16 +163,27 @@ def test_ranks_and_spearman_against_direct_and_scipy():
     assert spearman([1, 1, 1], [1, 2, 3]) is None
 
 
-def test_spearman_bootstrap_interval_contains_rho_and_reacts_to_noise():
+def test_spearman_interval_contains_rho_and_reacts_to_noise():
     rng = random.Random(5)
     x = list(range(20))
     tight = [v + rng.gauss(0, 0.5) for v in x]
     loose = [v + rng.gauss(0, 20) for v in x]
-    rho, ci = spearman_bootstrap(x, tight, draws=500, seed=0)
+    rho, ci = spearman_interval(x, tight)
     assert ci[0] <= rho <= ci[1] and ci[0] > 0.8
-    rho2, ci2 = spearman_bootstrap(x, loose, draws=500, seed=0)
+    rho2, ci2 = spearman_interval(x, loose)
     assert ci2[1] - ci2[0] > 3 * (ci[1] - ci[0])
-    assert spearman_bootstrap([1, 2], [2, 1])[1] is None
+    assert spearman_interval([1, 2, 3], [2, 1, 3])[1] is None  # n − 3 = 0: no interval
+    assert spearman_interval([1, 2, 3, 4], [1, 2, 3, 4]) == (1.0, (1.0, 1.0))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_spearman_interval_always_holds_rho_even_with_ties(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(4, 12))
+    x, y = rng.random(n), rng.integers(0, 3, size=n).astype(float)  # y: heavily tied
+    rho, ci = spearman_interval(x, y)
+    if rho is not None:
+        assert ci[0] <= rho <= ci[1]
 
 
 def test_top_k_overlap():
