@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import app
+from layerprobe.core import FULL_DISK_HINT
 
 runner = CliRunner()
 
@@ -36,5 +37,5 @@ def test_a_full_disk_is_one_line_and_status_2(review_runs, tmp_path, monkeypatch
     assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
     assert "no space left on the device" in result.output and "Nothing was half-written" in result.output
     assert f"Cannot write {out}" in result.output  # the file asked for, not a temporary name
-    assert "hint: Free some space, or pass --out on a disk with room." in result.output
+    assert f"hint: {FULL_DISK_HINT}" in result.output
     assert not out.exists() or not any(p.is_file() for p in out.rglob("*"))
