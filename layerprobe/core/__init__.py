@@ -19,6 +19,7 @@ from layerprobe.core.defaults import (
     DEFAULT_STATE_BYTES,
     DTYPES,
     ENGINES,
+    HEAL_METHODS,
     LOCAL_BUILDERS,
     MAX_TOKENS,
     MULTIPLICITY_METHODS,
@@ -43,6 +44,7 @@ from layerprobe.core.errors import (
     hub_offline,
     offline_model_hint,
 )
+from layerprobe.core.heal_spec import HealSpec
 from layerprobe.core.model_spec import ModelSpec, parse_model_args, quantization_from_flags
 from layerprobe.core.redact import known_secrets, redacted, scrub
 from layerprobe.core.run_specs import AngularSpec, DepthSpec, ExportSpec, PruneSpec, check_ablation
@@ -71,6 +73,8 @@ __all__ = [
     "DepthSpec",
     "DTYPES",
     "EmptyCorpus",
+    "HealSpec",
+    "HEAL_METHODS",
     "ENGINES",
     "ExportSpec",
     "hub_offline",

@@ -55,6 +55,7 @@ from layerprobe.results.evaluation import (
     to_rows,
 )
 from layerprobe.results.export_record import PrunedFrom, read_pruned_from
+from layerprobe.results.heal import HEAL_METRICS, HEAL_MODELS, HealResult, read_heal
 from layerprobe.results.io import (
     ANSWERS_SCHEMA,
     COMPARE_SCHEMA,
@@ -128,6 +129,10 @@ from layerprobe.results.track import (
 from layerprobe.results.validate import Node
 
 __all__ = [
+    "HEAL_METRICS",
+    "HEAL_MODELS",
+    "HealResult",
+    "read_heal",
     "agreement_distances",
     "agreement_span",
     "span_distance_label",
