@@ -13,6 +13,11 @@ from layerprobe.core.defaults import (
     DEFAULT_CURVE_METHODS,
     DEFAULT_DATASET,
     DEFAULT_DRAWS,
+    DEFAULT_HELD_OUT_TOKENS,
+    DEFAULT_LORA_LR,
+    DEFAULT_LORA_RANK,
+    DEFAULT_LORA_STEPS,
+    DEFAULT_LORA_TARGETS,
     DEFAULT_MULTIPLICITY,
     DEFAULT_ROUND_SIZE,
     DEFAULT_SEED,
@@ -51,6 +56,11 @@ from layerprobe.core.run_specs import AngularSpec, DepthSpec, ExportSpec, PruneS
 from layerprobe.core.shares import Share
 
 __all__ = [
+    "DEFAULT_HELD_OUT_TOKENS",
+    "DEFAULT_LORA_LR",
+    "DEFAULT_LORA_RANK",
+    "DEFAULT_LORA_STEPS",
+    "DEFAULT_LORA_TARGETS",
     "ANSWER",
     "AngularSpec",
     "BUILTIN_CORPUS",

@@ -49,7 +49,7 @@ RESULT_FILES = {"angular": ANGULAR_JSON, "prune_drop": PRUNE_DROP_JSON, "depth":
 # The result files `track` and `report` read from a run directory, by kind (whichever are there).
 REVIEWED_FILES = {**RESULT_FILES, "prune_curve": PRUNE_CURVE_JSON}
 # Figures: kind → file stem (`angular.png`, `prune_drop_<task>.png`, `compare_<kind>.png`…).
-FIGURES = ("angular", "depth", "prune_drop", "prune_curve", "compare", "stability", "track")
+FIGURES = ("angular", "depth", "prune_drop", "prune_curve", "compare", "stability", "track", "heal", "gain")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from layerprobe.core import UnsupportedModel
 from layerprobe.data import Window
-from layerprobe.heal import NormalEquations, find_sites, folded, spans_of
+from layerprobe.heal import find_sites, folded, spans_of
 from layerprobe.heal.linear import calibrate, check_fold
 from layerprobe.model import find_layers, removed_blocks
 
