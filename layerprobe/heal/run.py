@@ -76,6 +76,10 @@ def plan(spec: HealSpec, progress: Progress) -> Plan:
     num_layers = find_layers(skeleton, spec.model.layers_path).num_layers
     del skeleton
     removed = _removed(spec, num_layers)
+    if spec.trains:
+        raise LayerprobeError(
+            f"--method {spec.method} (LoRA) is not implemented yet.", hint="Heal with --method linear."
+        )
     if spec.folds:
         refuse_first_block(removed)
     if spec.save is not None:
@@ -83,7 +87,14 @@ def plan(spec: HealSpec, progress: Progress) -> Plan:
             progress.note(note)
         check_destination(export_spec(spec))
     total = dataclasses.replace(spec.corpus, tokens=spec.corpus.tokens + spec.held_out_tokens)
-    tokenizer, windows, seq_len = windows_before_loading(spec.model, total, progress.on_advance)
+    try:
+        tokenizer, windows, seq_len = windows_before_loading(spec.model, total, progress.on_advance)
+    except CorpusError as exc:  # the budget is calibration plus held-out: say so, not --tokens alone
+        raise CorpusError(
+            f"{exc.message} (heal reads --tokens {spec.corpus.tokens:,} + --held-out-tokens "
+            f"{spec.held_out_tokens:,} positions)",
+            hint="Give a larger corpus, or lower --tokens or --held-out-tokens.",
+        ) from exc
     calibration, held_out = split_windows(windows, spec.corpus.tokens)
     if not held_out:
         raise CorpusError(
