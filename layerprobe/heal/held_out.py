@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import TYPE_CHECKING, cast
 
 from layerprobe.core import CORPUS_TASK, DEFAULT_DRAWS, DEFAULT_SEED, Z95, CorpusSpec
 from layerprobe.evaluate import CorpusScorer
@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 MODELS = ("original", "pruned", "healed")
 METRICS = ("nll", "kl", "top1_agreement")
 HIGHER_IS_BETTER = {"nll": False, "kl": False, "top1_agreement": True}
-_PRUNED, _HEALED = ("pruned",), ("healed",)
+# The two variants' keys: the scorer calls `ablate` with them (its span checks are skipped with `ablate`).
+_PRUNED, _HEALED = cast("tuple[int, ...]", ("pruned",)), cast("tuple[int, ...]", ("healed",))
 Heal = Callable[[], contextlib.AbstractContextManager[object]]
 
 
@@ -42,7 +43,7 @@ def per_window(
     """Model → metric → its per-window values on `windows`; `heal()` turns the pruned model into the healed one."""
 
     @contextlib.contextmanager
-    def variant(key: Hashable) -> contextlib.AbstractContextManager[object]:  # type: ignore[misc]
+    def variant(key: Hashable) -> Iterator[None]:
         with contextlib.ExitStack() as stacked:
             if key == _HEALED:
                 stacked.enter_context(heal())
@@ -58,7 +59,7 @@ def per_window(
         found[name] = {}
         for metric in METRICS:
             values = evaluation.per_sample[metric].values[CORPUS_TASK]
-            found[name][metric] = [float(values[i]) for i in sorted(values)]  # type: ignore[arg-type]
+            found[name][metric] = [float(values[i]) for i in sorted(values)]
     return found
 
 

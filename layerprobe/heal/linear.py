@@ -66,7 +66,7 @@ def calibrate(
     sites: Sequence[FoldSite],
     windows: list[Window],
     batch_size: int,
-    device: torch.device,
+    device: torch.device | None,
     width: int,
     on_tokens: Callable[[int], None] | None = None,
 ) -> list[NormalEquations]:

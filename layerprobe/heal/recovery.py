@@ -45,7 +45,7 @@ def recovery(
 ) -> Recovery:
     """Recovery of the healed model from per-window values of the three models (same windows, same order)."""
     o, p, h = (np.asarray(x, dtype=np.float64) for x in (original, pruned, healed))
-    gap = paired_mean_stats(p, o)  # o − p
+    gap = paired_mean_stats(p.tolist(), o.tolist())  # o − p
     if gap.ci95 is None or gap.ci95[0] <= 0 <= gap.ci95[1]:
         shown = "no interval (one window)" if gap.ci95 is None else f"[{gap.ci95[0]:.4g}, {gap.ci95[1]:.4g}]"
         reason = f"the cut costs nothing measurable: the 95 % interval of P_original − P_pruned is {shown}"
