@@ -12,6 +12,7 @@ from layerprobe.cli.console import RichProgress, err, out
 from layerprobe.cli.groups import takes_groups
 from layerprobe.cli.options import Corpus, ModelArg, ModelLoading, Output
 from layerprobe.core import (
+    DEFAULT_CHECKPOINT_EVERY,
     DEFAULT_HELD_OUT_TOKENS,
     DEFAULT_LORA_LR,
     DEFAULT_LORA_RANK,
@@ -69,6 +70,12 @@ def heal(
     ] = DEFAULT_LORA_TARGETS,
     steps: Annotated[int, typer.Option("--steps", help="LoRA optimiser steps.")] = DEFAULT_LORA_STEPS,
     lr: Annotated[float, typer.Option("--lr", help="LoRA learning rate.")] = DEFAULT_LORA_LR,
+    checkpoint_every: Annotated[
+        int, typer.Option("--checkpoint-every", help="LoRA steps between two resumable checkpoints in --out.")
+    ] = DEFAULT_CHECKPOINT_EVERY,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue LoRA training from the checkpoint in --out after a kill.")
+    ] = False,
     save: Annotated[
         Path | None,
         typer.Option("--save", help="Directory for the healed checkpoint (staged, then moved into place, like prune)."),
@@ -105,6 +112,8 @@ def heal(
         targets=targets,
         steps=steps,
         lr=lr,
+        checkpoint_every=checkpoint_every,
+        resume=resume,
     )
     directory = output.directory(model)
     check_output_dir(directory)
@@ -112,7 +121,7 @@ def heal(
 
     progress = RichProgress(output.quiet)
     with progress.running():
-        result = run_heal(spec, progress.callbacks())
+        result = run_heal(spec, progress.callbacks(), RunDir(directory).heal_checkpoint)
     json_path = write_json(RunDir(directory).heal_json, result.to_dict())
     plots = plot_heal(result, directory)
     for metric in HEAL_METRICS:

@@ -9,6 +9,7 @@ from layerprobe.core.defaults import (
     CURVE_MAX_FRACTION,
     CURVE_METHODS,
     CURVE_UNITS,
+    DEFAULT_CHECKPOINT_EVERY,
     DEFAULT_CHUNK_BYTES,
     DEFAULT_CURVE_METHODS,
     DEFAULT_DATASET,
@@ -56,6 +57,7 @@ from layerprobe.core.run_specs import AngularSpec, DepthSpec, ExportSpec, PruneS
 from layerprobe.core.shares import Share
 
 __all__ = [
+    "DEFAULT_CHECKPOINT_EVERY",
     "DEFAULT_HELD_OUT_TOKENS",
     "DEFAULT_LORA_LR",
     "DEFAULT_LORA_RANK",

@@ -202,6 +202,19 @@ def folded_value(parameter: torch.Tensor, layout: str, transform: np.ndarray) ->
     return new.to(parameter.dtype)
 
 
+def folded_values(
+    stack: LayerStack, sites: Sequence[FoldSite], maps: Sequence[np.ndarray]
+) -> dict[torch.nn.Parameter, torch.Tensor]:
+    """Every folded parameter (the object) → its folded value, for every site."""
+    values = {}
+    for site, transform in zip(sites, maps, strict=True):
+        block = stack.blocks[site.block]
+        for target in site.targets:
+            parameter = block.get_parameter(target.name)
+            values[parameter] = folded_value(parameter, target.layout, transform)
+    return values
+
+
 def folded_parameters(
     model: nn.Module, stack: LayerStack, sites: Sequence[FoldSite], maps: Sequence[np.ndarray]
 ) -> dict[str, torch.Tensor]:

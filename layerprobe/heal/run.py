@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,14 +29,14 @@ from layerprobe.export import check_destination, recover_destination, run_export
 from layerprobe.heal.fold import (
     FoldSite,
     find_sites,
-    folded,
-    folded_parameters,
+    folded_values,
     hidden_width,
     refuse_first_block,
     spans_of,
 )
 from layerprobe.heal.held_out import per_window, summarise
 from layerprobe.heal.linear import calibrate, check_fold
+from layerprobe.heal.lora import replaced, train_lora
 from layerprobe.model import (
     CAUSAL_LM,
     Progress,
@@ -77,9 +76,7 @@ def plan(spec: HealSpec, progress: Progress) -> Plan:
     del skeleton
     removed = _removed(spec, num_layers)
     if spec.trains:
-        raise LayerprobeError(
-            f"--method {spec.method} (LoRA) is not implemented yet.", hint="Heal with --method linear."
-        )
+        check_peft()
     if spec.folds:
         refuse_first_block(removed)
     if spec.save is not None:
@@ -153,8 +150,21 @@ def export_spec(spec: HealSpec) -> ExportSpec:
     )
 
 
-def run_heal(spec: HealSpec, progress: Progress | None = None) -> HealResult:
-    """Plan, load, fit, measure on held-out windows, and save the healed checkpoint (with `spec.save`)."""
+def check_peft() -> None:
+    """LoRA needs peft (the extra [heal]): refused in one line before anything loads."""
+    import importlib.util
+
+    if importlib.util.find_spec("peft") is None:
+        raise LayerprobeError(
+            "--method lora needs peft, which is not installed.", hint="pip install 'layerprobe[heal]'"
+        )
+
+
+def run_heal(spec: HealSpec, progress: Progress | None = None, state_dir: Path | None = None) -> HealResult:
+    """Plan, load, fit/train, measure on held-out windows, and save the healed checkpoint (with `spec.save`).
+
+    `state_dir` holds LoRA's resumable checkpoint (`--resume`); without it LoRA keeps none.
+    """
     import torch
 
     progress = progress or Progress()
@@ -195,21 +205,39 @@ def run_heal(spec: HealSpec, progress: Progress | None = None) -> HealResult:
                 }
             )
 
-    @contextmanager
-    def healed() -> Iterator[None]:
-        with folded(stack, sites, maps):
-            yield
+    values = folded_values(stack, sites, maps)
+    lora_record = None
+    if spec.trains:
+        progress.stage("Training LoRA", spec.steps, "step")
+        values, lora_record = train_lora(
+            model,
+            stack,
+            settled.removed,
+            values,
+            settled.calibration,
+            spec,
+            loaded.input_device,
+            state_dir,
+            lambda _step, _loss: progress.on_advance(1),
+        )
+
+    def healed() -> AbstractContextManager[None]:
+        return replaced(values)
 
     progress.stage("Held-out comparison", sum(len(w.input_ids) for w in settled.held_out), "tok")
-    values = per_window(loaded, stack, settled.removed, healed, settled.held_out, spec.corpus, spec.batch_size)
-    metrics = summarise(values, seed=spec.seed)
+    scores = per_window(loaded, stack, settled.removed, healed, settled.held_out, spec.corpus, spec.batch_size)
+    metrics = summarise(scores, seed=spec.seed)
     parameters = {"original": model.num_parameters()}
     checkpoint = None
     notes: list[str] = []
     if spec.save is not None:
-        replacements = {n: t.detach().cpu() for n, t in folded_parameters(model, stack, sites, maps).items()}
+        names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
+        replacements = {names[id(p)]: t.detach().cpu() for p, t in values.items()}
         exported = run_export(
-            export_spec(spec), progress, replacements, {"heal": {"method": spec.method, "ridge": spec.ridge}}
+            export_spec(spec),
+            progress,
+            replacements,
+            {"heal": {"method": spec.method, "ridge": spec.ridge if spec.folds else None}},
         )
         parameters = {"original": exported.parameters_before, "healed": exported.parameters_after}
         checkpoint = str(exported.directory)
@@ -251,4 +279,5 @@ def run_heal(spec: HealSpec, progress: Progress | None = None) -> HealResult:
         fit_seconds=fit_seconds,
         run=timer.finish(loaded.device_label),
         notes=notes,
+        lora=lora_record,
     )
