@@ -45,6 +45,7 @@ from layerprobe.model import (
     load_model,
     load_skeleton,
     model_info,
+    removed_blocks,
 )
 from layerprobe.results import HealResult, RunTimer, read_curve_set
 
@@ -243,8 +244,6 @@ def run_heal(spec: HealSpec, progress: Progress | None = None, state_dir: Path |
         checkpoint = str(exported.directory)
         notes += exported.notes
     else:
-        from layerprobe.model import removed_blocks
-
         with removed_blocks(stack, settled.removed):
             parameters["healed"] = model.num_parameters()
     corpus = spec.corpus

@@ -21,6 +21,7 @@ from layerprobe.plots.delta import (
     zero_line,
 )
 from layerprobe.plots.depth import depth_figure, plot_depth
+from layerprobe.plots.gain import plot_gain
 from layerprobe.plots.heal import plot_heal
 from layerprobe.plots.heatmap import DIFF_CMAP, DISTANCE_LABEL, HEATMAP_CMAP, draw_heatmap, plot_angular, span_matrix
 from layerprobe.plots.inline import figure_svg
@@ -29,6 +30,7 @@ from layerprobe.plots.stability import plot_stability
 from layerprobe.plots.track import plot_track, track_figures
 
 __all__ = [
+    "plot_gain",
     "plot_heal",
     "BASELINE_BAND",
     "PAIRED_INTERVAL",

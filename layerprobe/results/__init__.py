@@ -55,6 +55,7 @@ from layerprobe.results.evaluation import (
     to_rows,
 )
 from layerprobe.results.export_record import PrunedFrom, read_pruned_from
+from layerprobe.results.gain import GainResult, read_gain
 from layerprobe.results.heal import HEAL_METRICS, HEAL_MODELS, HealResult, read_heal
 from layerprobe.results.io import (
     ANSWERS_SCHEMA,
@@ -129,6 +130,8 @@ from layerprobe.results.track import (
 from layerprobe.results.validate import Node
 
 __all__ = [
+    "GainResult",
+    "read_gain",
     "HEAL_METRICS",
     "HEAL_MODELS",
     "HealResult",
