@@ -99,6 +99,7 @@ def _explicit(model, family, start, end, transform, ids):
             h.remove()
 
 
+@pytest.mark.slow  # ~15 s on CI's CPUs: the first pass of the session's LLaMA
 def test_map_equals_numpy_least_squares():
     model = small_model("llama")
     stack = find_layers(model)

@@ -24,7 +24,11 @@ def source(tmp_path_factory):
         (("--remove", "2", "--method", "lora", "--rank", "0"), "--rank must be a positive integer"),
         (("--remove", "0"), "block 0 has none"),
         (("--remove", "2", "--ridge", "-1"), "--ridge must be"),
-        (("--remove", "2", "--tokens", "300000", "--held-out-tokens", "300000"), "--held-out-tokens 300,000 positions"),
+        pytest.param(
+            ("--remove", "2", "--tokens", "300000", "--held-out-tokens", "300000"),
+            "--held-out-tokens 300,000 positions",
+            marks=pytest.mark.slow,  # streams the whole builtin corpus
+        ),
     ],
 )
 def test_bad_inputs_are_one_line_before_weights(source, tmp_path, forbid_weight_loading, args, message):
