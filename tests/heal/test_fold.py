@@ -182,9 +182,11 @@ def test_linear_span_is_recovered_exactly():
     equations = calibrate(model, stack, sites, _windows(ids), 3, torch.device("cpu"), 32)
     fitted = equations[0].solve()
     np.testing.assert_allclose(fitted, matrix, atol=1e-4)
+    with torch.no_grad(), removed_blocks(stack, [2]):
+        pruned = model(input_ids=ids, use_cache=False).logits
     with torch.no_grad(), folded(stack, sites, [fitted]), removed_blocks(stack, [2]):
         healed = model(input_ids=ids, use_cache=False).logits
-        assert not torch.allclose(healed, original)  # noqa: a sanity line below is the real check
+    assert not torch.allclose(pruned, original, atol=1e-3)  # the cut costs something: healing has work to do
     torch.testing.assert_close(healed, original, rtol=1e-4, atol=1e-4)
 
 
