@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,7 +95,9 @@ def train_lora(
     config = LoraConfig(r=spec.rank, lora_alpha=2 * spec.rank, lora_dropout=0.0, target_modules=names)
     for parameter in model.parameters():
         parameter.requires_grad_(False)
-    peft_model = get_peft_model(model, config)
+    with warnings.catch_warnings():  # peft asks transformers a deprecated question (FutureWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        peft_model = get_peft_model(model, config)
     lora = peft_model.base_model
     trainable = [p for p in peft_model.parameters() if p.requires_grad]
     optimiser = torch.optim.AdamW(trainable, lr=spec.lr, weight_decay=0.0)
@@ -128,9 +131,10 @@ def train_lora(
                 loss.backward()
                 optimiser.step()
             step += 1
-            losses.append(float(loss))
+            value = float(loss.detach())
+            losses.append(value)
             if on_step:
-                on_step(step, float(loss))
+                on_step(step, value)
             if state_path is not None and (step % spec.checkpoint_every == 0 or step == spec.steps):
                 _save_state(state_path, peft_model, optimiser, step, losses)
         healed = dict(start)
