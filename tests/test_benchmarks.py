@@ -105,3 +105,12 @@ def test_bench_sequential_runs(tmp_path):
     )
     assert "documents scored (baseline included)" in out and "full-run ΔP inside the interval" in out
     assert "Projection: MMLU 5-shot" in out and (tmp_path / "sequential.md").exists()
+
+
+@pytest.mark.slow
+def test_bench_heal_runs():
+    out = _run(
+        "bench_heal.py", "--layers", "4", "--hidden", "64", "--vocab", "512", "--tokens", "512",
+        "--held-out-tokens", "512", "--seq-len", "64", "--steps", "2", "--repeats", "1",
+    )  # fmt: skip
+    assert "KL gap closed, linear" in out and "gain: parameters / bytes" in out
