@@ -136,8 +136,9 @@ def test_the_room_graph_is_shallow_and_acyclic():
 
     levels = max(depth(r) for r in edges)
     assert levels <= MAX_LEVELS
-    # 15 rooms and __main__: the API and integrations (issue 29) sit on their own floors above the read-only rooms.
-    assert len({room(n) for n in MODULES if room(n)}) <= 16, "about a dozen rooms"
+    # 16 rooms and __main__: the API and integrations (issue 29) on their own floors above the read-only rooms,
+    # heal (issue 28) beside prune.
+    assert len({room(n) for n in MODULES if room(n)}) <= 17, "about a dozen rooms"
 
 
 def test_the_command_line_starts_without_torch():

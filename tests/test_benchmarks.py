@@ -155,3 +155,12 @@ def test_bench_callback_runs(minilm):
         *("--tokens", "256", "--scan-tokens", "256", "--scan-every", "10"),
     )
     assert "overhead ratio" in out and "API vs CLI" in out and "max |Δd|" in out
+
+
+@pytest.mark.slow
+def test_bench_heal_runs():
+    out = _run(
+        "bench_heal.py", "--layers", "4", "--hidden", "64", "--vocab", "512", "--tokens", "512",
+        "--held-out-tokens", "512", "--seq-len", "64", "--steps", "2", "--repeats", "1",
+    )  # fmt: skip
+    assert "KL gap closed, linear" in out and "gain: parameters / bytes" in out

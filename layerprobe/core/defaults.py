@@ -74,3 +74,13 @@ RENDEZVOUS_SECONDS = 30
 # many calibration tokens. 32,768 positions keep a measurement a small share of 500 training steps.
 MONITOR_EVERY = 500
 MONITOR_TOKENS = 32_768
+
+# `layerprobe heal` (heal/): how the removed blocks are stood in for, and the held-out measurement.
+HEAL_METHODS = ("linear", "lora", "linear+lora")
+HEAL_LOSSES = ("kl", "nll")  # LoRA's objective: KL to the unpruned model (the teacher), or next-token NLL
+DEFAULT_HELD_OUT_TOKENS = 16_384  # positions after the calibration windows, never used to fit
+DEFAULT_LORA_RANK = 8
+DEFAULT_LORA_STEPS = 200
+DEFAULT_LORA_LR = 1e-4
+DEFAULT_LORA_TARGETS = "all-linear"  # peft's word: every linear layer of the kept blocks
+DEFAULT_CHECKPOINT_EVERY = 50  # LoRA steps between two resumable checkpoints

@@ -10,9 +10,12 @@ or transformers (the command line imports it at start-up): they are imported ins
 that need them.
 """
 
-from layerprobe.export.save import recover_destination, run_export
+from layerprobe.export.save import ExportResult, check_destination, recover_destination, run_export, state_bytes
 
 __all__ = [
+    "check_destination",
+    "ExportResult",
+    "state_bytes",
     "recover_destination",
     "run_export",
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -66,11 +66,19 @@ class ExportResult:
     notes: list[str] = field(default_factory=list)
 
 
-def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResult:
+def run_export(
+    spec: ExportSpec,
+    progress: Progress | None = None,
+    replacements: Mapping[str, torch.Tensor] | None = None,
+    record_extra: Mapping[str, object] | None = None,
+) -> ExportResult:
     """Check everything cheap, then load, remove the blocks, and write the smaller checkpoint.
 
     Replacing an existing `--save` keeps one complete checkpoint there at every instant (`place.py`);
     what an interrupted earlier export left beside it is restored or removed first (notes say so).
+    `replacements` (full parameter name → value; `layerprobe heal`'s folded or trained weights of kept
+    blocks) are copied into the loaded weights before they are saved, and `record_extra` is added to
+    layerprobe.json, so a healed checkpoint gets the same staging and placement as a pruned one.
     """
     progress = progress or Progress()
     destination = destination_of(spec)
@@ -101,6 +109,7 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
 
     progress.stage("Loading weights")
     model = _load_weights(model_class, spec)
+    _replace(model, replacements or {})
     # num_parameters() counts a tied embedding/head matrix once, as transformers reports the model.
     parameters_before = model.num_parameters()
     with removed_blocks(find_layers(model, stack.path), removed):
@@ -126,6 +135,7 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
             record["parameters"] = {"before": parameters_before, "after": parameters_after}
             record["copied_files"] = copied
             record["skipped_files"] = skipped
+            record.update(record_extra or {})
             if chosen is not None:
                 record["chosen_set"] = {"from": chosen.source, "method": chosen.method, "n": chosen.n}
             write_json(RunDir(tmp).export_record, record)
@@ -171,6 +181,23 @@ def recover_destination(spec: ExportSpec) -> list[str]:
     `run_export` does it first; the command line calls it earlier to print the notes before any work.
     """
     return place.recover(destination_of(spec))
+
+
+def check_destination(spec: ExportSpec) -> None:
+    """Refuse an unusable `--save` at once (a file, occupied without --overwrite, holding the source)."""
+    _check_destination(destination_of(spec), spec)
+
+
+def _replace(model: PreTrainedModel, replacements: Mapping[str, torch.Tensor]) -> None:
+    """Copy new values into named parameters (unknown names or shapes are a bug of the caller: ValueError)."""
+    import torch
+
+    parameters = dict(model.named_parameters(remove_duplicate=False))
+    with torch.no_grad():
+        for name, value in replacements.items():
+            if name not in parameters or parameters[name].shape != value.shape:
+                raise ValueError(f"no parameter {name} of shape {tuple(value.shape)} to replace")
+            parameters[name].copy_(value.to(parameters[name].device, parameters[name].dtype))
 
 
 def destination_of(spec: ExportSpec) -> Path:

@@ -35,6 +35,8 @@ from layerprobe.plots.delta import (
     zero_line,
 )
 from layerprobe.plots.depth import depth_figure, plot_depth
+from layerprobe.plots.gain import plot_gain
+from layerprobe.plots.heal import plot_heal
 from layerprobe.plots.heatmap import (
     DIFF_CMAP,
     DISTANCE_LABEL,
@@ -56,6 +58,8 @@ register_figures(DepthResult, depth_figure, plot_depth)
 
 __all__ = [
     "angular_figure",
+    "plot_gain",
+    "plot_heal",
     "BASELINE_BAND",
     "PAIRED_INTERVAL",
     "normal_intervals",

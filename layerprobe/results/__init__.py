@@ -55,6 +55,8 @@ from layerprobe.results.evaluation import (
     to_rows,
 )
 from layerprobe.results.export_record import PrunedFrom, read_pruned_from
+from layerprobe.results.gain import GainResult, read_gain
+from layerprobe.results.heal import HEAL_METRICS, HEAL_MODELS, HealResult, read_heal
 from layerprobe.results.io import (
     ANSWERS_SCHEMA,
     COMPARE_SCHEMA,
@@ -146,6 +148,12 @@ __all__ = [
     "full_disk",
     "Notebook",
     "register_figures",
+    "GainResult",
+    "read_gain",
+    "HEAL_METRICS",
+    "HEAL_MODELS",
+    "HealResult",
+    "read_heal",
     "agreement_distances",
     "agreement_span",
     "span_distance_label",

@@ -37,6 +37,8 @@ EXPORT_SCHEMA = "layerprobe/export@1"  # layerprobe.json in an exported checkpoi
 COMPARE_SCHEMA = "layerprobe/compare@1"  # compare --format json
 STABILITY_SCHEMA = "layerprobe/stability@1"  # stability.json: ranking agreement across calibration data
 TRACK_SCHEMA = "layerprobe/track@1"  # track.json: the history of several runs (`layerprobe track`)
+HEAL_SCHEMA = "layerprobe/heal@1"  # heal.json: a healed cut measured on held-out text (`layerprobe heal`)
+GAIN_SCHEMA = "layerprobe/gain@1"  # gain.json: what a smaller checkpoint buys (`layerprobe gain`)
 SCHEMAS = (
     ANGULAR_SCHEMA,
     PRUNE_DROP_SCHEMA,
@@ -49,6 +51,8 @@ SCHEMAS = (
     COMPARE_SCHEMA,
     STABILITY_SCHEMA,
     TRACK_SCHEMA,
+    HEAL_SCHEMA,
+    GAIN_SCHEMA,
 )
 
 

@@ -41,6 +41,8 @@ EXPORT_TRASH = ".layerprobe-trash-"
 STABILITY_JSON = "stability.json"  # layerprobe stability: ranking agreement across several results
 STABILITY_MD = "stability.md"  # the same, as a markdown report
 TRACK_JSON = "track.json"  # `layerprobe track`: the history of several runs
+HEAL_JSON = "heal.json"  # `layerprobe heal`: the healed cut on held-out text
+GAIN_JSON = "gain.json"  # `layerprobe gain`: parameters, bytes, memory and speed against the original
 TRACK_MD = "track.md"  # the same history as a GitHub markdown table (for $GITHUB_STEP_SUMMARY)
 REPORT_HTML = "report.html"  # `layerprobe report`: one self-contained page
 # The result files `compare` pairs by name across two run directories, by kind.
@@ -48,7 +50,7 @@ RESULT_FILES = {"angular": ANGULAR_JSON, "prune_drop": PRUNE_DROP_JSON, "depth":
 # The result files `track` and `report` read from a run directory, by kind (whichever are there).
 REVIEWED_FILES = {**RESULT_FILES, "prune_curve": PRUNE_CURVE_JSON}
 # Figures: kind → file stem (`angular.png`, `prune_drop_<task>.png`, `compare_<kind>.png`…).
-FIGURES = ("angular", "depth", "prune_drop", "prune_curve", "compare", "stability", "track")
+FIGURES = ("angular", "depth", "prune_drop", "prune_curve", "compare", "stability", "track", "heal", "gain")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -163,6 +165,19 @@ class RunDir:
     def present_results(self) -> dict[str, Path]:
         """The files of `REVIEWED_FILES` this directory holds, by kind: what `track` and `report` read."""
         return {kind: self.path / name for kind, name in REVIEWED_FILES.items() if (self.path / name).is_file()}
+
+    @property
+    def heal_json(self) -> Path:
+        return self.path / HEAL_JSON
+
+    @property
+    def gain_json(self) -> Path:
+        return self.path / GAIN_JSON
+
+    @property
+    def heal_checkpoint(self) -> Path:
+        """`heal-state/`: LoRA's resumable checkpoint (adapters, optimiser, step) while `heal` trains."""
+        return self.path / "heal-state"
 
     @property
     def track_json(self) -> Path:

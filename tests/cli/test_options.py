@@ -50,11 +50,11 @@ def commands_taking(group: type[OptionGroup]) -> list[str]:
 @pytest.mark.parametrize(
     ("group", "expected"),
     [
-        (ModelLoading, ["angular", "depth", "prune-curve", "prune-drop"]),
+        (ModelLoading, ["angular", "depth", "gain", "heal", "prune-curve", "prune-drop"]),
         (StreamedCorpus, ["angular", "depth"]),
-        (Corpus, ["prune-curve", "prune-drop"]),
+        (Corpus, ["heal", "prune-curve", "prune-drop"]),
         (Evaluation, ["prune-curve", "prune-drop"]),
-        (Output, ["angular", "depth", "prune-curve", "prune-drop"]),
+        (Output, ["angular", "depth", "gain", "heal", "prune-curve", "prune-drop"]),
     ],
 )
 def test_each_group_is_the_same_on_every_command_that_takes_it(group, expected):
@@ -70,7 +70,7 @@ def test_each_group_is_the_same_on_every_command_that_takes_it(group, expected):
 # share each declaration. Any other option string must have one declaration across all commands.
 DELIBERATE = {
     "--out": [
-        {"angular", "depth", "prune-curve", "prune-drop"},
+        {"angular", "depth", "gain", "heal", "prune-curve", "prune-drop"},
         {"demo"},
         {"merge"},
         {"plot"},
@@ -80,19 +80,27 @@ DELIBERATE = {
         {"report"},
         {"rerun"},
     ],
-    "--output_path": [{"angular", "depth", "prune-curve", "prune-drop"}, {"demo"}],
-    "--batch-size": [{"angular", "depth"}, {"prune-curve", "prune-drop"}],  # windows vs requests (or auto)
+    "--output_path": [{"angular", "depth", "gain", "heal", "prune-curve", "prune-drop"}, {"demo"}],
+    "--batch-size": [{"angular", "depth"}, {"heal"}, {"prune-curve", "prune-drop"}],  # windows vs requests (or auto)
     "--batch_size": [{"angular", "depth"}, {"prune-curve", "prune-drop"}],
-    "--tokens": [{"angular", "depth", "prune-curve", "prune-drop"}, {"demo"}],
-    "--dtype": [{"angular", "depth", "prune-curve", "prune-drop"}, {"prune"}],  # export keeps the dtype
+    "--tokens": [{"angular", "depth", "heal", "prune-curve", "prune-drop"}, {"demo"}],
+    "--dtype": [{"angular", "depth", "gain", "heal", "prune-curve", "prune-drop"}, {"prune"}],  # export keeps the dtype
     "--angular": [{"prune-curve"}, {"prune-drop"}],  # an input of the curve, a comparison for ΔP
     "--task": [{"prune-curve", "prune-drop"}, {"stability"}],  # tasks to run vs the one task to rank by
-    "--seed": [{"prune-curve", "prune-drop"}, {"stability"}],  # every RNG of a run vs the bootstrap's
+    "--seed": [{"gain"}, {"heal"}, {"prune-curve", "prune-drop"}, {"stability"}],  # each command's own RNGs
     "--metric": [{"prune-curve"}, {"stability"}],  # what the search chooses by vs what ranks the blocks
     "--unit": [{"prune-curve"}, {"prune-drop"}],  # what delta and greedy choose among vs what a variant removes
     "--plot": [{"compare"}, {"stability"}, {"track"}],
     "--no-plot": [{"compare"}, {"stability"}, {"track"}],
     "--format": [{"compare"}, {"track"}],
+    # heal takes prune's choice of blocks and its --save, but says what they mean for a healed checkpoint.
+    "--resume": [{"heal"}, {"prune-drop"}],  # LoRA's checkpoint vs prune-drop's answers
+    "--save": [{"heal"}, {"prune"}],
+    "--remove": [{"heal"}, {"prune"}],
+    "--from": [{"heal"}, {"prune"}],
+    "--method": [{"heal"}, {"prune"}],  # the heal method vs the curve's selection method
+    "--n": [{"heal"}, {"prune"}],
+    "--overwrite": [{"heal"}, {"prune"}],
 }
 
 

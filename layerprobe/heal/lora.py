@@ -1,0 +1,181 @@
+"""`heal --method lora | linear+lora`: LoRA adapters on the kept blocks, trained to match the unpruned model.
+
+Teacher and student are one model in memory: per step the teacher is the full model with its adapters
+off (and the linear fold undone), the student the same weights with the removed blocks taken out, the
+fold applied (linear+lora starts from it) and the adapters on. The loss is KL(teacher ‖ student) over
+every next-token prediction (`--loss kl`, the default: it trains on the teacher's whole distribution, not
+only the observed token) or the student's NLL (`--loss nll`). peft injects the adapters into the linear
+layers of the kept blocks only (`--targets`: module names, or all-linear). After training, each adapted
+weight's merged value W + (α/r)·B·A is read out, the adapters are removed again, and the healed model is
+those values swapped in (`replaced`): one loaded model still serves original, pruned and healed.
+
+Every `checkpoint_every` steps the adapters, the optimiser, the step and the losses are written
+atomically to the state directory; `--resume` continues from there after a kill.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from layerprobe.core import HealSpec, LayerprobeError
+from layerprobe.data import Window, batches
+from layerprobe.model import LayerStack, removed_blocks, takes_argument
+from layerprobe.results import atomic_write
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+_STATE = "lora_state.pt"
+
+
+@contextlib.contextmanager
+def replaced(values: Mapping[torch.nn.Parameter, torch.Tensor]) -> Iterator[None]:
+    """Parameters set to the given values in place, their own values put back on exit."""
+    import torch
+
+    saved = []
+    try:
+        with torch.no_grad():
+            for parameter, value in values.items():
+                saved.append((parameter, parameter.detach().clone()))
+                parameter.copy_(value)
+        yield
+    finally:
+        with torch.no_grad():
+            for parameter, original in reversed(saved):
+                parameter.copy_(original)
+
+
+def target_modules(stack: LayerStack, removed: Sequence[int], targets: str, prefix: str) -> list[str]:
+    """Full names of the linear layers of the kept blocks that `--targets` names (all-linear: every one)."""
+    from torch import nn
+
+    wanted = {t.strip() for t in targets.split(",") if t.strip()}
+    names = []
+    for index, block in enumerate(stack.blocks):
+        if index in set(removed):
+            continue
+        for name, module in block.named_modules():
+            leaf = name.rsplit(".", 1)[-1]
+            if isinstance(module, nn.Linear) and ("all-linear" in wanted or leaf in wanted or name in wanted):
+                names.append(f"{prefix}{stack.path}.{index}.{name}")
+    if not names:
+        raise LayerprobeError(
+            f"--targets {targets!r} names no linear layer of the kept blocks.",
+            hint="Use all-linear, or leaf names such as q_proj,v_proj,down_proj.",
+        )
+    return names
+
+
+def train_lora(
+    model: nn.Module,
+    stack: LayerStack,
+    removed: Sequence[int],
+    start: Mapping[torch.nn.Parameter, torch.Tensor],
+    windows: list[Window],
+    spec: HealSpec,
+    device: torch.device | None,
+    state_dir: Path | None = None,
+    on_step: Callable[[int, float], None] | None = None,
+) -> tuple[dict[torch.nn.Parameter, torch.Tensor], dict[str, Any]]:
+    """Train adapters; return every healed parameter's value (the fold's `start` values included) and a record."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora import Linear as LoraLinear
+
+    torch.manual_seed(spec.seed)
+    prefix = _prefix(model, stack)
+    names = target_modules(stack, removed, spec.targets, prefix)
+    config = LoraConfig(r=spec.rank, lora_alpha=2 * spec.rank, lora_dropout=0.0, target_modules=names)
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    with warnings.catch_warnings():  # peft asks transformers a deprecated question (FutureWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        peft_model = get_peft_model(model, config)
+    lora = peft_model.base_model
+    trainable = [p for p in peft_model.parameters() if p.requires_grad]
+    optimiser = torch.optim.AdamW(trainable, lr=spec.lr, weight_decay=0.0)
+    losses: list[float] = []
+    step = 0
+    state_path = state_dir / _STATE if state_dir is not None else None
+    if spec.resume and state_path is not None and state_path.is_file():
+        state = torch.load(state_path, weights_only=False)
+        peft_model.load_state_dict(state["adapters"], strict=False)
+        optimiser.load_state_dict(state["optimiser"])
+        step, losses = int(state["step"]), list(state["losses"])
+    extra = {"use_cache": False} if takes_argument(model, "use_cache") else {}
+    cycle = itertools.cycle(list(batches(windows, spec.batch_size)))
+    for _ in range(step):  # the batches the steps before the checkpoint used
+        next(cycle)
+    model.train(False)
+    try:
+        while step < spec.steps:
+            group = next(cycle)
+            ids = torch.tensor([w.input_ids for w in group], device=device)
+            with torch.no_grad(), peft_model.disable_adapter():
+                teacher = torch.log_softmax(model(input_ids=ids, **extra).logits[:, :-1].float(), -1)
+            with replaced(start), removed_blocks(stack, list(removed)):
+                logits = model(input_ids=ids, **extra).logits[:, :-1].float()
+                student = torch.log_softmax(logits, -1)
+                if spec.loss == "kl":
+                    loss = (teacher.exp() * (teacher - student)).sum(-1).mean()
+                else:
+                    loss = -student.gather(-1, ids[:, 1:, None]).mean()
+                optimiser.zero_grad(set_to_none=True)
+                loss.backward()
+                optimiser.step()
+            step += 1
+            value = float(loss.detach())
+            losses.append(value)
+            if on_step:
+                on_step(step, value)
+            if state_path is not None and (step % spec.checkpoint_every == 0 or step == spec.steps):
+                _save_state(state_path, peft_model, optimiser, step, losses)
+        healed = dict(start)
+        with torch.no_grad():
+            for module in model.modules():
+                if isinstance(module, LoraLinear):
+                    weight: Any = module.base_layer.weight
+                    base = start.get(weight, weight.detach())
+                    delta: Any = module.get_delta_weight("default")
+                    healed[weight] = (base.float() + delta.float()).to(weight.dtype)
+    finally:
+        unload: Any = lora.unload
+        unload()  # the model's own modules back, weights untouched
+        for parameter in model.parameters():
+            parameter.requires_grad_(False)
+    record = {
+        "rank": spec.rank,
+        "alpha": 2 * spec.rank,
+        "targets": spec.targets,
+        "modules": len(names),
+        "steps": spec.steps,
+        "lr": spec.lr,
+        "loss": spec.loss,
+        "batch_size": spec.batch_size,
+        "losses": losses,
+    }
+    return healed, record
+
+
+def _prefix(model: nn.Module, stack: LayerStack) -> str:
+    """The name of the stack's root inside `model` with a trailing dot ("" when the root is the model)."""
+    for name, module in model.named_modules():
+        if module is stack.root:
+            return f"{name}." if name else ""
+    return ""
+
+
+def _save_state(path: Path, peft_model: nn.Module, optimiser: Any, step: int, losses: list[float]) -> None:
+    import torch
+
+    adapters = {k: v.detach().cpu() for k, v in peft_model.state_dict().items() if "lora_" in k}
+    state = {"adapters": adapters, "optimiser": optimiser.state_dict(), "step": step, "losses": losses}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: torch.save(state, tmp))

@@ -1,0 +1,282 @@
+"""`layerprobe heal`: remove blocks, stand in for them, measure what came back on held-out text, save.
+
+Order of work, cheapest first: the options (HealSpec), the blocks to remove against a weightless
+skeleton, the save destination, and every calibration and held-out window are checked before any
+weight is read. Then one load of the unpruned model serves everything: the fit (linear.py, one
+streamed pass), the held-out comparison of the three models (held_out.py: the pruned and the healed
+model are the same weights with blocks taken out, and folded, in memory), and the export (the export
+room writes the pruned checkpoint with the healed weights, staged and moved into place).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from layerprobe.core import (
+    CorpusError,
+    ExportSpec,
+    HealSpec,
+    LayerprobeError,
+    UnsupportedModel,
+    parse_layer_ranges,
+)
+from layerprobe.data import Window, windows_before_loading
+from layerprobe.export import check_destination, recover_destination, run_export
+from layerprobe.heal.fold import (
+    FoldSite,
+    find_sites,
+    folded_values,
+    hidden_width,
+    refuse_first_block,
+    spans_of,
+)
+from layerprobe.heal.held_out import per_window, summarise
+from layerprobe.heal.linear import calibrate, check_fold
+from layerprobe.heal.lora import replaced, train_lora
+from layerprobe.model import (
+    CAUSAL_LM,
+    Progress,
+    check_loadable,
+    find_layers,
+    load_model,
+    load_skeleton,
+    model_info,
+    removed_blocks,
+)
+from layerprobe.results import HealResult, RunTimer, read_curve_set
+
+_PROBE_POSITIONS = 32  # positions of the probe pass that finds the fold sites and checks each fold
+
+
+@dataclass
+class Plan:
+    """What was settled before any weight loads: the blocks removed and the two sets of windows."""
+
+    num_layers: int
+    removed: list[int]
+    calibration: list[Window]
+    held_out: list[Window]
+    seq_len: int
+    tokenizer: object = field(repr=False)
+
+
+def plan(spec: HealSpec, progress: Progress) -> Plan:
+    """Every cheap check: blocks, destination, corpus (calibration + held-out), in one-line errors."""
+    check_loadable(spec.model, progress.note)
+    skeleton, _, kind = load_skeleton(spec.model)
+    if kind != CAUSAL_LM:
+        raise UnsupportedModel(
+            f"heal compares next-token distributions; {spec.model.model} is a {kind} model.",
+            hint="Heal a causal language model.",
+        )
+    num_layers = find_layers(skeleton, spec.model.layers_path).num_layers
+    del skeleton
+    removed = _removed(spec, num_layers)
+    if spec.trains:
+        check_peft()
+    if spec.folds:
+        refuse_first_block(removed)
+    if spec.save is not None:
+        for note in recover_destination(export_spec(spec)):
+            progress.note(note)
+        check_destination(export_spec(spec))
+    total = dataclasses.replace(spec.corpus, tokens=spec.corpus.tokens + spec.held_out_tokens)
+    try:
+        tokenizer, windows, seq_len = windows_before_loading(spec.model, total, progress.on_advance)
+    except CorpusError as exc:  # the budget is calibration plus held-out: say so, not --tokens alone
+        raise CorpusError(
+            f"{exc.message} (heal reads --tokens {spec.corpus.tokens:,} + --held-out-tokens "
+            f"{spec.held_out_tokens:,} positions)",
+            hint="Give a larger corpus, or lower --tokens or --held-out-tokens.",
+        ) from exc
+    calibration, held_out = split_windows(windows, spec.corpus.tokens)
+    if not held_out:
+        raise CorpusError(
+            f"The corpus holds {sum(len(w.input_ids) for w in windows):,} positions, not --tokens "
+            f"{spec.corpus.tokens:,} + --held-out-tokens {spec.held_out_tokens:,}.",
+            hint="Use a larger corpus, or fewer --tokens / --held-out-tokens.",
+        )
+    return Plan(num_layers, removed, calibration, held_out, seq_len, tokenizer)
+
+
+def split_windows(windows: list[Window], calibration_tokens: int) -> tuple[list[Window], list[Window]]:
+    """The first windows holding at least `calibration_tokens` positions, and the rest (held out)."""
+    seen = 0
+    for index, window in enumerate(windows):
+        if seen >= calibration_tokens:
+            return windows[:index], windows[index:]
+        seen += len(window.input_ids)
+    return windows, []
+
+
+def _removed(spec: HealSpec, num_layers: int) -> list[int]:
+    if spec.from_curve is not None:
+        chosen = read_curve_set(Path(spec.from_curve).expanduser(), spec.curve_method or "angular", spec.n or 0)
+        if chosen.sublayers:
+            raise UnsupportedModel(
+                f"The {chosen.method} set for n = {chosen.n} removes sublayers; heal removes whole blocks.",
+                hint="Pick a method whose sets are whole blocks.",
+            )
+        if chosen.num_layers != num_layers:
+            raise LayerprobeError(
+                f"{chosen.source} was measured on a model of {chosen.num_layers} blocks; this one has {num_layers}.",
+                hint="Heal the model the curve was measured on.",
+            )
+        removed = sorted(chosen.blocks)
+    else:
+        removed = parse_layer_ranges(spec.remove or "", num_layers, "--remove")
+    if not removed:
+        raise LayerprobeError("Nothing to remove.", hint="Pass --remove 20-27, or --from prune_curve.json --n K.")
+    if len(removed) == num_layers:
+        raise LayerprobeError(f"Removing {len(removed)} of {num_layers} blocks removes all.", hint="Keep at least one.")
+    return removed
+
+
+def export_spec(spec: HealSpec) -> ExportSpec:
+    """The `prune --save` run that writes the healed checkpoint (full precision, on CPU, as `prune` loads)."""
+    model = dataclasses.replace(spec.model, device="cpu", device_map=None, quantization=None)
+    removed = spec.remove if spec.from_curve is None else None
+    return ExportSpec(
+        model=model,
+        save=str(spec.save),
+        remove=removed,
+        overwrite=spec.overwrite,
+        from_curve=spec.from_curve,
+        method=spec.curve_method if spec.from_curve else None,
+        n=spec.n,
+    )
+
+
+def check_peft() -> None:
+    """LoRA needs peft (the extra [heal]): refused in one line before anything loads."""
+    import importlib.util
+
+    if importlib.util.find_spec("peft") is None:
+        raise LayerprobeError(
+            "--method lora needs peft, which is not installed.", hint="pip install 'layerprobe[heal]'"
+        )
+
+
+def run_heal(spec: HealSpec, progress: Progress | None = None, state_dir: Path | None = None) -> HealResult:
+    """Plan, load, fit/train, measure on held-out windows, and save the healed checkpoint (with `spec.save`).
+
+    `state_dir` holds LoRA's resumable checkpoint (`--resume`); without it LoRA keeps none.
+    """
+    import torch
+
+    progress = progress or Progress()
+    timer = RunTimer()
+    progress.stage("Reading corpus", spec.corpus.tokens + spec.held_out_tokens, "tok")
+    settled = plan(spec, progress)
+    progress.stage("Loading model")
+    loaded = load_model(spec.model, purpose="head", tokenizer=settled.tokenizer)  # type: ignore[arg-type]
+    stack = find_layers(loaded.model, spec.model.layers_path)
+    model = loaded.model
+    probe = torch.tensor([settled.calibration[0].input_ids[:_PROBE_POSITIONS]], device=loaded.input_device)
+    sites: list[FoldSite] = []
+    maps = []
+    fits: list[dict[str, object]] = []
+    fit_seconds = 0.0
+    if spec.folds:
+        sites = find_sites(model, stack, settled.removed, probe)
+        width = hidden_width(model, stack, probe)
+        progress.stage("Fitting the linear maps", sum(len(w.input_ids) for w in settled.calibration), "tok")
+        clock = time.perf_counter()
+        equations = calibrate(
+            model, stack, sites, settled.calibration, spec.batch_size, loaded.input_device, width, progress.on_advance
+        )
+        maps = [e.solve(spec.ridge) for e in equations]
+        fit_seconds = time.perf_counter() - clock
+        check_fold(model, stack, sites, maps, probe)
+        for site, e, t in zip(sites, equations, maps, strict=True):
+            fits.append(
+                {
+                    "start": site.start,
+                    "end": site.end,
+                    "fold_block": site.block,
+                    "wiring": site.wiring,
+                    "targets": [target.name for target in site.targets],
+                    "positions": e.rows,
+                    "relative_residual": e.relative_residual(t),
+                    "map_norm": float((t**2).sum() ** 0.5),
+                }
+            )
+
+    values = folded_values(stack, sites, maps)
+    lora_record = None
+    if spec.trains:
+        progress.stage("Training LoRA", spec.steps, "step")
+        values, lora_record = train_lora(
+            model,
+            stack,
+            settled.removed,
+            values,
+            settled.calibration,
+            spec,
+            loaded.input_device,
+            state_dir,
+            lambda _step, _loss: progress.on_advance(1),
+        )
+
+    def healed() -> AbstractContextManager[None]:
+        return replaced(values)
+
+    progress.stage("Held-out comparison", sum(len(w.input_ids) for w in settled.held_out), "tok")
+    scores = per_window(loaded, stack, settled.removed, healed, settled.held_out, spec.corpus, spec.batch_size)
+    metrics = summarise(scores, seed=spec.seed)
+    parameters = {"original": model.num_parameters()}
+    checkpoint = None
+    notes: list[str] = []
+    if spec.save is not None:
+        names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
+        replacements = {names[id(p)]: t.detach().cpu() for p, t in values.items()}
+        exported = run_export(
+            export_spec(spec),
+            progress,
+            replacements,
+            {"heal": {"method": spec.method, "ridge": spec.ridge if spec.folds else None}},
+        )
+        parameters = {"original": exported.parameters_before, "healed": exported.parameters_after}
+        checkpoint = str(exported.directory)
+        notes += exported.notes
+    else:
+        with removed_blocks(stack, settled.removed):
+            parameters["healed"] = model.num_parameters()
+    corpus = spec.corpus
+    n_cal = len(settled.calibration)
+    data = {
+        "dataset": corpus.dataset,
+        "config": corpus.dataset_config if corpus.is_hub else None,
+        "split": corpus.split if corpus.is_hub else None,
+        "text_field": corpus.text_field,
+        "seq_len": settled.seq_len,
+        **corpus.record(),
+        "calibration": {
+            "windows": [0, n_cal],
+            "tokens": sum(len(w.input_ids) for w in settled.calibration),
+        },
+        "held_out": {
+            "windows": [n_cal, n_cal + len(settled.held_out)],
+            "tokens": sum(len(w.input_ids) for w in settled.held_out),
+        },
+    }
+    return HealResult(
+        model=model_info(loaded, stack),
+        method=spec.method,
+        removed=settled.removed,
+        spans=[list(s) for s in spans_of(settled.removed)],
+        ridge=spec.ridge if spec.folds else None,
+        fits=fits,
+        data=data,
+        metrics=metrics,
+        parameters=parameters,
+        checkpoint=checkpoint,
+        fit_seconds=fit_seconds,
+        run=timer.finish(loaded.device_label),
+        notes=notes,
+        lora=lora_record,
+    )

@@ -1,0 +1,114 @@
+"""heal.json: what `layerprobe heal` removed, how it stood in for it, and what came back on held-out text.
+
+Schema `layerprobe/heal@1` (docs/json-schema.md). The held-out block holds, per metric (nll, kl,
+top1_agreement), each model's mean with its interval, the paired differences to the original, and the
+recovery with its bootstrap interval (or `defined: false` and the reason). Read back field by field
+(validate.py), so `report`, `track` and `compare` can rely on every number they use.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import layerprobe.results.validate as v
+from layerprobe.results.io import HEAL_SCHEMA, check_schema, read_json
+from layerprobe.results.json_types import JSONObject
+from layerprobe.results.provenance import ModelInfo, RunInfo
+from layerprobe.results.validate import Node
+
+HEAL_MODELS = ("original", "pruned", "healed")
+HEAL_METRICS = ("nll", "kl", "top1_agreement")
+_ESTIMATE_FIELDS: dict[str, v.Kind] = {
+    "value": v.number(finite=True),
+    "stderr": v.number(optional=True),
+    "method": v.text(optional=True),
+}
+
+
+@dataclass(frozen=True)
+class HealResult:
+    """One heal run: the model, the removed blocks and their spans, the fits, and the held-out comparison."""
+
+    model: ModelInfo
+    method: str
+    removed: list[int]
+    spans: list[list[int]]
+    ridge: float | None
+    fits: list[dict[str, Any]]
+    data: dict[str, Any]
+    metrics: dict[str, dict[str, Any]]
+    parameters: dict[str, int]
+    checkpoint: str | None
+    fit_seconds: float
+    run: RunInfo
+    lora: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def recovery(self, metric: str) -> float | None:
+        """The recovery of `metric` (None where not defined)."""
+        value = self.metrics[metric]["recovery"]["value"]
+        return None if value is None else float(value)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "schema": HEAL_SCHEMA,
+            "model": asdict(self.model),
+            "method": self.method,
+            "removed": self.removed,
+            "spans": self.spans,
+            "ridge": self.ridge,
+            "fits": self.fits,
+            "lora": self.lora,
+            "data": self.data,
+            "held_out": {"metrics": self.metrics, "recovery_method": "paired_bootstrap"},
+            "parameters": self.parameters,
+            "checkpoint": self.checkpoint,
+            "fit_seconds": self.fit_seconds,
+            "notes": self.notes,
+            "run": asdict(self.run),
+        }
+
+    @classmethod
+    def from_dict(cls, data: JSONObject | Node, source: str = "heal.json") -> HealResult:
+        node = Node.of(data, source)
+        check_schema(node, HEAL_SCHEMA)
+        metrics: dict[str, dict[str, Any]] = {}
+        held = node.key("held_out").key("metrics")
+        for metric in HEAL_METRICS:
+            entry = held.key(metric)
+            found: dict[str, Any] = {"higher_is_better": entry.key("higher_is_better").flag()}
+            for name in (*HEAL_MODELS, "pruned_delta", "healed_delta", "healed_vs_pruned"):
+                part = entry.key(name)
+                found[name] = {**v.read_fields(part, _ESTIMATE_FIELDS), "ci95": v.interval(part.key("ci95"))}
+            rec = entry.key("recovery")
+            found["recovery"] = {
+                "value": rec.key("value").number(optional=True),
+                "ci95": v.interval(rec.key("ci95")),
+                "defined": rec.key("defined").flag(),
+                "reason": rec.key("reason").text(optional=True),
+            }
+            metrics[metric] = found
+        lora = node.key("lora")
+        return cls(
+            model=ModelInfo.from_dict(node.key("model")),
+            method=node.key("method").text(),
+            removed=[item.integer(minimum=0) for item in node.key("removed").items(min_length=1)],
+            spans=[[x.integer(minimum=0) for x in s.items(min_length=2)] for s in node.key("spans").items()],
+            ridge=node.key("ridge").number(optional=True),
+            fits=[f.obj() for f in node.key("fits").items()],
+            data=node.key("data").obj(),
+            metrics=metrics,
+            parameters={k: n.integer(minimum=0) for k, n in node.key("parameters").entries()},
+            checkpoint=node.key("checkpoint").text(optional=True),
+            fit_seconds=node.key("fit_seconds").number(),
+            run=RunInfo.from_dict(node.key("run")),
+            lora=lora.obj() if lora.given else None,
+            notes=[n.text() for n in node.key("notes").items()] if node.key("notes").given else [],
+        )
+
+
+def read_heal(path: str | os.PathLike[str]) -> HealResult:
+    """Read and validate a heal.json (one line naming file and field on any bad value)."""
+    return HealResult.from_dict(read_json(path), str(path))
