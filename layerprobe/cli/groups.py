@@ -18,7 +18,7 @@ import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar
 
 Command = Callable[..., None]
 
@@ -44,7 +44,8 @@ def in_panel(annotation: object, panel: str | None) -> object:
             item = copy.copy(item)
             item.rich_help_panel = panel
         placed.append(item)
-    return Annotated[(base, *placed)]  # type: ignore[valid-type]
+    annotated: Any = Annotated  # built at run time from values: no static type to give it
+    return annotated[tuple([base, *placed])]
 
 
 def group_parameters(group: type[OptionGroup]) -> list[inspect.Parameter]:
