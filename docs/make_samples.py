@@ -1,6 +1,6 @@
-"""Write the README's sample outputs from real runs, so that they cannot drift from what layerprobe prints.
+"""Write the sample outputs of docs/examples.md from real runs, so that they cannot drift from what layerprobe prints.
 
-Each sample sits in README.md between `<!-- sample:NAME -->` and `<!-- /sample -->`; this script runs the
+Each sample sits in docs/examples.md between `<!-- sample:NAME -->` and `<!-- /sample -->`; this script runs the
 commands of every sample, in SAMPLES order, in one temporary directory (relative paths, so the outputs
 name no temporary path; a sample may read what an earlier one wrote; `tiny-llama-8` is built there as
 docs/make_tiny_checkpoint.py builds it, and `tests` links to this checkout's tests/, so `tests/data/tasks`
@@ -9,9 +9,9 @@ printed as the placeholder), offline, and writes the block between the markers: 
 prompt, then what they printed, or an abridged result JSON. docs/make_images.py draws the README's figures
 from the same commands.
 
-    python docs/make_samples.py                    # rewrite README.md's sample blocks
+    python docs/make_samples.py                    # rewrite docs/examples.md's sample blocks
     python docs/make_samples.py --readme COPY.md   # write into another copy (the tests do)
-    python docs/make_samples.py --check            # exit 1 if README.md's blocks differ from a fresh run
+    python docs/make_samples.py --check            # exit 1 if docs/examples.md's blocks differ from a fresh run
 
 What changes from run to run (timings, throughput, start times, package versions) is normalised by
 `normalise` before blocks are compared; everything else (every distance, standard error, verdict) must be
@@ -287,7 +287,7 @@ def write(readme: Path, blocks: dict[str, str]) -> list[str]:
 def main() -> None:
     """Parse the arguments, run the samples, write or check the README."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    parser.add_argument("--readme", type=Path, default=ROOT / "docs" / "examples.md")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block differs")
     args = parser.parse_args()
     demo_model_dir()  # the demo extra, or one clear error
@@ -295,7 +295,7 @@ def main() -> None:
         with contextlib.redirect_stderr(io.StringIO()):
             blocks = make_blocks(Path(tmp))
         if args.check:
-            copy = Path(tmp) / "README.md"
+            copy = Path(tmp) / "examples.md"
             copy.write_text(args.readme.read_text(encoding="utf-8"), encoding="utf-8")
             changed = write(copy, blocks)
         else:

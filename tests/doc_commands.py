@@ -1,4 +1,4 @@
-"""The `layerprobe …` commands the README and docs/ci.md show, read out of their code blocks.
+"""The `layerprobe …` commands the README, docs/examples.md and docs/ci.md show, read out of their code blocks.
 
 A command is found in a ```bash/```sh/```yaml block on any line (after `$ `, `||`, `-m`, a quote …), and in
 a ```text block only on a line that starts with the prompt `$ ` (the rest of a text block is output).
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "docs/ci.md")
+DOCS = ("README.md", "docs/examples.md", "docs/ci.md")
 COMMAND_BLOCKS = ("bash", "sh", "shell", "yaml")
 SHELL_OPERATORS = {";", "|", "||", "&", "&&", ">", ">>", "<", "(", ")"}
 # What may stand before `layerprobe` for it to be a command (a yaml key such as `check_name:` may not).

@@ -1,4 +1,4 @@
-"""Every `layerprobe …` command README.md and docs/ci.md show runs, on fixtures, in the order they show it.
+"""Every `layerprobe …` command the README, docs/examples.md and docs/ci.md show runs, on fixtures, in order.
 
 The commands are read from the docs' code blocks (tests/doc_commands.py says how), mapped to what runs here
 offline and on CPU, and run one after another in one temporary directory, so that a command finds what the
@@ -102,7 +102,7 @@ def test_ci_md_counts_the_commands_there_are():
 def test_every_command_in_the_docs_is_read():
     """The reader finds the commands of both docs, and nothing that is output or a yaml key."""
     shown = shown_commands(app_commands())
-    assert {s.doc for s in shown} == {"README.md", "docs/ci.md"}
+    assert {s.doc for s in shown} == {"README.md", "docs/examples.md", "docs/ci.md"}
     assert all(s.words and s.words[0] in app_commands() for s in shown), [s.text for s in shown if not s.words]
     texts = [s.text for s in shown]
     assert "layerprobe compare" not in texts  # `check_name: layerprobe compare` is a yaml value
