@@ -194,8 +194,13 @@ def place_legend(ax: Axes, *others: Axes, **kwargs) -> object:
 
 
 def _settle(ax: Axes) -> None:
-    """Run the figure's layout (constrained layout moves axes) without rendering pixels."""
+    """Run the figure's layout (constrained layout moves axes) without rendering pixels.
+
+    Its texts are made printable first: the layout measures them, and a name holding a lone surrogate
+    would make the font renderer fail here, before saving (where `save_figure` escapes them too).
+    """
     figure: Any = ax.figure
+    printable_texts(figure)
     figure.draw_without_rendering()
 
 

@@ -22,6 +22,7 @@ from layerprobe.stats.proportion import PROPORTION_METRICS, score_interval95, wi
 from layerprobe.stats.ranking import (
     BlockScores,
     RankingStability,
+    expected_lowest_k_jaccard,
     kendall_tau_b,
     lowest_k_jaccard,
     lowest_k_jaccard_chance,
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_SEED",
     "discordant_counts",
     "kendall_tau_b",
+    "expected_lowest_k_jaccard",
     "lowest_k_jaccard",
     "lowest_k_jaccard_chance",
     "mcnemar",

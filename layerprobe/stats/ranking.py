@@ -39,6 +39,7 @@ from layerprobe.stats.paired import DEFAULT_DRAWS, DEFAULT_SEED
 
 CHUNK = 128  # draws handled at once: bounds the (draws, pairs) and (draws, windows) arrays
 Interval = tuple[float, float]
+TIE_BREAKS = 4096  # random tie-breaks the point Jaccard averages over (Monte Carlo error < 0.01)
 
 
 @dataclass(frozen=True, eq=False)
@@ -203,18 +204,25 @@ def spearman_rho_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.where(norm > 0, (ra * rb).sum(axis=1) / norm, np.nan)
 
 
-def lowest_k_jaccard_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def lowest_k_jaccard_rows(x: np.ndarray, y: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
     """Jaccard overlap of the k lowest-scoring blocks of each side, k = 1 … ⌊L/2⌋, per row pair.
 
-    Ties are broken by block index (the earlier block counts as lower), so the k-sets are always of size
-    k and the result is deterministic. Shapes: (draws, L) × 2 → (draws, ⌊L/2⌋).
+    The k-sets always have k blocks. Ties are broken by block index (the earlier block counts as lower,
+    deterministic) or, with `rng`, in a uniformly random order drawn anew for each row and side: the
+    draw `ranking_stability` averages over, so that no overlap is manufactured by the tie-break.
+    Shapes: (draws, L) × 2 → (draws, ⌊L/2⌋).
     """
     a, b = _rows(x, y)
     blocks = a.shape[1]
     ks = np.arange(1, blocks // 2 + 1)
     positions = []
     for side in (a, b):
-        order = np.argsort(side, axis=1, kind="stable")
+        if rng is None:
+            order = np.argsort(side, axis=1, kind="stable")
+        else:  # a random permutation first, then a stable sort by score: tied blocks keep the random order
+            shuffled = np.argsort(rng.random(side.shape), axis=1)
+            within = np.argsort(np.take_along_axis(side, shuffled, axis=1), axis=1, kind="stable")
+            order = np.take_along_axis(shuffled, within, axis=1)
         position = np.empty_like(order)
         np.put_along_axis(position, order, np.arange(blocks)[None, :].repeat(len(side), axis=0), axis=1)
         positions.append(position)
@@ -244,6 +252,23 @@ def spearman_rho(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarra
 def lowest_k_jaccard(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> tuple[float, ...]:
     """Jaccard overlap of the k lowest-scoring blocks for k = 1 … ⌊L/2⌋ (see `lowest_k_jaccard_rows`)."""
     return tuple(float(v) for v in lowest_k_jaccard_rows(np.asarray(x)[None], np.asarray(y)[None])[0])
+
+
+def expected_lowest_k_jaccard(
+    x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray, rng: np.random.Generator
+) -> tuple[float, ...]:
+    """The lowest-k Jaccard overlap averaged over uniformly random tie-breaks (exact when nothing ties).
+
+    With tied scores at the boundary of the k lowest, which blocks are "the k lowest" is not determined
+    by the data; breaking ties by index would make two all-tied rankings overlap perfectly (J = 1).
+    This is the mean over `TIE_BREAKS` independent random tie-breaks of both sides: for two all-tied
+    rankings it is the chance overlap of `lowest_k_jaccard_chance`.
+    """
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(np.unique(a)) == len(a) and len(np.unique(b)) == len(b):
+        return lowest_k_jaccard(a, b)
+    rows = lowest_k_jaccard_rows(np.tile(a, (TIE_BREAKS, 1)), np.tile(b, (TIE_BREAKS, 1)), rng)
+    return tuple(float(v) for v in rows.mean(axis=0))
 
 
 def lowest_k_jaccard_chance(blocks: int) -> tuple[float, ...]:
@@ -295,11 +320,11 @@ def ranking_stability(
     method = "mixed_bootstrap" if len(kinds) == 2 else "parametric_bootstrap" if True in kinds else "bootstrap"
     rng = np.random.default_rng(seed)
     x, y = first.redraw(rng, draws), second.redraw(rng, draws)
-    curve = lowest_k_jaccard_rows(x, y)
+    curve = lowest_k_jaccard_rows(x, y, rng)  # each draw breaks its ties at random, as the point value does
     return RankingStability(
         tau=kendall_tau_b(first.point, second.point),
         rho=spearman_rho(first.point, second.point),
-        jaccard=lowest_k_jaccard(first.point, second.point),
+        jaccard=expected_lowest_k_jaccard(first.point, second.point, rng),
         tau_ci=_percentile_interval(kendall_tau_b_rows(x, y)),
         rho_ci=_percentile_interval(spearman_rho_rows(x, y)),
         jaccard_ci=tuple(_percentile_interval(curve[:, k]) or (math.nan, math.nan) for k in range(curve.shape[1])),

@@ -67,7 +67,7 @@ def test_the_legend_hides_no_point_of_the_distance_curve():
     deltas = [-0.30, -0.02, 0.04, 0.10, -0.05, 0.02, 0.01, 0.03]
     metric = metric_drop(0.5, [0.5 + d for d in deltas], paired_se=[0.02] * 8, hib=True)
     distances = [0.10, 0.12, 0.15, 0.2, 0.25, 0.3, 0.35, 0.45]
-    block = {"acc": metric_agreement(distances, metric, draws=50)}
+    block = {"acc": metric_agreement(distances, metric)}
     result = prune_drop_result({"arc": {"acc": metric}}, 8, limit=None, model=model_info(8), agreement=block)
     fig = prune_drop_figure(result, "arc")
     try:

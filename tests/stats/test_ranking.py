@@ -7,6 +7,7 @@ from scipy import stats
 from layerprobe.stats.paired import spearman
 from layerprobe.stats.ranking import (
     BlockScores,
+    expected_lowest_k_jaccard,
     kendall_tau_b,
     kendall_tau_b_rows,
     lowest_k_jaccard,
@@ -131,3 +132,57 @@ def test_invalid_input_is_refused():
         ranking_stability(side, BlockScores.from_normal([1.0, 2.0], [0.1, 0.1]))
     with pytest.raises(ValueError, match="two draws"):
         ranking_stability(side, side, draws=1)
+
+
+def brute_force_expected_jaccard(x, y):
+    """The mean lowest-k Jaccard over every tie-break of both sides, enumerated (independent of the code)."""
+    import itertools
+
+    def tie_breaks(scores):
+        return [
+            p
+            for p in itertools.permutations(range(len(scores)))
+            if all(scores[p[i]] <= scores[p[i + 1]] for i in range(len(p) - 1))
+        ]
+
+    blocks = len(x)
+    totals = np.zeros(blocks // 2)
+    count = 0
+    for px in tie_breaks(x):
+        for py in tie_breaks(y):
+            for k in range(1, blocks // 2 + 1):
+                a, b = set(px[:k]), set(py[:k])
+                totals[k - 1] += len(a & b) / len(a | b)
+            count += 1
+    return totals / count
+
+
+@pytest.mark.parametrize(
+    ("x", "y"),
+    [
+        ([0, 0, 1, 2, 2, 3], [0, 1, 0, 2, 3, 3]),
+        ([1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0]),
+        ([0, 0, 0, 1, 1, 1], [5, 4, 3, 2, 1, 0]),
+    ],
+)
+def test_tied_rankings_overlap_as_their_random_tie_breaks_do(x, y):
+    """The point Jaccard is the mean over tie-breaks, not the lower-index tie-break (which gives J = 1 here)."""
+    expected = brute_force_expected_jaccard(x, y)
+    found = expected_lowest_k_jaccard(x, y, np.random.default_rng(0))
+    assert found == pytest.approx(tuple(expected), abs=0.02)
+
+
+def test_all_tied_rankings_overlap_by_chance_not_perfectly():
+    from layerprobe.stats import lowest_k_jaccard_chance
+
+    blocks = 10
+    x, y = np.zeros(blocks), np.zeros(blocks)
+    assert lowest_k_jaccard(x, y) == (1.0,) * (blocks // 2)  # what the index tie-break manufactured
+    found = expected_lowest_k_jaccard(x, y, np.random.default_rng(1))
+    assert found == pytest.approx(lowest_k_jaccard_chance(blocks), abs=0.02)
+
+
+def test_without_ties_the_expected_overlap_is_the_overlap():
+    rng = np.random.default_rng(3)
+    x, y = rng.permutation(12).astype(float), rng.permutation(12).astype(float)
+    assert expected_lowest_k_jaccard(x, y, rng) == lowest_k_jaccard(x, y)
