@@ -80,6 +80,17 @@ def loading(options: dict[str, Any]) -> Loading:
     return Loading(**options)
 
 
+def model_spec(model: Any, tokenizer: Any, loading_options: dict[str, Any]) -> ModelSpec:
+    """The `ModelSpec` an API call runs on: a live model's (loading keywords refused) or a hub id's / path's.
+
+    Every call that takes a model reads it here, so a live model and a checkpoint are told apart, and a bad
+    argument refused, one way everywhere and before anything loads.
+    """
+    check_model(model, tokenizer)
+    options = loading(loading_options)
+    return options.live_spec(model) if is_live_model(model) else options.spec(str(model))
+
+
 def corpus_spec(corpus: Any, **options: Any) -> CorpusSpec:
     """`corpus` (a dataset id, a file, or a list of strings) and the corpus keywords as a `CorpusSpec`."""
     if isinstance(corpus, (str, PathLike)):
