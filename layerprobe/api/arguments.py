@@ -9,11 +9,11 @@ to (core/corpus_spec.py, core/run_specs.py, core/model_spec.py), so the two cann
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from os import PathLike
 from typing import TYPE_CHECKING, Any
 
-from layerprobe.core import CorpusSpec, LayerprobeError, ModelSpec, parse_model_args, quantization_from_flags
+from layerprobe.core import CorpusSpec, LayerprobeError, ModelSpec
 from layerprobe.model import is_live_model, live_name
 
 if TYPE_CHECKING:
@@ -39,19 +39,8 @@ class Loading:
     attn_implementation: str | None = None
 
     def spec(self, model: str) -> ModelSpec:
-        args = parse_model_args(self.model_args) if isinstance(self.model_args, str) else dict(self.model_args or {})
-        return ModelSpec(
-            model,
-            self.revision,
-            self.dtype,
-            self.device,
-            self.device_map,
-            self.trust_remote_code,
-            self.layers_path,
-            model_args=args,
-            quantization=quantization_from_flags(self.load_in_4bit, self.load_in_8bit),
-            attn_implementation=self.attn_implementation,
-        )
+        """The ModelSpec of `model` loaded with these options, read as the commands read theirs."""
+        return ModelSpec.from_options(model, **asdict(self))
 
     def live_spec(self, model: Any, revision: str | None = None) -> ModelSpec:
         """The spec recorded for a live model: its checkpoint's name; only `layers_path` applies to it."""
