@@ -9,11 +9,11 @@ to (core/corpus_spec.py, core/run_specs.py, core/model_spec.py), so the two cann
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from os import PathLike
 from typing import TYPE_CHECKING, Any
 
-from layerprobe.core import CorpusSpec, LayerprobeError, ModelSpec, parse_model_args, quantization_from_flags
+from layerprobe.core import CorpusSpec, LayerprobeError, ModelSpec
 from layerprobe.model import is_live_model, live_name
 
 if TYPE_CHECKING:
@@ -39,19 +39,8 @@ class Loading:
     attn_implementation: str | None = None
 
     def spec(self, model: str) -> ModelSpec:
-        args = parse_model_args(self.model_args) if isinstance(self.model_args, str) else dict(self.model_args or {})
-        return ModelSpec(
-            model,
-            self.revision,
-            self.dtype,
-            self.device,
-            self.device_map,
-            self.trust_remote_code,
-            self.layers_path,
-            model_args=args,
-            quantization=quantization_from_flags(self.load_in_4bit, self.load_in_8bit),
-            attn_implementation=self.attn_implementation,
-        )
+        """The ModelSpec of `model` loaded with these options, read as the commands read theirs."""
+        return ModelSpec.from_options(model, **asdict(self))
 
     def live_spec(self, model: Any, revision: str | None = None) -> ModelSpec:
         """The spec recorded for a live model: its checkpoint's name; only `layers_path` applies to it."""
@@ -78,6 +67,17 @@ def loading(options: dict[str, Any]) -> Loading:
             f"Unknown keyword {unknown[0]}=.", hint=f"The loading keywords are {', '.join(sorted(names))}."
         )
     return Loading(**options)
+
+
+def model_spec(model: Any, tokenizer: Any, loading_options: dict[str, Any]) -> ModelSpec:
+    """The `ModelSpec` an API call runs on: a live model's (loading keywords refused) or a hub id's / path's.
+
+    Every call that takes a model reads it here, so a live model and a checkpoint are told apart, and a bad
+    argument refused, one way everywhere and before anything loads.
+    """
+    check_model(model, tokenizer)
+    options = loading(loading_options)
+    return options.live_spec(model) if is_live_model(model) else options.spec(str(model))
 
 
 def corpus_spec(corpus: Any, **options: Any) -> CorpusSpec:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from layerprobe.api.arguments import check_model, loading
+from layerprobe.api.arguments import model_spec
 from layerprobe.api.measure import without_fingerprint
 from layerprobe.core import DEFAULT_DRAWS, DEFAULT_SEED, LayerprobeError, PruneSpec
 from layerprobe.gate import GateRules, Verdict, compare_paths, compare_results
@@ -53,11 +53,8 @@ def prune_drop(
     Example:
         >>> result = lp.prune_drop(model, tokenizer, tasks=["arc_easy"], limit=100, out="runs/drop")
     """
-    check_model(model, tokenizer)
-    options = loading(loading_options)
-    live = is_live_model(model)
     spec = PruneSpec(
-        model=options.live_spec(model) if live else options.spec(str(model)),
+        model=model_spec(model, tokenizer, loading_options),
         tasks=(tasks,) if isinstance(tasks, str) else tuple(tasks),
         layers=layers,
         limit=limit,
@@ -69,7 +66,7 @@ def prune_drop(
         unit=unit,
         span=span,
     )
-    if not live:
+    if not is_live_model(model):
         return run_prune_drop(spec, Path(out), resume=resume, progress=progress)
     with untouched(model):
         loaded = live_model(model, tokenizer, spec.model, head=True)

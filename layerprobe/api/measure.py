@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 import layerprobe.plots  # noqa: F401 - registers the figures behind a result's plot() and save()
-from layerprobe.api.arguments import check_model, corpus_spec, loading
+from layerprobe.api.arguments import corpus_spec, model_spec
 from layerprobe.core import DEFAULT_CHUNK_BYTES, AngularSpec, CorpusSpec, DepthSpec, ModelSpec, parse_memory_size
 from layerprobe.measure import run_angular, run_depth
 from layerprobe.model import LoadedModel, Progress, is_live_model, live_model, untouched
@@ -29,8 +29,14 @@ def without_fingerprint(result: R) -> R:
     return replace(result, model=replace(result.model, weights_fingerprint=None))
 
 
-def on_live(model: Any, tokenizer: Any, spec: ModelSpec, head: bool, run: Callable[[LoadedModel], R]) -> R:
-    """Run a measurement on a live model, left as it was found; its result without a weights fingerprint."""
+def measured(model: Any, tokenizer: Any, spec: ModelSpec, head: bool, run: Callable[[LoadedModel | None], R]) -> R:
+    """`run` on what the call was given: a hub id / path the command's way, a live model in place.
+
+    `run(None)` loads a hub id or path as the command does. A live model is measured as it is and left as it
+    was found; its result carries no weights fingerprint. One home, so every call treats the two alike.
+    """
+    if not is_live_model(model):
+        return run(None)
     with untouched(model):
         result = run(live_model(model, tokenizer, spec, head=head))
     return without_fingerprint(result)
@@ -64,28 +70,22 @@ def angular(
         >>> result = lp.angular(model, tokenizer, "builtin:pydoc", tokens=4096)
         >>> result.to_frame()
     """
-    check_model(model, tokenizer)
-    options = loading(loading_options)
-    corpus_ = corpus_spec(
-        corpus,
-        dataset_config=dataset_config,
-        split=split,
-        text_field=text_field,
-        tokens=tokens,
-        seq_len=seq_len,
-        chat_template=chat_template,
-    )
-    live = is_live_model(model)
     spec = AngularSpec(
-        model=options.live_spec(model) if live else options.spec(str(model)),
-        corpus=corpus_,
+        model=model_spec(model, tokenizer, loading_options),
+        corpus=corpus_spec(
+            corpus,
+            dataset_config=dataset_config,
+            split=split,
+            text_field=text_field,
+            tokens=tokens,
+            seq_len=seq_len,
+            chat_template=chat_template,
+        ),
         positions=positions,
         batch_size=batch_size,
         max_state_bytes=parse_memory_size(max_state_memory) or DEFAULT_CHUNK_BYTES,
     )
-    if not live:
-        return run_angular(spec, progress)
-    return on_live(model, tokenizer, spec.model, False, lambda loaded: run_angular(spec, progress, loaded=loaded))
+    return measured(model, tokenizer, spec.model, False, lambda loaded: run_angular(spec, progress, loaded=loaded))
 
 
 def depth(
@@ -116,26 +116,20 @@ def depth(
         >>> result = lp.depth(model, tokenizer, "builtin:pydoc", tokens=4096, grad=True)
         >>> result.plot()
     """
-    check_model(model, tokenizer)
-    options = loading(loading_options)
-    corpus_ = corpus_spec(
-        corpus,
-        dataset_config=dataset_config,
-        split=split,
-        text_field=text_field,
-        tokens=tokens,
-        seq_len=seq_len,
-        chat_template=chat_template,
-    )
-    live = is_live_model(model)
     spec = DepthSpec(
-        model=options.live_spec(model) if live else options.spec(str(model)),
-        corpus=corpus_,
+        model=model_spec(model, tokenizer, loading_options),
+        corpus=corpus_spec(
+            corpus,
+            dataset_config=dataset_config,
+            split=split,
+            text_field=text_field,
+            tokens=tokens,
+            seq_len=seq_len,
+            chat_template=chat_template,
+        ),
         positions=positions,
         batch_size=batch_size,
         grad=grad,
         mask_seed=mask_seed,
     )
-    if not live:
-        return run_depth(spec, progress)
-    return on_live(model, tokenizer, spec.model, grad, lambda loaded: run_depth(spec, progress, loaded=loaded))
+    return measured(model, tokenizer, spec.model, grad, lambda loaded: run_depth(spec, progress, loaded=loaded))

@@ -13,17 +13,7 @@ from layerprobe.cli.console import RichProgress, err, out
 from layerprobe.cli.corpus_options import Corpus
 from layerprobe.cli.groups import OptionGroup, takes_groups
 from layerprobe.cli.options import ModelArg, ModelLoading, Output
-from layerprobe.core import (
-    DEFAULT_CHECKPOINT_EVERY,
-    DEFAULT_HELD_OUT_TOKENS,
-    DEFAULT_LORA_LR,
-    DEFAULT_LORA_RANK,
-    DEFAULT_LORA_STEPS,
-    DEFAULT_LORA_TARGETS,
-    DEFAULT_SEED,
-    HealSpec,
-    check_output_dir,
-)
+from layerprobe.core import HealSpec, check_output_dir
 from layerprobe.plots import plot_heal
 from layerprobe.results import HEAL_METRICS, RunDir, write_json
 
@@ -36,16 +26,16 @@ class Lora(OptionGroup):
 
     loss: Annotated[
         str, typer.Option("--loss", help="LoRA's objective: kl (to the unpruned model's distribution) or nll.")
-    ] = "kl"
-    rank: Annotated[int, typer.Option("--rank", help="LoRA rank.")] = DEFAULT_LORA_RANK
+    ] = HealSpec.loss
+    rank: Annotated[int, typer.Option("--rank", help="LoRA rank.")] = HealSpec.rank
     targets: Annotated[str, typer.Option("--targets", help="LoRA target modules, comma-separated, or all-linear.")] = (
-        DEFAULT_LORA_TARGETS
+        HealSpec.targets
     )
-    steps: Annotated[int, typer.Option("--steps", help="LoRA optimiser steps.")] = DEFAULT_LORA_STEPS
-    lr: Annotated[float, typer.Option("--lr", help="LoRA learning rate.")] = DEFAULT_LORA_LR
+    steps: Annotated[int, typer.Option("--steps", help="LoRA optimiser steps.")] = HealSpec.steps
+    lr: Annotated[float, typer.Option("--lr", help="LoRA learning rate.")] = HealSpec.lr
     checkpoint_every: Annotated[
         int, typer.Option("--checkpoint-every", help="LoRA steps between two resumable checkpoints in --out.")
-    ] = DEFAULT_CHECKPOINT_EVERY
+    ] = HealSpec.checkpoint_every
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue LoRA training from the checkpoint in --out after a kill.")
     ] = False
@@ -73,19 +63,19 @@ def heal(
             help="linear: fit one least-squares map per removed span and fold it into the block before the cut "
             "(no training); lora: LoRA adapters trained to match the unpruned model; linear+lora: both.",
         ),
-    ] = "linear",
+    ] = HealSpec.method,
     ridge: Annotated[
         float,
         typer.Option("--ridge", help="Ridge term λ of the linear fit, relative to the data's scale (0: plain lstsq)."),
-    ] = 0.0,
+    ] = HealSpec.ridge,
     held_out_tokens: Annotated[
         int,
         typer.Option(
             "--held-out-tokens", help="Positions after the calibration windows on which the three models are compared."
         ),
-    ] = DEFAULT_HELD_OUT_TOKENS,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Windows per forward pass.")] = 8,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the recovery bootstrap and of LoRA.")] = DEFAULT_SEED,
+    ] = HealSpec.held_out_tokens,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Windows per forward pass.")] = HealSpec.batch_size,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the recovery bootstrap and of LoRA.")] = HealSpec.seed,
     save: Annotated[
         Path | None,
         typer.Option("--save", help="Directory for the healed checkpoint (staged, then moved into place, like prune)."),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal, TypedDict
 
@@ -24,8 +24,6 @@ from layerprobe.core import (
     PruneSpec,
     check_output_dir,
     parse_eval_batch_size,
-    parse_model_args,
-    quantization_from_flags,
 )
 from layerprobe.results import ALIGNS, ORDERS, hold_run_dir, rank_suffix
 
@@ -160,18 +158,7 @@ class ModelLoading(OptionGroup):
 
     def spec(self, model: str) -> ModelSpec:
         """The ModelSpec of `model` loaded with these options (checked there: one home for the rules)."""
-        return ModelSpec(
-            model,
-            self.revision,
-            self.dtype,
-            self.device,
-            self.device_map,
-            self.trust_remote_code,
-            self.layers_path,
-            model_args=parse_model_args(self.model_args),
-            quantization=quantization_from_flags(self.load_in_4bit, self.load_in_8bit),
-            attn_implementation=self.attn_implementation,
-        )
+        return ModelSpec.from_options(model, **asdict(self))
 
 
 # --- tasks and their evaluation -----------------------------------------------------------------------

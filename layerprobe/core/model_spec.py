@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -61,6 +62,41 @@ class ModelSpec:
     def display_name(self) -> str:
         """How results name the model: `name` when given, else the hub id or path as typed."""
         return self.name or self.model
+
+    @classmethod
+    def from_options(
+        cls,
+        model: str,
+        *,
+        revision: str | None,
+        dtype: str,
+        device: str,
+        device_map: str | None,
+        trust_remote_code: bool,
+        layers_path: str | None,
+        model_args: str | Mapping[str, Any] | None,
+        load_in_4bit: bool,
+        load_in_8bit: bool,
+        attn_implementation: str | None,
+    ) -> ModelSpec:
+        """`model` with the loading options as a user gives them: the commands' flags, the API's keywords.
+
+        One home for reading them, so `--model-args` text (or the API's mapping) and the two quantization
+        flags mean the same in both; every rule is then checked by `__post_init__`.
+        """
+        args = parse_model_args(model_args) if model_args is None or isinstance(model_args, str) else dict(model_args)
+        return cls(
+            model,
+            revision,
+            dtype,
+            device,
+            device_map,
+            trust_remote_code,
+            layers_path,
+            model_args=args,
+            quantization=quantization_from_flags(load_in_4bit, load_in_8bit),
+            attn_implementation=attn_implementation,
+        )
 
     def __post_init__(self) -> None:
         remember_secrets(self.model_args)  # before any check quotes them: scrubbed from every file and line

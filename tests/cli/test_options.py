@@ -16,6 +16,7 @@ import pytest
 import typer
 from command_line import flat_help
 
+from layerprobe.api.arguments import Loading
 from layerprobe.cli.app import COMMANDS, app
 from layerprobe.cli.corpus_options import Corpus, StreamedCorpus
 from layerprobe.cli.groups import OptionGroup, command_groups
@@ -157,3 +158,17 @@ def test_help_lists_choices_and_underscore_aliases():
     assert "<auto|float32|bfloat16|float16>" in angular and "<all|last>" in angular and "--batch_size" in angular
     assert "<all|last>" in help_text("depth")
     assert "<table|markdown|json>" in help_text("compare")
+
+
+def test_the_api_and_the_commands_read_the_loading_options_alike():
+    """The API's loading keywords and the commands' loading options: same names and defaults, one ModelSpec."""
+    assert {f.name: f.default for f in dataclasses.fields(Loading)} == {
+        f.name: f.default for f in dataclasses.fields(ModelLoading)
+    }
+    given = {"revision": "r1", "dtype": "float16", "device": "cpu", "layers_path": "model.layers"}
+    given |= {"model_args": "low_cpu_mem_usage=true,max_memory={0:20GiB}", "load_in_8bit": True}
+    api, cli = Loading(**given).spec("gpt2"), ModelLoading(**given).spec("gpt2")
+    assert api == cli
+    assert api.model_args == {"low_cpu_mem_usage": True, "max_memory": {0: "20GiB"}} and api.quantization == "8bit"
+    as_mapping = Loading(**{**given, "model_args": {"low_cpu_mem_usage": True, "max_memory": {0: "20GiB"}}})
+    assert as_mapping.spec("gpt2") == cli
