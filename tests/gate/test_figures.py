@@ -136,7 +136,7 @@ def test_compare_prune_drop_draws_95_percent_intervals_and_labels_them():
         # One quantity, one interval: the band is the Wilson interval the title gives the baseline, moved to 0.
         n = baseline.tasks["arc"].samples
         wilson = wilson_interval(round(base_metric.baseline * n), n)
-        assert f"[{wilson[0]:.3g}, {wilson[1]:.3g}]" in bars_ax.get_title()
+        assert f"[{wilson[0]:#.4g}, {wilson[1]:#.4g}]" in bars_ax.get_title()  # plots.common.number_text
         low, high = band_limits(bars_ax, BASELINE_BAND)
         assert (low, high) == pytest.approx((wilson[0] - base_metric.baseline, wilson[1] - base_metric.baseline))
         assert any("95 % CI" in text for text in legend_texts(bars_ax) if "baseline" not in text)
