@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprobe.core import UnsupportedModel
-from layerprobe.model import CAUSAL_LM, EXTRACTIVE_QA, find_layers, quiet_transformers, removed_blocks
+from layerprobe.model import CAUSAL_LM, EXTRACTIVE_QA, find_layers, head_class, quiet_transformers, removed_blocks
 
 if TYPE_CHECKING:
     from torch import nn
@@ -260,7 +260,9 @@ def model_class_for(config: PretrainedConfig, kind: str, trust_remote_code: bool
     architectures = getattr(config, "architectures", None) or []
     if architectures and not trust_remote_code and hasattr(tf, architectures[0]):
         return getattr(tf, architectures[0])
-    return {CAUSAL_LM: tf.AutoModelForCausalLM, EXTRACTIVE_QA: tf.AutoModelForQuestionAnswering}.get(kind, tf.AutoModel)
+    if kind in (CAUSAL_LM, EXTRACTIVE_QA):
+        return head_class(config, kind, trust_remote_code)
+    return tf.AutoModel
 
 
 def build_skeleton(

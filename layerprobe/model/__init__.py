@@ -15,6 +15,7 @@ from layerprobe.model.facts import (
 )
 from layerprobe.model.hub import quiet_hub_logs, quiet_transformers, translate_load_error
 from layerprobe.model.info import model_info
+from layerprobe.model.kinds import HeadKind, Loader, head_class, loader_for, register_kind
 from layerprobe.model.load import (
     LoadedModel,
     check_skeleton_weights,
@@ -61,6 +62,8 @@ __all__ = [
     "EXTRACTIVE_QA",
     "find_layers",
     "hidden_from_input",
+    "head_class",
+    "HeadKind",
     "hidden_from_output",
     "LayerStack",
     "load_config",
@@ -68,6 +71,8 @@ __all__ = [
     "load_skeleton",
     "load_tokenizer",
     "LoadedModel",
+    "Loader",
+    "loader_for",
     "MASKED_LM",
     "model_info",
     "model_kind",
@@ -76,6 +81,7 @@ __all__ = [
     "Progress",
     "quiet_hub_logs",
     "quiet_transformers",
+    "register_kind",
     "removed_blocks",
     "Remover",
     "skeleton_stack",
