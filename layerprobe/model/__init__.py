@@ -3,6 +3,8 @@
 from layerprobe.model.ablation import Ablation, Remover, zeroed_sublayers
 from layerprobe.model.demo import DEMO_NAME, demo_model_dir
 from layerprobe.model.describe import StackDescription, describe_stack
+from layerprobe.model.designs import Design, design_config_changes, exported_state, position_attributes, register_design
+from layerprobe.model.designs import refusal as design_refusal
 from layerprobe.model.devices import module_device
 from layerprobe.model.facts import (
     CAUSAL_LM,
@@ -54,12 +56,16 @@ __all__ = [
     "check_skeleton_weights",
     "context_length",
     "demo_model_dir",
+    "Design",
+    "design_config_changes",
+    "design_refusal",
     "describe_stack",
     "DEMO_NAME",
     "detect_placement",
     "ENCODER",
     "EvaluationEvent",
     "EXTRACTIVE_QA",
+    "exported_state",
     "find_layers",
     "hidden_from_input",
     "head_class",
@@ -78,9 +84,11 @@ __all__ = [
     "model_kind",
     "module_device",
     "placement_without_weights",
+    "position_attributes",
     "Progress",
     "quiet_hub_logs",
     "quiet_transformers",
+    "register_design",
     "register_kind",
     "removed_blocks",
     "Remover",
