@@ -11,6 +11,7 @@ both engines), in the config an export writes, and in the tensors it writes (`ex
 - shared-block maps (Zamba2): shared transformer blocks look their adapters up by layer index
   (`layer_dic`), renumbered to the kept layers; an export drops the removed layers' adapters;
 - heterogeneous configs (`per_layer_config`, Gemma-4): per-layer overrides keyed by layer index, renumbered;
+- a last block that must be full attention (Gemma-4): a kept set ending on a sliding block is refused;
 - depth-derived saved buffers (MiniMax's lightning attention): blocks remember the depth they were built
   for, but what they derive from it is saved with the weights, so the exported blocks compute as before.
 
@@ -183,6 +184,33 @@ class HeterogeneousConfig(Design):
         return {"per_layer_config": renumbered}
 
 
+class LastBlockFull(Design):
+    """Gemma-4: its config forces the last block to full attention, so a kept set must end on a full one."""
+
+    name = "last block full attention"
+
+    def applies(self, config: PretrainedConfig) -> bool:
+        return getattr(config, "model_type", "") in ("gemma4", "gemma4_text")
+
+    def refusal(self, config: PretrainedConfig, kept: list[int]) -> tuple[str, str] | None:
+        types = list(getattr(config, "layer_types", None) or [])
+        if not types or types[kept[-1]] == "full_attention":
+            return None
+        full = [i for i in kept if types[i] == "full_attention"]
+        depth = len(types)
+        fix = (
+            f"also remove the blocks after block {full[-1]}, the last full-attention block kept (--remove "
+            f"{full[-1] + 1}-{depth - 1} with the others)"
+            if full
+            else "keep a full-attention block"
+        )
+        return (
+            f"{config.model_type} makes its last block full attention: without these blocks block {kept[-1]} "
+            "(sliding attention) would come last and be rebuilt as a different block.",
+            f"Keep the last full-attention block, or {fix}.",
+        )
+
+
 class SavedDepthBuffers(Design):
     """MiniMax: lightning-attention blocks derive their decay rates from their index and the model's depth.
 
@@ -197,7 +225,7 @@ class SavedDepthBuffers(Design):
         return getattr(config, "model_type", "") == "minimax"
 
 
-DESIGNS: list[Design] = [PerLayerInputs(), SharedBlockMap(), HeterogeneousConfig(), SavedDepthBuffers()]
+DESIGNS: list[Design] = [PerLayerInputs(), SharedBlockMap(), HeterogeneousConfig(), LastBlockFull(), SavedDepthBuffers()]
 
 
 def register_design(design: Design) -> None:
