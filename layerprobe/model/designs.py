@@ -12,6 +12,7 @@ both engines), in the config an export writes, and in the tensors it writes (`ex
   (`layer_dic`), renumbered to the kept layers; an export drops the removed layers' adapters;
 - heterogeneous configs (`per_layer_config`, Gemma-4): per-layer overrides keyed by layer index, renumbered;
 - a last block that must be full attention (Gemma-4): a kept set ending on a sliding block is refused;
+- KV sharing (Gemma-3n, Gemma-4): the count of blocks reusing earlier keys and values, renumbered;
 - depth-derived saved buffers (MiniMax's lightning attention): blocks remember the depth they were built
   for, but what they derive from it is saved with the weights, so the exported blocks compute as before.
 
@@ -47,6 +48,10 @@ class Design:
     def applies(self, config: PretrainedConfig) -> bool:
         """Whether the stack described by `config` (the text config of a wrapper) has this design."""
         return False
+
+    def positional(self, config: PretrainedConfig) -> frozenset[str]:
+        """`position_attributes`, for designs where they depend on the config."""
+        return self.position_attributes
 
     def in_memory(
         self, root: nn.Module, config: PretrainedConfig, kept: list[int]
@@ -211,6 +216,28 @@ class LastBlockFull(Design):
         )
 
 
+class KVSharing(Design):
+    """Gemma-3n, Gemma-4: the last `num_kv_shared_layers` blocks reuse the keys and values of earlier ones.
+
+    The count of sharing blocks is renumbered to the kept ones. Without sharing, which block "stores" its
+    keys and values only feeds an optional side output, so that flag says where a block sits.
+    """
+
+    name = "kv sharing"
+
+    def applies(self, config: PretrainedConfig) -> bool:
+        return isinstance(getattr(config, "num_kv_shared_layers", None), int) and hasattr(config, "kv_sharing_modes")
+
+    def positional(self, config: PretrainedConfig) -> frozenset[str]:
+        return frozenset({"store_full_length_kv"}) if config.num_kv_shared_layers == 0 else frozenset()
+
+    def config_changes(self, config: PretrainedConfig, kept: list[int]) -> dict[str, object]:
+        if config.num_kv_shared_layers == 0:
+            return {}
+        first = config.num_hidden_layers - config.num_kv_shared_layers
+        return {"num_kv_shared_layers": sum(1 for i in kept if i >= first)}
+
+
 class SavedDepthBuffers(Design):
     """MiniMax: lightning-attention blocks derive their decay rates from their index and the model's depth.
 
@@ -225,7 +252,14 @@ class SavedDepthBuffers(Design):
         return getattr(config, "model_type", "") == "minimax"
 
 
-DESIGNS: list[Design] = [PerLayerInputs(), SharedBlockMap(), HeterogeneousConfig(), LastBlockFull(), SavedDepthBuffers()]
+DESIGNS: list[Design] = [
+    PerLayerInputs(),
+    SharedBlockMap(),
+    HeterogeneousConfig(),
+    LastBlockFull(),
+    KVSharing(),
+    SavedDepthBuffers(),
+]
 
 
 def register_design(design: Design) -> None:
@@ -240,7 +274,7 @@ def designs_of(config: PretrainedConfig) -> list[Design]:
 
 def position_attributes(config: PretrainedConfig) -> frozenset[str]:
     """Block attributes that say where a block sits in a model of this design (renumbered, not compared)."""
-    return frozenset().union(*(design.position_attributes for design in designs_of(config)))
+    return frozenset().union(*(design.positional(config) for design in designs_of(config)))
 
 
 def refusal(config: PretrainedConfig, kept: list[int]) -> tuple[str, str] | None:

@@ -83,8 +83,8 @@ def test_every_design_family_has_its_rule():
     """Each family is known by the rule its design needs (Nemotron-H needs none: its replay copies block_type)."""
     names = {family: sorted(d.name for d in designs_of(design_config(family))) for family in DESIGN_FAMILIES}
     assert names == {
-        "gemma3n": ["per-layer inputs"],
-        "gemma4": ["last block full attention", "per-layer config", "per-layer inputs"],
+        "gemma3n": ["kv sharing", "per-layer inputs"],
+        "gemma4": ["kv sharing", "last block full attention", "per-layer config", "per-layer inputs"],
         "zamba2": ["shared-block map"],
         "nemotron_h": [],
         "minimax": ["saved depth buffers"],
