@@ -202,8 +202,10 @@ def _save_weights(
     old = stack_config(model.config, stack.num_layers)
     with removed_blocks(stack, removed), _config_swapped(model, new_config), quiet_transformers():
         state = exported_state(model.state_dict(), old, kept)
-        shards = {"max_shard_size": spec.max_shard_size} if spec.max_shard_size else {}  # else transformers' own
-        model.save_pretrained(directory, state_dict=state, **shards)
+        if spec.max_shard_size:
+            model.save_pretrained(directory, state_dict=state, max_shard_size=spec.max_shard_size)
+        else:
+            model.save_pretrained(directory, state_dict=state)  # transformers' own shard size
 
 
 def _check_destination(destination: Path, spec: ExportSpec) -> None:

@@ -352,14 +352,17 @@ def _renumbered_maps(root: nn.Module, renumber: dict[int, int]) -> Iterator[None
     restore: list[tuple[object, str, object]] = []
     try:
         for module in root.modules():
-            table = getattr(module, "layer_dic", None)
-            if isinstance(table, dict):
-                restore.append((module, "layer_dic", table))
-                module.layer_dic = {renumber[layer]: slot for layer, slot in table.items() if layer in renumber}
-            layers = getattr(module, "layer_block_map", None)
-            if isinstance(layers, (list, tuple)):
-                restore.append((module, "layer_block_map", layers))
-                module.layer_block_map = type(layers)(renumber[layer] for layer in layers if layer in renumber)
+            for attribute in ("layer_dic", "layer_block_map"):
+                value = getattr(module, attribute, None)
+                new: object
+                if isinstance(value, dict):
+                    new = {renumber[layer]: slot for layer, slot in value.items() if layer in renumber}
+                elif isinstance(value, (list, tuple)):
+                    new = type(value)(renumber[layer] for layer in value if layer in renumber)
+                else:
+                    continue
+                restore.append((module, attribute, value))
+                setattr(module, attribute, new)
         yield
     finally:
         for owner, key, value in reversed(restore):
