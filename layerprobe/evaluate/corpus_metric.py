@@ -167,7 +167,7 @@ class CorpusScorer:
         # kept block (first+n for a span) thus receives x^first, exactly as with the blocks deleted.
         with removed_blocks(self.stack, [*range(first), *span[1:]]) as shrunk:
             block = shrunk.blocks[0]
-            shrunk.blocks[0] = Replay(x_start, self._arity)
+            shrunk.blocks[0] = Replay(x_start, self._arity, like=block)
             try:
                 return self._base_forward(ids)
             finally:

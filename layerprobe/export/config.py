@@ -25,7 +25,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprobe.core import UnsupportedModel
-from layerprobe.model import CAUSAL_LM, EXTRACTIVE_QA, find_layers, quiet_transformers, removed_blocks
+from layerprobe.model import (
+    CAUSAL_LM,
+    EXTRACTIVE_QA,
+    design_config_changes,
+    design_refusal,
+    exported_state,
+    find_layers,
+    head_class,
+    position_attributes,
+    quiet_transformers,
+    removed_blocks,
+)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -177,6 +188,10 @@ def kept_config(
         trimmed = _kept_values(key, value, num_layers, kept, renumber)
         if trimmed is not None:
             changed[key] = trimmed
+    refused = design_refusal(old, kept)
+    if refused is not None:
+        raise UnsupportedModel(refused[0], hint=refused[1])
+    changed.update(design_config_changes(old, kept))
     for key, value in changed.items():
         setattr(target, key, value)
     for rule in RULES:
@@ -215,21 +230,27 @@ def _kept_values(key: str, value: object, num_layers: int, kept: list[int], renu
     return None
 
 
-def block_signature(block: nn.Module) -> dict[str, object]:
-    """What a block is, independent of where it sits: submodule classes, tensor shapes, config-derived attributes."""
+def block_signature(block: nn.Module, positional: frozenset[str] = frozenset()) -> dict[str, object]:
+    """What a block is, independent of where it sits: submodule classes, tensor shapes, config-derived attributes.
+
+    `positional`: attributes the model's design renumbers or derives from its depth (`model.position_attributes`).
+    """
     signature: dict[str, object] = {}
     for name, module in block.named_modules():
         prefix = f"{name}." if name else ""
+        if positional.intersection(name.split(".")):
+            continue  # a list the design renumbers (adapters per layer): compared as tensors after its rule
         signature[f"{prefix}<class>"] = type(module).__name__
         for attr, value in vars(module).items():
-            if attr.startswith("_") or attr == "training" or _POSITION_ATTRIBUTES.match(attr):
+            if attr.startswith("_") or attr == "training" or _POSITION_ATTRIBUTES.match(attr) or attr in positional:
                 continue
             if value is None or isinstance(value, (bool, int, float, str)):
                 signature[prefix + attr] = value
             elif isinstance(value, (list, tuple)) and all(isinstance(v, (bool, int, float, str)) for v in value):
                 signature[prefix + attr] = tuple(value)
     for name, tensor in [*block.named_parameters(), *block.named_buffers()]:
-        signature[name] = tuple(tensor.shape)
+        if not positional.intersection(name.split(".")):
+            signature[name] = tuple(tensor.shape)
     return signature
 
 
@@ -260,7 +281,9 @@ def model_class_for(config: PretrainedConfig, kind: str, trust_remote_code: bool
     architectures = getattr(config, "architectures", None) or []
     if architectures and not trust_remote_code and hasattr(tf, architectures[0]):
         return getattr(tf, architectures[0])
-    return {CAUSAL_LM: tf.AutoModelForCausalLM, EXTRACTIVE_QA: tf.AutoModelForQuestionAnswering}.get(kind, tf.AutoModel)
+    if kind in (CAUSAL_LM, EXTRACTIVE_QA):
+        return head_class(config, kind, trust_remote_code)
+    return tf.AutoModel
 
 
 def build_skeleton(
@@ -290,7 +313,10 @@ def verify_kept_config(
     a field no rule knows, is caught before any weight is read.
     """
     stack = find_layers(skeleton, path)
-    expected_blocks = [block_signature(b) for i, b in enumerate(stack.blocks) if i not in set(removed)]
+    old = stack_config(skeleton.config, stack.num_layers)
+    kept = [i for i in range(stack.num_layers) if i not in set(removed)]
+    positional = position_attributes(old)
+    expected_blocks = [block_signature(stack.blocks[i], positional) for i in kept]
     rebuilt = build_skeleton(model_class, new_config, trust_remote_code)
     rebuilt_stack = find_layers(rebuilt, path)
     fields = ", ".join(pattern_fields(stack_config(new_config, len(expected_blocks)))) or "none found"
@@ -301,7 +327,7 @@ def verify_kept_config(
             hint=f"Check the config fields that count layers ({fields}).",
         )
     for new_index, (expected, block) in enumerate(zip(expected_blocks, rebuilt_stack.blocks, strict=True)):
-        difference = first_difference(expected, block_signature(block))
+        difference = first_difference(expected, block_signature(block, positional))
         if difference:
             raise UnsupportedModel(
                 f"The config written for the kept blocks builds a different block {new_index} ({difference}): "
@@ -309,7 +335,9 @@ def verify_kept_config(
                 hint=f"Check the per-layer config fields ({fields}) or remove a different set of blocks.",
             )
     with removed_blocks(stack, removed):
-        expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+        expected = {
+            k: tuple(v.shape) for k, v in exported_state(skeleton.state_dict(), old, kept, untied=False).items()
+        }
     actual = {k: tuple(v.shape) for k, v in rebuilt.state_dict().items()}
     if expected != actual:
         keys = sorted(k for k in set(expected) | set(actual) if expected.get(k) != actual.get(k))

@@ -30,12 +30,20 @@ from layerprobe.core import (
     check_output_dir,
     parse_layer_ranges,
 )
-from layerprobe.export.config import ModelClass, build_skeleton, kept_config, model_class_for, verify_kept_config
+from layerprobe.export.config import (
+    ModelClass,
+    build_skeleton,
+    kept_config,
+    model_class_for,
+    stack_config,
+    verify_kept_config,
+)
 from layerprobe.model import (
     Progress,
     base_of,
     check_loading_info,
     check_skeleton_weights,
+    exported_state,
     find_layers,
     load_config,
     model_kind,
@@ -205,12 +213,20 @@ def _save_weights(
     new_config: PretrainedConfig,
     directory: Path,
 ) -> None:
-    """Take the blocks out in memory and save_pretrained the model with the kept blocks' config."""
-    with removed_blocks(find_layers(model, path), removed), _config_swapped(model, new_config), quiet_transformers():
+    """Take the blocks out in memory and save_pretrained the model with the kept blocks' config.
+
+    The tensors written are the model's with the blocks removed, after the design's rule for what it
+    indexes by layer outside the blocks (`model.exported_state`: per-layer input slices, adapters).
+    """
+    stack = find_layers(model, path)
+    kept = [i for i in range(stack.num_layers) if i not in set(removed)]
+    old = stack_config(model.config, stack.num_layers)
+    with removed_blocks(stack, removed), _config_swapped(model, new_config), quiet_transformers():
+        state = exported_state(model.state_dict(), old, kept)
         if spec.max_shard_size:
-            model.save_pretrained(directory, max_shard_size=spec.max_shard_size)
+            model.save_pretrained(directory, state_dict=state, max_shard_size=spec.max_shard_size)
         else:
-            model.save_pretrained(directory)  # transformers' own shard size
+            model.save_pretrained(directory, state_dict=state)  # transformers' own shard size
 
 
 def _check_destination(destination: Path, spec: ExportSpec) -> None:

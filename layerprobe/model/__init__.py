@@ -3,6 +3,8 @@
 from layerprobe.model.ablation import Ablation, Remover, zeroed_sublayers
 from layerprobe.model.demo import DEMO_NAME, demo_model_dir
 from layerprobe.model.describe import StackDescription, describe_stack
+from layerprobe.model.designs import Design, design_config_changes, exported_state, position_attributes, register_design
+from layerprobe.model.designs import refusal as design_refusal
 from layerprobe.model.devices import module_device
 from layerprobe.model.facts import (
     CAUSAL_LM,
@@ -16,6 +18,7 @@ from layerprobe.model.facts import (
 from layerprobe.model.fingerprint import weights_fingerprint
 from layerprobe.model.hub import quiet_hub_logs, quiet_transformers, translate_load_error
 from layerprobe.model.info import model_info
+from layerprobe.model.kinds import HeadKind, Loader, head_class, loader_for, register_kind
 from layerprobe.model.load import (
     LoadedModel,
     check_skeleton_weights,
@@ -54,14 +57,20 @@ __all__ = [
     "check_skeleton_weights",
     "context_length",
     "demo_model_dir",
+    "Design",
+    "design_config_changes",
+    "design_refusal",
     "describe_stack",
     "DEMO_NAME",
     "detect_placement",
     "ENCODER",
     "EvaluationEvent",
     "EXTRACTIVE_QA",
+    "exported_state",
     "find_layers",
     "hidden_from_input",
+    "head_class",
+    "HeadKind",
     "hidden_from_output",
     "LayerStack",
     "load_config",
@@ -69,14 +78,19 @@ __all__ = [
     "load_skeleton",
     "load_tokenizer",
     "LoadedModel",
+    "Loader",
+    "loader_for",
     "MASKED_LM",
     "model_info",
     "model_kind",
     "module_device",
     "placement_without_weights",
+    "position_attributes",
     "Progress",
     "quiet_hub_logs",
     "quiet_transformers",
+    "register_design",
+    "register_kind",
     "removed_blocks",
     "Remover",
     "skeleton_stack",

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, cast
 
 from layerprobe.core import LayerprobeError, ModelNotFound, ModelSpec, UnsupportedModel
 from layerprobe.model.devices import module_device, resolve_device, resolve_dtype
-from layerprobe.model.facts import CAUSAL_LM, EXTRACTIVE_QA, MASKED_LM, PURPOSES, context_length, model_kind
+from layerprobe.model.facts import CAUSAL_LM, EXTRACTIVE_QA, PURPOSES, context_length, model_kind
 from layerprobe.model.hub import quiet_transformers, translate_load_error
+from layerprobe.model.kinds import head_class
 from layerprobe.model.load_options import (
     check_loadable,
     from_pretrained_kwargs,
@@ -187,12 +188,7 @@ def load_model(
         check_before_loading(spec, config)
         device = None if spec.device_map else resolve_device(spec.device)
         dtype = resolve_dtype(spec.dtype, config, device)
-        model_class = {
-            "base": tf.AutoModel,
-            CAUSAL_LM: tf.AutoModelForCausalLM,
-            EXTRACTIVE_QA: tf.AutoModelForQuestionAnswering,
-            MASKED_LM: tf.AutoModelForMaskedLM,
-        }[purpose]
+        model_class = tf.AutoModel if purpose == "base" else head_class(config, purpose, spec.trust_remote_code)
         kwargs = from_pretrained_kwargs(spec, dtype, device)
         try:
             model, info = _with_loading_info(

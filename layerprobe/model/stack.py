@@ -124,6 +124,13 @@ def _relative_to_base(model: nn.Module, base: nn.Module, path: str) -> str:
         return path
     prefixes = {getattr(model, "base_model_prefix", ""), getattr(base, "base_model_prefix", "")}
     prefixes.update(name for name, child in getattr(model, "named_children", list)() if child is base)
+    # A wrapper's language model sits deeper (`model.language_model`): its own path, also written from the head.
+    inner = next((name for name, child in getattr(model, "named_modules", list)() if child is base and name), "")
+    if inner:
+        prefixes |= {inner} | {f"{p}.{inner}" for p in prefixes if p and not inner.startswith(p + ".")}
+    for prefix in sorted((p for p in prefixes if p), key=len, reverse=True):
+        if path.startswith(prefix + ".") and _module_list(base, path[len(prefix) + 1 :]) is not None:
+            return path[len(prefix) + 1 :]
     for prefix in sorted(p for p in prefixes if p):
         if path.startswith(prefix + "."):
             return path[len(prefix) + 1 :]

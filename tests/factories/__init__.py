@@ -16,8 +16,10 @@ from factories.checkpoints import (
     TINY_ARCHITECTURES,
     build_bert_mlm,
     build_checkpoint,
+    build_design_checkpoint,
     build_family_checkpoint,
     build_roberta,
+    build_vlm_checkpoint,
     byte_level_tokenizer,
     copy_with_bare_tokenizer,
     copy_with_config,
@@ -34,7 +36,15 @@ from factories.checkpoints import (
     small_model,
     tiny_config,
 )
-from factories.configs import export_config, jamba_config, small_config
+from factories.configs import (
+    DESIGN_FAMILIES,
+    VLM_FAMILIES,
+    design_config,
+    export_config,
+    jamba_config,
+    small_config,
+    vlm_config,
+)
 from factories.files import (
     RUN_SQUAD_PARAGRAPHS,
     SHORT_SQUAD_QUESTIONS,
@@ -105,6 +115,12 @@ from factories.runs import (
 )
 
 __all__ = [
+    "DESIGN_FAMILIES",
+    "VLM_FAMILIES",
+    "build_design_checkpoint",
+    "build_vlm_checkpoint",
+    "design_config",
+    "vlm_config",
     "DEPTH_SEQ",
     "DEPTH_TOKENS",
     "GATE_ADJACENT",

@@ -309,3 +309,49 @@ def pickled_checkpoint(source: Path, target: Path) -> Path:
 def offload_args(tmp_path: Path, cpu_bytes: str = "400KB") -> str:
     """--model-args that make accelerate put the tiny llama's last blocks on disk (hooks on every block)."""
     return f"max_memory={{cpu:{cpu_bytes}}},offload_folder={tmp_path / 'offload'}"
+
+
+# ------------------------------------------------------------------ arch-vlm: per-layer designs and VLMs
+def build_design_checkpoint(family: str, directory: Path) -> Path:
+    """A 4-block causal LM of a per-layer design (`design_config`), norms random, saved with a BOS tokenizer."""
+    import torch
+    import transformers as tf
+
+    from factories.configs import design_config
+
+    torch.manual_seed(2)
+    with quiet_logs():
+        model = tf.AutoModelForCausalLM.from_config(design_config(family)).eval()
+        randomize_norms(model, lambda name: "norm" in name.lower())
+        model.save_pretrained(directory)
+    byte_level_tokenizer(add_bos=True).save_pretrained(directory)
+    return directory
+
+
+def build_vlm_checkpoint(family: str, directory: Path) -> Path:
+    """A tiny vision-language model (`vlm_config`) saved with its auto class, a BOS tokenizer and an image processor.
+
+    The processor file stands for what a hub VLM ships beside its tokenizer; an export must keep it.
+    """
+    import torch
+    import transformers as tf
+
+    from factories.configs import vlm_config
+
+    torch.manual_seed(3)
+    with quiet_logs():
+        model = tf.AutoModelForImageTextToText.from_config(vlm_config(family)).eval()
+        randomize_norms(model, lambda name: "norm" in name.lower())
+        model.save_pretrained(directory)
+    byte_level_tokenizer(add_bos=True).save_pretrained(directory)
+    (directory / "preprocessor_config.json").write_text(
+        json.dumps({"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 16}})
+    )
+    return directory
+
+
+def quiet_logs():
+    """transformers' log quiet while a tiny model is built (kernel fallbacks, deprecations)."""
+    from layerprobe.model import quiet_transformers
+
+    return quiet_transformers()
