@@ -26,14 +26,15 @@ from layerprobe.core import ExportSpec, LayerprobeError, UnsupportedModel, check
 from layerprobe.export.config import ModelClass, build_skeleton, kept_config, model_class_for, verify_kept_config
 from layerprobe.model import (
     Progress,
-    base_of,
     check_loading_info,
     check_skeleton_weights,
+    count_field,
     find_layers,
     load_config,
     model_kind,
     quiet_transformers,
     removed_blocks,
+    side_of,
     translate_load_error,
     translate_weights_error,
 )
@@ -88,8 +89,10 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
         what = f"--remove {spec.remove!r}" if chosen is None else f"The {chosen.method} set for n = {chosen.n}"
         raise LayerprobeError(f"{what} removes all {num_layers} blocks.", hint="Keep at least one block.")
     kept = [i for i in range(num_layers) if i not in set(removed)]
-    new_config, changes = kept_config(config, num_layers, kept)
-    verify_kept_config(skeleton, stack.path, removed, model_class, new_config, spec.model.trust_remote_code)
+    side = side_of(skeleton, stack.path)  # an encoder-decoder's stack has its own count field
+    count = count_field(config, side, num_layers) if side else "num_hidden_layers"
+    new_config, changes = kept_config(config, num_layers, kept, count)
+    verify_kept_config(skeleton, stack.path, removed, model_class, new_config, spec.model.trust_remote_code, count)
     del skeleton
 
     progress.stage("Loading weights")
@@ -316,7 +319,8 @@ def _load_weights(model_class: ModelClass, spec: ExportSpec) -> PreTrainedModel:
             if translated is None:
                 raise
             raise translated from exc
-    check_loading_info(spec.model.model, model, info, find_layers(model, spec.model.layers_path).path, base_of(model))
+    stack = find_layers(model, spec.model.layers_path)
+    check_loading_info(spec.model.model, model, info, stack.path, stack.root)
     return model.eval()
 
 

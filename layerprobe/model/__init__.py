@@ -4,11 +4,13 @@ from layerprobe.model.ablation import Ablation, Remover, zeroed_sublayers
 from layerprobe.model.demo import DEMO_NAME, demo_model_dir
 from layerprobe.model.describe import StackDescription, describe_stack
 from layerprobe.model.devices import module_device
+from layerprobe.model.encdec import count_field, side_of
 from layerprobe.model.facts import (
     CAUSAL_LM,
     ENCODER,
     EXTRACTIVE_QA,
     MASKED_LM,
+    SEQ2SEQ,
     context_length,
     model_kind,
     takes_argument,
@@ -52,6 +54,7 @@ __all__ = [
     "check_loading_info",
     "check_skeleton_weights",
     "context_length",
+    "count_field",
     "demo_model_dir",
     "describe_stack",
     "DEMO_NAME",
@@ -77,6 +80,8 @@ __all__ = [
     "quiet_hub_logs",
     "quiet_transformers",
     "removed_blocks",
+    "side_of",
+    "SEQ2SEQ",
     "Remover",
     "skeleton_stack",
     "StackDescription",

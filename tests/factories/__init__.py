@@ -13,9 +13,12 @@ Independent reference computations are not built here: they are in tests/referen
 """
 
 from factories.checkpoints import (
+    ENCDEC_DEPTHS,
+    ENCDEC_FAMILIES,
     TINY_ARCHITECTURES,
     build_bert_mlm,
     build_checkpoint,
+    build_encdec_checkpoint,
     build_family_checkpoint,
     build_roberta,
     byte_level_tokenizer,
@@ -31,6 +34,7 @@ from factories.checkpoints import (
     randomize_norms,
     save_with_tokenizer,
     small_base_model,
+    small_encdec,
     small_model,
     tiny_config,
 )
@@ -106,6 +110,10 @@ from factories.runs import (
 
 __all__ = [
     "DEPTH_SEQ",
+    "ENCDEC_DEPTHS",
+    "ENCDEC_FAMILIES",
+    "build_encdec_checkpoint",
+    "small_encdec",
     "DEPTH_TOKENS",
     "GATE_ADJACENT",
     "GATE_PRUNED",
