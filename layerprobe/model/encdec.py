@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from torch import nn
 
@@ -51,7 +51,7 @@ def is_encoder_decoder(model: object) -> bool:
     return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False)) and isinstance(model, nn.Module)
 
 
-def seq2seq_base(model: nn.Module) -> nn.Module:
+def seq2seq_base(model: nn.Module) -> Any:
     """The module whose `encoder` and `decoder` the stack paths start from (the model without its head)."""
     if isinstance(model, TeacherForced):
         return model
@@ -85,7 +85,7 @@ def choose_side(model: nn.Module, path: str | None) -> tuple[nn.Module, SideStac
         raise UnsupportedModel(f"Cannot find the encoder's and the decoder's blocks of {type(model).__name__}.")
     if not path:
         return base, stacks[1]
-    heads = [model.seq2seq if isinstance(model, TeacherForced) else model, base]
+    heads: list[nn.Module] = [model.seq2seq if isinstance(model, TeacherForced) else model, base]
     prefixes = {getattr(module, "base_model_prefix", "") for module in heads} - {""}
     written = [path] + [path[len(p) + 1 :] for p in prefixes if path.startswith(p + ".")]  # from the head model
     for stack in stacks:
@@ -156,9 +156,9 @@ def decoder_start(config: PretrainedConfig) -> int:
 class Seq2SeqHead(nn.Module):
     """The LM head on the decoder's final hidden states: scaled as the family does, then the logit bias added."""
 
-    def __init__(self, seq2seq: nn.Module) -> None:
+    def __init__(self, seq2seq: Any) -> None:  # a transformers …ForConditionalGeneration
         super().__init__()
-        self.lm_head = seq2seq.get_output_embeddings()
+        self.lm_head: nn.Module = seq2seq.get_output_embeddings()
         config = seq2seq.config
         scales = bool(getattr(config, "scale_decoder_outputs", False))  # T5 with tied embeddings
         self.scale = float(config.d_model) ** -0.5 if scales else None
@@ -167,8 +167,7 @@ class Seq2SeqHead(nn.Module):
     @property
     def weight(self) -> torch.Tensor:
         """The output embedding: its rows are the vocabulary."""
-        weight: torch.Tensor = self.lm_head.weight
-        return weight
+        return cast("torch.Tensor", self.lm_head.weight)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits (..., vocab) for decoder final hidden states (..., hidden)."""
@@ -187,7 +186,11 @@ class TeacherForced(nn.Module):
     into the model's logits.
     """
 
-    def __init__(self, seq2seq: nn.Module) -> None:
+    seq2seq: Any  # the transformers …ForConditionalGeneration it runs
+    encoder: nn.Module
+    decoder: nn.Module
+
+    def __init__(self, seq2seq: Any) -> None:
         super().__init__()
         object.__setattr__(self, "seq2seq", seq2seq)  # not a child: its encoder and decoder are
         base = seq2seq_base(seq2seq)
@@ -245,10 +248,10 @@ def first_block_handover(original: Sequence[nn.Module], kept: Sequence[nn.Module
             if getattr(module, "has_relative_attention_bias", False) and target is not None:
                 if not getattr(target, "has_relative_attention_bias", True):
                     target.relative_attention_bias = module.relative_attention_bias
-                    target.has_relative_attention_bias = True
+                    setattr(target, "has_relative_attention_bias", True)  # noqa: B010 - nn.Module's typing
                     moved.append(target)
         yield
     finally:
         for target in moved:
-            target.has_relative_attention_bias = False
+            setattr(target, "has_relative_attention_bias", False)  # noqa: B010
             del target.relative_attention_bias

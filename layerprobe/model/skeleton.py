@@ -59,9 +59,9 @@ def placement_without_weights(model: nn.Module, stack: LayerStack, vocab_size: i
     ids = torch.randint(0, max(2, vocab_size), TRACE_SHAPE, generator=generator)
     try:
         with torch.no_grad():
-            extra = {"use_cache": False} if takes_argument(model, "use_cache") else {}
+            extra: dict[str, object] = {"use_cache": False} if takes_argument(model, "use_cache") else {}
             if is_encoder_decoder(model):  # the teacher-forced pass every command runs (encdec.py)
-                extra["decoder_input_ids"] = shift_right(ids, decoder_start(model.config))
+                extra["decoder_input_ids"] = shift_right(ids, decoder_start(getattr(model, "config")))  # noqa: B009
             model(input_ids=ids, **extra)
     finally:
         for handle in handles:
