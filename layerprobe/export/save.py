@@ -58,6 +58,7 @@ class ExportResult:
     record: dict[str, object]
     mergekit_yaml: Path | None = None
     notes: list[str] = field(default_factory=list)
+    stack: str | None = None  # an encoder-decoder's stack cut: "decoder stack decoder.block" (None: one stack)
 
 
 def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResult:
@@ -143,7 +144,16 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
                 raise
             raise translated from exc
     return ExportResult(
-        destination, removed, kept, changes, parameters_before, parameters_after, record, yaml_path, notes
+        destination,
+        removed,
+        kept,
+        changes,
+        parameters_before,
+        parameters_after,
+        record,
+        yaml_path,
+        notes,
+        f"{side} stack {stack.path}" if side else None,
     )
 
 

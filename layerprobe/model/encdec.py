@@ -17,16 +17,16 @@ states, as the model's own forward does.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
-
-from torch import nn
 
 from layerprobe.core import UnsupportedModel
 
 if TYPE_CHECKING:
     import torch
+    from torch import nn
     from transformers import PretrainedConfig
 
 ENCODER_SIDE, DECODER_SIDE = "encoder", "decoder"
@@ -48,20 +48,24 @@ class SideStack:
 
 def is_encoder_decoder(model: object) -> bool:
     """Whether `model` (a transformers model or a `TeacherForced`) has an encoder and a decoder stack."""
-    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False)) and isinstance(model, nn.Module)
+    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False)) and hasattr(
+        model, "get_submodule"
+    )
 
 
 def seq2seq_base(model: nn.Module) -> Any:
     """The module whose `encoder` and `decoder` the stack paths start from (the model without its head)."""
-    if isinstance(model, TeacherForced):
+    if getattr(model, "runs_teacher_forced", False):
         return model
     prefix = getattr(model, "base_model_prefix", "")
     inner = getattr(model, prefix, None) if prefix else None
-    return inner if isinstance(inner, nn.Module) and hasattr(inner, "encoder") else model
+    return inner if hasattr(inner, "get_submodule") and hasattr(inner, "encoder") else model
 
 
 def side_stacks(model: nn.Module) -> list[SideStack]:
     """The encoder's and the decoder's block lists, with their paths from the base model."""
+    from torch import nn
+
     base = seq2seq_base(model)
     found = []
     for side in SIDES:
@@ -85,7 +89,7 @@ def choose_side(model: nn.Module, path: str | None) -> tuple[nn.Module, SideStac
         raise UnsupportedModel(f"Cannot find the encoder's and the decoder's blocks of {type(model).__name__}.")
     if not path:
         return base, stacks[1]
-    heads: list[nn.Module] = [model.seq2seq if isinstance(model, TeacherForced) else model, base]
+    heads: list[nn.Module] = [getattr(model, "seq2seq", model), base]
     prefixes = {getattr(module, "base_model_prefix", "") for module in heads} - {""}
     written = [path] + [path[len(p) + 1 :] for p in prefixes if path.startswith(p + ".")]  # from the head model
     for stack in stacks:
@@ -153,78 +157,90 @@ def decoder_start(config: PretrainedConfig) -> int:
     )
 
 
-class Seq2SeqHead(nn.Module):
-    """The LM head on the decoder's final hidden states: scaled as the family does, then the logit bias added."""
-
-    def __init__(self, seq2seq: Any) -> None:  # a transformers …ForConditionalGeneration
-        super().__init__()
-        self.lm_head: nn.Module = seq2seq.get_output_embeddings()
-        config = seq2seq.config
-        scales = bool(getattr(config, "scale_decoder_outputs", False))  # T5 with tied embeddings
-        self.scale = float(config.d_model) ** -0.5 if scales else None
-        self.bias = getattr(seq2seq, "final_logits_bias", None)  # BART, Marian, Pegasus: a (1, vocab) buffer
-
-    @property
-    def weight(self) -> torch.Tensor:
-        """The output embedding: its rows are the vocabulary."""
-        return cast("torch.Tensor", self.lm_head.weight)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits (..., vocab) for decoder final hidden states (..., hidden)."""
-        if self.scale is not None:
-            hidden = hidden * self.scale
-        logits: torch.Tensor = self.lm_head(hidden)
-        return logits if self.bias is None else logits + self.bias.to(logits.device)
+def teacher_forced(seq2seq: Any) -> nn.Module:
+    """The teacher-forced pass of a transformers encoder-decoder LM (see `TeacherForced` in `_pass_classes`)."""
+    return cast("nn.Module", _pass_classes()[1](seq2seq))
 
 
-class TeacherForced(nn.Module):
-    """An encoder-decoder LM run on one window: the encoder reads it, the decoder reads it shifted right.
+@functools.cache
+def _pass_classes() -> tuple[type, type]:
+    """`Seq2SeqHead` and `TeacherForced`, defined on first use: torch is imported only when a model runs."""
+    from torch import nn
 
-    Its `encoder` and `decoder` are the model's own modules, so paths (`encoder.block`) and block removal
-    act on the model itself. `forward` returns the decoder's final hidden states (`last_hidden_state`,
-    decoder position t predicting window token t); `get_output_embeddings` is the head that turns them
-    into the model's logits.
-    """
+    class Seq2SeqHead(nn.Module):
+        """The LM head on the decoder's final hidden states: scaled as the family does, then the logit bias added."""
 
-    seq2seq: Any  # the transformers …ForConditionalGeneration it runs
-    encoder: nn.Module
-    decoder: nn.Module
+        def __init__(self, seq2seq: Any) -> None:  # a transformers …ForConditionalGeneration
+            super().__init__()
+            self.lm_head: nn.Module = seq2seq.get_output_embeddings()
+            config = seq2seq.config
+            scales = bool(getattr(config, "scale_decoder_outputs", False))  # T5 with tied embeddings
+            self.scale = float(config.d_model) ** -0.5 if scales else None
+            self.bias = getattr(seq2seq, "final_logits_bias", None)  # BART, Marian, Pegasus: a (1, vocab) buffer
 
-    def __init__(self, seq2seq: Any) -> None:
-        super().__init__()
-        object.__setattr__(self, "seq2seq", seq2seq)  # not a child: its encoder and decoder are
-        base = seq2seq_base(seq2seq)
-        self.encoder, self.decoder = base.encoder, base.decoder
-        self.head = Seq2SeqHead(seq2seq)
-        self.config = seq2seq.config
-        self.base_model_prefix = getattr(seq2seq, "base_model_prefix", "")
-        self.start = decoder_start(seq2seq.config)
+        @property
+        def weight(self) -> torch.Tensor:
+            """The output embedding: its rows are the vocabulary."""
+            return cast("torch.Tensor", self.lm_head.weight)
 
-    @property
-    def base_model(self) -> TeacherForced:
-        """The pass itself (what `base_model(...).last_hidden_state` is asked of a model with a head)."""
-        return self
+        def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+            """Logits (..., vocab) for decoder final hidden states (..., hidden)."""
+            if self.scale is not None:
+                hidden = hidden * self.scale
+            logits: torch.Tensor = self.lm_head(hidden)
+            return logits if self.bias is None else logits + self.bias.to(logits.device)
 
-    def get_output_embeddings(self) -> Seq2SeqHead:
-        """The head on the decoder's final hidden states."""
-        return self.head
+    class TeacherForced(nn.Module):
+        """An encoder-decoder LM run on one window: the encoder reads it, the decoder reads it shifted right.
 
-    def forward(self, input_ids: torch.Tensor, use_cache: bool = False, **_ignored: Any) -> Any:
-        """Encoder on `input_ids` (batch, T), decoder teacher-forced on them; the decoder's final states."""
-        from transformers.modeling_outputs import BaseModelOutput
+        Its `encoder` and `decoder` are the model's own modules, so paths (`encoder.block`) and block removal
+        act on the model itself. `forward` returns the decoder's final hidden states (`last_hidden_state`,
+        decoder position t predicting window token t); `get_output_embeddings` is the head that turns them
+        into the model's logits.
+        """
 
-        encoded = self.encoder(input_ids=input_ids).last_hidden_state
-        decoded = self.decoder(
-            input_ids=shift_right(input_ids, self.start), encoder_hidden_states=encoded, use_cache=False
-        )
-        return BaseModelOutput(last_hidden_state=decoded.last_hidden_state)
+        seq2seq: Any  # the transformers …ForConditionalGeneration it runs
+        encoder: nn.Module
+        decoder: nn.Module
 
-    def logits(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """The model's own logits for the same pass (its forward with decoder inputs): checks the head."""
-        decoder_ids = shift_right(input_ids, self.start)
-        output = self.seq2seq(input_ids=input_ids, decoder_input_ids=decoder_ids, use_cache=False)
-        logits: torch.Tensor = output.logits
-        return logits
+        def __init__(self, seq2seq: Any) -> None:
+            super().__init__()
+            object.__setattr__(self, "seq2seq", seq2seq)  # not a child: its encoder and decoder are
+            base = seq2seq_base(seq2seq)
+            self.encoder, self.decoder = base.encoder, base.decoder
+            self.head = Seq2SeqHead(seq2seq)
+            self.config = seq2seq.config
+            self.base_model_prefix = getattr(seq2seq, "base_model_prefix", "")
+            self.start = decoder_start(seq2seq.config)
+            self.runs_teacher_forced = True  # what `seq2seq_base` and `choose_side` recognise it by
+
+        @property
+        def base_model(self) -> TeacherForced:
+            """The pass itself (what `base_model(...).last_hidden_state` is asked of a model with a head)."""
+            return self
+
+        def get_output_embeddings(self) -> Seq2SeqHead:
+            """The head on the decoder's final hidden states."""
+            return self.head
+
+        def forward(self, input_ids: torch.Tensor, use_cache: bool = False, **_ignored: Any) -> Any:
+            """Encoder on `input_ids` (batch, T), decoder teacher-forced on them; the decoder's final states."""
+            from transformers.modeling_outputs import BaseModelOutput
+
+            encoded = self.encoder(input_ids=input_ids).last_hidden_state
+            decoded = self.decoder(
+                input_ids=shift_right(input_ids, self.start), encoder_hidden_states=encoded, use_cache=False
+            )
+            return BaseModelOutput(last_hidden_state=decoded.last_hidden_state)
+
+        def logits(self, input_ids: torch.Tensor) -> torch.Tensor:
+            """The model's own logits for the same pass (its forward with decoder inputs): checks the head."""
+            decoder_ids = shift_right(input_ids, self.start)
+            output = self.seq2seq(input_ids=input_ids, decoder_input_ids=decoder_ids, use_cache=False)
+            logits: torch.Tensor = output.logits
+            return logits
+
+    return Seq2SeqHead, TeacherForced
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, cast
 
 from layerprobe.core import LayerprobeError, ModelNotFound, ModelSpec, UnsupportedModel
 from layerprobe.model.devices import module_device, resolve_device, resolve_dtype
-from layerprobe.model.encdec import TeacherForced
+from layerprobe.model.encdec import teacher_forced
 from layerprobe.model.facts import CAUSAL_LM, EXTRACTIVE_QA, MASKED_LM, PURPOSES, SEQ2SEQ, context_length, model_kind
 from layerprobe.model.hub import quiet_transformers, translate_load_error
 from layerprobe.model.load_options import (
@@ -230,7 +230,7 @@ def load_model(
     embeddings = model.get_input_embeddings()
     input_device = module_device(embeddings) if embeddings is not None else device  # offloaded: the hook's
     return LoadedModel(
-        model=cast("PreTrainedModel", TeacherForced(model)) if kind == SEQ2SEQ else model,
+        model=cast("PreTrainedModel", teacher_forced(model)) if kind == SEQ2SEQ else model,
         tokenizer=tokenizer,
         kind=kind,
         spec=spec,

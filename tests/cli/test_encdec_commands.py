@@ -62,8 +62,9 @@ def test_every_command_runs_on_either_stack(checkpoints, family, tmp_path):
         assert drop["model"]["side"] == side
         assert drop["settings"]["layers"] == list(range(ENCDEC_DEPTHS[side]))
         saved = tmp_path / f"pruned-{side}"
-        result = invoke("prune", path, *chosen, "--remove", "0", "--save", saved)
+        result = invoke("prune", path, *chosen, "--remove", "0", "--save", saved, env={"COLUMNS": "250"})
         assert_clean(result)
+        assert named in result.output
         config = tf.AutoConfig.from_pretrained(saved)
         counts = {"t5": ("num_layers", "num_decoder_layers"), "bart": ("encoder_layers", "decoder_layers")}[family]
         field = counts[0 if side == "encoder" else 1]

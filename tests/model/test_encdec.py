@@ -18,7 +18,7 @@ from layerprobe.data import windows_before_loading
 from layerprobe.evaluate.corpus_metric import CorpusScorer
 from layerprobe.measure.angular import run_angular
 from layerprobe.model import SEQ2SEQ, find_layers, load_model, model_kind, removed_blocks
-from layerprobe.model.encdec import TeacherForced, shift_right
+from layerprobe.model.encdec import shift_right, teacher_forced
 
 PATHS = {"t5": ("encoder.block", "decoder.block"), "bart": ("encoder.layers", "decoder.layers")}
 HEAD_PATHS = {"t5": ("encoder.block", "decoder.block"), "bart": ("model.encoder.layers", "model.decoder.layers")}
@@ -84,7 +84,7 @@ def test_angular_of_each_stack_matches_a_float64_reference(checkpoints, family, 
 
 @pytest.mark.parametrize("family", ENCDEC_FAMILIES)
 def test_the_decoder_is_the_default_stack_and_a_wrong_path_names_both(family):
-    model = TeacherForced(small_encdec(family))
+    model = teacher_forced(small_encdec(family))
     assert find_layers(model, None).path == PATHS[family][1]
     for written, found in zip(HEAD_PATHS[family], PATHS[family], strict=True):
         assert find_layers(model, written).path == found
@@ -99,7 +99,7 @@ def test_the_decoder_is_the_default_stack_and_a_wrong_path_names_both(family):
 def test_the_head_gives_the_models_own_logits(family):
     model = small_encdec(family).double()
     ids = torch.randint(3, 500, (2, 9), generator=torch.Generator().manual_seed(0))
-    wrapped = TeacherForced(model)
+    wrapped = teacher_forced(model)
     with torch.no_grad():
         got = wrapped.get_output_embeddings()(wrapped(ids).last_hidden_state)
         torch.testing.assert_close(got, wrapped.logits(ids), atol=1e-10, rtol=0)
@@ -152,7 +152,7 @@ def test_corpus_metric_of_a_removed_block_matches_a_float64_deleted_block(checkp
 def test_t5_without_block_0_keeps_its_position_bias():
     """T5's block 0 owns the relative position bias: removing it hands the bias on (as an exported T5 holds)."""
     model = small_encdec("t5").double()
-    wrapped = TeacherForced(model)
+    wrapped = teacher_forced(model)
     ids = torch.randint(3, 500, (1, 12), generator=torch.Generator().manual_seed(1))
     stack = find_layers(wrapped, "encoder.block")
     bias = stack.blocks[0].layer[0].SelfAttention.relative_attention_bias
