@@ -67,3 +67,5 @@ def print_stack(model: str, stack: StackDescription) -> None:
         f"parameters in blocks: {sum(stack.parameters):,}",
         highlight=False,
     )
+    if stack.side:
+        out.print(f"{stack.side} stack of an encoder-decoder; {escape(stack.other_stacks or '')}", highlight=False)

@@ -159,29 +159,33 @@ RULES: tuple[PatternRule, ...] = (
 )
 
 
-def stack_config(config: PretrainedConfig, num_layers: int) -> PretrainedConfig:
-    """The (sub)config that describes the block stack: the config itself or its text_config."""
+def stack_config(config: PretrainedConfig, num_layers: int, count: str = "num_hidden_layers") -> PretrainedConfig:
+    """The (sub)config that describes the block stack: the config itself or its text_config.
+
+    `count` is the field that counts the stack's blocks (an encoder-decoder's side: `encdec.count_field`).
+    """
     for candidate in (config, getattr(config, "text_config", None)):
-        if candidate is not None and getattr(candidate, "num_hidden_layers", None) == num_layers:
+        if candidate is not None and getattr(candidate, count, None) == num_layers:
             return candidate
     raise UnsupportedModel(
-        f"The config of {type(config).__name__} does not say num_hidden_layers = {num_layers}.",
-        hint="Export needs a config whose num_hidden_layers counts the blocks it removes.",
+        f"The config of {type(config).__name__} does not say {count} = {num_layers}.",
+        hint=f"Export needs a config whose {count} counts the blocks it removes.",
     )
 
 
 def kept_config(
-    config: PretrainedConfig, num_layers: int, kept: list[int]
+    config: PretrainedConfig, num_layers: int, kept: list[int], count: str = "num_hidden_layers"
 ) -> tuple[PretrainedConfig, dict[str, object]]:
     """A deep copy of `config` describing only the `kept` blocks (0-based indices into the full model).
 
+    `count` names the field that counts the stack's blocks (T5's decoder: `num_decoder_layers`).
     Returns the new config and the changed fields ({name: new value}) for the record.
     """
     new = copy.deepcopy(config)
-    target = stack_config(new, num_layers)
-    old = stack_config(config, num_layers)
+    target = stack_config(new, num_layers, count)
+    old = stack_config(config, num_layers, count)
     renumber = {old_index: new_index for new_index, old_index in enumerate(kept)}
-    changed: dict[str, object] = {"num_hidden_layers": len(kept)}
+    changed: dict[str, object] = {count: len(kept)}
     for key, value in list(vars(old).items()):
         if key.startswith("_") or key in _NOT_PER_LAYER:
             continue
@@ -305,6 +309,7 @@ def verify_kept_config(
     model_class: ModelClass,
     new_config: PretrainedConfig,
     trust_remote_code: bool = False,
+    count: str = "num_hidden_layers",
 ) -> None:
     """Refuse unless the model built from `new_config` has the kept blocks and the same tensors.
 
@@ -313,13 +318,14 @@ def verify_kept_config(
     a field no rule knows, is caught before any weight is read.
     """
     stack = find_layers(skeleton, path)
-    old = stack_config(skeleton.config, stack.num_layers)
+    old = stack_config(skeleton.config, stack.num_layers, count)
     kept = [i for i in range(stack.num_layers) if i not in set(removed)]
     positional = position_attributes(old)
-    expected_blocks = [block_signature(stack.blocks[i], positional) for i in kept]
+    with removed_blocks(stack, removed) as shrunk:  # as removal leaves them (T5: block 0's bias handed on)
+        expected_blocks = [block_signature(b, positional) for b in shrunk.blocks]
     rebuilt = build_skeleton(model_class, new_config, trust_remote_code)
     rebuilt_stack = find_layers(rebuilt, path)
-    fields = ", ".join(pattern_fields(stack_config(new_config, len(expected_blocks)))) or "none found"
+    fields = ", ".join(pattern_fields(stack_config(new_config, len(expected_blocks), count))) or "none found"
     if len(rebuilt_stack.blocks) != len(expected_blocks):
         raise UnsupportedModel(
             f"The config written for the kept blocks builds {len(rebuilt_stack.blocks)} blocks, not "

@@ -40,15 +40,16 @@ from layerprobe.export.config import (
 )
 from layerprobe.model import (
     Progress,
-    base_of,
     check_loading_info,
     check_skeleton_weights,
+    count_field,
     exported_state,
     find_layers,
     load_config,
     model_kind,
     quiet_transformers,
     removed_blocks,
+    side_of,
     translate_load_error,
     translate_weights_error,
 )
@@ -72,6 +73,7 @@ class ExportResult:
     record: dict[str, object]
     mergekit_yaml: Path | None = None
     notes: list[str] = field(default_factory=list)
+    stack: str | None = None  # an encoder-decoder's stack cut: "decoder stack decoder.block" (None: one stack)
 
 
 def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResult:
@@ -103,8 +105,10 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
         what = f"--remove {spec.remove!r}" if chosen is None else f"The {chosen.method} set for n = {chosen.n}"
         raise LayerprobeError(f"{what} removes all {num_layers} blocks.", hint="Keep at least one block.")
     kept = [i for i in range(num_layers) if i not in set(removed)]
-    new_config, changes = kept_config(config, num_layers, kept)
-    verify_kept_config(skeleton, stack.path, removed, model_class, new_config, spec.model.trust_remote_code)
+    side = side_of(skeleton, stack.path)  # an encoder-decoder's stack has its own count field
+    count = count_field(config, side, num_layers) if side else "num_hidden_layers"
+    new_config, changes = kept_config(config, num_layers, kept, count)
+    verify_kept_config(skeleton, stack.path, removed, model_class, new_config, spec.model.trust_remote_code, count)
     del skeleton
 
     progress.stage("Loading weights")
@@ -123,7 +127,7 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
     try:
         try:
             progress.stage("Writing checkpoint")
-            _save_weights(model, spec, stack.path, removed, new_config, tmp)
+            _save_weights(model, spec, stack.path, removed, new_config, tmp, count)
             notes += files.copy_tokenizer(spec, tmp)
             source, more_notes = files.source_directory(spec)
             notes += more_notes
@@ -169,7 +173,16 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
                 hint=exc.hint,
             ) from exc
     return ExportResult(
-        destination, removed, kept, changes, parameters_before, parameters_after, record, yaml_path, notes
+        destination,
+        removed,
+        kept,
+        changes,
+        parameters_before,
+        parameters_after,
+        record,
+        yaml_path,
+        notes,
+        f"{side} stack {stack.path}" if side else None,
     )
 
 
@@ -212,6 +225,7 @@ def _save_weights(
     removed: list[int],
     new_config: PretrainedConfig,
     directory: Path,
+    count: str = "num_hidden_layers",
 ) -> None:
     """Take the blocks out in memory and save_pretrained the model with the kept blocks' config.
 
@@ -220,7 +234,7 @@ def _save_weights(
     """
     stack = find_layers(model, path)
     kept = [i for i in range(stack.num_layers) if i not in set(removed)]
-    old = stack_config(model.config, stack.num_layers)
+    old = stack_config(model.config, stack.num_layers, count)  # `count`: an encoder-decoder side's field
     with removed_blocks(stack, removed), _config_swapped(model, new_config), quiet_transformers():
         state = exported_state(model.state_dict(), old, kept)
         if spec.max_shard_size:
@@ -359,7 +373,8 @@ def _load_weights(model_class: ModelClass, spec: ExportSpec) -> PreTrainedModel:
             if translated is None:
                 raise
             raise translated from exc
-    check_loading_info(spec.model.model, model, info, find_layers(model, spec.model.layers_path).path, base_of(model))
+    stack = find_layers(model, spec.model.layers_path)
+    check_loading_info(spec.model.model, model, info, stack.path, stack.root)
     return model.eval()
 
 

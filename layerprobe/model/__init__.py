@@ -6,11 +6,13 @@ from layerprobe.model.describe import StackDescription, describe_stack
 from layerprobe.model.designs import Design, design_config_changes, exported_state, position_attributes, register_design
 from layerprobe.model.designs import refusal as design_refusal
 from layerprobe.model.devices import module_device
+from layerprobe.model.encdec import count_field, side_of
 from layerprobe.model.facts import (
     CAUSAL_LM,
     ENCODER,
     EXTRACTIVE_QA,
     MASKED_LM,
+    SEQ2SEQ,
     context_length,
     model_kind,
     takes_argument,
@@ -56,6 +58,7 @@ __all__ = [
     "check_loading_info",
     "check_skeleton_weights",
     "context_length",
+    "count_field",
     "demo_model_dir",
     "Design",
     "design_config_changes",
@@ -92,6 +95,8 @@ __all__ = [
     "register_design",
     "register_kind",
     "removed_blocks",
+    "side_of",
+    "SEQ2SEQ",
     "Remover",
     "skeleton_stack",
     "StackDescription",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from layerprobe.core import LayerprobeError, ModelSpec
+from layerprobe.model.encdec import other_stacks, side_of
 from layerprobe.model.load import check_skeleton_weights, load_skeleton
 from layerprobe.model.progress import Progress
 from layerprobe.model.skeleton import placement_without_weights
@@ -35,6 +36,8 @@ class StackDescription:
     parameters: list[int]
     placement: Placement | None = None
     placement_error: str | None = None
+    side: str | None = None  # an encoder-decoder's stack: "encoder" or "decoder"
+    other_stacks: str | None = None  # how to measure its other stack ("the encoder: --layers-path encoder.block")
 
     @property
     def num_layers(self) -> int:
@@ -72,4 +75,6 @@ def describe_stack(spec: ModelSpec, placement: bool = True, progress: Progress |
         parameters=parameters,
         placement=traced,
         placement_error=error,
+        side=side_of(skeleton, stack.path),
+        other_stacks=other_stacks(skeleton, stack.path),
     )

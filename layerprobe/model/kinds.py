@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from layerprobe.core import UnsupportedModel
-from layerprobe.model.facts import CAUSAL_LM, EXTRACTIVE_QA, MASKED_LM
+from layerprobe.model.facts import CAUSAL_LM, EXTRACTIVE_QA, MASKED_LM, SEQ2SEQ
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -59,6 +59,8 @@ IMAGE_TEXT_LOADER = Loader(
 )
 QA_LOADER = Loader("AutoModelForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES", "extractive QA")
 MASKED_LM_LOADER = Loader("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES", "masked LM")
+# An encoder-decoder (T5, BART) run teacher-forced: both stacks and the LM head (model/encdec.py).
+SEQ2SEQ_LOADER = Loader("AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "encoder-decoder")
 
 _KINDS: dict[str, HeadKind] = {}
 
@@ -105,3 +107,4 @@ def head_class(config: PretrainedConfig, purpose: str, trust_remote_code: bool =
 register_kind(HeadKind(CAUSAL_LM, (CAUSAL_LM_LOADER, IMAGE_TEXT_LOADER)))
 register_kind(HeadKind(EXTRACTIVE_QA, (QA_LOADER,)))
 register_kind(HeadKind(MASKED_LM, (MASKED_LM_LOADER,)))
+register_kind(HeadKind(SEQ2SEQ, (SEQ2SEQ_LOADER,)))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from layerprobe.core import UnsupportedModel
 from layerprobe.model.designs import designs_in_memory
+from layerprobe.model.encdec import first_block_handover
 from layerprobe.model.stack import LayerStack
 
 if TYPE_CHECKING:
@@ -89,7 +90,8 @@ def removed_blocks(stack: LayerStack, indices: Sequence[int]) -> Iterator[LayerS
         shrunk = nn.ModuleList(kept)
         restore.append((parent, attr, stack.blocks))
         setattr(parent, attr, shrunk)
-        yield LayerStack(stack.root, stack.path, shrunk)
+        with first_block_handover(original, kept):  # T5: the position bias block 0 owns
+            yield LayerStack(stack.root, stack.path, shrunk)
     finally:
         for owner, key, value in reversed(restore):
             setattr(owner, key, value)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from layerprobe.model.encdec import decoder_start, is_encoder_decoder, shift_right
 from layerprobe.model.facts import takes_argument
 from layerprobe.model.placement import place_block, summarise
 from layerprobe.model.stack import BlockArgs, BlockKwargs, ForwardHook, LayerStack, PreHook
@@ -58,7 +59,9 @@ def placement_without_weights(model: nn.Module, stack: LayerStack, vocab_size: i
     ids = torch.randint(0, max(2, vocab_size), TRACE_SHAPE, generator=generator)
     try:
         with torch.no_grad():
-            extra = {"use_cache": False} if takes_argument(model, "use_cache") else {}
+            extra: dict[str, object] = {"use_cache": False} if takes_argument(model, "use_cache") else {}
+            if is_encoder_decoder(model):  # the teacher-forced pass every command runs (encdec.py)
+                extra["decoder_input_ids"] = shift_right(ids, decoder_start(getattr(model, "config")))  # noqa: B009
             model(input_ids=ids, **extra)
     finally:
         for handle in handles:

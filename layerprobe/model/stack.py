@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from layerprobe.core import UnsupportedModel
+from layerprobe.model.encdec import choose_side, is_encoder_decoder
 
 if TYPE_CHECKING:
     import torch
@@ -68,8 +69,12 @@ def find_layers(model: nn.Module, path: str | None = None) -> LayerStack:
     the same path and accept the same `--layers-path`; a path written from the head model
     (`model.layers`) is accepted too. The fallback picks, among ModuleLists whose children share one
     class, the one holding the most parameters: the block stack contains everything else that repeats
-    (MoE expert lists included).
+    (MoE expert lists included). An encoder-decoder has two stacks: `path` picks one, else the decoder
+    (`encdec.choose_side`).
     """
+    if is_encoder_decoder(model):
+        root, side = choose_side(model, path)
+        return _checked(LayerStack(root, side.path, side.blocks))
     base = base_of(model)
     _refuse_shared_weights(base)
     if path:

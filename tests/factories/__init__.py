@@ -13,10 +13,13 @@ Independent reference computations are not built here: they are in tests/referen
 """
 
 from factories.checkpoints import (
+    ENCDEC_DEPTHS,
+    ENCDEC_FAMILIES,
     TINY_ARCHITECTURES,
     build_bert_mlm,
     build_checkpoint,
     build_design_checkpoint,
+    build_encdec_checkpoint,
     build_family_checkpoint,
     build_roberta,
     build_vlm_checkpoint,
@@ -33,6 +36,7 @@ from factories.checkpoints import (
     randomize_norms,
     save_with_tokenizer,
     small_base_model,
+    small_encdec,
     small_model,
     tiny_config,
 )
@@ -122,6 +126,10 @@ __all__ = [
     "design_config",
     "vlm_config",
     "DEPTH_SEQ",
+    "ENCDEC_DEPTHS",
+    "ENCDEC_FAMILIES",
+    "build_encdec_checkpoint",
+    "small_encdec",
     "DEPTH_TOKENS",
     "GATE_ADJACENT",
     "GATE_PRUNED",

@@ -355,3 +355,69 @@ def quiet_logs():
     from layerprobe.model import quiet_transformers
 
     return quiet_transformers()
+
+
+# ── Encoder-decoders (issue 25): tiny T5 and BART, the encoder and the decoder of different depths ──────────
+
+ENCDEC_FAMILIES = ("t5", "bart")
+ENCDEC_DEPTHS = {"encoder": 2, "decoder": 3}  # blocks per side: a stack is never mistaken for the other
+
+
+def encdec_config(family: str, vocab_size: int):
+    """A T5 or BART config, hidden 32, 2 encoder and 3 decoder blocks, for the byte-level tokenizer's ids."""
+    import transformers as tf
+
+    tokens = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    if family == "t5":
+        return tf.T5Config(
+            vocab_size=vocab_size,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_heads=4,
+            num_layers=ENCDEC_DEPTHS["encoder"],
+            num_decoder_layers=ENCDEC_DEPTHS["decoder"],
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=32,
+            decoder_start_token_id=0,
+            dropout_rate=0.0,
+            architectures=["T5ForConditionalGeneration"],
+            **tokens,
+        )
+    if family == "bart":
+        return tf.BartConfig(
+            vocab_size=vocab_size,
+            d_model=32,
+            encoder_layers=ENCDEC_DEPTHS["encoder"],
+            decoder_layers=ENCDEC_DEPTHS["decoder"],
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=128,
+            decoder_start_token_id=2,
+            forced_eos_token_id=None,
+            architectures=["BartForConditionalGeneration"],
+            **tokens,
+        )
+    raise ValueError(family)
+
+
+def small_encdec(family: str, seed: int = 0):
+    """A tiny T5 / BART LM in memory: norm gains random, BART's logit bias random (so the head's is seen)."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    model = tf.AutoModelForSeq2SeqLM.from_config(encdec_config(family, len(byte_level_tokenizer(add_bos=False))))
+    randomize_norms(model, lambda name: "norm" in name.lower())
+    bias = getattr(model, "final_logits_bias", None)
+    if bias is not None:
+        with torch.no_grad():
+            bias.normal_(0, 0.5)
+    return model.eval()
+
+
+def build_encdec_checkpoint(family: str, directory: Path, seed: int = 0) -> Path:
+    """`small_encdec(family)` saved with the byte-level tokenizer (no BOS): a T5 / BART checkpoint directory."""
+    return save_with_tokenizer(small_encdec(family, seed), directory)
