@@ -34,6 +34,7 @@ MODEL_FIELDS: dict[str, v.Kind] = {
     "model_args": v.any_object(optional=True),
     "path": v.text(optional=True),
     "weights_fingerprint": v.text(optional=True),
+    "stack_role": v.text(optional=True),
 }
 RUN_FIELDS: dict[str, v.Kind] = {
     "started_at": v.text(optional=True),
@@ -65,6 +66,8 @@ class ModelInfo:
     model_args: JSONObject = field(default_factory=dict)  # extra from_pretrained keywords (--model-args)
     # sha256 of the weight files' layouts, sizes and sampled bytes (model/fingerprint.py); None in older files.
     weights_fingerprint: str | None = None
+    # Which tower the measured stack belongs to: "text" or "vision" (model/towers.py); None in older files.
+    stack_role: str | None = None
 
     @property
     def label(self) -> str:
