@@ -69,7 +69,7 @@ def describe_stack(spec: ModelSpec, placement: bool = True, progress: Progress |
         except LayerprobeError as exc:
             error = exc.message
         except Exception as exc:  # noqa: BLE001 - any family's forward may fail on random inputs: described anyway
-            error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'tracing failed'}"
+            error = str(exc).splitlines()[0] if str(exc).strip() else f"{type(exc).__name__} while tracing"
     return StackDescription(
         architecture=architecture,
         kind=kind,
