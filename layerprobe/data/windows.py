@@ -38,7 +38,7 @@ class Window:
     last_text_position: int
 
 
-AnyWindow = TypeVar("AnyWindow", "Window", ImageWindow)
+AnyWindow = TypeVar("AnyWindow", bound="Window | ImageWindow")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ process or shared among several) and builds the result; the distances and their 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from layerprobe.core import DEFAULT_CHUNK_BYTES, AngularSpec
 from layerprobe.data import ImageWindow, Window, batches, images_before_loading, pack_corpus, windows_before_loading
@@ -37,7 +37,7 @@ from layerprobe.results import AngularResult, RunTimer
 def measure(
     loaded: LoadedModel,
     stack: LayerStack,
-    windows: list[Window] | list[ImageWindow],
+    windows: Sequence[Window | ImageWindow],
     positions: str,
     batch_size: int,
     on_batch: Callable[[int], None] | None = None,
@@ -111,6 +111,7 @@ def run_angular(
     world = world or distributed_world()
     timer = RunTimer()
     progress.stage("Reading corpus", spec.corpus.tokens, "tok")
+    windows: Sequence[Window | ImageWindow]
     if loaded is None:  # everything cheap (config, tokenizer, the whole corpus) before any weight is read
         # e.g. bitsandbytes missing for --load-in-4bit: before streaming a corpus
         check_loadable(spec.model, progress.note)
@@ -119,8 +120,8 @@ def run_angular(
         if images is None:
             tokenizer, windows, seq_len = windows_before_loading(spec.model, spec.corpus, progress.on_advance)
         else:
-            tokenizer, windows = images
-            seq_len = windows[0].patches
+            tokenizer, pictures = images
+            windows, seq_len = pictures, pictures[0].patches
         progress.stage("Loading model")
         loaded = load_model(spec.model, purpose="base", tokenizer=tokenizer)
     else:

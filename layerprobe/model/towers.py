@@ -147,7 +147,7 @@ def image_token_ids(config: object) -> set[int]:
 def run_tower(model: nn.Module, tower: Tower, inputs: dict[str, torch.Tensor]) -> object:
     """Call the tower's runner (or `model`) with the inputs its forward takes (and no KV cache)."""
     runner = tower.runner if tower.runner is not None else model
-    kept = {name: value for name, value in inputs.items() if _takes(runner, name)}
+    kept: dict[str, object] = {name: value for name, value in inputs.items() if _takes(runner, name)}
     if _takes(runner, "use_cache"):
         kept["use_cache"] = False
     return runner(**kept)
