@@ -148,9 +148,12 @@ RULES: tuple[PatternRule, ...] = (
 )
 
 
-def stack_config(config: PretrainedConfig, num_layers: int) -> PretrainedConfig:
-    """The (sub)config that describes the block stack: the config itself or its text_config."""
-    for candidate in (config, getattr(config, "text_config", None)):
+def stack_config(config: PretrainedConfig, num_layers: int, sub: str | None = None) -> PretrainedConfig:
+    """The (sub)config that describes the block stack: `sub` if named, else the config or its text_config.
+
+    `sub` is a vision tower's sub-config (`model.tower_config_name`).
+    """
+    for candidate in (getattr(config, sub, None),) if sub else (config, getattr(config, "text_config", None)):
         if candidate is not None and getattr(candidate, "num_hidden_layers", None) == num_layers:
             return candidate
     raise UnsupportedModel(
@@ -160,15 +163,16 @@ def stack_config(config: PretrainedConfig, num_layers: int) -> PretrainedConfig:
 
 
 def kept_config(
-    config: PretrainedConfig, num_layers: int, kept: list[int]
+    config: PretrainedConfig, num_layers: int, kept: list[int], sub: str | None = None
 ) -> tuple[PretrainedConfig, dict[str, object]]:
     """A deep copy of `config` describing only the `kept` blocks (0-based indices into the full model).
 
-    Returns the new config and the changed fields ({name: new value}) for the record.
+    `sub` names the sub-config of the stack when it is not the text one (`model.tower_config_name`: a
+    vision tower's). Returns the new config and the changed fields ({name: new value}) for the record.
     """
     new = copy.deepcopy(config)
-    target = stack_config(new, num_layers)
-    old = stack_config(config, num_layers)
+    target = stack_config(new, num_layers, sub)
+    old = stack_config(config, num_layers, sub)
     renumber = {old_index: new_index for new_index, old_index in enumerate(kept)}
     changed: dict[str, object] = {"num_hidden_layers": len(kept)}
     for key, value in list(vars(old).items()):

@@ -34,6 +34,7 @@ from layerprobe.model import (
     model_kind,
     quiet_transformers,
     removed_blocks,
+    tower_config_name,
     translate_load_error,
     translate_weights_error,
 )
@@ -88,7 +89,7 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
         what = f"--remove {spec.remove!r}" if chosen is None else f"The {chosen.method} set for n = {chosen.n}"
         raise LayerprobeError(f"{what} removes all {num_layers} blocks.", hint="Keep at least one block.")
     kept = [i for i in range(num_layers) if i not in set(removed)]
-    new_config, changes = kept_config(config, num_layers, kept)
+    new_config, changes = kept_config(config, num_layers, kept, tower_config_name(config, stack))
     verify_kept_config(skeleton, stack.path, removed, model_class, new_config, spec.model.trust_remote_code)
     del skeleton
 

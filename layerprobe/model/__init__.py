@@ -39,7 +39,17 @@ from layerprobe.model.stack import (
     hidden_from_output,
 )
 from layerprobe.model.sublayers import BlockSublayers
-from layerprobe.model.towers import TEXT, VISION, Tower, run_tower, skeleton_tower, stack_role, tower_of, vision_paths
+from layerprobe.model.towers import (
+    TEXT,
+    VISION,
+    Tower,
+    run_tower,
+    skeleton_tower,
+    stack_role,
+    tower_config_name,
+    tower_of,
+    vision_paths,
+)
 from layerprobe.model.weights import check_loading_info, translate_weights_error
 
 __all__ = [
@@ -86,6 +96,7 @@ __all__ = [
     "run_tower",
     "TEXT",
     "Tower",
+    "tower_config_name",
     "tower_of",
     "VISION",
     "vision_paths",

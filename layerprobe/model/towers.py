@@ -153,6 +153,22 @@ def run_tower(model: nn.Module, tower: Tower, inputs: dict[str, torch.Tensor]) -
     return runner(**kept)
 
 
+def tower_config_name(config: object, stack: LayerStack) -> str | None:
+    """The attribute of `config` that describes a vision stack (`vision_config`), None for a text stack.
+
+    CLIP's towers may have equal depths, so the sub-config is matched by the class of the tower's own
+    config, never by its `num_hidden_layers`; a vision stack whose config is the whole config (ViT) has none.
+    """
+    tower = tower_of(stack)
+    own = getattr(tower.runner, "config", None)
+    if tower.role != VISION or own is None or type(own) is type(config):
+        return None
+    for name in sorted(vars(config)) if hasattr(config, "__dict__") else ():
+        if name.endswith("_config") and type(getattr(config, name)) is type(own):
+            return name
+    return None
+
+
 def _image_size(config: object) -> int:
     size = getattr(config, "image_size", 224)
     return int(size[0] if isinstance(size, (list, tuple)) else size)

@@ -190,3 +190,28 @@ def test_a_folder_without_images_is_one_line(towers, tmp_path):
     empty.mkdir()
     hint = _one_line_error(_angular(towers("vit"), "--dataset", empty, "--out", tmp_path / "o"), "holds no image files")
     assert "folder of images" in hint
+
+
+# ------------------------------------------------------------------ prune: the named tower, its sub-config
+@pytest.mark.slow
+def test_prune_clip_vision_tower_rewrites_vision_config_and_reloads(towers, tmp_path):
+    """Blocks of the vision tower go, vision_config says so, the text tower is untouched (was refused)."""
+    clip, save = towers("clip"), tmp_path / "pruned"
+    path = "vision_model.encoder.layers"
+    result = invoke("prune", clip, "--layers-path", path, "--remove", "1", "--save", save)
+    assert result.exit_code == 0, result.output
+    config = json.loads((save / "config.json").read_text())
+    assert (config["vision_config"]["num_hidden_layers"], config["text_config"]["num_hidden_layers"]) == (3, 3)
+    record = json.loads((save / "layerprobe.json").read_text())
+    assert record["layer_path"] == path and record["kept_blocks"] == [0, 2, 3]
+    assert (save / "preprocessor_config.json").exists()
+
+    import transformers as tf
+    from safetensors.torch import load_file
+
+    source = load_file(clip / "model.safetensors")
+    pruned = tf.CLIPModel.from_pretrained(save).eval()
+    kept = pruned.vision_model.encoder.layers[1].mlp.fc1.weight
+    assert torch.equal(kept, source["vision_model.encoder.layers.2.mlp.fc1.weight"])
+    measured = _angular(save, "--layers-path", path, "--dataset", towers("images"), "--out", tmp_path / "a")
+    assert measured.exit_code == 0, measured.output
