@@ -215,3 +215,22 @@ def test_prune_clip_vision_tower_rewrites_vision_config_and_reloads(towers, tmp_
     assert torch.equal(kept, source["vision_model.encoder.layers.2.mlp.fc1.weight"])
     measured = _angular(save, "--layers-path", path, "--dataset", towers("images"), "--out", tmp_path / "a")
     assert measured.exit_code == 0, measured.output
+
+
+# ------------------------------------------------------------------ depth: images in, or the text tower
+@pytest.mark.slow
+def test_depth_on_vit_images_and_clip_text_tower(towers, tmp_path):
+    vit = _depth(towers("vit"), "--dataset", towers("images"), "--out", tmp_path / "vit")
+    assert vit.exit_code == 0, vit.output
+    record = json.loads((tmp_path / "vit" / "depth.json").read_text())
+    assert record["model"]["stack_role"] == "vision" and record["data"]["positions_per_image"] == 17
+    assert record["placement"]["summary"] == "Pre-LN in all 4 blocks"
+    assert len(record["residual"]["rms"]) == 5
+    clip = _depth(towers("clip"), "--dataset", "builtin:pydoc", "--out", tmp_path / "clip")
+    assert clip.exit_code == 0, clip.output
+    hint = _one_line_error(_depth(towers("vit"), "--dataset", towers("images"), "--grad", "--out", tmp_path), "--grad")
+    assert "without --grad" in hint
+
+
+def _depth(*args):
+    return invoke("depth", *args, "--tokens", "64", "--seq-len", "16", "--batch-size", "2")
