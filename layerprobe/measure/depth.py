@@ -111,7 +111,8 @@ def run_depth(spec: DepthSpec, progress: Progress | None = None, loaded: LoadedM
     if spec.grad:
         progress.stage("Gradient pass", spec.corpus.tokens, "tok")
         groups = [None if s is None else {sub.kind: sub.parameters for sub in s} for s in sublayers]
-        grad = grad_norms(loaded, stack, windows, spec.batch_size, groups, spec.mask_seed, progress.on_advance)
+        texts = [w for w in windows if isinstance(w, Window)]  # --grad is refused for images before loading
+        grad = grad_norms(loaded, stack, texts, spec.batch_size, groups, spec.mask_seed, progress.on_advance)
     found = [s for s in sublayers if s is not None]
     subs = None
     if found:
@@ -175,9 +176,9 @@ def _trace_inputs(
 
     if isinstance(windows[0], ImageWindow):
         return model_inputs(windows[:TRACE_WINDOWS], device)
-    windows = [w for w in windows if isinstance(w, Window)]
-    length = min(TRACE_TOKENS, len(windows[0].input_ids))
-    rows = [w.input_ids[:length] for w in windows if len(w.input_ids) >= length][:TRACE_WINDOWS]
+    texts = [w for w in windows if isinstance(w, Window)]
+    length = min(TRACE_TOKENS, len(texts[0].input_ids))
+    rows = [w.input_ids[:length] for w in texts if len(w.input_ids) >= length][:TRACE_WINDOWS]
     if length < 2:
         raise UnsupportedModel("Tracing norm placement needs windows of at least 2 tokens.", hint="Raise --seq-len.")
     return torch.tensor(rows, device=device)
