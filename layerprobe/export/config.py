@@ -159,12 +159,15 @@ RULES: tuple[PatternRule, ...] = (
 )
 
 
-def stack_config(config: PretrainedConfig, num_layers: int, count: str = "num_hidden_layers") -> PretrainedConfig:
-    """The (sub)config that describes the block stack: the config itself or its text_config.
+def stack_config(
+    config: PretrainedConfig, num_layers: int, count: str = "num_hidden_layers", *, sub: str | None = None
+) -> PretrainedConfig:
+    """The (sub)config that describes the block stack: `sub` if named, else the config or its text_config.
 
-    `count` is the field that counts the stack's blocks (an encoder-decoder's side: `encdec.count_field`).
+    `count` is the field that counts the stack's blocks (an encoder-decoder's side: `encdec.count_field`);
+    `sub` is a vision tower's sub-config (`model.tower_config_name`).
     """
-    for candidate in (config, getattr(config, "text_config", None)):
+    for candidate in (getattr(config, sub, None),) if sub else (config, getattr(config, "text_config", None)):
         if candidate is not None and getattr(candidate, count, None) == num_layers:
             return candidate
     raise UnsupportedModel(
@@ -174,16 +177,22 @@ def stack_config(config: PretrainedConfig, num_layers: int, count: str = "num_hi
 
 
 def kept_config(
-    config: PretrainedConfig, num_layers: int, kept: list[int], count: str = "num_hidden_layers"
+    config: PretrainedConfig,
+    num_layers: int,
+    kept: list[int],
+    count: str = "num_hidden_layers",
+    *,
+    sub: str | None = None,
 ) -> tuple[PretrainedConfig, dict[str, object]]:
     """A deep copy of `config` describing only the `kept` blocks (0-based indices into the full model).
 
-    `count` names the field that counts the stack's blocks (T5's decoder: `num_decoder_layers`).
-    Returns the new config and the changed fields ({name: new value}) for the record.
+    `count` names the field that counts the stack's blocks (T5's decoder: `num_decoder_layers`); `sub`
+    names the sub-config of the stack when it is not the text one (`model.tower_config_name`: a vision
+    tower's). Returns the new config and the changed fields ({name: new value}) for the record.
     """
     new = copy.deepcopy(config)
-    target = stack_config(new, num_layers, count)
-    old = stack_config(config, num_layers, count)
+    target = stack_config(new, num_layers, count, sub=sub)
+    old = stack_config(config, num_layers, count, sub=sub)
     renumber = {old_index: new_index for new_index, old_index in enumerate(kept)}
     changed: dict[str, object] = {count: len(kept)}
     for key, value in list(vars(old).items()):
@@ -310,6 +319,8 @@ def verify_kept_config(
     new_config: PretrainedConfig,
     trust_remote_code: bool = False,
     count: str = "num_hidden_layers",
+    *,
+    sub: str | None = None,
 ) -> None:
     """Refuse unless the model built from `new_config` has the kept blocks and the same tensors.
 
@@ -318,14 +329,14 @@ def verify_kept_config(
     a field no rule knows, is caught before any weight is read.
     """
     stack = find_layers(skeleton, path)
-    old = stack_config(skeleton.config, stack.num_layers, count)
+    old = stack_config(skeleton.config, stack.num_layers, count, sub=sub)
     kept = [i for i in range(stack.num_layers) if i not in set(removed)]
     positional = position_attributes(old)
     with removed_blocks(stack, removed) as shrunk:  # as removal leaves them (T5: block 0's bias handed on)
         expected_blocks = [block_signature(b, positional) for b in shrunk.blocks]
     rebuilt = build_skeleton(model_class, new_config, trust_remote_code)
     rebuilt_stack = find_layers(rebuilt, path)
-    fields = ", ".join(pattern_fields(stack_config(new_config, len(expected_blocks), count))) or "none found"
+    fields = ", ".join(pattern_fields(stack_config(new_config, len(expected_blocks), count, sub=sub))) or "none found"
     if len(rebuilt_stack.blocks) != len(expected_blocks):
         raise UnsupportedModel(
             f"The config written for the kept blocks builds {len(rebuilt_stack.blocks)} blocks, not "

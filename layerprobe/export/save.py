@@ -50,6 +50,7 @@ from layerprobe.model import (
     quiet_transformers,
     removed_blocks,
     side_of,
+    tower_config_name,
     translate_load_error,
     translate_weights_error,
 )
@@ -107,8 +108,11 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
     kept = [i for i in range(num_layers) if i not in set(removed)]
     side = side_of(skeleton, stack.path)  # an encoder-decoder's stack has its own count field
     count = count_field(config, side, num_layers) if side else "num_hidden_layers"
-    new_config, changes = kept_config(config, num_layers, kept, count)
-    verify_kept_config(skeleton, stack.path, removed, model_class, new_config, spec.model.trust_remote_code, count)
+    sub = tower_config_name(config, stack)  # a vision tower's blocks are counted by its own sub-config
+    new_config, changes = kept_config(config, num_layers, kept, count, sub=sub)
+    verify_kept_config(
+        skeleton, stack.path, removed, model_class, new_config, spec.model.trust_remote_code, count, sub=sub
+    )
     del skeleton
 
     progress.stage("Loading weights")
@@ -127,7 +131,7 @@ def run_export(spec: ExportSpec, progress: Progress | None = None) -> ExportResu
     try:
         try:
             progress.stage("Writing checkpoint")
-            _save_weights(model, spec, stack.path, removed, new_config, tmp, count)
+            _save_weights(model, spec, stack.path, removed, new_config, tmp, count, sub)
             notes += files.copy_tokenizer(spec, tmp)
             source, more_notes = files.source_directory(spec)
             notes += more_notes
@@ -226,6 +230,7 @@ def _save_weights(
     new_config: PretrainedConfig,
     directory: Path,
     count: str = "num_hidden_layers",
+    sub: str | None = None,
 ) -> None:
     """Take the blocks out in memory and save_pretrained the model with the kept blocks' config.
 
@@ -234,7 +239,7 @@ def _save_weights(
     """
     stack = find_layers(model, path)
     kept = [i for i in range(stack.num_layers) if i not in set(removed)]
-    old = stack_config(model.config, stack.num_layers, count)  # `count`: an encoder-decoder side's field
+    old = stack_config(model.config, stack.num_layers, count, sub=sub)  # an encoder-decoder side, a vision tower
     with removed_blocks(stack, removed), _config_swapped(model, new_config), quiet_transformers():
         state = exported_state(model.state_dict(), old, kept)
         if spec.max_shard_size:

@@ -45,6 +45,17 @@ from layerprobe.model.stack import (
     hidden_from_output,
 )
 from layerprobe.model.sublayers import BlockSublayers
+from layerprobe.model.towers import (
+    TEXT,
+    VISION,
+    Tower,
+    run_tower,
+    skeleton_tower,
+    stack_role,
+    tower_config_name,
+    tower_of,
+    vision_paths,
+)
 from layerprobe.model.weights import check_loading_info, translate_weights_error
 
 __all__ = [
@@ -100,6 +111,15 @@ __all__ = [
     "Remover",
     "skeleton_stack",
     "StackDescription",
+    "stack_role",
+    "skeleton_tower",
+    "run_tower",
+    "TEXT",
+    "Tower",
+    "tower_config_name",
+    "tower_of",
+    "VISION",
+    "vision_paths",
     "takes_argument",
     "translate_load_error",
     "translate_weights_error",

@@ -10,6 +10,7 @@ from layerprobe.model.encdec import side_of
 from layerprobe.model.fingerprint import weights_fingerprint
 from layerprobe.model.load import LoadedModel
 from layerprobe.model.stack import LayerStack
+from layerprobe.model.towers import stack_role
 from layerprobe.results import ModelInfo, jsonable
 
 
@@ -32,4 +33,5 @@ def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:
         path=loaded.spec.model if loaded.spec.display_name != loaded.spec.model else None,
         weights_fingerprint=weights_fingerprint(loaded.spec, loaded.commit),
         side=side_of(loaded.model, stack.path),
+        stack_role=stack_role(stack),
     )

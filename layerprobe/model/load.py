@@ -25,7 +25,7 @@ from layerprobe.model.load_options import (
     loading_option_error,
     quantization_label,
 )
-from layerprobe.model.stack import LayerStack, base_of, find_layers
+from layerprobe.model.stack import LayerStack, base_of, find_layers, input_embeddings
 from layerprobe.model.weights import LoadingInfo, check_files, check_loading_info, translate_weights_error
 
 if TYPE_CHECKING:
@@ -216,13 +216,13 @@ def load_model(
                 raise
             raise translated from exc
     stack = find_layers(model, spec.layers_path)
-    check_loading_info(spec.model, model, info, stack.path, stack.root)
+    check_loading_info(spec.model, model, info, stack.path, stack.root)  # the base, or the model (a VLM's vision tower)
     if purpose not in ("base", SEQ2SEQ):
         _refuse_untrained_head(model, info, spec)
     if device is not None and not spec.quantization:
         cast("nn.Module", model).to(device)  # transformers' stubs of PreTrainedModel.to reject a device
     model.eval()
-    embeddings = model.get_input_embeddings()
+    embeddings = input_embeddings(model)  # None for a dual encoder (CLIP): it has two
     input_device = module_device(embeddings) if embeddings is not None else device  # offloaded: the hook's
     return LoadedModel(
         model=cast("PreTrainedModel", teacher_forced(model)) if kind == SEQ2SEQ else model,

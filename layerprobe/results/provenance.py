@@ -36,6 +36,7 @@ MODEL_FIELDS: dict[str, v.Kind] = {
     "path": v.text(optional=True),
     "weights_fingerprint": v.text(optional=True),
     "side": v.text(optional=True),
+    "stack_role": v.text(optional=True),
 }
 RUN_FIELDS: dict[str, v.Kind] = {
     "started_at": v.text(optional=True),
@@ -72,6 +73,8 @@ class ModelInfo:
     weights_fingerprint: str | None = None
     # Which stack of an encoder-decoder `layer_path` is: "encoder" or "decoder"; None for one-stack models.
     side: str | None = None
+    # Which tower the measured stack belongs to: "text" or "vision" (model/towers.py); None in older files.
+    stack_role: str | None = None
 
     @property
     def label(self) -> str:
