@@ -33,11 +33,11 @@ def test_layers_names_the_stack_and_how_to_reach_the_other(checkpoints, family):
     result = invoke("layers", checkpoints[family])
     assert_clean(result)
     text = flat(result.output)
-    assert f"stack path: {decoder} L = {ENCDEC_DEPTHS['decoder']}" in text
+    assert f"stack path: {decoder} (text stack) L = {ENCDEC_DEPTHS['decoder']}" in text
     assert f"decoder stack of an encoder-decoder; the encoder: --layers-path {encoder}" in text
     tried = invoke("layers", checkpoints[family], "--layers-path", encoder)  # the line's own advice
     assert_clean(tried)
-    assert f"stack path: {encoder} L = {ENCDEC_DEPTHS['encoder']}" in flat(tried.output)
+    assert f"stack path: {encoder} (text stack) L = {ENCDEC_DEPTHS['encoder']}" in flat(tried.output)
 
 
 @pytest.mark.parametrize("family", ENCDEC_FAMILIES)
