@@ -179,6 +179,15 @@ def test_mllama_language_model_is_refused_and_its_vision_encoder_measured(towers
 
 
 @pytest.mark.slow
+def test_prune_drop_refuses_mllama_language_model_before_loading_as_angular_does(towers, tmp_path):
+    """prune-drop said "Block 2 ran 0 times" after loading the weights (found by docs/make_architectures.py)."""
+    args = ("--task", "corpus", "--dataset", "builtin:pydoc", "--tokens", "64", "--seq-len", "16")
+    result = invoke("prune-drop", towers("mllama"), *args, "--out", tmp_path, env={"COLUMNS": "250"})
+    hint = _one_line_error(result, "cross-attention blocks that run only with an image")
+    assert "--layers-path vision_model.transformer.layers" in hint
+
+
+@pytest.mark.slow
 def test_gemma3n_altup_streams_are_named_not_called_sequence_first(towers, tmp_path):
     result = _angular(towers("gemma3n"), "--dataset", "builtin:pydoc", "--out", tmp_path)
     _one_line_error(result, "2 streams of hidden states per position")
