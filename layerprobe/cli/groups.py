@@ -44,7 +44,8 @@ def in_panel(annotation: object, panel: str | None) -> object:
             item = copy.copy(item)
             item.rich_help_panel = panel
         placed.append(item)
-    return Annotated[(base, *placed)]  # type: ignore[valid-type]
+    arguments = (base, *placed)  # one tuple: `Annotated[(a, *b)]` is 3.11 syntax to mypy
+    return Annotated[arguments]
 
 
 def group_parameters(group: type[OptionGroup]) -> list[inspect.Parameter]:
