@@ -60,6 +60,15 @@ def families() -> list[Family]:
     def tower(name: str) -> Callable[[Path], Path]:
         return lambda d: build_tower_checkpoint(name, d)
 
+    def whisper(directory: Path) -> Path:  # refused from its config alone: no weights needed
+        import transformers as tf
+
+        sizes = {"encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4, "decoder_attention_heads": 4}
+        config = tf.WhisperConfig(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=512, **sizes)
+        config.architectures = ["WhisperForConditionalGeneration"]
+        config.save_pretrained(directory)
+        return directory
+
     rows = [
         Family("llama", "decoder, Pre-LN", plain("llama")),
         Family("qwen3", "decoder, Pre-LN, QK-norm", plain("qwen3")),
@@ -78,6 +87,7 @@ def families() -> list[Family]:
         Family("t5 (encoder)", "encoder-decoder, encoder stack", encdec("t5"), "encoder.block"),
         Family("bart", "encoder-decoder, decoder stack", encdec("bart")),
         Family("bart (encoder)", "encoder-decoder, encoder stack", encdec("bart"), "encoder.layers"),
+        Family("whisper", "encoder-decoder, the encoder reads audio", whisper),
         Family("vit", "vision tower", tower("vit"), None, True),
         Family("clip", "dual encoder, text tower", tower("clip")),
         Family("clip (vision)", "dual encoder, vision tower", tower("clip"), "vision_model.encoder.layers", True),
