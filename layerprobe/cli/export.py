@@ -104,8 +104,9 @@ def prune(
         result = run_export(spec, progress.callbacks())
     before, after = len(result.removed) + len(result.kept), len(result.kept)
     changed = ", ".join(f"{k}={v}" for k, v in result.config_changes.items())
+    heading = model if result.stack is None else f"{model} · {result.stack}"  # an encoder-decoder's side named
     out.print(
-        f"[bold]{escape(model)}[/]: {before} → {after} blocks (removed {', '.join(map(str, result.removed))}), "
+        f"[bold]{escape(heading)}[/]: {before} → {after} blocks (removed {', '.join(map(str, result.removed))}), "
         f"{result.parameters_before:,} → {result.parameters_after:,} parameters; config: {escape(changed)}",
         highlight=False,
         soft_wrap=True,

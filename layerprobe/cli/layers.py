@@ -63,7 +63,11 @@ def print_stack(model: str, stack: StackDescription) -> None:
     if traced is not None:
         out.print(f"placement: {escape(traced.summary)}", highlight=False)
     out.print(
-        f"stack path: {escape(stack.path)}   L = {stack.num_layers}   block class: {stack.block_class}   "
-        f"parameters in blocks: {sum(stack.parameters):,}",
+        f"stack path: {escape(stack.path)} ({stack.role} stack)   L = {stack.num_layers}   "
+        f"block class: {stack.block_class}   parameters in blocks: {sum(stack.parameters):,}",
         highlight=False,
     )
+    if stack.side:
+        out.print(f"{stack.side} stack of an encoder-decoder; {escape(stack.other_side or '')}", highlight=False)
+    if stack.other_stacks:
+        out.print(f"vision stacks (--layers-path): {escape(', '.join(stack.other_stacks))}", highlight=False)

@@ -22,6 +22,7 @@ import typer
 from layerprobe.cli.console import out
 from layerprobe.cli.options import Quiet
 from layerprobe.core import LayerprobeError, ModelSpec, ResultError, check_output_dir, content_digest
+from layerprobe.model import weights_fingerprint  # reads file headers; torch only loads when used
 from layerprobe.results import REVIEWED_FILES, RunDir, differences, load_result, read_json
 
 RERUNNABLE = REVIEWED_FILES  # result kind → file: the results whose recorded command recomputes them
@@ -76,8 +77,6 @@ def check_weights(model_path: str, recorded: str | None, revision: str | None, s
     """Refuse when the model's weight files (local, or in the hub cache) no longer match the fingerprint."""
     if recorded is None:
         return
-    from layerprobe.model import weights_fingerprint  # a workflow: imported when the command runs
-
     now = weights_fingerprint(ModelSpec(model=model_path, revision=revision))
     if now is not None and now != recorded:
         raise LayerprobeError(

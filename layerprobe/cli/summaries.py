@@ -49,7 +49,7 @@ def print_angular_summary(result: AngularResult) -> None:
     averaged = result.data["positions_averaged"]
     seen = (averaged if isinstance(averaged, int) else 0) + result.nonfinite_tokens
     out.print(
-        f"[bold]{escape(result.model.label)}[/]: d(x^l, x^(l+1)) over {seen:,} positions", highlight=False
+        f"[bold]{escape(result.model.heading)}[/]: d(x^l, x^(l+1)) over {seen:,} positions", highlight=False
     )  # a heading line, not a table title: titles wrap to the table's width
     table = Table()
     table.add_column("block l", justify="right")
@@ -116,7 +116,8 @@ def print_prune_summary(result: PruneDropResult) -> None:
         bounds = score_interval95(metric_name, metric.baseline, metric.baseline_stderr, task.samples)
         ci = "" if bounds is None else f" (95 % CI [{bounds[0]:.4f}, {bounds[1]:.4f}])"
         out.print(
-            f"[bold]{escape(f'{result.model.label} · {name} · {metric_name}')}[/]: baseline {metric.baseline:.4f}{ci}",
+            f"[bold]{escape(f'{result.model.heading} · {name} · {metric_name}')}[/]: "
+            f"baseline {metric.baseline:.4f}{ci}",
             highlight=False,
         )
         table = Table()
@@ -244,7 +245,7 @@ def print_depth_summary(result: DepthResult) -> None:
     """A DepthResult: the placement line, then per block its label, RMS, relative updates and gradient norm."""
     summary = result.summary or depth_summary(result)
     out.print(
-        f"[bold]{escape(result.model.id)}[/]: {escape(result.placement.summary)} "
+        f"[bold]{escape(result.model.heading)}[/]: {escape(result.placement.summary)} "
         f"(over {result.data['positions_averaged']:,} positions)",
         highlight=False,
     )
@@ -300,7 +301,7 @@ def print_curve_summary(result: PruneCurveResult) -> None:
         ci = "" if base.ci95 is None else f" (95 % CI {_interval(base.ci95, signed=False)})"
         scored = "" if base.items is None else f" on {base.items} documents"
         out.print(
-            f"[bold]{escape(f'{result.model.label} · {task} · {name}')}[/]: full model {base.value:.4f}{ci}{scored}",
+            f"[bold]{escape(f'{result.model.heading} · {task} · {name}')}[/]: full model {base.value:.4f}{ci}{scored}",
             highlight=False,
         )
         table = Table()

@@ -11,12 +11,13 @@ plan is built before the model runs: a corpus that is too small fails in seconds
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from layerprobe.core import CorpusError, CorpusSpec, EmptyCorpus, LayerprobeError, ModelSpec
 from layerprobe.data.corpus import iter_documents
+from layerprobe.data.images import ImageWindow
 from layerprobe.model import context_length, load_config, load_tokenizer, quiet_transformers
 
 if TYPE_CHECKING:
@@ -35,6 +36,9 @@ class Window:
 
     input_ids: list[int]
     last_text_position: int
+
+
+AnyWindow = TypeVar("AnyWindow", bound="Window | ImageWindow")
 
 
 @dataclass(frozen=True)
@@ -306,13 +310,20 @@ def _extend(
         on_tokens(len(stream) - before)
 
 
-def batches(windows: list[Window], batch_size: int) -> Iterator[list[Window]]:
-    """Group consecutive windows of equal length, at most `batch_size` at a time (so nothing is padded)."""
-    group: list[Window] = []
+def batches(windows: Sequence[AnyWindow], batch_size: int) -> Iterator[list[AnyWindow]]:
+    """Group consecutive windows of equal length, at most `batch_size` at a time (so nothing is padded).
+
+    Images (`images.ImageWindow`) of one corpus all have the size their processor gives them.
+    """
+    group: list[AnyWindow] = []
     for window in windows:
-        if group and (len(group) == batch_size or len(window.input_ids) != len(group[0].input_ids)):
+        if group and (len(group) == batch_size or _length(window) != _length(group[0])):
             yield group
             group = []
         group.append(window)
     if group:
         yield group
+
+
+def _length(window: Window | ImageWindow) -> int:
+    return len(window.input_ids) if isinstance(window, Window) else window.patches

@@ -38,7 +38,7 @@ from layerprobe.core import CORPUS_TASK
 from layerprobe.data import batches, pack_corpus
 from layerprobe.evaluate.paired import MEAN
 from layerprobe.evaluate.replay import Replay, head_logits, output_arity
-from layerprobe.model import LayerStack, Remover, capture_block_states, removed_blocks
+from layerprobe.model import SEQ2SEQ, LayerStack, Remover, capture_block_states, removed_blocks
 from layerprobe.results import Evaluation, MetricSamples, MetricScore
 
 if TYPE_CHECKING:
@@ -96,7 +96,13 @@ class CorpusScorer:
         ablate: Callable[[Hashable], contextlib.AbstractContextManager[object]] | None = None,
     ) -> None:
         self.loaded, self.stack, self.corpus = loaded, stack, corpus
-        self.engine = "simple" if engine == "simple" or ablate is not None else "shared"
+        # An encoder-decoder's blocks pass more than hidden states (T5: the position bias of block 0), which
+        # a replayed block could not: its variants run the whole model without their blocks.
+        simple = engine == "simple" or ablate is not None or loaded.kind == SEQ2SEQ
+        self.engine = "simple" if simple else "shared"
+        # Which window token a final hidden state at position t predicts: t+1 (causal LM), t (teacher-forced
+        # decoder, whose input is the window shifted right).
+        self.shift = 0 if loaded.kind == SEQ2SEQ else 1
         self.ablate = ablate
         self.sublayer = remover if remover is not None and remover.ablation.is_sublayer else None
         self.span_length = remover.ablation.span if remover is not None and self.sublayer is None else 1
@@ -143,10 +149,10 @@ class CorpusScorer:
                 base_final = self._base_forward(ids)
             recorded = {l: states[l] for l in starts} if self.engine == "shared" and self.ablate is None else {}
             del states
-            _append(values[()], _compare(self.loaded.model, base_final, base_final, ids))
+            _append(values[()], _compare(self.loaded.model, base_final, base_final, ids, self.shift))
             for span in self.variants:
                 final = self._variant_final(span, ids, recorded.get(span[0]))
-                _append(values[span], _compare(self.loaded.model, base_final, final, ids))
+                _append(values[span], _compare(self.loaded.model, base_final, final, ids, self.shift))
         return values
 
     def _variant_final(self, span: Span, ids: torch.Tensor, x_start: torch.Tensor | None) -> torch.Tensor:
@@ -167,7 +173,7 @@ class CorpusScorer:
         # kept block (first+n for a span) thus receives x^first, exactly as with the blocks deleted.
         with removed_blocks(self.stack, [*range(first), *span[1:]]) as shrunk:
             block = shrunk.blocks[0]
-            shrunk.blocks[0] = Replay(x_start, self._arity)
+            shrunk.blocks[0] = Replay(x_start, self._arity, like=block)
             try:
                 return self._base_forward(ids)
             finally:
@@ -178,19 +184,20 @@ class CorpusScorer:
 
 
 def _compare(
-    model: PreTrainedModel, base_final: torch.Tensor, final: torch.Tensor, ids: torch.Tensor
+    model: PreTrainedModel, base_final: torch.Tensor, final: torch.Tensor, ids: torch.Tensor, shift: int = 1
 ) -> dict[str, list[float]]:
     """Per-window mean NLL, KL(base ‖ variant) and top-1 agreement, from final hidden states.
 
+    The state at position t predicts token t + `shift` (1: a causal LM; 0: a teacher-forced decoder).
     Positions are sliced so that base and variant logits of at most `_LOGIT_BYTES` exist at once.
     """
-    rows, width = ids.shape[0], ids.shape[1] - 1
+    rows, width = ids.shape[0], ids.shape[1] - shift
     vocab = model.get_output_embeddings().weight.shape[0]
     per_slice = max(1, _LOGIT_BYTES // (4 * 4 * vocab))  # base + variant logits and their log-softmaxes
     sums = {k: torch.zeros(rows, dtype=torch.float64, device=final.device) for k in ("nll", "kl", "top1")}
-    flat_base = base_final[:, :-1].reshape(rows * width, -1)
-    flat_var = final[:, :-1].reshape(rows * width, -1)
-    targets = ids[:, 1:].reshape(-1).to(final.device)
+    flat_base = base_final[:, :width].reshape(rows * width, -1)
+    flat_var = final[:, :width].reshape(rows * width, -1)
+    targets = ids[:, shift:].reshape(-1).to(final.device)
     owner = torch.arange(rows, device=final.device).repeat_interleave(width)
     for start in range(0, rows * width, per_slice):
         part = slice(start, start + per_slice)

@@ -40,7 +40,7 @@ from torch import nn
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from layerprobe.evaluate.journal import Answer, AnswerJournal, Key, Store
-from layerprobe.evaluate.replay import BlockOutput, cache_keyword, filled_cache
+from layerprobe.evaluate.replay import BlockOutput, cache_keyword, filled_cache, mirror_attributes
 from layerprobe.model import LayerStack, capture_block_states, removed_blocks
 
 if TYPE_CHECKING:
@@ -172,8 +172,9 @@ class _CachedReplay(nn.Module):
     the true number of past tokens (models number positions and size masks from slot 0).
     """
 
-    def __init__(self, states: torch.Tensor, output_arity: int | None) -> None:
+    def __init__(self, states: torch.Tensor, output_arity: int | None, like: nn.Module) -> None:
         super().__init__()
+        mirror_attributes(self, like)
         self.states, self.output_arity = states, output_arity
 
     def forward(self, *args: object, **kwargs: object) -> BlockOutput:  # whatever the replaced block was given
@@ -291,7 +292,7 @@ class PrefixReuse:
     ) -> CachedPass:
         """A cached pass with the shrunk stack's first block (block l) replaying the recorded x^l."""
         block = shrunk.blocks[0]
-        shrunk.blocks[0] = _CachedReplay(x_layer, self.lm.block_arity)
+        shrunk.blocks[0] = _CachedReplay(x_layer, self.lm.block_arity, like=block)
         try:
             return self._forward(ids, cache)
         finally:

@@ -27,10 +27,15 @@ BlockOutput = torch.Tensor | tuple[torch.Tensor | None, ...]
 
 
 class Replay(nn.Module):
-    """Stands in for block l: returns the recorded x^l, shaped like the real block's output."""
+    """Stands in for block l: returns the recorded x^l, shaped like the real block's output.
 
-    def __init__(self, states: torch.Tensor, output_arity: int | None) -> None:
+    `like`: the block it stands in for, whose plain attributes it copies (`mirror_attributes`).
+    """
+
+    def __init__(self, states: torch.Tensor, output_arity: int | None, like: nn.Module | None = None) -> None:
         super().__init__()
+        if like is not None:
+            mirror_attributes(self, like)
         self.states, self.output_arity = states, output_arity
 
     def forward(self, *args: object, **kwargs: object) -> BlockOutput:  # whatever the replaced block was given
@@ -38,6 +43,16 @@ class Replay(nn.Module):
         if self.output_arity is None:
             return self.states
         return (self.states,) + (None,) * (self.output_arity - 1)
+
+
+def mirror_attributes(stand_in: nn.Module, block: nn.Module) -> None:
+    """Give a stand-in the block's plain attributes (str, int, float, bool): some models read them between blocks.
+
+    Nemotron-H picks each block's mask by `block.block_type`; a stand-in without it would stop the model.
+    """
+    for name, value in vars(block).items():
+        if not name.startswith("_") and name != "training" and isinstance(value, (str, int, float, bool)):
+            setattr(stand_in, name, value)
 
 
 def output_arity(stack: LayerStack, ids: torch.Tensor, forward: Callable[[torch.Tensor], object]) -> int | None:

@@ -17,7 +17,7 @@ from layerprobe.evaluate.harness import HarnessScorer
 from layerprobe.evaluate.shared import SharedPrefixScorer, unsupported_reason
 from layerprobe.evaluate.squad import SquadTaskScorer, squad_examples
 from layerprobe.evaluate.tasks import TaskSet, build_tasks
-from layerprobe.model import CAUSAL_LM, EXTRACTIVE_QA
+from layerprobe.model import CAUSAL_LM, EXTRACTIVE_QA, SEQ2SEQ
 
 if TYPE_CHECKING:
     from layerprobe.core import PruneSpec
@@ -51,7 +51,13 @@ def check_tasks_fit_model(tasks: tuple[str, ...], kind: str, model: str, engine:
             hint="Use --engine auto or simple for squad.",
         )
     for task in tasks:
-        if task == CORPUS_TASK and kind != CAUSAL_LM:
+        if task != CORPUS_TASK and kind == SEQ2SEQ:
+            raise TaskError(
+                f"{model} is an encoder-decoder: layerprobe scores its blocks with the corpus metric (the decoder "
+                f"teacher-forced on the corpus windows), not with {task!r}, which it runs on causal LMs only.",
+                hint=f"Use --task {CORPUS_TASK}.",
+            )
+        if task == CORPUS_TASK and kind not in (CAUSAL_LM, SEQ2SEQ):
             raise TaskError(
                 f"--task {CORPUS_TASK} scores next-token predictions, so it needs a causal LM; {model} is {kind}.",
                 hint="Encoders have no next-token head: score them with --task squad (QA checkpoints).",

@@ -196,7 +196,7 @@ class SharedPrefixLM(HFLM):
                     handle.remove()
         with removed_blocks(self.stack, list(range(last))) as shrunk:
             block = shrunk.blocks[0]  # block `last`, now first (for last = 0 the list is the model's own)
-            shrunk.blocks[0] = Replay(x_layer, self.block_arity)
+            shrunk.blocks[0] = Replay(x_layer, self.block_arity, like=block)
             try:
                 return self._base_forward(ids)
             finally:

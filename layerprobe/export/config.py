@@ -25,7 +25,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprobe.core import UnsupportedModel
-from layerprobe.model import CAUSAL_LM, EXTRACTIVE_QA, find_layers, quiet_transformers, removed_blocks
+from layerprobe.model import (
+    CAUSAL_LM,
+    EXTRACTIVE_QA,
+    design_config_changes,
+    design_refusal,
+    exported_state,
+    find_layers,
+    head_class,
+    position_attributes,
+    quiet_transformers,
+    removed_blocks,
+)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -148,35 +159,52 @@ RULES: tuple[PatternRule, ...] = (
 )
 
 
-def stack_config(config: PretrainedConfig, num_layers: int) -> PretrainedConfig:
-    """The (sub)config that describes the block stack: the config itself or its text_config."""
-    for candidate in (config, getattr(config, "text_config", None)):
-        if candidate is not None and getattr(candidate, "num_hidden_layers", None) == num_layers:
+def stack_config(
+    config: PretrainedConfig, num_layers: int, count: str = "num_hidden_layers", *, sub: str | None = None
+) -> PretrainedConfig:
+    """The (sub)config that describes the block stack: `sub` if named, else the config or its text_config.
+
+    `count` is the field that counts the stack's blocks (an encoder-decoder's side: `encdec.count_field`);
+    `sub` is a vision tower's sub-config (`model.tower_config_name`).
+    """
+    for candidate in (getattr(config, sub, None),) if sub else (config, getattr(config, "text_config", None)):
+        if candidate is not None and getattr(candidate, count, None) == num_layers:
             return candidate
     raise UnsupportedModel(
-        f"The config of {type(config).__name__} does not say num_hidden_layers = {num_layers}.",
-        hint="Export needs a config whose num_hidden_layers counts the blocks it removes.",
+        f"The config of {type(config).__name__} does not say {count} = {num_layers}.",
+        hint=f"Export needs a config whose {count} counts the blocks it removes.",
     )
 
 
 def kept_config(
-    config: PretrainedConfig, num_layers: int, kept: list[int]
+    config: PretrainedConfig,
+    num_layers: int,
+    kept: list[int],
+    count: str = "num_hidden_layers",
+    *,
+    sub: str | None = None,
 ) -> tuple[PretrainedConfig, dict[str, object]]:
     """A deep copy of `config` describing only the `kept` blocks (0-based indices into the full model).
 
-    Returns the new config and the changed fields ({name: new value}) for the record.
+    `count` names the field that counts the stack's blocks (T5's decoder: `num_decoder_layers`); `sub`
+    names the sub-config of the stack when it is not the text one (`model.tower_config_name`: a vision
+    tower's). Returns the new config and the changed fields ({name: new value}) for the record.
     """
     new = copy.deepcopy(config)
-    target = stack_config(new, num_layers)
-    old = stack_config(config, num_layers)
+    target = stack_config(new, num_layers, count, sub=sub)
+    old = stack_config(config, num_layers, count, sub=sub)
     renumber = {old_index: new_index for new_index, old_index in enumerate(kept)}
-    changed: dict[str, object] = {"num_hidden_layers": len(kept)}
+    changed: dict[str, object] = {count: len(kept)}
     for key, value in list(vars(old).items()):
         if key.startswith("_") or key in _NOT_PER_LAYER:
             continue
         trimmed = _kept_values(key, value, num_layers, kept, renumber)
         if trimmed is not None:
             changed[key] = trimmed
+    refused = design_refusal(old, kept)
+    if refused is not None:
+        raise UnsupportedModel(refused[0], hint=refused[1])
+    changed.update(design_config_changes(old, kept))
     for key, value in changed.items():
         setattr(target, key, value)
     for rule in RULES:
@@ -215,21 +243,27 @@ def _kept_values(key: str, value: object, num_layers: int, kept: list[int], renu
     return None
 
 
-def block_signature(block: nn.Module) -> dict[str, object]:
-    """What a block is, independent of where it sits: submodule classes, tensor shapes, config-derived attributes."""
+def block_signature(block: nn.Module, positional: frozenset[str] = frozenset()) -> dict[str, object]:
+    """What a block is, independent of where it sits: submodule classes, tensor shapes, config-derived attributes.
+
+    `positional`: attributes the model's design renumbers or derives from its depth (`model.position_attributes`).
+    """
     signature: dict[str, object] = {}
     for name, module in block.named_modules():
         prefix = f"{name}." if name else ""
+        if positional.intersection(name.split(".")):
+            continue  # a list the design renumbers (adapters per layer): compared as tensors after its rule
         signature[f"{prefix}<class>"] = type(module).__name__
         for attr, value in vars(module).items():
-            if attr.startswith("_") or attr == "training" or _POSITION_ATTRIBUTES.match(attr):
+            if attr.startswith("_") or attr == "training" or _POSITION_ATTRIBUTES.match(attr) or attr in positional:
                 continue
             if value is None or isinstance(value, (bool, int, float, str)):
                 signature[prefix + attr] = value
             elif isinstance(value, (list, tuple)) and all(isinstance(v, (bool, int, float, str)) for v in value):
                 signature[prefix + attr] = tuple(value)
     for name, tensor in [*block.named_parameters(), *block.named_buffers()]:
-        signature[name] = tuple(tensor.shape)
+        if not positional.intersection(name.split(".")):
+            signature[name] = tuple(tensor.shape)
     return signature
 
 
@@ -260,7 +294,9 @@ def model_class_for(config: PretrainedConfig, kind: str, trust_remote_code: bool
     architectures = getattr(config, "architectures", None) or []
     if architectures and not trust_remote_code and hasattr(tf, architectures[0]):
         return getattr(tf, architectures[0])
-    return {CAUSAL_LM: tf.AutoModelForCausalLM, EXTRACTIVE_QA: tf.AutoModelForQuestionAnswering}.get(kind, tf.AutoModel)
+    if kind in (CAUSAL_LM, EXTRACTIVE_QA):
+        return head_class(config, kind, trust_remote_code)
+    return tf.AutoModel
 
 
 def build_skeleton(
@@ -282,6 +318,9 @@ def verify_kept_config(
     model_class: ModelClass,
     new_config: PretrainedConfig,
     trust_remote_code: bool = False,
+    count: str = "num_hidden_layers",
+    *,
+    sub: str | None = None,
 ) -> None:
     """Refuse unless the model built from `new_config` has the kept blocks and the same tensors.
 
@@ -290,10 +329,14 @@ def verify_kept_config(
     a field no rule knows, is caught before any weight is read.
     """
     stack = find_layers(skeleton, path)
-    expected_blocks = [block_signature(b) for i, b in enumerate(stack.blocks) if i not in set(removed)]
+    old = stack_config(skeleton.config, stack.num_layers, count, sub=sub)
+    kept = [i for i in range(stack.num_layers) if i not in set(removed)]
+    positional = position_attributes(old)
+    with removed_blocks(stack, removed) as shrunk:  # as removal leaves them (T5: block 0's bias handed on)
+        expected_blocks = [block_signature(b, positional) for b in shrunk.blocks]
     rebuilt = build_skeleton(model_class, new_config, trust_remote_code)
     rebuilt_stack = find_layers(rebuilt, path)
-    fields = ", ".join(pattern_fields(stack_config(new_config, len(expected_blocks)))) or "none found"
+    fields = ", ".join(pattern_fields(stack_config(new_config, len(expected_blocks), count, sub=sub))) or "none found"
     if len(rebuilt_stack.blocks) != len(expected_blocks):
         raise UnsupportedModel(
             f"The config written for the kept blocks builds {len(rebuilt_stack.blocks)} blocks, not "
@@ -301,7 +344,7 @@ def verify_kept_config(
             hint=f"Check the config fields that count layers ({fields}).",
         )
     for new_index, (expected, block) in enumerate(zip(expected_blocks, rebuilt_stack.blocks, strict=True)):
-        difference = first_difference(expected, block_signature(block))
+        difference = first_difference(expected, block_signature(block, positional))
         if difference:
             raise UnsupportedModel(
                 f"The config written for the kept blocks builds a different block {new_index} ({difference}): "
@@ -309,7 +352,9 @@ def verify_kept_config(
                 hint=f"Check the per-layer config fields ({fields}) or remove a different set of blocks.",
             )
     with removed_blocks(stack, removed):
-        expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+        expected = {
+            k: tuple(v.shape) for k, v in exported_state(skeleton.state_dict(), old, kept, untied=False).items()
+        }
     actual = {k: tuple(v.shape) for k, v in rebuilt.state_dict().items()}
     if expected != actual:
         keys = sorted(k for k in set(expected) | set(actual) if expected.get(k) != actual.get(k))

@@ -26,25 +26,35 @@ from layerprobe.core import (
     ExportSpec,
     LayerprobeError,
     OutputError,
-    UnsupportedModel,
     check_output_dir,
     parse_layer_ranges,
 )
-from layerprobe.export.config import ModelClass, build_skeleton, kept_config, model_class_for, verify_kept_config
+from layerprobe.export.choice import chosen_blocks, read_chosen_set, refuse_sublayers
+from layerprobe.export.config import (
+    ModelClass,
+    build_skeleton,
+    kept_config,
+    model_class_for,
+    stack_config,
+    verify_kept_config,
+)
 from layerprobe.model import (
     Progress,
-    base_of,
     check_loading_info,
     check_skeleton_weights,
+    count_field,
+    exported_state,
     find_layers,
     load_config,
     model_kind,
     quiet_transformers,
     removed_blocks,
+    side_of,
+    tower_config_name,
     translate_load_error,
     translate_weights_error,
 )
-from layerprobe.results import CurveSet, ExportPlaces, RunDir, StagedFile, read_curve_set, write_json
+from layerprobe.results import ExportPlaces, RunDir, StagedFile, write_json
 
 if TYPE_CHECKING:
     import torch
@@ -64,6 +74,7 @@ class ExportResult:
     record: dict[str, object]
     mergekit_yaml: Path | None = None
     notes: list[str] = field(default_factory=list)
+    stack: str | None = None  # an encoder-decoder's stack cut: "decoder stack decoder.block" (None: one stack)
 
 
 def run_export(
@@ -83,7 +94,7 @@ def run_export(
     progress = progress or Progress()
     destination = destination_of(spec)
     notes = recover_destination(spec)
-    chosen = _read_chosen_set(spec)
+    chosen = read_chosen_set(spec)
     _check_destination(destination, spec)
     progress.stage("Reading config")
     config = load_config(spec.model)
@@ -91,20 +102,25 @@ def run_export(
     skeleton = build_skeleton(model_class, config, spec.model.trust_remote_code)
     stack = find_layers(skeleton, spec.model.layers_path)
     num_layers = stack.num_layers
-    _refuse_sublayers(spec, config, num_layers)
+    refuse_sublayers(spec, config, num_layers)
     # The weight files must hold exactly the blocks the config describes, or the export would carry
     # randomly initialised blocks (or silently drop some) into a checkpoint that looks trained.
     check_skeleton_weights(spec.model, skeleton, stack)
     if chosen is not None:
-        removed = _chosen_blocks(chosen, num_layers, notes, spec, config)
+        removed = chosen_blocks(chosen, num_layers, notes, spec, config)
     else:
         removed = parse_layer_ranges(spec.remove, num_layers, "--remove")
     if len(removed) == num_layers:
         what = f"--remove {spec.remove!r}" if chosen is None else f"The {chosen.method} set for n = {chosen.n}"
         raise LayerprobeError(f"{what} removes all {num_layers} blocks.", hint="Keep at least one block.")
     kept = [i for i in range(num_layers) if i not in set(removed)]
-    new_config, changes = kept_config(config, num_layers, kept)
-    verify_kept_config(skeleton, stack.path, removed, model_class, new_config, spec.model.trust_remote_code)
+    side = side_of(skeleton, stack.path)  # an encoder-decoder's stack has its own count field
+    count = count_field(config, side, num_layers) if side else "num_hidden_layers"
+    sub = tower_config_name(config, stack)  # a vision tower's blocks are counted by its own sub-config
+    new_config, changes = kept_config(config, num_layers, kept, count, sub=sub)
+    verify_kept_config(
+        skeleton, stack.path, removed, model_class, new_config, spec.model.trust_remote_code, count, sub=sub
+    )
     del skeleton
 
     progress.stage("Loading weights")
@@ -124,7 +140,7 @@ def run_export(
     try:
         try:
             progress.stage("Writing checkpoint")
-            _save_weights(model, spec, stack.path, removed, new_config, tmp)
+            _save_weights(model, spec, stack.path, removed, new_config, tmp, count, sub)
             notes += files.copy_tokenizer(spec, tmp)
             source, more_notes = files.source_directory(spec)
             notes += more_notes
@@ -171,7 +187,16 @@ def run_export(
                 hint=exc.hint,
             ) from exc
     return ExportResult(
-        destination, removed, kept, changes, parameters_before, parameters_after, record, yaml_path, notes
+        destination,
+        removed,
+        kept,
+        changes,
+        parameters_before,
+        parameters_after,
+        record,
+        yaml_path,
+        notes,
+        f"{side} stack {stack.path}" if side else None,
     )
 
 
@@ -231,13 +256,23 @@ def _save_weights(
     removed: list[int],
     new_config: PretrainedConfig,
     directory: Path,
+    count: str = "num_hidden_layers",
+    sub: str | None = None,
 ) -> None:
-    """Take the blocks out in memory and save_pretrained the model with the kept blocks' config."""
-    with removed_blocks(find_layers(model, path), removed), _config_swapped(model, new_config), quiet_transformers():
+    """Take the blocks out in memory and save_pretrained the model with the kept blocks' config.
+
+    The tensors written are the model's with the blocks removed, after the design's rule for what it
+    indexes by layer outside the blocks (`model.exported_state`: per-layer input slices, adapters).
+    """
+    stack = find_layers(model, path)
+    kept = [i for i in range(stack.num_layers) if i not in set(removed)]
+    old = stack_config(model.config, stack.num_layers, count, sub=sub)  # an encoder-decoder side, a vision tower
+    with removed_blocks(stack, removed), _config_swapped(model, new_config), quiet_transformers():
+        state = exported_state(model.state_dict(), old, kept)
         if spec.max_shard_size:
-            model.save_pretrained(directory, max_shard_size=spec.max_shard_size)
+            model.save_pretrained(directory, state_dict=state, max_shard_size=spec.max_shard_size)
         else:
-            model.save_pretrained(directory)  # transformers' own shard size
+            model.save_pretrained(directory, state_dict=state)  # transformers' own shard size
 
 
 def _check_destination(destination: Path, spec: ExportSpec) -> None:
@@ -290,65 +325,6 @@ def _check_destination(destination: Path, spec: ExportSpec) -> None:
             )
 
 
-def _read_chosen_set(spec: ExportSpec) -> CurveSet | None:
-    """The set `--from FILE --method NAME --n K` names; refused at once if it removes a sublayer alone."""
-    if spec.from_curve is None or spec.method is None or spec.n is None:
-        return None
-    chosen = read_curve_set(Path(spec.from_curve).expanduser(), spec.method, spec.n)
-    if chosen.sublayers:
-        block, kind = chosen.sublayers[0]
-        what = "attention" if kind == "attention" else "MLP"
-        raise UnsupportedModel(
-            f"The {chosen.method} set for n = {chosen.n} removes sublayers: the checkpoint format cannot express "
-            f"removing the {what} of block {block} alone; export whole blocks.",
-            hint="Pick a method whose sets are whole blocks, or measure the sublayer set in memory with prune-drop.",
-        )
-    return chosen
-
-
-def _chosen_blocks(
-    chosen: CurveSet, num_layers: int, notes: list[str], spec: ExportSpec, config: PretrainedConfig
-) -> list[int]:
-    """The set's blocks, once the curve is known to be of a model of this architecture with this many blocks.
-
-    Another id is only said (a local copy of a hub model has another id); another architecture or block
-    count is another model, whose chosen blocks mean nothing here.
-    """
-    architectures = getattr(config, "architectures", None) or []
-    if chosen.architecture and architectures and chosen.architecture != architectures[0]:
-        raise LayerprobeError(
-            f"{chosen.source} was measured on a {chosen.architecture}; {spec.model.model} is a {architectures[0]}.",
-            hint="Export from the model the curve was measured on.",
-        )
-    if chosen.num_layers != num_layers:
-        raise LayerprobeError(
-            f"{chosen.source} was measured on a model of {chosen.num_layers} blocks; {spec.model.model} has "
-            f"{num_layers}.",
-            hint="Export from the model the curve was measured on.",
-        )
-    if chosen.model_id is not None and chosen.model_id != spec.model.model:
-        notes.append(f"{chosen.source} was measured on {chosen.model_id}; exporting {spec.model.model}")
-    return chosen.blocks
-
-
-def _refuse_sublayers(spec: ExportSpec, config: PretrainedConfig, num_layers: int) -> None:
-    """Sublayer export needs a config that can say "block l has no attention/MLP"; no supported family has one."""
-    for option, text, what in (
-        ("--remove-attention", spec.remove_attention, "attention"),
-        ("--remove-mlp", spec.remove_mlp, "MLP"),
-    ):
-        if not text:
-            continue
-        blocks = parse_layer_ranges(text, num_layers, option)
-        raise UnsupportedModel(
-            f"{option} {text!r}: the {config.model_type} config has no way to say that block "
-            f"{blocks[0]} has no {what}, so the checkpoint cannot drop it, and zeroed weights are not a "
-            "smaller model.",
-            hint=f"Measure it in memory with `prune-drop --unit {what.lower()}`; export removes whole blocks "
-            "(--remove).",
-        )
-
-
 def _load_weights(model_class: ModelClass, spec: ExportSpec) -> PreTrainedModel:
     """The full model on CPU in the checkpoint's own dtype (unless --dtype says otherwise)."""
     import torch
@@ -370,7 +346,8 @@ def _load_weights(model_class: ModelClass, spec: ExportSpec) -> PreTrainedModel:
             if translated is None:
                 raise
             raise translated from exc
-    check_loading_info(spec.model.model, model, info, find_layers(model, spec.model.layers_path).path, base_of(model))
+    stack = find_layers(model, spec.model.layers_path)
+    check_loading_info(spec.model.model, model, info, stack.path, stack.root)
     return model.eval()
 
 

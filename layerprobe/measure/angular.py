@@ -10,11 +10,12 @@ process or shared among several) and builds the result; the distances and their 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from layerprobe.core import DEFAULT_CHUNK_BYTES, AngularSpec, UnsupportedModel
-from layerprobe.data import Window, batches, pack_corpus, windows_before_loading
+from layerprobe.core import DEFAULT_CHUNK_BYTES, AngularSpec
+from layerprobe.data import ImageWindow, Window, batches, images_before_loading, pack_corpus, windows_before_loading
 from layerprobe.measure.distance import AccumulatorTotals, AngularAccumulator
+from layerprobe.measure.inputs import check_state_shapes, image_record, measured_tokens, model_inputs
 from layerprobe.model import (
     LayerStack,
     LoadedModel,
@@ -25,8 +26,9 @@ from layerprobe.model import (
     find_layers,
     load_model,
     model_info,
+    run_tower,
     skeleton_stack,
-    takes_argument,
+    tower_of,
 )
 from layerprobe.model import world as distributed_world
 from layerprobe.results import AngularResult, RunTimer
@@ -35,7 +37,7 @@ from layerprobe.results import AngularResult, RunTimer
 def measure(
     loaded: LoadedModel,
     stack: LayerStack,
-    windows: list[Window],
+    windows: Sequence[Window | ImageWindow],
     positions: str,
     batch_size: int,
     on_batch: Callable[[int], None] | None = None,
@@ -56,29 +58,23 @@ def measure(
     world = world or World()
     accumulator = AngularAccumulator(stack.num_layers + 1, device=loaded.input_device, chunk_bytes=max_state_bytes)
     totals_by_batch: dict[int, AccumulatorTotals] = {}
-    extra = {"use_cache": False} if takes_argument(loaded.model, "use_cache") else {}
+    tower = tower_of(stack)
     with torch.inference_mode(), capture_block_states(stack) as states:
         for index, group in enumerate(batches(windows, batch_size)):
             if index % world.size != world.rank:
                 continue
-            ids = torch.tensor([w.input_ids for w in group], device=loaded.input_device)
+            inputs = model_inputs(group, loaded.input_device)
             states.clear()
-            loaded.model(input_ids=ids, **extra)
+            run_tower(loaded.model, tower, inputs)
             if len(states) != stack.num_layers + 1:
                 raise RuntimeError(
                     f"captured {len(states)} states for {stack.num_layers} blocks; "
                     "a block was called more or less than once per forward pass"
                 )
-            if any(tuple(s.shape[:2]) != tuple(ids.shape) for s in states):
-                raise UnsupportedModel(
-                    f"The blocks of {loaded.architecture} pass hidden states shaped "
-                    f"{tuple(states[0].shape)} for input {tuple(ids.shape)}; layerprobe "
-                    "expects (batch, sequence, hidden).",
-                    hint="Sequence-first (remote-code) models are not supported.",
-                )
+            check_state_shapes(loaded.architecture, states, inputs)
             if positions == "all":
                 flat = [s.reshape(-1, s.shape[-1]) for s in states]
-                sizes = [len(w.input_ids) for w in group]
+                sizes = [states[0].shape[1]] * len(group)
             else:
                 rows = torch.arange(len(group))
                 last = torch.tensor([w.last_text_position for w in group])
@@ -92,9 +88,10 @@ def measure(
                 )
                 piece.update(flat, sizes)
                 totals_by_batch[index] = piece.totals()
+            measured = states[0].shape[0] * states[0].shape[1]
             states.clear()
             if on_batch:
-                on_batch(sum(len(w.input_ids) for w in group))
+                on_batch(measured)
     if world.size > 1:  # (L+1)² and L³ fp64 totals per batch: small next to the model every rank holds
         gathered = {i: t for piece in world.gather(totals_by_batch) for i, t in piece.items()}
         for index in sorted(gathered):
@@ -107,7 +104,7 @@ def run_angular(
     progress: Progress | None = None,
     loaded: LoadedModel | None = None,
     world: World | None = None,
-    windows: list[Window] | None = None,
+    windows: Sequence[Window | ImageWindow] | None = None,
 ) -> AngularResult:
     """Load the model (unless given), build the windows (unless given, packed from `spec.corpus` for `loaded`), measure.
 
@@ -122,7 +119,12 @@ def run_angular(
         # e.g. bitsandbytes missing for --load-in-4bit: before streaming a corpus
         check_loadable(spec.model, progress.note)
         skeleton_stack(spec.model)
-        tokenizer, windows, seq_len = windows_before_loading(spec.model, spec.corpus, progress.on_advance)
+        images = images_before_loading(spec.model, spec.corpus)
+        if images is None:
+            tokenizer, windows, seq_len = windows_before_loading(spec.model, spec.corpus, progress.on_advance)
+        else:
+            tokenizer, pictures = images
+            windows, seq_len = pictures, pictures[0].patches
         progress.stage("Loading model")
         loaded = load_model(spec.model, purpose="base", tokenizer=tokenizer)
     else:
@@ -137,7 +139,7 @@ def run_angular(
     )
     measure_seconds = time.perf_counter() - measure_clock
     corpus = spec.corpus
-    tokens = sum(len(w.input_ids) for w in windows)
+    tokens = measured_tokens(windows, accumulator.window_positions, spec.positions)
     data = {
         "dataset": corpus.dataset,
         "config": corpus.dataset_config if corpus.is_hub else None,
@@ -149,6 +151,7 @@ def run_angular(
         "positions": spec.positions,
         "positions_averaged": accumulator.count,
         **corpus.record(),
+        **image_record(windows, accumulator.window_positions, spec.positions),
     }
     return AngularResult(
         model=model_info(loaded, stack),

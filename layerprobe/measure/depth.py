@@ -9,13 +9,14 @@ gradient norms (`gradients.py`). Same model and corpus options as `angular`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from layerprobe.core import DepthSpec, UnsupportedModel
-from layerprobe.data import Window, batches, pack_corpus, windows_before_loading
+from layerprobe.data import ImageWindow, Window, batches, images_before_loading, pack_corpus, windows_before_loading
 from layerprobe.measure.gradients import grad_norms
+from layerprobe.measure.inputs import check_state_shapes, image_record, measured_tokens, model_inputs
 from layerprobe.measure.spread import DepthAccumulator, relative_size
 from layerprobe.model import (
     CAUSAL_LM,
@@ -35,8 +36,9 @@ from layerprobe.model import (
     load_model,
     model_info,
     model_kind,
+    run_tower,
     skeleton_stack,
-    takes_argument,
+    tower_of,
 )
 from layerprobe.results import SUBLAYER_KINDS, DepthResult, RunTimer, read_pruned_from
 
@@ -66,7 +68,7 @@ def run_depth(
     spec: DepthSpec,
     progress: Progress | None = None,
     loaded: LoadedModel | None = None,
-    windows: list[Window] | None = None,
+    windows: Sequence[Window | ImageWindow] | None = None,
 ) -> DepthResult:
     """Load the model (unless given), trace placement, measure, and return the result.
 
@@ -80,7 +82,17 @@ def run_depth(
         check_loadable(spec.model, progress.note)
         skeleton_stack(spec.model)
         progress.stage("Reading corpus", spec.corpus.tokens, "tok")
-        tokenizer, windows, seq_len = windows_before_loading(spec.model, spec.corpus, progress.on_advance)
+        images = images_before_loading(spec.model, spec.corpus)
+        if images is None:
+            tokenizer, windows, seq_len = windows_before_loading(spec.model, spec.corpus, progress.on_advance)
+        elif spec.grad:
+            raise UnsupportedModel(
+                "--grad needs a language-modelling loss; a vision tower has none.",
+                hint="Run depth without --grad on a vision tower.",
+            )
+        else:
+            tokenizer, pictures = images
+            windows, seq_len = pictures, pictures[0].patches
         progress.stage("Loading model")
         try:
             loaded = load_model(spec.model, purpose=purpose, tokenizer=tokenizer)
@@ -98,7 +110,7 @@ def run_depth(
         progress.stage("Reading corpus", spec.corpus.tokens, "tok")
         windows = pack_corpus(loaded.tokenizer, spec.corpus, seq_len, progress.on_advance)
     progress.stage("Tracing norm placement", None, "")
-    placement, sublayers = detect_placement(stack.root, stack, _trace_ids(windows, loaded.input_device))
+    placement, sublayers = detect_placement(stack.root, stack, _trace_inputs(windows, loaded.input_device))
     # An exported checkpoint says which source blocks it kept: `compare` pairs blocks by it.
     placement = replace(placement, pruned_from=read_pruned_from(spec.model.model, stack.num_layers))
     progress.stage("Measuring", spec.corpus.tokens, "tok")
@@ -107,7 +119,8 @@ def run_depth(
     if spec.grad:
         progress.stage("Gradient pass", spec.corpus.tokens, "tok")
         groups = [None if s is None else {sub.kind: sub.parameters for sub in s} for s in sublayers]
-        grad = grad_norms(loaded, stack, windows, spec.batch_size, groups, spec.mask_seed, progress.on_advance)
+        texts = [w for w in windows if isinstance(w, Window)]  # --grad is refused for images before loading
+        grad = grad_norms(loaded, stack, texts, spec.batch_size, groups, spec.mask_seed, progress.on_advance)
     found = [s for s in sublayers if s is not None]
     subs = None
     if found:
@@ -119,18 +132,22 @@ def run_depth(
             for kind in SUBLAYER_KINDS
         }
     hub = spec.corpus.is_hub
+    per_window = [int(accumulator.rms.count[0]) // max(1, len(windows))]  # positions of each window (images)
     data = {
         "dataset": spec.corpus.dataset,
         "config": spec.corpus.dataset_config if hub else None,
         "split": spec.corpus.split if hub else None,
         "text_field": spec.corpus.text_field,
-        "tokens": sum(len(w.input_ids) for w in windows),
+        "tokens": measured_tokens(
+            windows, [accumulator.rms.count[0] // max(1, len(windows))] * len(windows), spec.positions
+        ),
         "seq_len": seq_len,
         "windows": len(windows),
         "positions": spec.positions,
         "positions_averaged": accumulator.rms.count[0],
         "batch_size": spec.batch_size,
         **spec.corpus.record(),
+        **image_record(windows, per_window, spec.positions),
     }
     return DepthResult(
         model=model_info(loaded, stack),
@@ -159,12 +176,17 @@ def _grad_purpose(spec: DepthSpec) -> str:
     )
 
 
-def _trace_ids(windows: list[Window], device: torch.device | None) -> torch.Tensor:
-    """A few real windows of equal length, cut to TRACE_TOKENS, for tracing placement."""
+def _trace_inputs(
+    windows: Sequence[Window | ImageWindow], device: torch.device | None
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """A few real windows of equal length, cut to TRACE_TOKENS (images: TRACE_WINDOWS whole), for tracing."""
     import torch
 
-    length = min(TRACE_TOKENS, len(windows[0].input_ids))
-    rows = [w.input_ids[:length] for w in windows if len(w.input_ids) >= length][:TRACE_WINDOWS]
+    if isinstance(windows[0], ImageWindow):
+        return model_inputs(windows[:TRACE_WINDOWS], device)
+    texts = [w for w in windows if isinstance(w, Window)]
+    length = min(TRACE_TOKENS, len(texts[0].input_ids))
+    rows = [w.input_ids[:length] for w in texts if len(w.input_ids) >= length][:TRACE_WINDOWS]
     if length < 2:
         raise UnsupportedModel("Tracing norm placement needs windows of at least 2 tokens.", hint="Raise --seq-len.")
     return torch.tensor(rows, device=device)
@@ -173,7 +195,7 @@ def _trace_ids(windows: list[Window], device: torch.device | None) -> torch.Tens
 def measure_depth(
     loaded: LoadedModel,
     stack: LayerStack,
-    windows: list[Window],
+    windows: Sequence[Window | ImageWindow],
     positions: str,
     batch_size: int,
     sublayers: list[BlockSublayers | None],
@@ -187,27 +209,29 @@ def measure_depth(
 
     model = stack.root
     accumulator = DepthAccumulator(stack.num_layers, SUBLAYER_KINDS if any(sublayers) else ())
-    extra = {"use_cache": False} if takes_argument(model, "use_cache") else {}
+    tower = tower_of(stack)
     with torch.inference_mode(), capture_block_states(stack) as states, sublayer_ratios(stack, sublayers) as ratios:
         for group in batches(windows, batch_size):
-            ids = torch.tensor([w.input_ids for w in group], device=loaded.input_device)
+            inputs = model_inputs(group, loaded.input_device)
             states.clear()
             ratios.clear()
-            model(input_ids=ids, **extra)
+            run_tower(model, tower, inputs)
             if len(states) != stack.num_layers + 1:
                 raise RuntimeError(f"captured {len(states)} states for {stack.num_layers} blocks")
+            check_state_shapes(loaded.architecture, states, inputs)
+            lead = tuple(states[0].shape[:2])
             pick = _picker(group, positions)
             accumulator.add_states([pick(s) for s in states])
             for (layer, kind), values in ratios.items():
-                accumulator.add_sublayer(kind, layer, pick(values.reshape(ids.shape)))
+                accumulator.add_sublayer(kind, layer, pick(values.reshape(lead)))
             states.clear()
             ratios.clear()
             if on_batch:
-                on_batch(sum(len(w.input_ids) for w in group))
+                on_batch(lead[0] * lead[1])
     return accumulator
 
 
-def _picker(group: list[Window], positions: str) -> Callable[[torch.Tensor], torch.Tensor]:
+def _picker(group: Sequence[Window | ImageWindow], positions: str) -> Callable[[torch.Tensor], torch.Tensor]:
     """(batch, seq, ...) → (positions, ...): every position, or each window's last text token."""
     import torch
 

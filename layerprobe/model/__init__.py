@@ -3,12 +3,16 @@
 from layerprobe.model.ablation import Ablation, Remover, zeroed_sublayers
 from layerprobe.model.demo import DEMO_NAME, demo_model_dir
 from layerprobe.model.describe import StackDescription, describe_stack
+from layerprobe.model.designs import Design, design_config_changes, exported_state, position_attributes, register_design
+from layerprobe.model.designs import refusal as design_refusal
 from layerprobe.model.devices import module_device
+from layerprobe.model.encdec import count_field, side_of
 from layerprobe.model.facts import (
     CAUSAL_LM,
     ENCODER,
     EXTRACTIVE_QA,
     MASKED_LM,
+    SEQ2SEQ,
     context_length,
     model_kind,
     takes_argument,
@@ -16,6 +20,7 @@ from layerprobe.model.facts import (
 from layerprobe.model.fingerprint import weights_fingerprint
 from layerprobe.model.hub import quiet_hub_logs, quiet_transformers, translate_load_error
 from layerprobe.model.info import model_info
+from layerprobe.model.kinds import HeadKind, Loader, head_class, loader_for, register_kind
 from layerprobe.model.live import LIVE_NAME, is_live_model, live_model, live_name, untouched
 from layerprobe.model.load import (
     LoadedModel,
@@ -41,6 +46,17 @@ from layerprobe.model.stack import (
     hidden_from_output,
 )
 from layerprobe.model.sublayers import BlockSublayers
+from layerprobe.model.towers import (
+    TEXT,
+    VISION,
+    Tower,
+    run_tower,
+    skeleton_tower,
+    stack_role,
+    tower_config_name,
+    tower_of,
+    vision_paths,
+)
 from layerprobe.model.weights import check_loading_info, translate_weights_error
 
 __all__ = [
@@ -59,15 +75,22 @@ __all__ = [
     "check_loading_info",
     "check_skeleton_weights",
     "context_length",
+    "count_field",
     "demo_model_dir",
+    "Design",
+    "design_config_changes",
+    "design_refusal",
     "describe_stack",
     "DEMO_NAME",
     "detect_placement",
     "ENCODER",
     "EvaluationEvent",
     "EXTRACTIVE_QA",
+    "exported_state",
     "find_layers",
     "hidden_from_input",
+    "head_class",
+    "HeadKind",
     "hidden_from_output",
     "LayerStack",
     "load_config",
@@ -75,18 +98,34 @@ __all__ = [
     "load_skeleton",
     "load_tokenizer",
     "LoadedModel",
+    "Loader",
+    "loader_for",
     "MASKED_LM",
     "model_info",
     "model_kind",
     "module_device",
     "placement_without_weights",
+    "position_attributes",
     "Progress",
     "quiet_hub_logs",
     "quiet_transformers",
+    "register_design",
+    "register_kind",
     "removed_blocks",
+    "side_of",
+    "SEQ2SEQ",
     "Remover",
     "skeleton_stack",
     "StackDescription",
+    "stack_role",
+    "skeleton_tower",
+    "run_tower",
+    "TEXT",
+    "Tower",
+    "tower_config_name",
+    "tower_of",
+    "VISION",
+    "vision_paths",
     "takes_argument",
     "translate_load_error",
     "translate_weights_error",

@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from layerprobe.core import LayerprobeError, ModelSpec
+from layerprobe.model.encdec import other_stacks, side_of
 from layerprobe.model.load import check_skeleton_weights, load_skeleton
 from layerprobe.model.progress import Progress
 from layerprobe.model.skeleton import placement_without_weights
 from layerprobe.model.stack import find_layers
+from layerprobe.model.towers import TEXT, tower_of, vision_paths
 from layerprobe.results import Placement
 
 
@@ -35,6 +37,10 @@ class StackDescription:
     parameters: list[int]
     placement: Placement | None = None
     placement_error: str | None = None
+    side: str | None = None  # an encoder-decoder's stack: "encoder" or "decoder"
+    other_side: str | None = None  # how to measure its other stack ("the encoder: --layers-path encoder.block")
+    role: str = TEXT  # the tower the stack belongs to (model/towers.py): "text" or "vision"
+    other_stacks: tuple[str, ...] = ()  # stacks of another tower that --layers-path can name instead
 
     @property
     def num_layers(self) -> int:
@@ -55,14 +61,18 @@ def describe_stack(spec: ModelSpec, placement: bool = True, progress: Progress |
     stack = find_layers(skeleton, spec.layers_path)
     check_skeleton_weights(spec, skeleton, stack)  # a config that disagrees with the weights would list wrong L
     block_classes, parameters = [type(block).__name__ for block in stack.blocks], stack.parameters_per_block()
+    role = tower_of(stack).role
+    others = tuple(p for p in vision_paths(skeleton) if p != stack.path) if role == TEXT else ()
     traced, error = None, None
     if placement:
         progress.stage("Tracing norm placement")
         vocab = getattr(getattr(skeleton, "config", None), "vocab_size", None) or 2
         try:
             traced = placement_without_weights(skeleton, stack, vocab)
-        except (LayerprobeError, RuntimeError, TypeError, ValueError) as exc:
-            error = str(exc)
+        except LayerprobeError as exc:
+            error = exc.message
+        except Exception as exc:  # noqa: BLE001 - any family's forward may fail on random inputs: described anyway
+            error = str(exc).splitlines()[0] if str(exc).strip() else f"{type(exc).__name__} while tracing"
     return StackDescription(
         architecture=architecture,
         kind=kind,
@@ -72,4 +82,8 @@ def describe_stack(spec: ModelSpec, placement: bool = True, progress: Progress |
         parameters=parameters,
         placement=traced,
         placement_error=error,
+        side=side_of(skeleton, stack.path),
+        other_side=other_stacks(skeleton, stack.path),
+        role=role,
+        other_stacks=others,
     )

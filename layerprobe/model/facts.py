@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 CAUSAL_LM, ENCODER, EXTRACTIVE_QA = "causal-lm", "encoder", "extractive-qa"
 MASKED_LM = "masked-lm"  # an encoder with its pretraining head (depth --grad)
+SEQ2SEQ = "encoder-decoder"  # a text-to-text model: two stacks, one measured per run (model/encdec.py)
 PURPOSES = ("base", "head", CAUSAL_LM, EXTRACTIVE_QA, MASKED_LM)  # what `load_model` may load
 
 
@@ -26,17 +27,24 @@ def model_kind(config: PretrainedConfig) -> str:
 
     A head named in `architectures` decides (…ForQuestionAnswering, …ForCausalLM); otherwise (a bare
     `LlamaModel`, a classifier) the family decides: a masked-LM family is an encoder, a causal-LM
-    family is a decoder. Encoder-decoder models have two stacks and are refused.
+    family is a decoder. An encoder-decoder whose encoder reads text (T5, BART) is `encoder-decoder`; one
+    whose encoder reads audio or images (Whisper) is refused: no text-only pass drives its stacks.
     """
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES,
     )
 
     if getattr(config, "is_encoder_decoder", False):
+        model_type = getattr(config, "model_type", "")
+        if model_type in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+            return SEQ2SEQ
+        reads = "audio features" if model_type in MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES else "inputs other than text"
         raise UnsupportedModel(
-            f"{config.model_type} is an encoder-decoder model.",
-            hint="layerprobe measures one stack of blocks: decoder LMs or encoders.",
+            f"{model_type} is an encoder-decoder whose encoder reads {reads}, not text, and whose decoder attends "
+            "to that encoder's output in every block: no text-only pass is defined for either stack."
         )
     for arch in getattr(config, "architectures", None) or []:
         if arch.endswith("ForQuestionAnswering"):

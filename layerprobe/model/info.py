@@ -6,9 +6,11 @@ block stack) the same way, and results of different commands can be matched to o
 
 from __future__ import annotations
 
+from layerprobe.model.encdec import side_of
 from layerprobe.model.fingerprint import weights_fingerprint
 from layerprobe.model.load import LoadedModel
 from layerprobe.model.stack import LayerStack
+from layerprobe.model.towers import stack_role
 from layerprobe.results import ModelInfo, jsonable
 
 
@@ -30,4 +32,6 @@ def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:
         model_args=jsonable(loaded.spec.recorded_args),  # a token's value is never recorded
         path=loaded.spec.model if loaded.spec.display_name != loaded.spec.model else None,
         weights_fingerprint=weights_fingerprint(loaded.spec, loaded.commit),
+        side=side_of(loaded.model, stack.path),
+        stack_role=stack_role(stack),
     )

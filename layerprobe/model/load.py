@@ -15,15 +15,17 @@ from typing import TYPE_CHECKING, cast
 
 from layerprobe.core import LayerprobeError, ModelNotFound, ModelSpec, UnsupportedModel
 from layerprobe.model.devices import module_device, resolve_device, resolve_dtype
-from layerprobe.model.facts import CAUSAL_LM, EXTRACTIVE_QA, MASKED_LM, PURPOSES, context_length, model_kind
+from layerprobe.model.encdec import teacher_forced
+from layerprobe.model.facts import CAUSAL_LM, EXTRACTIVE_QA, PURPOSES, SEQ2SEQ, context_length, model_kind
 from layerprobe.model.hub import quiet_transformers, translate_load_error
+from layerprobe.model.kinds import head_class
 from layerprobe.model.load_options import (
     check_loadable,
     from_pretrained_kwargs,
     loading_option_error,
     quantization_label,
 )
-from layerprobe.model.stack import LayerStack, base_of, find_layers
+from layerprobe.model.stack import LayerStack, base_of, find_layers, input_embeddings
 from layerprobe.model.weights import LoadingInfo, check_files, check_loading_info, translate_weights_error
 
 if TYPE_CHECKING:
@@ -92,12 +94,13 @@ def load_skeleton(spec: ModelSpec) -> tuple[nn.Module, str, str]:
 def skeleton_stack(spec: ModelSpec) -> LayerStack | None:
     """The block stack `--layers-path` names, found on a weightless skeleton (None without --layers-path).
 
+    An encoder-decoder's stack is always found here: without the option, the decoder (`encdec.choose_side`).
+
     A wrong path is then reported before any weight is read; without the option the stack is found
     after loading, as before (`find_layers`' search needs no check).
     """
-    if not spec.layers_path:
-        return None
-
+    if not spec.layers_path and not getattr(load_config(spec), "is_encoder_decoder", False):
+        return None  # an encoder-decoder's default stack (its decoder) is not the config's num_hidden_layers
     skeleton, _, _ = load_skeleton(spec)
     return find_layers(skeleton, spec.layers_path)
 
@@ -179,6 +182,8 @@ def load_model(
     kind = model_kind(config)
     if purpose == "head":
         purpose = kind if kind in (CAUSAL_LM, EXTRACTIVE_QA) else "base"
+    if kind == SEQ2SEQ:  # every command runs the teacher-forced pass, which needs the LM head
+        purpose = SEQ2SEQ
     if tokenizer is None:
         tokenizer = load_tokenizer(spec)
     with quiet_transformers():
@@ -187,12 +192,7 @@ def load_model(
         check_before_loading(spec, config)
         device = None if spec.device_map else resolve_device(spec.device)
         dtype = resolve_dtype(spec.dtype, config, device)
-        model_class = {
-            "base": tf.AutoModel,
-            CAUSAL_LM: tf.AutoModelForCausalLM,
-            EXTRACTIVE_QA: tf.AutoModelForQuestionAnswering,
-            MASKED_LM: tf.AutoModelForMaskedLM,
-        }[purpose]
+        model_class = tf.AutoModel if purpose == "base" else head_class(config, purpose, spec.trust_remote_code)
         kwargs = from_pretrained_kwargs(spec, dtype, device)
         try:
             model, info = _with_loading_info(
@@ -216,16 +216,16 @@ def load_model(
                 raise
             raise translated from exc
     stack = find_layers(model, spec.layers_path)
-    check_loading_info(spec.model, model, info, stack.path, base_of(model))
-    if purpose != "base":
+    check_loading_info(spec.model, model, info, stack.path, stack.root)  # the base, or the model (a VLM's vision tower)
+    if purpose not in ("base", SEQ2SEQ):
         _refuse_untrained_head(model, info, spec)
     if device is not None and not spec.quantization:
         cast("nn.Module", model).to(device)  # transformers' stubs of PreTrainedModel.to reject a device
     model.eval()
-    embeddings = model.get_input_embeddings()
+    embeddings = input_embeddings(model)  # None for a dual encoder (CLIP): it has two
     input_device = module_device(embeddings) if embeddings is not None else device  # offloaded: the hook's
     return LoadedModel(
-        model=model,
+        model=cast("PreTrainedModel", teacher_forced(model)) if kind == SEQ2SEQ else model,
         tokenizer=tokenizer,
         kind=kind,
         spec=spec,

@@ -52,14 +52,15 @@ _EPS = (0.0, *(10.0**-k for k in range(2, 13)))  # a norm output scaled by c ≠
 
 
 def detect_placement(
-    model: nn.Module, stack: LayerStack, input_ids: torch.Tensor
+    model: nn.Module, stack: LayerStack, input_ids: torch.Tensor | dict[str, torch.Tensor]
 ) -> tuple[Placement, list[BlockSublayers | None]]:
     """Trace every block of `stack` once (one forward pass of `model` on `input_ids`, then one replay each).
 
     Args:
         model: the model holding `stack` (base model or with a head).
         stack: its blocks (`stack.find_layers`).
-        input_ids: (batch, seq) token ids, seq >= 2; a few real windows are plenty.
+        input_ids: (batch, seq) token ids, seq >= 2; a few real windows are plenty. A vision stack:
+            its tower's inputs (`{"pixel_values": ...}`), a few images.
 
     Returns:
         The placement, and each block's sublayers (None where they could not be found).

@@ -13,6 +13,8 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from layerprobe.core import UnsupportedModel
+from layerprobe.model.designs import designs_in_memory
+from layerprobe.model.encdec import first_block_handover
 from layerprobe.model.stack import LayerStack
 
 if TYPE_CHECKING:
@@ -43,8 +45,9 @@ def removed_blocks(stack: LayerStack, indices: Sequence[int]) -> Iterator[LayerS
     are renumbered; each config's `num_hidden_layers` and its per-layer lists (e.g. `layer_types`)
     shrink. Per-layer patterns a config derives from its depth (Jamba's `layer_types` from
     `attn_layer_period`/`offset`) are snapshotted at full depth and pinned to the kept blocks, so the
-    shorter model does not realign them. No weight is copied or changed, and everything is restored on
-    exit, also on exceptions.
+    shorter model does not realign them. What a design indexes by layer outside the blocks (per-layer
+    inputs, shared-block maps: `designs.py`) follows the kept blocks. No weight is copied or changed, and
+    everything is restored on exit, also on exceptions.
     Yields the shrunken stack.
     """
     from torch import nn
@@ -60,14 +63,19 @@ def removed_blocks(stack: LayerStack, indices: Sequence[int]) -> Iterator[LayerS
     parent_path, _, attr = stack.path.rpartition(".")
     parent = stack.root.get_submodule(parent_path) if parent_path else stack.root
     restore: list[tuple[object, str, object]] = []  # (owner, attribute, value to put back)
+    configs = _configs_of(stack)
+    kept_indices = [i for i in range(len(original)) if i not in remove]
+    designs = contextlib.ExitStack()
     try:
+        if configs:  # what the design indexes by layer outside the blocks (designs.py), read at full depth
+            designs.enter_context(designs_in_memory(stack.root, configs[0], kept_indices))
         for new_index, block in enumerate(kept):
             for module in block.modules():
                 slot = getattr(module, _LAYER_INDEX, None)
                 if isinstance(slot, int):
                     restore.append((module, _LAYER_INDEX, slot))
                     setattr(module, _LAYER_INDEX, new_index)
-        for config in _configs_of(stack):
+        for config in configs:
             patterns = _derived_patterns(config, len(original))
             if patterns:
                 kept_patterns = {k: type(v)(x for i, x in enumerate(v) if i not in remove) for k, v in patterns.items()}
@@ -82,10 +90,12 @@ def removed_blocks(stack: LayerStack, indices: Sequence[int]) -> Iterator[LayerS
         shrunk = nn.ModuleList(kept)
         restore.append((parent, attr, stack.blocks))
         setattr(parent, attr, shrunk)
-        yield LayerStack(stack.root, stack.path, shrunk)
+        with first_block_handover(original, kept):  # T5: the position bias block 0 owns
+            yield LayerStack(stack.root, stack.path, shrunk)
     finally:
         for owner, key, value in reversed(restore):
             setattr(owner, key, value)
+        designs.close()
 
 
 def _derived_patterns(config: PretrainedConfig, depth: int) -> dict[str, list[object] | tuple[object, ...]]:

@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from layerprobe.model.facts import takes_argument
+from layerprobe.core import UnsupportedModel
+from layerprobe.model.encdec import decoder_start, is_encoder_decoder, shift_right
 from layerprobe.model.placement import place_block, summarise
 from layerprobe.model.stack import BlockArgs, BlockKwargs, ForwardHook, LayerStack, PreHook
+from layerprobe.model.towers import run_tower, tower_of, trace_inputs
 from layerprobe.results import BlockPlacement, Placement
 
 if TYPE_CHECKING:
@@ -28,7 +30,8 @@ def placement_without_weights(model: nn.Module, stack: LayerStack, vocab_size: i
     Args:
         model: the skeleton base model (`load.load_skeleton`), parameters on the meta device.
         stack: its blocks.
-        vocab_size: token ids are drawn from [0, vocab_size).
+        vocab_size: token ids are drawn from [0, vocab_size) (a vision stack gets random images instead:
+            `towers.trace_inputs`).
     """
     import torch
 
@@ -54,16 +57,22 @@ def placement_without_weights(model: nn.Module, stack: LayerStack, vocab_size: i
     for index, block in enumerate(stack.blocks):
         handles.append(block.register_forward_pre_hook(before(index), with_kwargs=True))
         handles.append(block.register_forward_hook(after(index)))
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, max(2, vocab_size), TRACE_SHAPE, generator=generator)
+    inputs = trace_inputs(model, stack, vocab_size, TRACE_SHAPE)
+    if is_encoder_decoder(model):  # the teacher-forced pass every command runs (encdec.py)
+        inputs["decoder_input_ids"] = shift_right(inputs["input_ids"], decoder_start(getattr(model, "config")))  # noqa: B009
     try:
         with torch.no_grad():
-            extra = {"use_cache": False} if takes_argument(model, "use_cache") else {}
-            model(input_ids=ids, **extra)
+            run_tower(model, tower_of(stack), inputs)
     finally:
         for handle in handles:
             handle.remove()
         model.to("meta")
+    skipped = [i for i in range(stack.num_layers) if i not in placed]
+    if skipped:
+        raise UnsupportedModel(
+            f"block(s) {', '.join(map(str, skipped))} did not run on {' and '.join(inputs)} alone "
+            "(they run only with another input, such as an image)"
+        )
     return summarise([placed[i] for i in range(stack.num_layers)])
 
 

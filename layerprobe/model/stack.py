@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from layerprobe.core import UnsupportedModel
+from layerprobe.model.encdec import choose_side, is_encoder_decoder
 
 if TYPE_CHECKING:
     import torch
@@ -68,12 +69,25 @@ def find_layers(model: nn.Module, path: str | None = None) -> LayerStack:
     the same path and accept the same `--layers-path`; a path written from the head model
     (`model.layers`) is accepted too. The fallback picks, among ModuleLists whose children share one
     class, the one holding the most parameters: the block stack contains everything else that repeats
-    (MoE expert lists included).
+    (MoE expert lists included). An encoder-decoder has two stacks: `path` picks one, else the decoder
+    (`encdec.choose_side`).
     """
+    if is_encoder_decoder(model):
+        root, side = choose_side(model, path)
+        return _checked(LayerStack(root, side.path, side.blocks))
     base = base_of(model)
     _refuse_shared_weights(base)
     if path:
-        return _checked(_stack_at(base, _relative_to_base(model, base, path)))
+        relative = _relative_to_base(model, base, path)
+        if base is not model and _module_list(base, relative) is None and _module_list(model, path) is not None:
+            return _checked(
+                LayerStack(model, path, _stack_at(model, path).blocks)
+            )  # outside the base: a VLM's vision tower
+        return _checked(_stack_at(base, relative))
+    if is_dual_encoder(base):  # CLIP, SigLIP: the text tower's stack by default (model/towers.py)
+        found_text = _largest_repeated_list(base.get_submodule("text_model"))
+        if found_text is not None:
+            return _checked(LayerStack(base, "text_model." + found_text[0], found_text[1]))
     for candidate in KNOWN_PATHS:
         found = _module_list(base, candidate)
         if found is not None:
@@ -99,16 +113,26 @@ def base_of(model: nn.Module) -> nn.Module:
     from torch import nn
 
     base: nn.Module = getattr(model, "base_model", model)
-    if base is not model or not isinstance(model, nn.Module):
+    if base is not model or not isinstance(model, nn.Module) or is_dual_encoder(model):
         return base
-    embeddings = _input_embeddings(model)
+    embeddings = input_embeddings(model)
     for child in model.children():
-        if hasattr(child, "base_model") and embeddings is not None and _input_embeddings(child) is embeddings:
+        if hasattr(child, "base_model") and embeddings is not None and input_embeddings(child) is embeddings:
             return base_of(child)
     return model
 
 
-def _input_embeddings(model: nn.Module) -> nn.Module | None:
+def is_dual_encoder(model: nn.Module) -> bool:
+    """A model with a text and a vision tower side by side (CLIP, SigLIP): its forward needs both inputs.
+
+    Its base model is the whole model (not the tower that owns the input embeddings), so either tower's
+    stack is reachable by its path.
+    """
+    return hasattr(model, "text_model") and hasattr(model, "vision_model") and not hasattr(model, "language_model")
+
+
+def input_embeddings(model: nn.Module) -> nn.Module | None:
+    """The model's input embeddings, or None where it has none it can name (CLIP: one per tower)."""
     get_input_embeddings = getattr(model, "get_input_embeddings", None)  # transformers' models have it
     if get_input_embeddings is None:
         return None
@@ -124,6 +148,13 @@ def _relative_to_base(model: nn.Module, base: nn.Module, path: str) -> str:
         return path
     prefixes = {getattr(model, "base_model_prefix", ""), getattr(base, "base_model_prefix", "")}
     prefixes.update(name for name, child in getattr(model, "named_children", list)() if child is base)
+    # A wrapper's language model sits deeper (`model.language_model`): its own path, also written from the head.
+    inner = next((name for name, child in getattr(model, "named_modules", list)() if child is base and name), "")
+    if inner:
+        prefixes |= {inner} | {f"{p}.{inner}" for p in prefixes if p and not inner.startswith(p + ".")}
+    for prefix in sorted((p for p in prefixes if p), key=len, reverse=True):
+        if path.startswith(prefix + ".") and _module_list(base, path[len(prefix) + 1 :]) is not None:
+            return path[len(prefix) + 1 :]
     for prefix in sorted(p for p in prefixes if p):
         if path.startswith(prefix + "."):
             return path[len(prefix) + 1 :]

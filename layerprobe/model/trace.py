@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from layerprobe.core import UnsupportedModel
-from layerprobe.model.facts import takes_argument
 from layerprobe.model.stack import (
     BlockArgs,
     BlockCall,
@@ -27,6 +26,7 @@ from layerprobe.model.stack import (
     hidden_from_input,
     hidden_from_output,
 )
+from layerprobe.model.towers import run_tower, tower_of
 
 if TYPE_CHECKING:
     import torch
@@ -285,13 +285,19 @@ def captured_block_calls(stack: LayerStack) -> Iterator[dict[int, BlockCall]]:
             handle.remove()
 
 
-def capture_block_calls(model: nn.Module, stack: LayerStack, input_ids: torch.Tensor) -> dict[int, BlockCall]:
-    """Run `model` once on `input_ids` (batch, seq) and return every block's call arguments."""
+def capture_block_calls(
+    model: nn.Module, stack: LayerStack, input_ids: torch.Tensor | dict[str, torch.Tensor]
+) -> dict[int, BlockCall]:
+    """Run `model` once on `input_ids` (batch, seq) and return every block's call arguments.
+
+    A vision stack is given its tower's inputs instead (`{"pixel_values": ...}`), run by the tower's
+    runner (`towers.run_tower`), as a dual encoder's text tower is.
+    """
     import torch
 
-    extra = {"use_cache": False} if takes_argument(model, "use_cache") else {}
+    inputs = input_ids if isinstance(input_ids, dict) else {"input_ids": input_ids}
     with torch.no_grad(), captured_block_calls(stack) as calls:
-        model(input_ids=input_ids, **extra)
+        run_tower(model, tower_of(stack), inputs)
     if len(calls) != stack.num_layers:
         raise UnsupportedModel(f"Only {len(calls)} of {stack.num_layers} blocks ran in a forward pass.")
     return calls

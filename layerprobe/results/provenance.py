@@ -35,6 +35,8 @@ MODEL_FIELDS: dict[str, v.Kind] = {
     "model_args": v.any_object(optional=True),
     "path": v.text(optional=True),
     "weights_fingerprint": v.text(optional=True),
+    "side": v.text(optional=True),
+    "stack_role": v.text(optional=True),
 }
 RUN_FIELDS: dict[str, v.Kind] = {
     "started_at": v.text(optional=True),
@@ -69,11 +71,20 @@ class ModelInfo:
     model_args: JSONObject = field(default_factory=dict)  # extra from_pretrained keywords (--model-args)
     # sha256 of the weight files' layouts, sizes and sampled bytes (model/fingerprint.py); None in older files.
     weights_fingerprint: str | None = None
+    # Which stack of an encoder-decoder `layer_path` is: "encoder" or "decoder"; None for one-stack models.
+    side: str | None = None
+    # Which tower the measured stack belongs to: "text" or "vision" (model/towers.py); None in older files.
+    stack_role: str | None = None
 
     @property
     def label(self) -> str:
         """The model's name for titles and summaries, marked when its weights were quantized."""
         return f"{self.id} ({self.quantization})" if self.quantization else self.id
+
+    @property
+    def heading(self) -> str:
+        """The label for a summary's heading; an encoder-decoder's also names the stack measured (path, side)."""
+        return f"{self.label} · {self.side} stack {self.layer_path}" if self.side else self.label
 
     @classmethod
     def from_dict(cls, data: JSONObject | Node, source: str = "model") -> ModelInfo:

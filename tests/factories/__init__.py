@@ -13,11 +13,16 @@ Independent reference computations are not built here: they are in tests/referen
 """
 
 from factories.checkpoints import (
+    ENCDEC_DEPTHS,
+    ENCDEC_FAMILIES,
     TINY_ARCHITECTURES,
     build_bert_mlm,
     build_checkpoint,
+    build_design_checkpoint,
+    build_encdec_checkpoint,
     build_family_checkpoint,
     build_roberta,
+    build_vlm_checkpoint,
     byte_level_tokenizer,
     copy_with_bare_tokenizer,
     copy_with_config,
@@ -31,10 +36,19 @@ from factories.checkpoints import (
     randomize_norms,
     save_with_tokenizer,
     small_base_model,
+    small_encdec,
     small_model,
     tiny_config,
 )
-from factories.configs import export_config, jamba_config, small_config
+from factories.configs import (
+    DESIGN_FAMILIES,
+    VLM_FAMILIES,
+    design_config,
+    export_config,
+    jamba_config,
+    small_config,
+    vlm_config,
+)
 from factories.files import (
     RUN_SQUAD_PARAGRAPHS,
     SHORT_SQUAD_QUESTIONS,
@@ -105,7 +119,17 @@ from factories.runs import (
 )
 
 __all__ = [
+    "DESIGN_FAMILIES",
+    "VLM_FAMILIES",
+    "build_design_checkpoint",
+    "build_vlm_checkpoint",
+    "design_config",
+    "vlm_config",
     "DEPTH_SEQ",
+    "ENCDEC_DEPTHS",
+    "ENCDEC_FAMILIES",
+    "build_encdec_checkpoint",
+    "small_encdec",
     "DEPTH_TOKENS",
     "GATE_ADJACENT",
     "GATE_PRUNED",

@@ -309,3 +309,115 @@ def pickled_checkpoint(source: Path, target: Path) -> Path:
 def offload_args(tmp_path: Path, cpu_bytes: str = "400KB") -> str:
     """--model-args that make accelerate put the tiny llama's last blocks on disk (hooks on every block)."""
     return f"max_memory={{cpu:{cpu_bytes}}},offload_folder={tmp_path / 'offload'}"
+
+
+# ------------------------------------------------------------------ arch-vlm: per-layer designs and VLMs
+def build_design_checkpoint(family: str, directory: Path) -> Path:
+    """A 4-block causal LM of a per-layer design (`design_config`), norms random, saved with a BOS tokenizer."""
+    import torch
+    import transformers as tf
+
+    from factories.configs import design_config
+
+    torch.manual_seed(2)
+    with quiet_logs():
+        model = tf.AutoModelForCausalLM.from_config(design_config(family)).eval()
+        randomize_norms(model, lambda name: "norm" in name.lower())
+        model.save_pretrained(directory)
+    byte_level_tokenizer(add_bos=True).save_pretrained(directory)
+    return directory
+
+
+def build_vlm_checkpoint(family: str, directory: Path) -> Path:
+    """A tiny vision-language model (`vlm_config`) saved with its auto class, a BOS tokenizer and an image processor.
+
+    The processor file stands for what a hub VLM ships beside its tokenizer; an export must keep it.
+    """
+    import torch
+    import transformers as tf
+
+    from factories.configs import vlm_config
+
+    torch.manual_seed(3)
+    with quiet_logs():
+        model = tf.AutoModelForImageTextToText.from_config(vlm_config(family)).eval()
+        randomize_norms(model, lambda name: "norm" in name.lower())
+        model.save_pretrained(directory)
+    byte_level_tokenizer(add_bos=True).save_pretrained(directory)
+    (directory / "preprocessor_config.json").write_text(
+        json.dumps({"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 16}})
+    )
+    return directory
+
+
+def quiet_logs():
+    """transformers' log quiet while a tiny model is built (kernel fallbacks, deprecations)."""
+    from layerprobe.model import quiet_transformers
+
+    return quiet_transformers()
+
+
+# ── Encoder-decoders (issue 25): tiny T5 and BART, the encoder and the decoder of different depths ──────────
+
+ENCDEC_FAMILIES = ("t5", "bart")
+ENCDEC_DEPTHS = {"encoder": 2, "decoder": 3}  # blocks per side: a stack is never mistaken for the other
+
+
+def encdec_config(family: str, vocab_size: int):
+    """A T5 or BART config, hidden 32, 2 encoder and 3 decoder blocks, for the byte-level tokenizer's ids."""
+    import transformers as tf
+
+    tokens = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    if family == "t5":
+        return tf.T5Config(
+            vocab_size=vocab_size,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_heads=4,
+            num_layers=ENCDEC_DEPTHS["encoder"],
+            num_decoder_layers=ENCDEC_DEPTHS["decoder"],
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=32,
+            decoder_start_token_id=0,
+            dropout_rate=0.0,
+            architectures=["T5ForConditionalGeneration"],
+            **tokens,
+        )
+    if family == "bart":
+        return tf.BartConfig(
+            vocab_size=vocab_size,
+            d_model=32,
+            encoder_layers=ENCDEC_DEPTHS["encoder"],
+            decoder_layers=ENCDEC_DEPTHS["decoder"],
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=128,
+            decoder_start_token_id=2,
+            forced_eos_token_id=None,
+            architectures=["BartForConditionalGeneration"],
+            **tokens,
+        )
+    raise ValueError(family)
+
+
+def small_encdec(family: str, seed: int = 0):
+    """A tiny T5 / BART LM in memory: norm gains random, BART's logit bias random (so the head's is seen)."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    model = tf.AutoModelForSeq2SeqLM.from_config(encdec_config(family, len(byte_level_tokenizer(add_bos=False))))
+    randomize_norms(model, lambda name: "norm" in name.lower())
+    bias = getattr(model, "final_logits_bias", None)
+    if bias is not None:
+        with torch.no_grad():
+            bias.normal_(0, 0.5)
+    return model.eval()
+
+
+def build_encdec_checkpoint(family: str, directory: Path, seed: int = 0) -> Path:
+    """`small_encdec(family)` saved with the byte-level tokenizer (no BOS): a T5 / BART checkpoint directory."""
+    return save_with_tokenizer(small_encdec(family, seed), directory)

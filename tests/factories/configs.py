@@ -187,3 +187,92 @@ def export_config(family: str):
         "qwen3_moe": {"mlp_only_layers": [0, 4]},
     }.get(family, {})
     return small_config(family, num_layers=6, vocab_size=512, positions=256, sliding_window=4, **extra)
+
+
+# ------------------------------------------------------------------ arch-vlm: per-layer designs and VLMs
+# Tiny configs (32 wide, 4 blocks, 16-pixel vision towers) of the designs that index by layer outside their
+# blocks and of the vision-language models scored on text (issue 25). Vocabulary 512: the byte-level tokenizer.
+DESIGN_FAMILIES = ("gemma3n", "gemma4", "zamba2", "nemotron_h", "minimax")
+VLM_FAMILIES = ("llava", "qwen2_5_vl", "qwen3_vl", "idefics3", "smolvlm", "paligemma")
+_TEXT = dict(
+    vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+)  # fmt: skip
+_VISION = dict(
+    hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=16, patch_size=8
+)
+
+
+def design_config(family: str):
+    """A 4-block causal LM of a design that indexes by layer outside its blocks (see each comment)."""
+    import transformers as tf
+
+    pair = ["sliding_attention", "full_attention"] * 2
+    per_layer = dict(vocab_size_per_layer_input=512, hidden_size_per_layer_input=8, num_kv_shared_layers=0)
+    if family == "gemma3n":  # per-layer inputs: one embedding slice per layer, reshaped with the layer count
+        return tf.Gemma3nTextConfig(
+            **_TEXT, head_dim=8, sliding_window=8, layer_types=pair, **per_layer, altup_num_inputs=2, laurel_rank=4,
+            activation_sparsity_pattern=[0.0] * 4, architectures=["Gemma3nForCausalLM"],
+        )  # fmt: skip
+    if family == "gemma4":  # per-layer inputs, and per_layer_config keyed by layer index
+        return tf.Gemma4TextConfig(
+            **_TEXT, head_dim=8, sliding_window=8, layer_types=pair, **per_layer,
+            per_layer_config={"01": {"head_dim": 16}, "03": {"head_dim": 16}}, architectures=["Gemma4ForCausalLM"],
+        )  # fmt: skip
+    if family == "zamba2":  # a shared transformer block on the hybrid layers, its adapters looked up by layer
+        return tf.Zamba2Config(
+            **{**_TEXT, "num_key_value_heads": 4}, layers_block_type=["mamba", "hybrid"] * 2, mamba_d_state=4,
+            mamba_d_conv=4, mamba_expand=2, mamba_ngroups=1, n_mamba_heads=2, chunk_size=16, num_mem_blocks=1,
+            architectures=["Zamba2ForCausalLM"],
+        )  # fmt: skip
+    if family == "nemotron_h":  # one block type per layer (the model reads each block's `block_type`)
+        fields = {k: v for k, v in _TEXT.items() if k != "num_hidden_layers"}
+        return tf.NemotronHConfig(
+            **fields, layers_block_type=["mamba", "attention", "mlp", "moe"], head_dim=8, ssm_state_size=4,
+            mamba_num_heads=4, mamba_head_dim=8, n_groups=1, chunk_size=16, n_routed_experts=2, n_shared_experts=1,
+            moe_intermediate_size=16, moe_shared_expert_intermediate_size=16, num_experts_per_tok=1,
+            architectures=["NemotronHForCausalLM"],
+        )  # fmt: skip
+    if family == "minimax":  # lightning attention whose decay rates derive from the layer index and depth
+        return tf.MiniMaxConfig(
+            **_TEXT, head_dim=8, num_local_experts=2, num_experts_per_tok=1, block_size=4,
+            layer_types=["full_attention", "linear_attention"] * 2, architectures=["MiniMaxForCausalLM"],
+        )  # fmt: skip
+    raise ValueError(family)
+
+
+def vlm_config(family: str):
+    """A vision-language model with a 4-block language model and a 2-block 16-pixel vision tower."""
+    import transformers as tf
+
+    qwen_vision = dict(depth=2, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32, patch_size=4,
+                       spatial_merge_size=2, temporal_patch_size=2)  # fmt: skip
+    qwen_tokens = dict(image_token_id=3, video_token_id=4, vision_start_token_id=5)
+    if family == "llava":
+        clip = dict(model_type="clip_vision_model", projection_dim=16, **_VISION)
+        return tf.LlavaConfig(text_config=dict(model_type="llama", **_TEXT), vision_config=clip, image_token_index=3,
+                              architectures=["LlavaForConditionalGeneration"])  # fmt: skip
+    if family == "qwen2_5_vl":  # multimodal rotary sections that add up to head_dim / 2
+        rope = dict(rope_type="default", mrope_section=[2, 1, 1], rope_theta=10000.0)
+        return tf.Qwen2_5_VLConfig(
+            text_config=dict(model_type="qwen2_5_vl_text", **_TEXT, rope_parameters=rope),
+            vision_config=dict(window_size=8, fullatt_block_indexes=[1], **qwen_vision), **qwen_tokens,
+            architectures=["Qwen2_5_VLForConditionalGeneration"],
+        )  # fmt: skip
+    if family == "qwen3_vl":
+        return tf.Qwen3VLConfig(
+            text_config=dict(**_TEXT, head_dim=8),
+            vision_config=dict(num_position_embeddings=16, deepstack_visual_indexes=[1], **qwen_vision),
+            **qwen_tokens, architectures=["Qwen3VLForConditionalGeneration"],
+        )  # fmt: skip
+    if family in ("idefics3", "smolvlm"):
+        config_class = tf.Idefics3Config if family == "idefics3" else tf.SmolVLMConfig
+        architecture = "Idefics3ForConditionalGeneration" if family == "idefics3" else "SmolVLMForConditionalGeneration"
+        return config_class(text_config=dict(model_type="llama", **_TEXT), vision_config=_VISION, scale_factor=1,
+                            image_token_id=3, architectures=[architecture])  # fmt: skip
+    if family == "paligemma":
+        return tf.PaliGemmaConfig(
+            text_config=dict(model_type="gemma", **_TEXT, head_dim=8), vision_config=dict(projection_dim=32, **_VISION),
+            image_token_index=3, projection_dim=32, architectures=["PaliGemmaForConditionalGeneration"],
+        )  # fmt: skip
+    raise ValueError(family)

@@ -6,7 +6,7 @@ import pytest
 import transformers as tf
 
 from layerprobe.core.errors import UnsupportedModel
-from layerprobe.model import CAUSAL_LM, ENCODER, EXTRACTIVE_QA, model_kind
+from layerprobe.model import CAUSAL_LM, ENCODER, EXTRACTIVE_QA, SEQ2SEQ, model_kind
 
 
 @pytest.mark.parametrize(
@@ -27,12 +27,12 @@ def test_kind_comes_from_the_config(tiny_checkpoints, arch, kind):
 def test_kind_without_architectures():
     assert model_kind(tf.BertConfig()) == ENCODER
     assert model_kind(tf.LlamaConfig()) == CAUSAL_LM
-    with pytest.raises(UnsupportedModel, match="encoder-decoder"):
-        model_kind(tf.T5Config())
+    assert model_kind(tf.T5Config()) == SEQ2SEQ
 
 
 def test_bare_decoder_is_a_causal_family():
     assert model_kind(tf.LlamaConfig(architectures=["LlamaModel"])) == CAUSAL_LM
     assert model_kind(tf.BertConfig(architectures=["BertForSequenceClassification"])) == ENCODER
-    with pytest.raises(UnsupportedModel, match="encoder-decoder"):
-        model_kind(tf.T5Config(architectures=["T5ForConditionalGeneration"]))
+    assert model_kind(tf.T5Config(architectures=["T5ForConditionalGeneration"])) == SEQ2SEQ
+    with pytest.raises(UnsupportedModel, match="encoder-decoder whose encoder reads audio features"):
+        model_kind(tf.WhisperConfig(architectures=["WhisperForConditionalGeneration"]))
