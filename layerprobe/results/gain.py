@@ -13,6 +13,7 @@ from typing import Any
 
 from layerprobe.results.io import GAIN_SCHEMA, check_schema, read_json
 from layerprobe.results.json_types import JSONObject
+from layerprobe.results.rundir import GAIN_JSON
 from layerprobe.results.validate import Node
 
 SPEEDS = ("prefill_tokens_per_second", "decode_tokens_per_second")
@@ -30,7 +31,7 @@ class GainResult:
         return {"schema": GAIN_SCHEMA, "settings": self.settings, "models": self.models, "run": self.run}
 
     @classmethod
-    def from_dict(cls, data: JSONObject | Node, source: str = "gain.json") -> GainResult:
+    def from_dict(cls, data: JSONObject | Node, source: str = GAIN_JSON) -> GainResult:
         node = Node.of(data, source)
         check_schema(node, GAIN_SCHEMA)
         models = []

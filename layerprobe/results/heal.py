@@ -16,6 +16,7 @@ import layerprobe.results.validate as v
 from layerprobe.results.io import HEAL_SCHEMA, check_schema, read_json
 from layerprobe.results.json_types import JSONObject
 from layerprobe.results.provenance import ModelInfo, RunInfo
+from layerprobe.results.rundir import HEAL_JSON
 from layerprobe.results.validate import Node
 
 HEAL_MODELS = ("original", "pruned", "healed")
@@ -71,7 +72,7 @@ class HealResult:
         }
 
     @classmethod
-    def from_dict(cls, data: JSONObject | Node, source: str = "heal.json") -> HealResult:
+    def from_dict(cls, data: JSONObject | Node, source: str = HEAL_JSON) -> HealResult:
         node = Node.of(data, source)
         check_schema(node, HEAL_SCHEMA)
         metrics: dict[str, dict[str, Any]] = {}
