@@ -89,6 +89,7 @@ def test_a_bad_config_is_one_line_and_exit_2(tiny_checkpoints, tmp_path, text, m
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_the_config_hint_works(tiny_checkpoints, tmp_path):
     """The hint says both spellings are accepted: `seq_len` and `seq-len` read the same."""
     for key in ("seq_len", "seq-len", "--seq-len"):

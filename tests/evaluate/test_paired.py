@@ -62,6 +62,7 @@ def scored(tiny_checkpoints):
     return ours_base, ours_pruned, ref_base, ref_pruned
 
 
+@pytest.mark.slow
 def test_per_sample_values_are_lm_evals_own(scored):
     ours_base, ours_pruned, ref_base, ref_pruned = scored
     for ours, ref in ((ours_base, ref_base), (ours_pruned, ref_pruned)):

@@ -132,6 +132,7 @@ def marking_task(tmp_path):
     return folder / "lp_arc_marked.yaml", marker
 
 
+@pytest.mark.slow
 def test_task_code_runs_only_with_consent(marking_task):
     yaml_path, marker = marking_task
     with pytest.raises(TaskError, match="run Python code .*marking.py.*only when told to") as refused:

@@ -76,6 +76,7 @@ def assert_metric_equal(metric: str, got: float, want: float) -> None:
 
 # ----------------------------------------------------------- 1. equal to delete-and-evaluate, per engine
 @pytest.mark.parametrize("arch", CAUSAL_SWEEP)
+@pytest.mark.slow
 def test_prune_drop_equals_lm_eval_on_a_physically_deleted_model(arch, tiny_checkpoints, tmp_path, spy):
     path = tiny_checkpoints[arch]
     loaded = loaded_head(path)

@@ -22,6 +22,7 @@ def full_disk(monkeypatch):
     monkeypatch.setattr(pathlib.Path, "write_bytes", write_text)
 
 
+@pytest.mark.slow  # builds the review runs (about 30 s) for three one-line checks
 @pytest.mark.parametrize("command", ["report", "track", "stability"])
 def test_a_full_disk_is_one_line_and_status_2(review_runs, tmp_path, monkeypatch, command):
     run = review_runs.by_step[1000]

@@ -59,6 +59,7 @@ def test_independent_fallback_is_the_root_sum_of_squares_over_l():
     assert independent_mean_stderr(stderr, [0, 1, 3]) == pytest.approx(math.sqrt(0.003**2 + 0.004**2 + 0.012**2) / 3)
 
 
+@pytest.mark.slow
 def test_a_result_with_per_window_values_uses_them(review_runs):
     """The field another change adds to AngularResult, set on a real result: the windowed estimator is used."""
     path = review_runs.by_step[1000] / "angular.json"
