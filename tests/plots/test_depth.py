@@ -31,6 +31,7 @@ def _visible_labels(ax) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "values",
     [[1.00, 1.02, 1.05], [1.1, 1.3, 1.2], [0.5, 3.0, 40.0], [1e-3, 0.2, 30.0], [0.98, 1.0, 1.01]],
