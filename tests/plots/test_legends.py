@@ -21,7 +21,8 @@ from layerprobe.plots.stability import _draw_curves
 from layerprobe.prune.agreement import metric_agreement
 from layerprobe.results import DepthResult, Spread
 
-pytestmark = pytest.mark.usefixtures("no_leaked_figures")
+# Each figure is laid out several times to place its legend: seconds per test, so the slow tier.
+pytestmark = [pytest.mark.usefixtures("no_leaked_figures"), pytest.mark.slow]
 
 
 def _flat_wide(name: str = "exact_match,strict-match", layers: int = 8, half: float = 0.163):
