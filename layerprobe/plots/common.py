@@ -171,12 +171,14 @@ def place_legend(ax: Axes, *others: Axes, **kwargs) -> object:
     last it goes outside, to the right of the axes. The test: `hidden_data(legend, ax, *others)` is empty.
     """
     owner = others[-1] if others else ax  # a twin is drawn over `ax`: its legend must be on top
+    if isinstance(kwargs.get("title"), str):
+        kwargs["title"] = terminal_text(kwargs["title"])
     _settle(ax)  # settle the layout first: positions are tested where they will be
     handles, labels = [], []
     for source in (ax, *others):
         h, l = source.get_legend_handles_labels()
         handles += h
-        labels += l
+        labels += [terminal_text(label) for label in l]  # measured below: a lone surrogate fails the font
     for source in (ax, *others):
         old = source.get_legend()
         if old is not None:
