@@ -26,8 +26,10 @@ import re
 import shutil
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from layerprobe.core import NO_SPACE, LayerprobeError
 from layerprobe.results import ExportPlaces as Places
@@ -169,15 +171,33 @@ _HELD = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", 
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """Hold back Ctrl-C and the other catchable ending signals until the block is done (where the OS can)."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    """Hold back Ctrl-C and the other catchable ending signals until the block is done (where the OS can).
+
+    Two holds, because either alone leaks: the signal mask covers only the calling thread, and a Ctrl-C
+    (sent to the process) is delivered to any thread that does not block it — torch and tqdm start some —
+    whose Python handler would then raise KeyboardInterrupt here, between the renames. So in the main
+    thread the Python-level handlers of those signals are also swapped for one that only notes the signal;
+    after the block the real handlers are back and each noted signal is raised again, once.
+    """
+    noted: list[int] = []
+    swapped: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for number in _HELD:
+            handler = signal.getsignal(number)
+            if handler not in (signal.SIG_IGN, None):  # an ignored signal stays ignored
+                swapped[number] = handler
+                signal.signal(number, lambda received, _frame: noted.append(received))
+    blocked = hasattr(signal, "pthread_sigmask")
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD) if blocked else set()
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a pending signal arrives now: noted
+        for number, handler in swapped.items():
+            signal.signal(number, handler)
+        for number in dict.fromkeys(noted):
+            signal.raise_signal(number)
 
 
 def remove(path: Path) -> None:

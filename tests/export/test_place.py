@@ -130,20 +130,27 @@ def test_with_the_exchange_dir_is_never_missing(tmp_path, step, expected):
     assert not any("restored" in note for note in notes)
 
 
-# In the child: the two-rename swap, and a real Ctrl-C (SIGINT) sent right after the first rename.
+# In the child: the two-rename swap, and a real Ctrl-C (SIGINT) sent right after the first rename, to the
+# process (the kernel may hand it to any thread: the helper thread blocks nothing) or to the main thread.
+# Python is given its Ctrl-C handler first: a child of a shell's background job inherits SIGINT ignored.
 INTERRUPTED_CHILD = textwrap.dedent(
     """
-    import os, signal, sys
+    import os, signal, sys, threading
     from pathlib import Path
     from layerprobe.export import place
 
-    destination, staging = Path(sys.argv[1]), Path(sys.argv[2])
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    destination, staging, target = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     real = os.replace
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
 
-    def replace(source, target):
-        real(source, target)
+    def replace(source, target_):
+        real(source, target_)
         if Path(source) == destination:
-            os.kill(os.getpid(), signal.SIGINT)
+            if target == "process":
+                os.kill(os.getpid(), signal.SIGINT)
+            else:
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
     os.replace = replace
     place.exchange = lambda a, b: False
@@ -155,12 +162,13 @@ INTERRUPTED_CHILD = textwrap.dedent(
 )
 
 
-def test_ctrl_c_between_the_two_renames_leaves_a_whole_checkpoint(tmp_path):
+@pytest.mark.parametrize("target", ["process", "main-thread"])
+def test_ctrl_c_between_the_two_renames_leaves_a_whole_checkpoint(tmp_path, target):
     destination, staging = tmp_path / "pruned", tmp_path / "staging"
     _write(destination, OLD)
     _write(staging, NEW)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    command = [sys.executable, "-c", INTERRUPTED_CHILD, str(destination), str(staging)]
+    command = [sys.executable, "-c", INTERRUPTED_CHILD, str(destination), str(staging), target]
     done = subprocess.run(command, env=env, timeout=120)
     assert done.returncode == 130  # the interrupt is still honoured, once the swap is done
     assert _read(destination) == NEW
