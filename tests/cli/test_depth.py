@@ -16,6 +16,7 @@ runner = CliRunner()
 SMALL = ["--dataset", BUILTIN_CORPUS, "--tokens", "64", "--seq-len", "32"]  # two windows of the builtin corpus
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_cli_writes_depth_json_and_figure(three_block_checkpoints, tmp_path):
     """The quick CLI check of the default run; the slow one below adds --grad, `plot` and `compare`."""
     args = ["depth", str(three_block_checkpoints["bert"]), *SMALL]

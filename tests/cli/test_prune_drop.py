@@ -162,6 +162,7 @@ def test_prune_drop_refuses_a_tokenizer_lm_eval_cannot_use_before_loading(tiny_c
     assert "eos_token" in result.output.splitlines()[1]
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_prune_drop_corpus_cli(tiny_checkpoints, tmp_path):
     args = [str(tiny_checkpoints["llama"]), "--task", "corpus", "--dataset", BUILTIN_CORPUS, "--tokens", "48"]
     result = invoke(

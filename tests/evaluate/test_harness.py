@@ -93,6 +93,7 @@ def test_a_model_offloaded_whole_scores_like_one_in_memory(task_set, models, tin
     )
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_evaluate_equals_simple_evaluate(task_set, models, arch):
     model, tokenizer = models[arch]

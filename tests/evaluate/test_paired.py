@@ -89,6 +89,7 @@ def test_per_sample_values_are_lm_evals_own(scored):
                 assert got[doc][1] == want[doc][1]  # words or bytes
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_paired_stderr_of_means_equals_a_hand_computation_on_lm_eval_samples(scored):
     ours_base, ours_pruned, ref_base, ref_pruned = scored
     checked = 0

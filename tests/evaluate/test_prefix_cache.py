@@ -204,6 +204,7 @@ def _info(path):
     return model_info(loaded, find_layers(loaded.model))
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_prefix_groups_are_journaled_so_a_killed_run_resumes_without_redoing_them(long_context, tmp_path):
     """With prefix reuse on (the default), each scored group is saved: a resumed run redoes only what was lost."""
     path = long_context["llama"]

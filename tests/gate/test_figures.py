@@ -84,6 +84,7 @@ def test_compare_angular_differences_over_the_common_layers(tmp_path, base_layer
     assert png == tmp_path / "compare.png" and file_magic(png, PNG_MAGIC) and file_magic(pdf, PDF_MAGIC)
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 @pytest.mark.usefixtures("no_leaked_figures")
 def test_compare_prune_drop_with_a_pruned_candidate(tmp_path):
     baseline = random_prune_result(12, tasks=("arc_easy", "mmlu"), seed=0)
@@ -167,6 +168,7 @@ def test_compare_prune_drop_draws_95_percent_intervals_and_labels_them():
     ],
     ids=["prune-drop", "prune-drop-paired", "angular-8", "angular-32"],
 )
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_no_two_labels_of_a_compare_figure_overlap(figure):
     fig = figure()
     try:

@@ -69,6 +69,7 @@ def test_last_state_is_taken_before_the_final_norm(tiny_checkpoints, arch):
     assert abs(naive[0][L].item() - result.distance[0][L]) > 1e-3
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_real_minilm_matches_float64(minilm):
     spec = angular_spec(minilm, tokens=1500, seq_len=256, batch_size=2)
     result = run_angular(spec)

@@ -192,6 +192,7 @@ def test_a_generating_task_gets_a_panel_of_flip_rates_per_filter_with_their_inte
         plt.close(fig)
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_the_flip_rate_legend_covers_no_point_wherever_the_rates_lie():
     result = random_prune_result(8)
     layers = list(range(8))

@@ -15,6 +15,7 @@ from layerprobe.results import load_result, write_json
 pytestmark = pytest.mark.usefixtures("no_leaked_figures")
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 @pytest.mark.parametrize("kind", ["angular", "prune_drop"])
 def test_plot_result_round_trips_through_json(tmp_path, kind):
     result = angular_from_walk(7, nan_cells=[(3, 4)]) if kind == "angular" else random_prune_result(7, ("mmlu/x",))

@@ -209,6 +209,7 @@ def test_squad_equals_the_scorer_on_a_physically_deleted_qa_model(tiny_checkpoin
 
 
 # ------------------------------------------------------------------- architectures at the edges
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_jamba_prune_drop_equals_lm_eval_on_a_physically_rebuilt_model(tmp_path, spy):
     """Both engines on Jamba (derived layer pattern) against lm-eval on a five-block Jamba built from its config.
 

@@ -44,6 +44,7 @@ def done_entries(out: Path) -> set[tuple[str, str]]:
     return {(task, variant) for task, variants in data["done"].items() for variant in variants}
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_resume_continues_an_interrupted_run_and_recomputes_nothing(tiny_checkpoints, tmp_path, spy):
     path = tiny_checkpoints["llama"]
     loaded = loaded_head(path)

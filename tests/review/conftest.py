@@ -78,6 +78,19 @@ def build_runs(root: Path) -> ReviewRuns:
     return ReviewRuns(root, by_step, root / "runs" / "deep", root / "runs" / "other")
 
 
+# Building the review runs takes about 40 s of one core (and holds the other xdist worker at the lock), so
+# every test that uses them runs in the slow tier: the default run stays under 3 minutes on 2 cores.
+RUN_BUILDING_FIXTURES = {"review_runs", "report_pages"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects by marker
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        browser = item.get_closest_marker("browser") is not None  # its own step already
+        if not browser and RUN_BUILDING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def review_runs(tmp_path_factory, worker_id) -> ReviewRuns:
     """The run directories, built once per session (shared by xdist workers)."""

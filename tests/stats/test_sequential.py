@@ -116,6 +116,7 @@ def test_fixed_n_interval_rechecked_every_round_under_covers(betting_simulation)
     assert betting_covered.mean() - every.mean() > 0.03
 
 
+@pytest.mark.slow  # over 2.5 s on 2 cores: the default tier stays under 3 minutes
 def test_with_replacement_covers_an_iid_mean():
     rng = np.random.default_rng(5)
     runs, mean = 600, 0.3
