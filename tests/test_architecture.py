@@ -42,20 +42,22 @@ def parsed(name: str) -> ast.Module:
     return ast.parse(MODULES[name].read_text(encoding="utf-8"))
 
 
-def layerprobe_imports(name: str):
+@functools.cache
+def layerprobe_imports(name: str) -> tuple[tuple[ast.stmt, str, list[str], bool], ...]:
     """(node, target module, imported names, inside a function) for every import of a layerprobe module."""
-    tree = parsed(name)
-    in_function = set()
-    for fn in ast.walk(tree):
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            in_function.update(id(n) for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom)))
-    for node in ast.walk(tree):
+    found: list[tuple[ast.stmt, str, list[str], bool]] = []
+
+    def visit(node: ast.AST, inside: bool) -> None:
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("layerprobe"):
-            yield node, node.module, [a.name for a in node.names], id(node) in in_function
+            found.append((node, node.module, [a.name for a in node.names], inside))
         elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.startswith("layerprobe"):
-                    yield node, alias.name, [], id(node) in in_function
+            found.extend((node, a.name, [], inside) for a in node.names if a.name.startswith("layerprobe"))
+        inside = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inside)
+
+    visit(parsed(name), False)
+    return tuple(found)
 
 
 @pytest.mark.slow  # over 3 s on 2 cores: the default tier stays under 3 minutes
