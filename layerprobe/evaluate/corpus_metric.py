@@ -38,25 +38,34 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from layerprobe.core import CORPUS_TASK, TaskError
+from layerprobe.core import CORPUS_TASK, SQUAD_TASK, TaskError
 from layerprobe.data import batches
-from layerprobe.evaluate.corpus_passes import AnyWindow, Batch, make_pass, text_windows
+from layerprobe.evaluate.corpus_passes import MASK_FRACTION, AnyWindow, Batch, make_pass, text_windows
 from layerprobe.evaluate.paired import MEAN
 from layerprobe.evaluate.replay import Replay, output_arity
 from layerprobe.model import (
+    CAUSAL_LM,
+    CORPUS_RULE,
+    EXTRACTIVE_QA,
+    MASKED_TOKEN,
     SEQ2SEQ,
+    TEXT,
     CorpusEstimator,
     LayerStack,
     Remover,
     capture_block_states,
     corpus_estimator,
+    model_kind,
     removed_blocks,
+    skeleton_tower,
     tower_of,
 )
 from layerprobe.results import Evaluation, MetricSamples, MetricScore
 
 if TYPE_CHECKING:
-    from layerprobe.core import CorpusSpec
+    from transformers import PretrainedConfig
+
+    from layerprobe.core import CorpusSpec, ModelSpec
     from layerprobe.data import Window
     from layerprobe.model import LoadedModel
 
@@ -81,16 +90,57 @@ def corpus_windows(loaded: LoadedModel, corpus: CorpusSpec) -> list[Window]:
     return text_windows(loaded, corpus)
 
 
+def no_corpus_metric(model: str) -> TaskError:
+    """The refusal of a model that has no corpus metric (an extractive-QA model: `model.corpus_estimator`)."""
+    return TaskError(
+        f"--task {CORPUS_TASK} has no metric for {model}: its head answers questions about a given context, "
+        "which corpus windows are not.",
+        hint=f"Score it on what it was trained for: --task {SQUAD_TASK}.",
+    )
+
+
 def estimator_of(loaded: LoadedModel, stack: LayerStack) -> CorpusEstimator:
     """The corpus metric of this model and stack (`model.corpus_estimator`); refused if it has none."""
     config = getattr(loaded.model, "config", None)
     found = corpus_estimator(config, loaded.kind, tower_of(stack).role)
     if found is None:
-        raise TaskError(
-            f"--task {CORPUS_TASK} has no metric for {loaded.spec.model}: it is {loaded.kind}.",
-            hint="Score extractive-QA models with --task squad.",
-        )
+        raise no_corpus_metric(loaded.spec.model)
     return found
+
+
+def estimator_before_loading(model: ModelSpec, config: PretrainedConfig) -> CorpusEstimator:
+    """The corpus metric `estimator_of` will give, decided on the config and the weightless skeleton.
+
+    A causal LM or encoder-decoder measured on its default stack reads text: no skeleton is built for it.
+    """
+    kind = model_kind(config)
+    role = TEXT
+    if kind == EXTRACTIVE_QA:
+        raise no_corpus_metric(model.model)
+    if kind not in (CAUSAL_LM, SEQ2SEQ) or model.layers_path:
+        role = skeleton_tower(model)[2].role
+    found = corpus_estimator(config, kind, role)
+    if found is None:
+        raise no_corpus_metric(model.model)
+    return found
+
+
+def corpus_metric_record(estimator: CorpusEstimator, seed: int) -> dict[str, object]:
+    """What a result records of the corpus metric: the estimator, why, the rule, and a masked LM's masking."""
+    masked = estimator.name == MASKED_TOKEN
+    return {
+        "estimator": estimator.name,
+        "reason": estimator.reason,
+        "rule": CORPUS_RULE,
+        "metrics": list(estimator.metrics),
+        "mask_fraction": MASK_FRACTION if masked else None,
+        "mask_seed": seed if masked else None,
+    }
+
+
+def corpus_metric_line(estimator: CorpusEstimator) -> str:
+    """The one terminal line that says which corpus metric is used and why."""
+    return f"corpus metric: {estimator.name} ({estimator.reason}; {', '.join(estimator.metrics)})"
 
 
 class CorpusScorer:
