@@ -101,8 +101,7 @@ def no_corpus_metric(model: str) -> TaskError:
 
 def estimator_of(loaded: LoadedModel, stack: LayerStack) -> CorpusEstimator:
     """The corpus metric of this model and stack (`model.corpus_estimator`); refused if it has none."""
-    config = getattr(loaded.model, "config", None)
-    found = corpus_estimator(config, loaded.kind, tower_of(stack).role)
+    found = corpus_estimator(loaded.model.config, loaded.kind, tower_of(stack).role)
     if found is None:
         raise no_corpus_metric(loaded.spec.model)
     return found

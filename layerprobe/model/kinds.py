@@ -148,7 +148,7 @@ class CorpusEstimator:
     """Which corpus metric a model gets, the head it is loaded with for it, and why (one line for humans)."""
 
     name: str  # NEXT_TOKEN, MASKED_TOKEN, CLASS_LOGITS or POOLED_OUTPUT
-    purpose: str  # what `load_model` loads: "head", MASKED_LM or IMAGE_CLASSIFIER
+    purpose: str  # what `load_model` loads: "head" (the LM head), MASKED_LM, IMAGE_CLASSIFIER or "base" (no head)
     reason: str
     reads_images: bool = False  # its items are images (a vision stack), not text windows
 
@@ -178,7 +178,7 @@ def corpus_estimator(config: PretrainedConfig, kind: str, role: str) -> CorpusEs
                 reads_images=True,
             )
         return CorpusEstimator(
-            POOLED_OUTPUT, "head", f"the vision tower of {architecture} has no head of its own: its pooled output", True
+            POOLED_OUTPUT, "base", f"the vision tower of {architecture} has no head of its own: its pooled output", True
         )
     if kind in (CAUSAL_LM, SEQ2SEQ):
         what = "a causal LM" if kind == CAUSAL_LM else "an encoder-decoder (its decoder teacher-forced)"
@@ -190,5 +190,5 @@ def corpus_estimator(config: PretrainedConfig, kind: str, role: str) -> CorpusEs
             MASKED_TOKEN, MASKED_LM, f"{architecture} ships a masked-LM head: its predictions of masked tokens"
         )
     return CorpusEstimator(
-        POOLED_OUTPUT, "head", f"{architecture} ships no head for its text stack: the text tower's pooled output"
+        POOLED_OUTPUT, "base", f"{architecture} ships no head for its text stack: the text tower's pooled output"
     )

@@ -78,3 +78,21 @@ def test_prune_curve_refuses_a_metric_the_estimator_does_not_report(built, tmp_p
     assert tried.exit_code == 0, tried.output
     data = json.loads((tmp_path / "prune_curve.json").read_text())
     assert data["settings"]["metric"]["metric"] == "top1_agreement"
+
+
+@pytest.mark.slow
+def test_prune_drop_on_a_vlm_vision_tower_scores_its_pooled_output_on_both_engines(tmp_path):
+    """PaliGemma's vision encoder (no head of its own): the same cosine distances from either engine."""
+    with quiet_logs():
+        model = build_tower_checkpoint("paligemma", tmp_path / "paligemma")
+    images = write_image_folder(tmp_path / "images", count=4)
+    found = {}
+    for engine in ("shared", "simple"):
+        out = tmp_path / engine
+        args = ["--layers-path", "vision_tower.encoder.layers", "--task", "corpus", "--dataset", images]
+        result = invoke_prune_drop(model, *args, "--tokens", 64, "--engine", engine, "--device", "cpu", "--out", out)
+        assert result.exit_code == 0, result.output
+        data = json.loads((out / "prune_drop.json").read_text())
+        assert data["settings"]["corpus_metric"]["estimator"] == "pooled-output"
+        found[engine] = data["tasks"]["corpus"]["metrics"]["cosine_distance"]["pruned"]
+    assert found["shared"] == pytest.approx(found["simple"], abs=1e-5) and min(found["shared"]) > 1e-3
