@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -54,21 +55,29 @@ def built(tmp_path_factory):
         }
 
 
+def _config(model_type: str, *architectures: str) -> SimpleNamespace:
+    """What the rule reads of a config (its model type and saved classes), without importing config classes."""
+    return SimpleNamespace(model_type=model_type, architectures=list(architectures))
+
+
 def test_one_rule_picks_the_estimator_from_the_shipped_head():
     """The head the checkpoint ships for its measured stack decides; no head: the tower's pooled output."""
-    bert = tf.BertConfig(architectures=["BertForMaskedLM"])
-    bare = tf.BertConfig(architectures=["BertModel"])
-    vit = tf.ViTConfig(architectures=["ViTForImageClassification"])
+    bert, vit = _config("bert", "BertForMaskedLM"), _config("vit", "ViTForImageClassification")
     assert corpus_estimator(bert, ENCODER, "text").name == MASKED_TOKEN
     assert corpus_estimator(bert, ENCODER, "text").purpose == MASKED_LM
-    assert corpus_estimator(bare, ENCODER, "text").name == POOLED_OUTPUT
+    assert corpus_estimator(_config("bert", "BertModel"), ENCODER, "text").name == POOLED_OUTPUT
     assert corpus_estimator(vit, ENCODER, "vision").name == CLASS_LOGITS
     assert corpus_estimator(vit, ENCODER, "vision").purpose == IMAGE_CLASSIFIER
-    assert corpus_estimator(tf.ViTConfig(architectures=["ViTModel"]), ENCODER, "vision").name == POOLED_OUTPUT
-    assert corpus_estimator(tf.CLIPConfig(), ENCODER, "vision").name == POOLED_OUTPUT
-    assert corpus_estimator(tf.LlamaConfig(architectures=["LlamaForCausalLM"]), CAUSAL_LM, "text").name == NEXT_TOKEN
-    assert corpus_estimator(tf.T5Config(), SEQ2SEQ, "text").name == NEXT_TOKEN
-    assert corpus_estimator(tf.BertConfig(architectures=["BertForQuestionAnswering"]), EXTRACTIVE_QA, "text") is None
+    assert corpus_estimator(_config("vit", "ViTModel"), ENCODER, "vision").name == POOLED_OUTPUT
+    assert corpus_estimator(_config("clip", "CLIPModel"), ENCODER, "vision").name == POOLED_OUTPUT
+    assert corpus_estimator(_config("clip", "CLIPModel"), ENCODER, "text").purpose == "base"
+    llama = _config("llama", "LlamaForCausalLM")
+    assert corpus_estimator(llama, CAUSAL_LM, "text").name == NEXT_TOKEN
+    assert corpus_estimator(_config("paligemma", "PaliGemmaForConditionalGeneration"), CAUSAL_LM, "vision").name == (
+        POOLED_OUTPUT
+    )
+    assert corpus_estimator(_config("t5", "T5ForConditionalGeneration"), SEQ2SEQ, "text").name == NEXT_TOKEN
+    assert corpus_estimator(_config("bert", "BertForQuestionAnswering"), EXTRACTIVE_QA, "text") is None
 
 
 def _rebuilt_float64(path, auto, blocks, prefix, sub_config=None):
