@@ -12,6 +12,7 @@ anything above them.
 from layerprobe.evaluate.corpus_metric import METRICS as CORPUS_METRICS
 from layerprobe.evaluate.corpus_metric import (
     CorpusScorer,
+    corpus_estimator_for,
     corpus_metric_line,
     corpus_metric_record,
     estimator_before_loading,
@@ -27,6 +28,7 @@ __all__ = [
     "CORPUS_METRICS",
     "CorpusScorer",
     "corpus_metric_line",
+    "corpus_estimator_for",
     "corpus_metric_record",
     "estimator_before_loading",
     "keyed_by_task_name",

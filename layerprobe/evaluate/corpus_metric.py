@@ -55,6 +55,7 @@ from layerprobe.model import (
     Remover,
     capture_block_states,
     corpus_estimator,
+    find_layers,
     model_kind,
     removed_blocks,
     skeleton_tower,
@@ -105,6 +106,13 @@ def estimator_of(loaded: LoadedModel, stack: LayerStack) -> CorpusEstimator:
     if found is None:
         raise no_corpus_metric(loaded.spec.model)
     return found
+
+
+def corpus_estimator_for(model: ModelSpec, config: PretrainedConfig, loaded: LoadedModel | None) -> CorpusEstimator:
+    """The corpus metric of a run: from the loaded model when it is given (an in-memory one), else before loading."""
+    if loaded is not None:
+        return estimator_of(loaded, find_layers(loaded.model, model.layers_path))
+    return estimator_before_loading(model, config)
 
 
 def estimator_before_loading(model: ModelSpec, config: PretrainedConfig) -> CorpusEstimator:

@@ -31,9 +31,9 @@ from layerprobe.data import check_chat_template, images_before_loading
 from layerprobe.evaluate import (
     check_sequential_tasks,
     check_tasks_fit_model,
+    corpus_estimator_for,
     corpus_metric_line,
     corpus_metric_record,
-    estimator_before_loading,
     keyed_by_task_name,
     paired_delta,
     prepare_tasks,
@@ -117,7 +117,7 @@ def run_prune_curve(
     check_tasks_fit_model(prune.tasks, model_kind(config), prune.model.model, prune.engine)
     known = None if prune.model.layers_path else getattr(config, "num_hidden_layers", None)
     task, metric = spec.driver_choice
-    estimator = estimator_before_loading(prune.model, config) if CORPUS_TASK in prune.tasks else None
+    estimator = corpus_estimator_for(prune.model, config, loaded) if CORPUS_TASK in prune.tasks else None
     if estimator is not None and task == CORPUS_TASK and metric is not None and metric not in estimator.metrics:
         raise LayerprobeError(
             f"--metric {spec.metric}: the corpus task reports {', '.join(estimator.metrics)} for this model "

@@ -19,9 +19,9 @@ from layerprobe.evaluate import (
     PreparedTasks,
     check_sequential_tasks,
     check_tasks_fit_model,
+    corpus_estimator_for,
     corpus_metric_line,
     corpus_metric_record,
-    estimator_before_loading,
     keyed_by_task_name,
     make_scorers,
     prepare_tasks,
@@ -119,7 +119,7 @@ def run_prune_drop(
             hint=f"Add --task {CORPUS_TASK}, or leave --chat-template out.",
         )
     # Everything cheap before any weight: the tokenizer, then the tasks (names, YAML, data, few-shot pools).
-    estimator = estimator_before_loading(spec.model, config) if CORPUS_TASK in spec.tasks else None
+    estimator = corpus_estimator_for(spec.model, config, loaded) if CORPUS_TASK in spec.tasks else None
     if estimator is not None and world.is_main:
         progress.note(corpus_metric_line(estimator))
     images = None
