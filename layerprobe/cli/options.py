@@ -100,7 +100,8 @@ Tasks = Annotated[
         rich_help_panel=TASKS_PANEL,
         help="lm-eval task or group (mmlu, arc_easy, a task under --include-path, a task YAML path), "
         "squad for extractive-QA models, or corpus (task-free NLL/KL/top-1 agreement on the --dataset "
-        "windows). Repeat, or separate with commas (--tasks a,b), for several.",
+        "windows; an encoder or tower: by the head it ships, masked tokens, class logits, else the pooled "
+        "output). Repeat, or separate with commas (--tasks a,b), for several.",
     ),
 ]
 

@@ -10,7 +10,13 @@ anything above them.
 """
 
 from layerprobe.evaluate.corpus_metric import METRICS as CORPUS_METRICS
-from layerprobe.evaluate.corpus_metric import CorpusScorer
+from layerprobe.evaluate.corpus_metric import (
+    CorpusScorer,
+    corpus_estimator_for,
+    corpus_metric_line,
+    corpus_metric_record,
+    estimator_before_loading,
+)
 from layerprobe.evaluate.documents import check_sequential_tasks
 from layerprobe.evaluate.paired import PairedColumns, paired_columns, paired_delta
 from layerprobe.evaluate.scorer import PreparedTasks, Scorer, check_tasks_fit_model, make_scorers, prepare_tasks
@@ -21,6 +27,10 @@ __all__ = [
     "check_tasks_fit_model",
     "CORPUS_METRICS",
     "CorpusScorer",
+    "corpus_metric_line",
+    "corpus_estimator_for",
+    "corpus_metric_record",
+    "estimator_before_loading",
     "keyed_by_task_name",
     "check_task_code",
     "local_task_code",

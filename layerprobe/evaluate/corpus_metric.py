@@ -18,6 +18,11 @@ With prune-drop's `--span n` a variant l is the span [l, l+n); with `--unit atte
 with that sublayer's output zeroed (`model.Remover`), scored by a full forward pass of the ablated model
 (both engines: nothing before block l changes, but no pass is shared).
 
+Other models get another estimator (`model.corpus_estimator`, one rule: the head the checkpoint ships
+for the measured stack): a masked LM its masked-token predictions (same metrics), an image classifier
+KL and top-1 agreement of its class logits per image, a tower without a head the cosine distance of its
+pooled output per window or image (`cosine_distance`). What each compares is `corpus_passes.py`.
+
 Memory: never corpus × vocabulary. Base log-probabilities are recomputed from the kept base final
 hidden states (batch × T × hidden) and compared with the variant's in slices of positions, so at most
 `_LOGIT_BYTES` of logits exist at once; recorded block inputs are batch × T × hidden per variant start.
@@ -28,30 +33,48 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 
-from layerprobe.core import CORPUS_TASK
-from layerprobe.data import batches, pack_corpus
+from layerprobe.core import CORPUS_TASK, SQUAD_TASK, TaskError
+from layerprobe.data import batches
+from layerprobe.evaluate.corpus_passes import MASK_FRACTION, AnyWindow, Batch, make_pass, text_windows
 from layerprobe.evaluate.paired import MEAN
-from layerprobe.evaluate.replay import Replay, head_logits, output_arity
-from layerprobe.model import SEQ2SEQ, LayerStack, Remover, capture_block_states, removed_blocks
+from layerprobe.evaluate.replay import Replay, output_arity
+from layerprobe.model import (
+    CAUSAL_LM,
+    CORPUS_RULE,
+    EXTRACTIVE_QA,
+    MASKED_TOKEN,
+    SEQ2SEQ,
+    TEXT,
+    CorpusEstimator,
+    LayerStack,
+    Remover,
+    capture_block_states,
+    corpus_estimator,
+    find_layers,
+    model_kind,
+    removed_blocks,
+    skeleton_tower,
+    tower_of,
+)
 from layerprobe.results import Evaluation, MetricSamples, MetricScore
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+    from transformers import PretrainedConfig
 
-    from layerprobe.core import CorpusSpec
+    from layerprobe.core import CorpusSpec, ModelSpec
     from layerprobe.data import Window
     from layerprobe.model import LoadedModel
 
 Span = tuple[int, ...]  # the removed blocks of one variant, consecutive; () is the baseline
-_LOGIT_BYTES = 256 * 1024**2  # logits (base and variant, float32) alive at once per slice of positions
-METRICS = ("nll", "perplexity", "kl", "top1_agreement")
-_HIGHER_IS_BETTER = {"nll": False, "perplexity": False, "kl": False, "top1_agreement": True}
+METRICS = ("nll", "perplexity", "kl", "top1_agreement")  # the next-token (and masked-token) estimator's
+_HIGHER_IS_BETTER = {"nll": False, "perplexity": False, "kl": False, "top1_agreement": True, "cosine_distance": False}
+_KEYS = {"nll": "nll", "kl": "kl", "top1_agreement": "top1", "cosine_distance": "cosine"}  # metric → per-window key
+DEFAULT_MASK_SEED = 1234  # prune-drop's --seed when the caller gives none (lm-eval's default seed)
 
 
 def as_span(variant: int | Span | None) -> Span:
@@ -65,8 +88,66 @@ def as_span(variant: int | Span | None) -> Span:
 
 def corpus_windows(loaded: LoadedModel, corpus: CorpusSpec) -> list[Window]:
     """The windows `angular` would measure for these options (seq_len capped by the model's context)."""
-    seq_len = min(corpus.seq_len, loaded.context_length) if loaded.context_length else corpus.seq_len
-    return pack_corpus(loaded.tokenizer, corpus, seq_len)
+    return text_windows(loaded, corpus)
+
+
+def no_corpus_metric(model: str) -> TaskError:
+    """The refusal of a model that has no corpus metric (an extractive-QA model: `model.corpus_estimator`)."""
+    return TaskError(
+        f"--task {CORPUS_TASK} has no metric for {model}: its head answers questions about a given context, "
+        "which corpus windows are not.",
+        hint=f"Score it on what it was trained for: --task {SQUAD_TASK}.",
+    )
+
+
+def estimator_of(loaded: LoadedModel, stack: LayerStack) -> CorpusEstimator:
+    """The corpus metric of this model and stack (`model.corpus_estimator`); refused if it has none."""
+    found = corpus_estimator(loaded.model.config, loaded.kind, tower_of(stack).role)
+    if found is None:
+        raise no_corpus_metric(loaded.spec.model)
+    return found
+
+
+def corpus_estimator_for(model: ModelSpec, config: PretrainedConfig, loaded: LoadedModel | None) -> CorpusEstimator:
+    """The corpus metric of a run: from the loaded model when it is given (an in-memory one), else before loading."""
+    if loaded is not None:
+        return estimator_of(loaded, find_layers(loaded.model, model.layers_path))
+    return estimator_before_loading(model, config)
+
+
+def estimator_before_loading(model: ModelSpec, config: PretrainedConfig) -> CorpusEstimator:
+    """The corpus metric `estimator_of` will give, decided on the config and the weightless skeleton.
+
+    A causal LM or encoder-decoder measured on its default stack reads text: no skeleton is built for it.
+    """
+    kind = model_kind(config)
+    role = TEXT
+    if kind == EXTRACTIVE_QA:
+        raise no_corpus_metric(model.model)
+    if kind not in (CAUSAL_LM, SEQ2SEQ) or model.layers_path:
+        role = skeleton_tower(model)[2].role
+    found = corpus_estimator(config, kind, role)
+    if found is None:
+        raise no_corpus_metric(model.model)
+    return found
+
+
+def corpus_metric_record(estimator: CorpusEstimator, seed: int) -> dict[str, object]:
+    """What a result records of the corpus metric: the estimator, why, the rule, and a masked LM's masking."""
+    masked = estimator.name == MASKED_TOKEN
+    return {
+        "estimator": estimator.name,
+        "reason": estimator.reason,
+        "rule": CORPUS_RULE,
+        "metrics": list(estimator.metrics),
+        "mask_fraction": MASK_FRACTION if masked else None,
+        "mask_seed": seed if masked else None,
+    }
+
+
+def corpus_metric_line(estimator: CorpusEstimator) -> str:
+    """The one terminal line that says which corpus metric is used and why."""
+    return f"corpus metric: {estimator.name} ({estimator.reason}; {', '.join(estimator.metrics)})"
 
 
 class CorpusScorer:
@@ -78,7 +159,8 @@ class CorpusScorer:
     replays the recorded input of its first removed block and runs only the kept blocks after it), later
     calls read the per-window values back, like the shared-prefix lm-eval engine's store. With `ablate`,
     variants are any keys and `ablate(key)` applies one in memory (e.g. zeroed sublayers); each then runs
-    the whole model (the simple engine).
+    the whole model (the simple engine). What is compared is the model's estimator (`estimator_of`);
+    `seed` fixes a masked LM's masked positions.
     """
 
     reports_progress = False
@@ -91,18 +173,18 @@ class CorpusScorer:
         variants: list[int | Span],
         batch_size: int | str = 8,  # "auto" (lm-eval's word for prune-drop's other tasks): 8
         engine: str = "shared",
-        windows: list[Window] | None = None,
+        windows: Sequence[AnyWindow] | None = None,
         remover: Remover | None = None,
         ablate: Callable[[Hashable], contextlib.AbstractContextManager[object]] | None = None,
+        seed: int = DEFAULT_MASK_SEED,
     ) -> None:
         self.loaded, self.stack, self.corpus = loaded, stack, corpus
+        self.estimator = estimator_of(loaded, stack)
+        self.pass_ = make_pass(self.estimator, loaded, stack, seed)
         # An encoder-decoder's blocks pass more than hidden states (T5: the position bias of block 0), which
         # a replayed block could not: its variants run the whole model without their blocks.
         simple = engine == "simple" or ablate is not None or loaded.kind == SEQ2SEQ
         self.engine = "simple" if simple else "shared"
-        # Which window token a final hidden state at position t predicts: t+1 (causal LM), t (teacher-forced
-        # decoder, whose input is the window shifted right).
-        self.shift = 0 if loaded.kind == SEQ2SEQ else 1
         self.ablate = ablate
         self.sublayer = remover if remover is not None and remover.ablation.is_sublayer else None
         self.span_length = remover.ablation.span if remover is not None and self.sublayer is None else 1
@@ -111,9 +193,14 @@ class CorpusScorer:
             if list(span) != sorted(set(span)) or span[-1] >= stack.num_layers or span[0] < 0:
                 raise ValueError(f"not a sorted set of distinct blocks of a {stack.num_layers}-block model: {span}")
         self.batch_size = max(1, int(batch_size)) if batch_size != "auto" else 8
-        self.windows = windows if windows is not None else corpus_windows(loaded, corpus)
+        self.windows = windows if windows is not None else self.pass_.windows(corpus)
         self.active: Span = ()
         self.values: dict[Span, dict[str, list[float]]] | None = None
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """The metrics this scorer reports (its estimator's)."""
+        return self.estimator.metrics
 
     def span_of(self, variant: int | Span | None) -> Span:
         """A variant as its removed blocks: None → (), l → [l, l+n) (n: the remover's span), a span as it is."""
@@ -134,40 +221,41 @@ class CorpusScorer:
             self.values = self._compute()
         if self.active not in self.values:
             raise KeyError(f"variant {self.active} was not given to the corpus scorer")
-        return _evaluation(self.values[self.active], self.engine)
+        return _evaluation(self.values[self.active], self.engine, self.estimator)
 
     # the work --------------------------------------------------------------------------------------
     @torch.inference_mode()
     def _compute(self) -> dict[Span, dict[str, list[float]]]:
-        values: dict[Span, dict[str, list[float]]] = {
-            s: {m: [] for m in ("nll", "kl", "top1")} for s in [()] + self.variants
-        }
+        values: dict[Span, dict[str, list[float]]] = {s: {} for s in [()] + self.variants}
         starts = sorted({span[0] for span in self.variants}) if self.sublayer is None and self.ablate is None else []
+        first = 0
         for group in batches(self.windows, self.batch_size):
-            ids = torch.tensor([w.input_ids for w in group], device=self.loaded.input_device)
+            batch = self.pass_.batch(group, first)
+            first += len(group)
             with capture_block_states(self.stack) as states:
-                base_final = self._base_forward(ids)
+                base = self.pass_.forward(batch)
             recorded = {l: states[l] for l in starts} if self.engine == "shared" and self.ablate is None else {}
             del states
-            _append(values[()], _compare(self.loaded.model, base_final, base_final, ids, self.shift))
+            _append(values[()], self.pass_.compare(base, base, batch))
             for span in self.variants:
-                final = self._variant_final(span, ids, recorded.get(span[0]))
-                _append(values[span], _compare(self.loaded.model, base_final, final, ids, self.shift))
+                final = self._variant_output(span, batch, recorded.get(span[0]))
+                _append(values[span], self.pass_.compare(base, final, batch))
         return values
 
-    def _variant_final(self, span: Span, ids: torch.Tensor, x_start: torch.Tensor | None) -> torch.Tensor:
+    def _variant_output(self, span: Span, batch: Batch, x_start: torch.Tensor | None) -> torch.Tensor:
+        forward = self.pass_.forward
         if self.sublayer is not None:  # block span[0] stays, its sublayer's output is zero: a full pass
             with self.sublayer.variant(span[0]):
-                return self._base_forward(ids)
+                return forward(batch)
         if self.ablate is not None:
             with self.ablate(span):
-                return self._base_forward(ids)
+                return forward(batch)
         if x_start is None:  # the simple engine: the whole model without the blocks
             with removed_blocks(self.stack, list(span)):
-                return self._base_forward(ids)
+                return forward(batch)
 
         if not hasattr(self, "_arity"):
-            self._arity = output_arity(self.stack, ids, self._base_forward)
+            self._arity = output_arity(self.stack, torch.zeros(1, 2, dtype=torch.long), lambda _ids: forward(batch))
         first = span[0]
         # Keep block `first` as the new first block, standing in for it a replay of x^first: the next
         # kept block (first+n for a span) thus receives x^first, exactly as with the blocks deleted.
@@ -175,45 +263,14 @@ class CorpusScorer:
             block = shrunk.blocks[0]
             shrunk.blocks[0] = Replay(x_start, self._arity, like=block)
             try:
-                return self._base_forward(ids)
+                return forward(batch)
             finally:
                 shrunk.blocks[0] = block
-
-    def _base_forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.loaded.model.base_model(input_ids=ids, use_cache=False).last_hidden_state
-
-
-def _compare(
-    model: PreTrainedModel, base_final: torch.Tensor, final: torch.Tensor, ids: torch.Tensor, shift: int = 1
-) -> dict[str, list[float]]:
-    """Per-window mean NLL, KL(base ‖ variant) and top-1 agreement, from final hidden states.
-
-    The state at position t predicts token t + `shift` (1: a causal LM; 0: a teacher-forced decoder).
-    Positions are sliced so that base and variant logits of at most `_LOGIT_BYTES` exist at once.
-    """
-    rows, width = ids.shape[0], ids.shape[1] - shift
-    vocab = model.get_output_embeddings().weight.shape[0]
-    per_slice = max(1, _LOGIT_BYTES // (4 * 4 * vocab))  # base + variant logits and their log-softmaxes
-    sums = {k: torch.zeros(rows, dtype=torch.float64, device=final.device) for k in ("nll", "kl", "top1")}
-    flat_base = base_final[:, :width].reshape(rows * width, -1)
-    flat_var = final[:, :width].reshape(rows * width, -1)
-    targets = ids[:, shift:].reshape(-1).to(final.device)
-    owner = torch.arange(rows, device=final.device).repeat_interleave(width)
-    for start in range(0, rows * width, per_slice):
-        part = slice(start, start + per_slice)
-        base = nn.functional.log_softmax(head_logits(model, flat_base[part]).float(), dim=-1)
-        var = nn.functional.log_softmax(head_logits(model, flat_var[part]).float(), dim=-1)
-        nll = -var.gather(1, targets[part, None]).squeeze(1)
-        kl = (base.exp() * (base - var)).sum(-1)
-        top1 = (base.argmax(-1) == var.argmax(-1)).double()
-        for key, value in (("nll", nll), ("kl", kl), ("top1", top1)):
-            sums[key].index_add_(0, owner[part], value.double())
-    return {k: (v / width).tolist() for k, v in sums.items()}
 
 
 def _append(into: dict[str, list[float]], found: dict[str, list[float]]) -> None:
     for key, values in found.items():
-        into[key].extend(values)
+        into.setdefault(key, []).extend(values)
 
 
 def _mean_and_stderr(values: list[float]) -> tuple[float, float | None]:
@@ -225,20 +282,27 @@ def _mean_and_stderr(values: list[float]) -> tuple[float, float | None]:
     return mean, math.sqrt(var / n)
 
 
-def _evaluation(values: dict[str, list[float]], engine: str) -> Evaluation:
+def _evaluation(values: dict[str, list[float]], engine: str, estimator: CorpusEstimator) -> Evaluation:
     """The typed Evaluation: window means with stderrs, and per-window values for the paired ΔP."""
-    n = len(values["nll"])
-    docs = {key: dict(enumerate(vals)) for key, vals in values.items()}
+    n = len(next(iter(values.values())))
     metrics: dict[str, MetricScore] = {}
     per_sample: dict[str, MetricSamples] = {}
-    for name, key in (("nll", "nll"), ("kl", "kl"), ("top1_agreement", "top1")):
+    for name in estimator.metrics:
+        if name == "perplexity":
+            continue
+        key = _KEYS[name]
         value, stderr = _mean_and_stderr(values[key])
         metrics[name] = MetricScore(value, stderr, _HIGHER_IS_BETTER[name], n)
-        per_sample[name] = MetricSamples(MEAN, {CORPUS_TASK: docs[key]})
-    nll = metrics["nll"]
-    ppl = math.exp(nll.value)  # delta method: d exp(x) = exp(x) dx
-    metrics["perplexity"] = MetricScore(ppl, None if nll.stderr is None else ppl * nll.stderr, False, n)
-    # lm-eval's `perplexity` aggregation is exp(−mean(items)) over log-likelihoods.
-    per_sample["perplexity"] = MetricSamples("perplexity", {CORPUS_TASK: {i: -v for i, v in docs["nll"].items()}})
-    ordered = {m: metrics[m] for m in METRICS}
-    return Evaluation(ordered, num_fewshot=0, samples=n, engine=engine, per_sample={m: per_sample[m] for m in METRICS})
+        per_sample[name] = MetricSamples(MEAN, {CORPUS_TASK: dict(enumerate(values[key]))})
+    if "perplexity" in estimator.metrics:
+        nll = metrics["nll"]
+        ppl = math.exp(nll.value)  # delta method: d exp(x) = exp(x) dx
+        metrics["perplexity"] = MetricScore(ppl, None if nll.stderr is None else ppl * nll.stderr, False, n)
+        # lm-eval's `perplexity` aggregation is exp(−mean(items)) over log-likelihoods.
+        per_sample["perplexity"] = MetricSamples(
+            "perplexity", {CORPUS_TASK: dict(enumerate(-v for v in values["nll"]))}
+        )
+    ordered = {m: metrics[m] for m in estimator.metrics}
+    return Evaluation(
+        ordered, num_fewshot=0, samples=n, engine=engine, per_sample={m: per_sample[m] for m in estimator.metrics}
+    )

@@ -7,12 +7,13 @@ in this package. Heavy imports (torch, lm_eval) happen inside the functions that
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from layerprobe.core import CORPUS_TASK, SQUAD_TASK, TaskError
-from layerprobe.evaluate.corpus_metric import CorpusScorer
+from layerprobe.evaluate.corpus_metric import CorpusScorer, no_corpus_metric
 from layerprobe.evaluate.harness import HarnessScorer
 from layerprobe.evaluate.shared import SharedPrefixScorer, unsupported_reason
 from layerprobe.evaluate.squad import SquadTaskScorer, squad_examples
@@ -21,7 +22,7 @@ from layerprobe.model import CAUSAL_LM, EXTRACTIVE_QA, SEQ2SEQ
 
 if TYPE_CHECKING:
     from layerprobe.core import PruneSpec
-    from layerprobe.data import SquadExample
+    from layerprobe.data import ImageWindow, SquadExample, Window
     from layerprobe.model import LayerStack, LoadedModel, Progress, Remover
     from layerprobe.results import Evaluation
 
@@ -57,11 +58,8 @@ def check_tasks_fit_model(tasks: tuple[str, ...], kind: str, model: str, engine:
                 f"teacher-forced on the corpus windows), not with {task!r}, which it runs on causal LMs only.",
                 hint=f"Use --task {CORPUS_TASK}.",
             )
-        if task == CORPUS_TASK and kind not in (CAUSAL_LM, SEQ2SEQ):
-            raise TaskError(
-                f"--task {CORPUS_TASK} scores next-token predictions, so it needs a causal LM; {model} is {kind}.",
-                hint="Encoders have no next-token head: score them with --task squad (QA checkpoints).",
-            )
+        if task == CORPUS_TASK and kind == EXTRACTIVE_QA:  # every other kind has one (`model.corpus_estimator`)
+            raise no_corpus_metric(model)
         if task == CORPUS_TASK:
             continue
         if task == SQUAD_TASK and kind == CAUSAL_LM:
@@ -79,7 +77,7 @@ def check_tasks_fit_model(tasks: tuple[str, ...], kind: str, model: str, engine:
         if task != SQUAD_TASK and kind != CAUSAL_LM:
             raise TaskError(
                 f"{task!r} is an lm-evaluation-harness task and needs a causal LM; {model} is an {kind} model.",
-                hint="Score extractive-QA encoders with --task squad.",
+                hint=f"Score it with --task {CORPUS_TASK} (extractive-QA encoders: --task {SQUAD_TASK}).",
             )
 
 
@@ -93,6 +91,7 @@ class PreparedTasks:
 
     task_sets: dict[str, TaskSet] = field(default_factory=dict)  # lm-eval task name → TaskSet
     squad: list[SquadExample] | None = None  # SQuAD examples, when squad is asked for
+    corpus_items: Sequence[Window | ImageWindow] | None = None  # images of a vision stack, read before loading
 
 
 def prepare_tasks(spec: PruneSpec) -> PreparedTasks:
@@ -135,7 +134,17 @@ def make_scorers(
         scorers.append((SquadTaskScorer(loaded, stack, spec, progress, remover, prepared.squad), [SQUAD_TASK]))
     if CORPUS_TASK in spec.tasks:
         progress.stage("Reading corpus")
-        corpus = CorpusScorer(loaded, stack, spec.corpus, list(layers), spec.batch_size, spec.engine, remover=remover)
+        corpus = CorpusScorer(
+            loaded,
+            stack,
+            spec.corpus,
+            list(layers),
+            spec.batch_size,
+            spec.engine,
+            windows=prepared.corpus_items,
+            remover=remover,
+            seed=spec.seed,
+        )
         scorers.append((corpus, [CORPUS_TASK]))
     return scorers
 

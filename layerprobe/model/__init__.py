@@ -11,6 +11,7 @@ from layerprobe.model.facts import (
     CAUSAL_LM,
     ENCODER,
     EXTRACTIVE_QA,
+    IMAGE_CLASSIFIER,
     MASKED_LM,
     SEQ2SEQ,
     context_length,
@@ -20,7 +21,21 @@ from layerprobe.model.facts import (
 from layerprobe.model.fingerprint import weights_fingerprint
 from layerprobe.model.hub import quiet_hub_logs, quiet_transformers, translate_load_error
 from layerprobe.model.info import model_info
-from layerprobe.model.kinds import HeadKind, Loader, head_class, loader_for, register_kind
+from layerprobe.model.kinds import (
+    CLASS_LOGITS,
+    CORPUS_RULE,
+    MASKED_TOKEN,
+    NEXT_TOKEN,
+    POOLED_OUTPUT,
+    CorpusEstimator,
+    HeadKind,
+    Loader,
+    corpus_estimator,
+    head_class,
+    loader_for,
+    register_kind,
+    shipped_head,
+)
 from layerprobe.model.live import LIVE_NAME, is_live_model, live_model, live_name, untouched
 from layerprobe.model.load import (
     LoadedModel,
@@ -101,6 +116,15 @@ __all__ = [
     "Loader",
     "loader_for",
     "MASKED_LM",
+    "IMAGE_CLASSIFIER",
+    "CLASS_LOGITS",
+    "CORPUS_RULE",
+    "MASKED_TOKEN",
+    "NEXT_TOKEN",
+    "POOLED_OUTPUT",
+    "CorpusEstimator",
+    "corpus_estimator",
+    "shipped_head",
     "model_info",
     "model_kind",
     "module_device",

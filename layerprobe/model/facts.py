@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 CAUSAL_LM, ENCODER, EXTRACTIVE_QA = "causal-lm", "encoder", "extractive-qa"
 MASKED_LM = "masked-lm"  # an encoder with its pretraining head (depth --grad)
 SEQ2SEQ = "encoder-decoder"  # a text-to-text model: two stacks, one measured per run (model/encdec.py)
-PURPOSES = ("base", "head", CAUSAL_LM, EXTRACTIVE_QA, MASKED_LM)  # what `load_model` may load
+IMAGE_CLASSIFIER = "image-classification"  # a vision tower with its class head (ViTForImageClassification)
+PURPOSES = ("base", "head", CAUSAL_LM, EXTRACTIVE_QA, MASKED_LM, IMAGE_CLASSIFIER)  # what `load_model` may load
 
 
 def model_kind(config: PretrainedConfig) -> str:

@@ -55,6 +55,7 @@ class PruneSettings(RequiredSettings, total=False):
     """The `settings` block of prune_drop.json, which the shards of one run must agree on to be merged."""
 
     corpus: dict[str, object]  # the corpus options of `--task corpus` (`state.corpus_settings`)
+    corpus_metric: dict[str, object]  # which corpus metric scored the model and why (`evaluate.corpus_metric_record`)
     precision: float  # --precision H of a sequential run (`state.sequential_settings`)
     round_size: int  # --round-size of a sequential run
     multiplicity: str  # how `significant` is adjusted: "holm", "bh" or "none" (absent in older shards: holm)

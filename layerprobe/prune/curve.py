@@ -27,11 +27,13 @@ from layerprobe.core import (
     LayerprobeError,
     ResultError,
 )
-from layerprobe.data import check_chat_template
+from layerprobe.data import check_chat_template, images_before_loading
 from layerprobe.evaluate import (
-    CORPUS_METRICS,
     check_sequential_tasks,
     check_tasks_fit_model,
+    corpus_estimator_for,
+    corpus_metric_line,
+    corpus_metric_record,
     keyed_by_task_name,
     paired_delta,
     prepare_tasks,
@@ -115,11 +117,15 @@ def run_prune_curve(
     check_tasks_fit_model(prune.tasks, model_kind(config), prune.model.model, prune.engine)
     known = None if prune.model.layers_path else getattr(config, "num_hidden_layers", None)
     task, metric = spec.driver_choice
-    if task == CORPUS_TASK and metric is not None and metric not in CORPUS_METRICS:
+    estimator = corpus_estimator_for(prune.model, config, loaded) if CORPUS_TASK in prune.tasks else None
+    if estimator is not None and task == CORPUS_TASK and metric is not None and metric not in estimator.metrics:
         raise LayerprobeError(
-            f"--metric {spec.metric}: the corpus task reports {', '.join(CORPUS_METRICS)}.",
-            hint="e.g. --metric corpus:kl",
+            f"--metric {spec.metric}: the corpus task reports {', '.join(estimator.metrics)} for this model "
+            f"({estimator.name}).",
+            hint=f"e.g. --metric {CORPUS_TASK}:{estimator.metrics[-1]}",
         )
+    if estimator is not None:
+        progress.note(corpus_metric_line(estimator))
     reads_angular = bool({GROMOV, INFLUENCE} & set(methods))
     angular_result = None
     if angular is not None:
@@ -147,6 +153,10 @@ def run_prune_curve(
             )
         tokenizer = load_tokenizer(prune.model) if loaded is None else loaded.tokenizer
         check_chat_template(tokenizer)
+    images = None
+    if estimator is not None and estimator.reads_images and loaded is None:  # a vision stack: its images, first
+        images = images_before_loading(prune.model, prune.corpus)
+        tokenizer = images[0] if images is not None else tokenizer  # the image processor, as in angular
     prepared = None
     if prune.precision is not None:  # the tasks built and checked before any weight: each needs per-document means
         progress.stage("Preparing tasks")
@@ -154,7 +164,8 @@ def run_prune_curve(
         check_sequential_tasks(prepared.task_sets)
     if loaded is None:
         progress.stage("Loading model")
-        loaded = load_model(prune.model, purpose="head", tokenizer=tokenizer)
+        purpose = estimator.purpose if estimator is not None else "head"
+        loaded = load_model(prune.model, purpose=purpose, tokenizer=tokenizer)
     stack = find_layers(loaded.model, prune.model.layers_path)
     size = stack.num_layers
     max_n = math.floor(spec.max_fraction * size)
@@ -166,11 +177,12 @@ def run_prune_curve(
     sublayers = None
     if spec.unit != CURVE_UNITS[0] and searching:
         sublayers = Remover.for_model(loaded.model, stack, ATTENTION).sublayers
-    scorer = VariantScorer(loaded, stack, prune, progress, sublayers, prepared=prepared)
+    windows = None if images is None else images[1]
+    scorer = VariantScorer(loaded, stack, prune, progress, sublayers, windows, prepared=prepared)
     angular_work = 0
     if reads_angular and angular_result is None:
         with scorer.counting():
-            angular_result = run_angular(AngularSpec(prune.model, prune.corpus), progress, loaded)
+            angular_result = run_angular(AngularSpec(prune.model, prune.corpus), progress, loaded, windows=windows)
         angular_work = scorer.work
     if angular_result is not None:
         check_angular_fits(angular_result, Path(angular or "angular"), size)
@@ -190,7 +202,8 @@ def run_prune_curve(
     gromov = context.gromov()
     result = PruneCurveResult(
         model=model_info(loaded, stack),
-        settings=_settings(spec, angular, driver),
+        settings=_settings(spec, angular, driver)
+        | ({} if estimator is None else {"corpus_metric": corpus_metric_record(estimator, prune.seed)}),
         selection={}
         if angular_result is None
         else {

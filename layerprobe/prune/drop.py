@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import cast
 
 from layerprobe.core import CORPUS_TASK, LayerprobeError, PruneSpec, ResultError, Share, parse_layer_ranges
-from layerprobe.data import check_chat_template
+from layerprobe.data import check_chat_template, images_before_loading
 from layerprobe.evaluate import (
     PreparedTasks,
     check_sequential_tasks,
     check_tasks_fit_model,
+    corpus_estimator_for,
+    corpus_metric_line,
+    corpus_metric_record,
     keyed_by_task_name,
     make_scorers,
     prepare_tasks,
@@ -116,7 +119,16 @@ def run_prune_drop(
             hint=f"Add --task {CORPUS_TASK}, or leave --chat-template out.",
         )
     # Everything cheap before any weight: the tokenizer, then the tasks (names, YAML, data, few-shot pools).
-    tokenizer = load_tokenizer(spec.model) if loaded is None else loaded.tokenizer
+    estimator = corpus_estimator_for(spec.model, config, loaded) if CORPUS_TASK in spec.tasks else None
+    if estimator is not None and world.is_main:
+        progress.note(corpus_metric_line(estimator))
+    images = None
+    if estimator is not None and estimator.reads_images and loaded is None:  # a vision stack: its images, first
+        images = images_before_loading(spec.model, spec.corpus)
+    if images is not None:
+        tokenizer = images[0]  # the image processor stands in for the tokenizer, as in angular
+    else:
+        tokenizer = load_tokenizer(spec.model) if loaded is None else loaded.tokenizer
     if spec.corpus.chat_template:
         check_chat_template(tokenizer)
     # A finished run of these tasks in --out may be reused (--resume): the tasks are then prepared only if
@@ -125,7 +137,8 @@ def run_prune_drop(
     prepared = None if reusable else _prepared(spec, progress)
     if loaded is None:
         progress.stage("Loading model")
-        loaded = load_model(spec.model, purpose="head", lm_eval=True, tokenizer=tokenizer)
+        purpose = estimator.purpose if estimator is not None else "head"
+        loaded = load_model(spec.model, purpose=purpose, lm_eval=images is None, tokenizer=tokenizer)
     stack = find_layers(loaded.model, spec.model.layers_path)
     remover = Remover.for_model(loaded.model, stack, spec.unit, spec.span)
     selected = parse_layer_ranges(spec.layers, stack.num_layers)
@@ -159,6 +172,8 @@ def run_prune_drop(
     out_dir.mkdir(parents=True, exist_ok=True)
     run_dir, suffix = RunDir(out_dir), rank_suffix(world.rank, world.size)  # each rank its own progress files
     settings = prune_settings(spec, layers, remover)
+    if estimator is not None:
+        settings["corpus_metric"] = corpus_metric_record(estimator, spec.seed)
     if resume and not sharded and run_dir.prune_drop_json.is_file() and not run_dir.partial_jsons():
         finished, reuse_line = finished_result(run_dir.prune_drop_json, settings, info)
         if world.is_main:
@@ -167,6 +182,8 @@ def run_prune_drop(
             return finished
     if prepared is None:
         prepared = _prepared(spec, progress)
+    if images is not None:
+        prepared.corpus_items = images[1]
     state = PruneState.open(out_dir, print_, resume, run_dir.partial_json(suffix).name)
     samples = SampleLog.open(out_dir, resume, suffix)
     unpaired = samples.reconcile(state)

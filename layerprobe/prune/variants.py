@@ -27,7 +27,7 @@ from layerprobe.prune.strategies import ATTENTION, BLOCK, MLP, Variant
 if TYPE_CHECKING:
     from torch import nn
 
-    from layerprobe.data import Window
+    from layerprobe.data import ImageWindow, Window
     from layerprobe.model import BlockSublayers, LayerStack, LoadedModel, Progress
     from layerprobe.results import Evaluation
 
@@ -59,7 +59,7 @@ class VariantScorer:
         prune: PruneSpec,
         progress: Progress,
         sublayers: Sequence[BlockSublayers] | None = None,
-        windows: list[Window] | None = None,
+        windows: Sequence[Window | ImageWindow] | None = None,
         prepared: PreparedTasks | None = None,
     ) -> None:
         self.loaded, self.stack, self.prune, self.progress = loaded, stack, prune, progress
@@ -134,6 +134,7 @@ class VariantScorer:
             prune.batch_size,
             prune.engine,
             windows=self.windows,
+            seed=prune.seed,
             ablate=(lambda key: removed_units(self.stack, cast("Variant", key), self.sublayers)) if ablate else None,
         )
         self.windows = scorer.windows  # read once, shared by every later pass

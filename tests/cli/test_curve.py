@@ -58,8 +58,8 @@ def test_angular_of_another_model_refused_before_loading(tiny_checkpoints, tmp_p
     assert result.exit_code == 2 and "measured" in result.output, result.output
     result = runner.invoke(app, [*args, "--max-fraction", "0.1"])  # ⌊0.1·4⌋ = 0 blocks
     assert result.exit_code == 2 and "removes none" in result.output, result.output
-    result = runner.invoke(app, ["prune-curve", str(tiny_checkpoints["bert"]), "--task", "corpus", "-q"])
-    assert result.exit_code == 2 and "causal LM" in result.output, result.output
+    result = runner.invoke(app, ["prune-curve", str(tiny_checkpoints["bert_qa"]), "--task", "corpus", "-q"])
+    assert result.exit_code == 2 and "has no metric" in result.output, result.output
 
 
 def test_prune_curve_cli_end_to_end(tiny_checkpoints, tmp_path):

@@ -33,6 +33,8 @@ from layerprobe.prune.state import PARTIAL_NAME
             "--task squad",
         ),
         ("bert", ["--task", "squad"], "has no question-answering head", "ForQuestionAnswering"),
+        # the hint is tried by test_squad.py's runs of --task squad on this very checkpoint
+        ("bert_qa", ["--task", "corpus", "--dataset", BUILTIN_CORPUS], "--task corpus has no metric", "--task squad"),
         ("{missing}", ["--task", "lp_arc_like"], "No model directory at", "Check the path"),
         ("llama", ["--task", "lp_arc_like", "--batch-size", "0"], "--batch-size must be a positive integer", None),
         ("llama", ["--task", "lp_arc_like", "--batch-size", "many"], "--batch-size must be a positive integer", None),

@@ -208,7 +208,7 @@ def build_family_checkpoint(family: str, directory: Path) -> Path:
     return directory
 
 
-def build_bert_mlm(directory: Path, num_layers: int = 3) -> Path:
+def build_bert_mlm(directory: Path, num_layers: int = 3, initializer_range: float = 0.02) -> Path:
     """A BERT that ships its masked-LM head (what `depth --grad` needs of an encoder), MiniLM's tokenizer."""
     import torch
     import transformers as tf
@@ -221,6 +221,7 @@ def build_bert_mlm(directory: Path, num_layers: int = 3) -> Path:
         num_attention_heads=4,
         num_hidden_layers=num_layers,
         max_position_embeddings=128,
+        initializer_range=initializer_range,  # larger: peaked predictions that a removed block visibly changes
         architectures=["BertForMaskedLM"],
     )
     tf.BertForMaskedLM(config).eval().save_pretrained(directory)

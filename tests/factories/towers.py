@@ -46,6 +46,12 @@ def tower_model(family: str, vocab_size: int = 512):
     if family == "vit":
         model = tf.ViTModel(tf.ViTConfig(**_VISION, architectures=["ViTModel"]))
         processor = tf.ViTImageProcessor(size=square)
+    elif family == "vit_classifier":  # a ViT that ships its class head (initialised wide: peaked logits)
+        config = tf.ViTConfig(
+            **_VISION, num_labels=10, initializer_range=0.2, architectures=["ViTForImageClassification"]
+        )
+        model = tf.ViTForImageClassification(config)
+        processor = tf.ViTImageProcessor(size=square)
     elif family == "clip":
         text = dict(_text(vocab_size), bos_token_id=1, eos_token_id=2, pad_token_id=0)
         config = tf.CLIPConfig(text_config=text, vision_config=dict(_VISION), projection_dim=16)
@@ -104,7 +110,7 @@ def build_tower_checkpoint(family: str, directory: Path) -> Path:
     model, processor = tower_model(family, len(tokenizer))
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
-    if family != "vit":  # ViT reads images only: it ships no tokenizer, like google/vit-base-patch16-224
+    if not family.startswith("vit"):  # ViT reads images only: it ships no tokenizer, like google/vit-base-patch16-224
         tokenizer.save_pretrained(directory)
     if processor is not None:
         processor.save_pretrained(directory)
