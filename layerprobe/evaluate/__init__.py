@@ -18,7 +18,7 @@ from layerprobe.evaluate.corpus_metric import (
     estimator_before_loading,
 )
 from layerprobe.evaluate.documents import check_sequential_tasks
-from layerprobe.evaluate.paired import PairedColumns, paired_columns, paired_delta
+from layerprobe.evaluate.paired import PairedColumns, paired_columns, paired_delta, within_range
 from layerprobe.evaluate.scorer import PreparedTasks, Scorer, check_tasks_fit_model, make_scorers, prepare_tasks
 from layerprobe.evaluate.task_sources import check_task_code, keyed_by_task_name, local_task_code
 
@@ -37,6 +37,7 @@ __all__ = [
     "make_scorers",
     "PairedColumns",
     "paired_columns",
+    "within_range",
     "paired_delta",
     "PreparedTasks",
     "prepare_tasks",

@@ -12,6 +12,7 @@ values are kept per leaf task and the group's rule is kept with them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TypedDict
 
@@ -122,3 +123,26 @@ def paired_columns(
         "delta_method": methods.pop() if len(methods) == 1 else None,
         "bootstrap": None if settings is None else {k: v for k, v in settings.items() if v is not None},
     }
+
+
+# Metrics that compare a variant with the full model: the full model's own value is fixed (KL and cosine
+# distance to itself 0, agreement with itself 1), and every value lies in the range given here.
+REFERENCE_RANGES: dict[str, tuple[float, float]] = {
+    "kl": (0.0, math.inf),
+    "top1_agreement": (0.0, 1.0),
+    "cosine_distance": (0.0, 2.0),
+}
+
+
+def within_range(metric: str, baseline: float, intervals: list[list[float] | None]) -> list[list[float] | None]:
+    """Paired intervals of ΔP cut to what `metric` can reach from its fixed `baseline`, where both are known.
+
+    A paired t or bootstrap interval of a mean near a bound can pass it (a top-1 agreement of 1.0 shown
+    as [0.80, 1.20] on few windows). The full model's value of a comparison with itself is a constant, so
+    the true ΔP lies in [low − baseline, high − baseline] and the cut interval covers it as often as the
+    uncut one did; it still holds its estimate, which lies in the range. Any other metric is returned as is.
+    """
+    low, high = REFERENCE_RANGES.get(metric.split(",")[0], (-math.inf, math.inf))
+    if not math.isfinite(baseline):
+        return intervals
+    return [None if ci is None else [max(ci[0], low - baseline), min(ci[1], high - baseline)] for ci in intervals]

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Protocol, TypedDict, cast
 
 from layerprobe.core import ANSWER, CORPUS_TASK, DEFAULT_MULTIPLICITY, SIGNIFICANCE_LEVEL, PruneSpec
-from layerprobe.evaluate import PairedColumns, paired_columns, paired_delta
+from layerprobe.evaluate import PairedColumns, paired_columns, paired_delta, within_range
 from layerprobe.model import Remover
 from layerprobe.prune.agreement import AngularSource, task_agreement
 from layerprobe.prune.samples import SampleRow
@@ -290,6 +290,7 @@ def assemble_task(
         paired = (sequential_columns if sequential else paired_columns)(
             values[None].get(name), [values[layer].get(name) for layer in layers]
         )
+        paired["delta_ci95"] = within_range(name, base.value, paired["delta_ci95"])
         drop = MetricDrop(
             baseline=base.value,
             baseline_stderr=base.stderr,
