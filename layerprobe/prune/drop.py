@@ -37,7 +37,6 @@ from layerprobe.model import (
     model_info,
     model_kind,
     skeleton_stack,
-    skeleton_tower,
 )
 from layerprobe.model import world as distributed_world
 from layerprobe.prune.agreement import (
@@ -93,8 +92,6 @@ def run_prune_drop(
         check_loadable(spec.model, progress.note)  # e.g. bitsandbytes missing for --load-in-4bit: before any loading
     config = load_config(spec.model) if loaded is None else loaded.model.config
     check_tasks_fit_model(spec.tasks, model_kind(config), spec.model.model, spec.engine)
-    if loaded is None and getattr(getattr(config, "text_config", config), "cross_attention_layers", None):
-        skeleton_tower(spec.model)  # mllama: blocks that run only with an image are refused before any weight
     skeleton = skeleton_stack(spec.model) if loaded is None else None
     if skeleton is not None:
         parse_layer_ranges(spec.layers, skeleton.num_layers)  # fail before minutes of loading
