@@ -13,6 +13,7 @@ both engines), in the config an export writes, and in the tensors it writes (`ex
 - heterogeneous configs (`per_layer_config`, Gemma-4): per-layer overrides keyed by layer index, renumbered;
 - a last block that must be full attention (Gemma-4): a kept set ending on a sliding block is refused;
 - KV sharing (Gemma-3n, Gemma-4): the count of blocks reusing earlier keys and values, renumbered;
+- image-only block indices (mllama's `cross_attention_layers`): renumbered to the kept blocks;
 - depth-derived saved buffers (MiniMax's lightning attention): blocks remember the depth they were built
   for, but what they derive from it is saved with the weights, so the exported blocks compute as before.
 
@@ -252,6 +253,29 @@ class SavedDepthBuffers(Design):
         return getattr(config, "model_type", "") == "minimax"
 
 
+class CrossAttentionIndices(Design):
+    """mllama: `cross_attention_layers` lists the blocks that attend to an image, by index.
+
+    The text model keeps that list (the config's own list object) and skips those blocks without an image;
+    the config rebuilds them as cross-attention blocks. Removing blocks renumbers it to the kept blocks
+    (a removed cross-attention block leaves it), in memory on every module and config that holds it, and in
+    an export's config.
+    """
+
+    name = "cross-attention indices"
+
+    def applies(self, config: PretrainedConfig) -> bool:
+        return isinstance(getattr(config, "cross_attention_layers", None), (list, tuple))
+
+    def in_memory(
+        self, root: nn.Module, config: PretrainedConfig, kept: list[int]
+    ) -> contextlib.AbstractContextManager:
+        return _renumbered_lists(root, config, "cross_attention_layers", kept)
+
+    def config_changes(self, config: PretrainedConfig, kept: list[int]) -> dict[str, object]:
+        return {"cross_attention_layers": _renumbered(config.cross_attention_layers, kept)}
+
+
 DESIGNS: list[Design] = [
     PerLayerInputs(),
     SharedBlockMap(),
@@ -259,6 +283,7 @@ DESIGNS: list[Design] = [
     LastBlockFull(),
     KVSharing(),
     SavedDepthBuffers(),
+    CrossAttentionIndices(),
 ]
 
 
@@ -367,3 +392,24 @@ def _renumbered_maps(root: nn.Module, renumber: dict[int, int]) -> Iterator[None
     finally:
         for owner, key, value in reversed(restore):
             setattr(owner, key, value)
+
+
+def _renumbered(indices: list[int] | tuple[int, ...], kept: list[int]) -> list[int]:
+    """Layer indices renumbered to the kept blocks, those of removed blocks left out."""
+    renumber = {old: new for new, old in enumerate(kept)}
+    return [renumber[i] for i in indices if i in renumber]
+
+
+@contextlib.contextmanager
+def _renumbered_lists(root: nn.Module, config: PretrainedConfig, attribute: str, kept: list[int]) -> Iterator[None]:
+    """`attribute` (a list of layer indices) renumbered on `config` and every module of `root`; restored on exit."""
+    owners = [config, *(m for m in root.modules() if isinstance(getattr(m, attribute, None), (list, tuple)))]
+    unique = {id(owner): owner for owner in owners}.values()  # configs are not hashable
+    restore = [(owner, getattr(owner, attribute)) for owner in unique]
+    try:
+        for owner, value in restore:
+            setattr(owner, attribute, _renumbered(value, kept))
+        yield
+    finally:
+        for owner, value in reversed(restore):
+            setattr(owner, attribute, value)
