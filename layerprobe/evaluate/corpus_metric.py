@@ -38,7 +38,15 @@ from layerprobe.core import CORPUS_TASK
 from layerprobe.data import batches, pack_corpus
 from layerprobe.evaluate.paired import MEAN
 from layerprobe.evaluate.replay import Replay, head_logits, output_arity
-from layerprobe.model import SEQ2SEQ, LayerStack, Remover, capture_block_states, removed_blocks
+from layerprobe.model import (
+    SEQ2SEQ,
+    LayerStack,
+    Remover,
+    base_of,
+    capture_block_states,
+    image_only_blocks,
+    removed_blocks,
+)
 from layerprobe.results import Evaluation, MetricSamples, MetricScore
 
 if TYPE_CHECKING:
@@ -145,7 +153,7 @@ class CorpusScorer:
         starts = sorted({span[0] for span in self.variants}) if self.sublayer is None and self.ablate is None else []
         for group in batches(self.windows, self.batch_size):
             ids = torch.tensor([w.input_ids for w in group], device=self.loaded.input_device)
-            with capture_block_states(self.stack) as states:
+            with capture_block_states(self.stack, image_only_blocks(self.stack)) as states:
                 base_final = self._base_forward(ids)
             recorded = {l: states[l] for l in starts} if self.engine == "shared" and self.ablate is None else {}
             del states
@@ -180,7 +188,9 @@ class CorpusScorer:
                 shrunk.blocks[0] = block
 
     def _base_forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.loaded.model.base_model(input_ids=ids, use_cache=False).last_hidden_state
+        # `base_of`, not `.base_model`: a head whose base_model_prefix names no attribute (mllama's text
+        # ForCausalLM) is its own `base_model` and would return logits.
+        return base_of(self.loaded.model)(input_ids=ids, use_cache=False).last_hidden_state
 
 
 def _compare(

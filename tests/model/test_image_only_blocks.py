@@ -7,36 +7,17 @@ copied in by name; a text-only pass of it must give the in-memory removal's logi
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import torch
 import transformers as tf
 from command_line import invoke
-from factories.towers import build_tower_checkpoint, tower_model
+from factories.towers import build_tower_checkpoint, mllama_without, tower_model
 
 from layerprobe.model import find_layers, removed_blocks
 
 IDS = torch.tensor([[1, 17, 40, 93, 5, 250, 7, 64, 301, 12, 33, 2]])
-CROSS = 2  # the tiny checkpoint's one cross-attention block, of 4
-
-
-def _rebuilt(model, kept: list[int]):
-    """The same model with only `kept` text blocks: its config written here, the weights copied by name."""
-    config = model.config.to_dict()
-    text = config["text_config"]
-    text["num_hidden_layers"] = len(kept)
-    text["cross_attention_layers"] = [new for new, old in enumerate(kept) if old == CROSS]
-    target = tf.MllamaForConditionalGeneration(tf.MllamaConfig.from_dict(config)).eval()
-    source = model.state_dict()
-    state = {}
-    for name in target.state_dict():
-        old = name
-        if "language_model.layers." in name:
-            old = re.sub(r"layers\.(\d+)\.", lambda m: f"layers.{kept[int(m.group(1))]}.", name, count=1)
-        state[name] = source[old]
-    target.load_state_dict(state, strict=True)
-    return target
+CROSS = 2  # the tiny checkpoint's one cross-attention block, of 4 (factories.towers.MLLAMA_CROSS)
 
 
 def _logits(model) -> torch.Tensor:
@@ -55,7 +36,7 @@ def test_in_memory_removal_renumbers_cross_attention_layers_as_a_rebuilt_model()
         with removed_blocks(stack, [removed]):
             assert text_model.cross_attention_layers == [n for n, o in enumerate(kept) if o == CROSS]
             in_memory = _logits(model)
-        expected = _logits(_rebuilt(model, kept))
+        expected = _logits(mllama_without(model, kept))
         torch.testing.assert_close(in_memory, expected, atol=1e-5, rtol=1e-5, msg=f"block {removed}")
     # removing the image-only block changes nothing text-only
     with removed_blocks(stack, [CROSS]):
@@ -74,4 +55,4 @@ def test_prune_exports_renumbered_cross_attention_layers_that_reload_as_the_rebu
     assert config["text_config"]["cross_attention_layers"] == [1]
     reloaded = tf.MllamaForConditionalGeneration.from_pretrained(save).eval()
     source = tf.MllamaForConditionalGeneration.from_pretrained(path).eval()
-    torch.testing.assert_close(_logits(reloaded), _logits(_rebuilt(source, [1, 2, 3])), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(_logits(reloaded), _logits(mllama_without(source, [1, 2, 3])), atol=1e-5, rtol=1e-5)
