@@ -30,6 +30,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from layerprobe.model.renumber import renumbered, renumbered_lists, renumbered_maps
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
@@ -139,7 +141,7 @@ class SharedBlockMap(Design):
         self, root: nn.Module, config: PretrainedConfig, kept: list[int]
     ) -> contextlib.AbstractContextManager:
         renumber = {old: new for new, old in enumerate(kept)}
-        return _renumbered_maps(root, renumber)
+        return renumbered_maps(root, renumber)
 
     def refusal(self, config: PretrainedConfig, kept: list[int]) -> tuple[str, str] | None:
         cycle = getattr(config, "num_mem_blocks", 1)
@@ -270,10 +272,10 @@ class CrossAttentionIndices(Design):
     def in_memory(
         self, root: nn.Module, config: PretrainedConfig, kept: list[int]
     ) -> contextlib.AbstractContextManager:
-        return _renumbered_lists(root, config, "cross_attention_layers", kept)
+        return renumbered_lists(root, config, "cross_attention_layers", kept)
 
     def config_changes(self, config: PretrainedConfig, kept: list[int]) -> dict[str, object]:
-        return {"cross_attention_layers": _renumbered(config.cross_attention_layers, kept)}
+        return {"cross_attention_layers": renumbered(config.cross_attention_layers, kept)}
 
 
 DESIGNS: list[Design] = [
@@ -369,47 +371,3 @@ def _output_hooks(root: nn.Module, names: tuple[str, ...], change: Any) -> Itera
     finally:
         for handle in handles:
             handle.remove()
-
-
-@contextlib.contextmanager
-def _renumbered_maps(root: nn.Module, renumber: dict[int, int]) -> Iterator[None]:
-    """Every `layer_dic` (layer → slot) and `layer_block_map` (layers) in `root` renumbered; restored on exit."""
-    restore: list[tuple[object, str, object]] = []
-    try:
-        for module in root.modules():
-            for attribute in ("layer_dic", "layer_block_map"):
-                value = getattr(module, attribute, None)
-                new: object
-                if isinstance(value, dict):
-                    new = {renumber[layer]: slot for layer, slot in value.items() if layer in renumber}
-                elif isinstance(value, (list, tuple)):
-                    new = type(value)(renumber[layer] for layer in value if layer in renumber)
-                else:
-                    continue
-                restore.append((module, attribute, value))
-                setattr(module, attribute, new)
-        yield
-    finally:
-        for owner, key, value in reversed(restore):
-            setattr(owner, key, value)
-
-
-def _renumbered(indices: list[int] | tuple[int, ...], kept: list[int]) -> list[int]:
-    """Layer indices renumbered to the kept blocks, those of removed blocks left out."""
-    renumber = {old: new for new, old in enumerate(kept)}
-    return [renumber[i] for i in indices if i in renumber]
-
-
-@contextlib.contextmanager
-def _renumbered_lists(root: nn.Module, config: PretrainedConfig, attribute: str, kept: list[int]) -> Iterator[None]:
-    """`attribute` (a list of layer indices) renumbered on `config` and every module of `root`; restored on exit."""
-    owners = [config, *(m for m in root.modules() if isinstance(getattr(m, attribute, None), (list, tuple)))]
-    unique = {id(owner): owner for owner in owners}.values()  # configs are not hashable
-    restore = [(owner, getattr(owner, attribute)) for owner in unique]
-    try:
-        for owner, value in restore:
-            setattr(owner, attribute, _renumbered(value, kept))
-        yield
-    finally:
-        for owner, value in reversed(restore):
-            setattr(owner, attribute, value)
