@@ -52,3 +52,15 @@ def test_prune_drop_scores_the_blocks_that_run_text_only_as_rebuilt_models(tmp_p
     for removed, pruned in zip(nll["layers"], nll["pruned"], strict=True):
         kept = [i for i in range(4) if i != removed]
         assert pruned == pytest.approx(_nll(mllama_without(source, kept), windows), abs=1e-5), removed
+
+
+@pytest.mark.slow
+def test_a_sublayer_unit_on_mllama_is_one_line_whose_hint_works(tmp_path):
+    """The image-only block's sublayers cannot be traced text-only; `--unit block` (the hint) is the test above."""
+    path = build_tower_checkpoint("mllama", tmp_path / "mllama")
+    args = ("--task", "corpus", "--dataset", "builtin:pydoc", "--tokens", str(TOKENS), "--seq-len", str(SEQ))
+    result = invoke("prune-drop", path, *args, "--unit", "attention", "--out", tmp_path / "out", env={"COLUMNS": "250"})
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[-2].startswith("error: ") and "runs only with an image" in lines[-2], result.output
+    assert lines[-1].startswith("hint: ") and "--unit block" in lines[-1]
