@@ -188,9 +188,12 @@ class CorpusScorer:
                 shrunk.blocks[0] = block
 
     def _base_forward(self, ids: torch.Tensor) -> torch.Tensor:
-        # `base_of`, not `.base_model`: a head whose base_model_prefix names no attribute (mllama's text
-        # ForCausalLM) is its own `base_model` and would return logits.
-        return base_of(self.loaded.model)(input_ids=ids, use_cache=False).last_hidden_state
+        base = self.loaded.model.base_model
+        if base is self.loaded.model and self.loaded.kind != SEQ2SEQ:
+            # A head whose base_model_prefix names no attribute (mllama's text ForCausalLM) is its own
+            # `base_model` and would return logits: its base is the child that owns the embeddings.
+            base = base_of(self.loaded.model)
+        return base(input_ids=ids, use_cache=False).last_hidden_state
 
 
 def _compare(
