@@ -58,7 +58,11 @@ def print_angular_summary(result: AngularResult) -> None:
         table.add_column("95 % CI", justify="right")
     table.add_column("", justify="left")
     width = 30
+    skipped = set(result.model.skipped_blocks or ())  # mllama's image-only blocks: a text-only pass skips them
     for layer, value in enumerate(adjacent):
+        if layer in skipped:
+            table.add_row(str(layer), "skipped", *([""] if adjacent_se else []), "runs only with an image")
+            continue
         if not math.isfinite(value):
             table.add_row(str(layer), "unmeasured", *([""] if adjacent_se else []), "[yellow]non-finite states[/]")
             continue
@@ -78,11 +82,12 @@ def print_angular_summary(result: AngularResult) -> None:
             f"[yellow]warning:[/] {result.nonfinite_tokens} positions had NaN/inf states; each entry leaves out "
             "only the positions where one of its two states is non-finite (try --dtype float32)"
         )
-    if summary.get("unmeasured"):
-        cells = ", ".join(f"d(x^{i}, x^{j})" for i, j in summary["unmeasured"][:6])
-        more = f" and {len(summary['unmeasured']) - 6} more" if len(summary["unmeasured"]) > 6 else ""
+    unmeasured = [(i, j) for i, j in summary.get("unmeasured") or [] if i not in skipped]
+    if unmeasured:
+        cells = ", ".join(f"d(x^{i}, x^{j})" for i, j in unmeasured[:6])
+        more = f" and {len(unmeasured) - 6} more" if len(unmeasured) > 6 else ""
         err.print(
-            f"[yellow]warning:[/] {len(summary['unmeasured'])} entries could not be measured (no finite "
+            f"[yellow]warning:[/] {len(unmeasured)} entries could not be measured (no finite "
             f"position): {escape(cells)}{more}; the summary skips them"
         )
 

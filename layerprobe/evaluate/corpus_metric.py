@@ -56,6 +56,7 @@ from layerprobe.model import (
     capture_block_states,
     corpus_estimator,
     find_layers,
+    image_only_blocks,
     model_kind,
     removed_blocks,
     skeleton_tower,
@@ -232,7 +233,7 @@ class CorpusScorer:
         for group in batches(self.windows, self.batch_size):
             batch = self.pass_.batch(group, first)
             first += len(group)
-            with capture_block_states(self.stack) as states:
+            with capture_block_states(self.stack, image_only_blocks(self.stack)) as states:
                 base = self.pass_.forward(batch)
             recorded = {l: states[l] for l in starts} if self.engine == "shared" and self.ablate is None else {}
             del states

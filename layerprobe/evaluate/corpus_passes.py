@@ -35,6 +35,7 @@ from layerprobe.model import (
     CorpusEstimator,
     LayerStack,
     LoadedModel,
+    base_of,
     run_tower,
     tower_of,
 )
@@ -120,7 +121,12 @@ class NextTokenPass:
         return Batch({"input_ids": ids}, len(group), targets=ids)
 
     def forward(self, batch: Batch) -> torch.Tensor:
-        return self.loaded.model.base_model(input_ids=batch.inputs["input_ids"], use_cache=False).last_hidden_state
+        base = self.loaded.model.base_model
+        if base is self.loaded.model and self.loaded.kind != SEQ2SEQ:
+            # A head whose base_model_prefix names no attribute (mllama's text ForCausalLM) is its own
+            # `base_model` and would return logits: its base is the child that owns the embeddings.
+            base = base_of(self.loaded.model)
+        return base(input_ids=batch.inputs["input_ids"], use_cache=False).last_hidden_state
 
     def compare(self, base: torch.Tensor, variant: torch.Tensor, batch: Batch) -> PerWindow:
         assert batch.targets is not None

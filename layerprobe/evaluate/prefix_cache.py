@@ -41,7 +41,7 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from layerprobe.evaluate.journal import Answer, AnswerJournal, Key, Store
 from layerprobe.evaluate.replay import BlockOutput, cache_keyword, filled_cache, mirror_attributes
-from layerprobe.model import LayerStack, capture_block_states, removed_blocks
+from layerprobe.model import LayerStack, capture_block_states, image_only_blocks, removed_blocks
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -262,7 +262,7 @@ class PrefixReuse:
         """
         lm = self.lm
         prefix_ids = torch.tensor([group.prefix], device=lm.device)
-        with capture_block_states(lm.stack) as states:
+        with capture_block_states(lm.stack, image_only_blocks(lm.stack)) as states:
             out = self._forward(prefix_ids, None)
         base_cache = out.cache
         prefix_states = {layer: states[layer] for layer in layers}
@@ -275,7 +275,7 @@ class PrefixReuse:
             recorded = []
             for batch in batches:
                 ids = _padded(batch, lm)
-                with capture_block_states(lm.stack) as states:
+                with capture_block_states(lm.stack, image_only_blocks(lm.stack)) as states:
                     final = self._forward(ids, _for_batch(base_cache, len(batch))).last_hidden_state
                 recorded.append((ids, {layer: states[layer] for layer in layers}))
                 del states

@@ -35,6 +35,7 @@ from layerprobe.model import (
     LayerStack,
     Remover,
     capture_block_states,
+    image_only_blocks,
     module_device,
     removed_blocks,
     zeroed_sublayers,
@@ -160,7 +161,7 @@ class SharedPrefixLM(HFLM):
 
     def baseline_pass(self, ids: torch.Tensor) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
         """Run all blocks once, keeping the input of each selected block and the normed final states."""
-        with capture_block_states(self.stack) as states:
+        with capture_block_states(self.stack, image_only_blocks(self.stack)) as states:
             final = self._base_forward(ids)
         # x^l is the input of block l; nothing beyond the selected blocks is kept.
         if not self._arity_known:

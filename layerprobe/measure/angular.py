@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from layerprobe.core import DEFAULT_CHUNK_BYTES, AngularSpec
 from layerprobe.data import ImageWindow, Window, batches, images_before_loading, pack_corpus, windows_before_loading
 from layerprobe.measure.distance import AccumulatorTotals, AngularAccumulator
-from layerprobe.measure.inputs import check_state_shapes, image_record, measured_tokens, model_inputs
+from layerprobe.measure.inputs import check_state_shapes, image_record, measured_tokens, model_inputs, note_stack
 from layerprobe.model import (
     LayerStack,
     LoadedModel,
@@ -24,8 +24,10 @@ from layerprobe.model import (
     capture_block_states,
     check_loadable,
     find_layers,
+    image_only_blocks,
     load_model,
     model_info,
+    residual_view,
     run_tower,
     skeleton_stack,
     tower_of,
@@ -56,21 +58,25 @@ def measure(
     import torch
 
     world = world or World()
-    accumulator = AngularAccumulator(stack.num_layers + 1, device=loaded.input_device, chunk_bytes=max_state_bytes)
+    absent = image_only_blocks(stack)  # mllama's image-only blocks: a text-only pass skips them
+    accumulator = AngularAccumulator(
+        stack.num_layers + 1, device=loaded.input_device, chunk_bytes=max_state_bytes, absent=absent
+    )
     totals_by_batch: dict[int, AccumulatorTotals] = {}
     tower = tower_of(stack)
-    with torch.inference_mode(), capture_block_states(stack) as states:
+    with torch.inference_mode(), capture_block_states(stack, absent) as captured:
         for index, group in enumerate(batches(windows, batch_size)):
             if index % world.size != world.rank:
                 continue
             inputs = model_inputs(group, loaded.input_device)
-            states.clear()
+            captured.clear()
             run_tower(loaded.model, tower, inputs)
-            if len(states) != stack.num_layers + 1:
+            if len(captured) != stack.num_layers + 1:
                 raise RuntimeError(
-                    f"captured {len(states)} states for {stack.num_layers} blocks; "
+                    f"captured {len(captured)} states for {stack.num_layers} blocks; "
                     "a block was called more or less than once per forward pass"
                 )
+            states = [residual_view(stack, s) for s in captured]  # Gemma-3n: its active AltUp stream
             check_state_shapes(loaded.architecture, states, inputs)
             if positions == "all":
                 flat = [s.reshape(-1, s.shape[-1]) for s in states]
@@ -84,11 +90,12 @@ def measure(
                 accumulator.update(flat, sizes)  # each window is one sample for the standard error
             else:
                 piece = AngularAccumulator(
-                    stack.num_layers + 1, device=loaded.input_device, chunk_bytes=max_state_bytes
+                    stack.num_layers + 1, device=loaded.input_device, chunk_bytes=max_state_bytes, absent=absent
                 )
                 piece.update(flat, sizes)
                 totals_by_batch[index] = piece.totals()
             measured = states[0].shape[0] * states[0].shape[1]
+            captured.clear()
             states.clear()
             if on_batch:
                 on_batch(measured)
@@ -132,6 +139,8 @@ def run_angular(
         if windows is None:
             windows = pack_corpus(loaded.tokenizer, spec.corpus, seq_len, progress.on_advance)
     stack = find_layers(loaded.model, spec.model.layers_path)
+    if world.is_main:
+        note_stack(stack, progress)
     progress.stage("Measuring", spec.corpus.tokens, "tok")
     measure_clock = time.perf_counter()
     accumulator = measure(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from layerprobe.core import DepthSpec, UnsupportedModel
 from layerprobe.data import ImageWindow, Window, batches, images_before_loading, pack_corpus, windows_before_loading
 from layerprobe.measure.gradients import grad_norms
-from layerprobe.measure.inputs import check_state_shapes, image_record, measured_tokens, model_inputs
+from layerprobe.measure.inputs import check_state_shapes, image_record, measured_tokens, model_inputs, note_stack
 from layerprobe.measure.spread import DepthAccumulator, relative_size
 from layerprobe.model import (
     CAUSAL_LM,
@@ -32,10 +32,12 @@ from layerprobe.model import (
     find_layers,
     hidden_from_input,
     hidden_from_output,
+    image_only_blocks,
     load_config,
     load_model,
     model_info,
     model_kind,
+    residual_view,
     run_tower,
     skeleton_stack,
     tower_of,
@@ -106,6 +108,7 @@ def run_depth(
     else:
         seq_len = min(spec.corpus.seq_len, loaded.context_length or spec.corpus.seq_len)
     stack = find_layers(loaded.model, spec.model.layers_path)
+    note_stack(stack, progress)
     if windows is None:
         progress.stage("Reading corpus", spec.corpus.tokens, "tok")
         windows = pack_corpus(loaded.tokenizer, spec.corpus, seq_len, progress.on_advance)
@@ -208,23 +211,29 @@ def measure_depth(
     import torch
 
     model = stack.root
-    accumulator = DepthAccumulator(stack.num_layers, SUBLAYER_KINDS if any(sublayers) else ())
+    absent = image_only_blocks(stack)  # mllama's image-only blocks: a text-only pass skips them
+    accumulator = DepthAccumulator(stack.num_layers, SUBLAYER_KINDS if any(sublayers) else (), absent)
     tower = tower_of(stack)
-    with torch.inference_mode(), capture_block_states(stack) as states, sublayer_ratios(stack, sublayers) as ratios:
+    with (
+        torch.inference_mode(),
+        capture_block_states(stack, absent) as captured,
+        sublayer_ratios(stack, sublayers) as ratios,
+    ):
         for group in batches(windows, batch_size):
             inputs = model_inputs(group, loaded.input_device)
-            states.clear()
+            captured.clear()
             ratios.clear()
             run_tower(model, tower, inputs)
-            if len(states) != stack.num_layers + 1:
-                raise RuntimeError(f"captured {len(states)} states for {stack.num_layers} blocks")
+            if len(captured) != stack.num_layers + 1:
+                raise RuntimeError(f"captured {len(captured)} states for {stack.num_layers} blocks")
+            states = [residual_view(stack, s) for s in captured]  # Gemma-3n: its active AltUp stream
             check_state_shapes(loaded.architecture, states, inputs)
             lead = tuple(states[0].shape[:2])
             pick = _picker(group, positions)
             accumulator.add_states([pick(s) for s in states])
             for (layer, kind), values in ratios.items():
                 accumulator.add_sublayer(kind, layer, pick(values.reshape(lead)))
-            states.clear()
+            captured.clear()
             ratios.clear()
             if on_batch:
                 on_batch(lead[0] * lead[1])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -72,12 +72,26 @@ class AngularAccumulator:
     """
 
     def __init__(
-        self, num_states: int, device: torch.device | str | None = "cpu", chunk_bytes: int = DEFAULT_CHUNK_BYTES
+        self,
+        num_states: int,
+        device: torch.device | str | None = "cpu",
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        absent: Collection[int] = (),
     ) -> None:
-        """An empty accumulator for `num_states` depths (L+1); `chunk_bytes` bounds the fp32 states upcast at once."""
+        """An empty accumulator for `num_states` depths (L+1); `chunk_bytes` bounds the fp32 states upcast at once.
+
+        `absent` depths are inputs of blocks the pass skips (mllama's image-only blocks, text-only): their state
+        is the one flowing past the block (x^(l+1), `capture_block_states`), so a pair ending there is the
+        distance across the blocks before it, while a pair starting there would only repeat the next start's
+        with a span one too long: pairs (i, j), i < j, with i absent are unmeasured (NaN), and no position
+        counts as non-finite for them.
+        """
         import torch
 
         self.num_states = num_states
+        index = torch.arange(num_states)
+        skipped = torch.tensor([i in set(absent) for i in range(num_states)], dtype=torch.bool)
+        self.pair_ok = (~skipped[torch.minimum(index[:, None], index[None, :])]).to(device)  # (L+1, L+1)
         self.device = device
         self.chunk_bytes = chunk_bytes  # fp32 states of all depths gathered onto `device` per step
 
@@ -135,14 +149,14 @@ class AngularAccumulator:
                 ids = window_of[start : start + step]
                 finite = torch.isfinite(chunk).all(dim=2)  # (positions, L+1)
                 unit = F.normalize(chunk, dim=-1)
-                if bool(finite.all()):
+                if bool(finite.all()) and bool(self.pair_ok.all()):
                     dist = _distances(unit)
                     window_counts += torch.bincount(ids, minlength=len(sizes)).double()[:, None, None]
                     self.count += chunk.shape[0]
                 else:
                     self.nonfinite += int((~finite.all(dim=1)).sum())
                     unit = unit.masked_fill(~finite[..., None], 0.0)
-                    valid = finite[:, :, None] & finite[:, None, :]  # (positions, L+1, L+1)
+                    valid = finite[:, :, None] & finite[:, None, :] & self.pair_ok  # (positions, L+1, L+1)
                     dist = _distances(unit).masked_fill_(~valid, 0.0)
                     window_counts.index_add_(0, ids, valid.double())
                     self.count += int(finite.all(dim=1).sum())
@@ -263,8 +277,9 @@ class AngularAccumulator:
         return out.tolist()
 
     def nonfinite_positions(self) -> list[list[int]]:
-        """Per pair (i, j): positions left out because x^i or x^j held NaN/inf there."""
-        return (self.seen - self.counts).round().long().tolist()
+        """Per pair (i, j): positions left out because x^i or x^j held NaN/inf there (0 where a pair starts absent)."""
+        left_out = (self.seen - self.counts).round().long()
+        return left_out.masked_fill(~self.pair_ok.to(left_out.device), 0).tolist()
 
     def _mean(self) -> torch.Tensor:
         """The mean distance of every pair (NaN where never measured), not yet symmetrised."""

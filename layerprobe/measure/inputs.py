@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from layerprobe.core import UnsupportedModel
 from layerprobe.data import ImageWindow, Window, image_batch
+from layerprobe.model import LayerStack, Progress, skipped_note, stream_note
 
 if TYPE_CHECKING:
     import torch
@@ -27,12 +28,22 @@ def model_inputs(group: Sequence[Window | ImageWindow], device: torch.device | N
     return {"input_ids": torch.tensor([w.input_ids for w in group if isinstance(w, Window)], device=device)}
 
 
+def note_stack(stack: LayerStack, progress: Progress) -> None:
+    """One line each for what is measured where a stack's blocks do not pass one stream each run.
+
+    Gemma-3n: which AltUp stream; mllama: which blocks a text-only pass skips (`model.streams`).
+    """
+    for line in (stream_note(stack), skipped_note(stack)):
+        if line:
+            progress.note(line)
+
+
 def check_state_shapes(architecture: str, states: Sequence[torch.Tensor], inputs: dict[str, torch.Tensor]) -> None:
     """Refuse states that are not one (batch, positions, hidden) stream of the batch's windows.
 
     Text: (batch, seq) must lead every state. Images: the batch leads and every depth has the same shape.
-    Gemma-3n's AltUp passes several predictions of each position (a leading axis of streams): one line
-    says so rather than measuring the wrong axis.
+    Gemma-3n's active AltUp stream is chosen before this check (`model.residual_view`); any other leading
+    axis of streams is refused in one line rather than measuring the wrong axis.
     """
     ids = inputs.get("input_ids")
     batch = next(iter(inputs.values())).shape[0]

@@ -12,6 +12,7 @@ batch with Chan's update so that the spread stays exact in float64 whatever the 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from layerprobe.results import Spread
@@ -96,9 +97,15 @@ def relative_size(contribution: torch.Tensor, residual: torch.Tensor) -> torch.T
 class DepthAccumulator:
     """All depth statistics of one run: L+1 residual states, L blocks, L blocks × sublayers."""
 
-    def __init__(self, num_layers: int, sublayer_kinds: tuple[str, ...] = ()) -> None:
-        """Empty statistics for a stack of `num_layers` blocks (and these sublayer kinds of each)."""
+    def __init__(self, num_layers: int, sublayer_kinds: tuple[str, ...] = (), absent: Collection[int] = ()) -> None:
+        """Empty statistics for a stack of `num_layers` blocks (and these sublayer kinds of each).
+
+        `absent` blocks are skipped by the pass (mllama's image-only blocks, text-only): their input and update
+        are unmeasured (NaN, count 0); the update of the block before one is its update to x^(l+1), the state
+        flowing past the skipped block.
+        """
         self.num_layers = num_layers
+        self.absent = frozenset(absent)
         self.rms = SpreadAccumulator(num_layers + 1)
         self.variance = SpreadAccumulator(num_layers + 1)
         self.update = SpreadAccumulator(num_layers)
@@ -121,6 +128,8 @@ class DepthAccumulator:
             self.nonfinite_tokens += int((~finite).sum())
             states = [s[finite.to(s.device)] for s in states]
         for l, s in enumerate(states):
+            if l in self.absent:
+                continue
             self.rms.update(l, rms(s))
             self.variance.update(l, unit_variance(s))
             if l < self.num_layers:

@@ -60,6 +60,14 @@ from layerprobe.model.stack import (
     hidden_from_input,
     hidden_from_output,
 )
+from layerprobe.model.streams import (
+    AltUpStream,
+    altup_stream,
+    image_only_blocks,
+    residual_view,
+    skipped_note,
+    stream_note,
+)
 from layerprobe.model.sublayers import BlockSublayers
 from layerprobe.model.towers import (
     TEXT,
@@ -81,6 +89,12 @@ __all__ = [
     "live_name",
     "untouched",
     "Ablation",
+    "AltUpStream",
+    "altup_stream",
+    "image_only_blocks",
+    "residual_view",
+    "skipped_note",
+    "stream_note",
     "base_of",
     "BlockEvent",
     "BlockSublayers",

@@ -13,6 +13,7 @@ both engines), in the config an export writes, and in the tensors it writes (`ex
 - heterogeneous configs (`per_layer_config`, Gemma-4): per-layer overrides keyed by layer index, renumbered;
 - a last block that must be full attention (Gemma-4): a kept set ending on a sliding block is refused;
 - KV sharing (Gemma-3n, Gemma-4): the count of blocks reusing earlier keys and values, renumbered;
+- image-only block indices (mllama's `cross_attention_layers`): renumbered to the kept blocks;
 - depth-derived saved buffers (MiniMax's lightning attention): blocks remember the depth they were built
   for, but what they derive from it is saved with the weights, so the exported blocks compute as before.
 
@@ -28,6 +29,8 @@ import contextlib
 import re
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
+
+from layerprobe.model.renumber import renumbered, renumbered_lists, renumbered_maps
 
 if TYPE_CHECKING:
     import torch
@@ -138,7 +141,7 @@ class SharedBlockMap(Design):
         self, root: nn.Module, config: PretrainedConfig, kept: list[int]
     ) -> contextlib.AbstractContextManager:
         renumber = {old: new for new, old in enumerate(kept)}
-        return _renumbered_maps(root, renumber)
+        return renumbered_maps(root, renumber)
 
     def refusal(self, config: PretrainedConfig, kept: list[int]) -> tuple[str, str] | None:
         cycle = getattr(config, "num_mem_blocks", 1)
@@ -252,6 +255,29 @@ class SavedDepthBuffers(Design):
         return getattr(config, "model_type", "") == "minimax"
 
 
+class CrossAttentionIndices(Design):
+    """mllama: `cross_attention_layers` lists the blocks that attend to an image, by index.
+
+    The text model keeps that list (the config's own list object) and skips those blocks without an image;
+    the config rebuilds them as cross-attention blocks. Removing blocks renumbers it to the kept blocks
+    (a removed cross-attention block leaves it), in memory on every module and config that holds it, and in
+    an export's config.
+    """
+
+    name = "cross-attention indices"
+
+    def applies(self, config: PretrainedConfig) -> bool:
+        return isinstance(getattr(config, "cross_attention_layers", None), (list, tuple))
+
+    def in_memory(
+        self, root: nn.Module, config: PretrainedConfig, kept: list[int]
+    ) -> contextlib.AbstractContextManager:
+        return renumbered_lists(root, config, "cross_attention_layers", kept)
+
+    def config_changes(self, config: PretrainedConfig, kept: list[int]) -> dict[str, object]:
+        return {"cross_attention_layers": renumbered(config.cross_attention_layers, kept)}
+
+
 DESIGNS: list[Design] = [
     PerLayerInputs(),
     SharedBlockMap(),
@@ -259,6 +285,7 @@ DESIGNS: list[Design] = [
     LastBlockFull(),
     KVSharing(),
     SavedDepthBuffers(),
+    CrossAttentionIndices(),
 ]
 
 
@@ -344,26 +371,3 @@ def _output_hooks(root: nn.Module, names: tuple[str, ...], change: Any) -> Itera
     finally:
         for handle in handles:
             handle.remove()
-
-
-@contextlib.contextmanager
-def _renumbered_maps(root: nn.Module, renumber: dict[int, int]) -> Iterator[None]:
-    """Every `layer_dic` (layer → slot) and `layer_block_map` (layers) in `root` renumbered; restored on exit."""
-    restore: list[tuple[object, str, object]] = []
-    try:
-        for module in root.modules():
-            for attribute in ("layer_dic", "layer_block_map"):
-                value = getattr(module, attribute, None)
-                new: object
-                if isinstance(value, dict):
-                    new = {renumber[layer]: slot for layer, slot in value.items() if layer in renumber}
-                elif isinstance(value, (list, tuple)):
-                    new = type(value)(renumber[layer] for layer in value if layer in renumber)
-                else:
-                    continue
-                restore.append((module, attribute, value))
-                setattr(module, attribute, new)
-        yield
-    finally:
-        for owner, key, value in reversed(restore):
-            setattr(owner, key, value)

@@ -10,6 +10,7 @@ from layerprobe.model.encdec import side_of
 from layerprobe.model.fingerprint import weights_fingerprint
 from layerprobe.model.load import LoadedModel
 from layerprobe.model.stack import LayerStack
+from layerprobe.model.streams import altup_stream, image_only_blocks
 from layerprobe.model.towers import stack_role
 from layerprobe.results import ModelInfo, jsonable
 
@@ -34,4 +35,6 @@ def model_info(loaded: LoadedModel, stack: LayerStack) -> ModelInfo:
         weights_fingerprint=weights_fingerprint(loaded.spec, loaded.commit),
         side=side_of(loaded.model, stack.path),
         stack_role=stack_role(stack),
+        stream=None if (altup := altup_stream(stack)) is None else altup.record,
+        skipped_blocks=list(image_only_blocks(stack)) or None,
     )

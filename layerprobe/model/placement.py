@@ -51,6 +51,9 @@ _SCALE_TOLERANCE = 1e-6
 _EPS = (0.0, *(10.0**-k for k in range(2, 13)))  # a norm output scaled by c ≠ 1 by more than this
 
 
+SKIPPED_REASON = "a cross-attention block that runs only with an image: a text-only pass skips it"
+
+
 def detect_placement(
     model: nn.Module, stack: LayerStack, input_ids: torch.Tensor | dict[str, torch.Tensor]
 ) -> tuple[Placement, list[BlockSublayers | None]]:
@@ -69,6 +72,10 @@ def detect_placement(
     blocks: list[BlockPlacement] = []
     sublayers: list[BlockSublayers | None] = []
     for index, block in enumerate(stack.blocks):
+        if index not in calls:  # an image-only block (mllama) that a text-only pass skips
+            blocks.append(BlockPlacement(index, UNRECOGNISED, reason=SKIPPED_REASON))
+            sublayers.append(None)
+            continue
         placed, subs = place_block(index, block, *calls[index])
         blocks.append(placed)
         sublayers.append(subs)

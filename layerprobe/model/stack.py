@@ -8,7 +8,7 @@ index convention: block l has input x^l, the last block's output is x^L (before 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -255,7 +255,7 @@ def hidden_from_input(args: BlockArgs, kwargs: BlockKwargs) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def capture_block_states(stack: LayerStack) -> Iterator[list[torch.Tensor]]:
+def capture_block_states(stack: LayerStack, absent: Collection[int] = ()) -> Iterator[list[torch.Tensor]]:
     """Record x^0 … x^L during the forward passes run inside the block.
 
     Yields a list that holds, after each forward pass, L+1 tensors of shape (batch, seq, hidden): the
@@ -264,9 +264,14 @@ def capture_block_states(stack: LayerStack) -> Iterator[list[torch.Tensor]]:
 
     Each forward pass of the stack's root must call every block exactly once; a block applied twice
     (shared weights) or skipped would shift every recorded index, so it raises `UnsupportedModel`.
+
+    `absent` blocks are the exception: the model skips them on purpose (mllama's image-only blocks in a
+    text-only pass, `streams.image_only_blocks`), so each must run 0 times, and after the pass the state
+    flowing past it (x^(l+1)) stands at its place, so that index l still means block l.
     """
     states: list[torch.Tensor] = []
-    last = stack.num_layers - 1
+    skipped = sorted(set(absent))
+    last = max(i for i in range(stack.num_layers) if i not in skipped)
     calls = [0] * stack.num_layers
 
     def begin(_module: nn.Module, _args: BlockArgs, _kwargs: BlockKwargs) -> None:
@@ -283,7 +288,10 @@ def capture_block_states(stack: LayerStack) -> Iterator[list[torch.Tensor]]:
         states.append(hidden_from_output(output))
 
     def end(_module: nn.Module, _args: BlockArgs, _output: object) -> None:
-        wrong = [(i, n) for i, n in enumerate(calls) if n != 1]
+        wrong = [(i, n) for i, n in enumerate(calls) if n != (0 if i in skipped else 1)]
+        if not wrong:
+            for index in skipped:  # ascending: each takes the state the model passed on past it
+                states.insert(index, states[index])
         if wrong:
             index, count = wrong[0]
             raise UnsupportedModel(
@@ -295,6 +303,7 @@ def capture_block_states(stack: LayerStack) -> Iterator[list[torch.Tensor]]:
     handles = [
         block.register_forward_pre_hook(before_block(index), with_kwargs=True)
         for index, block in enumerate(stack.blocks)
+        if index not in skipped
     ]
     handles.append(stack.blocks[last].register_forward_hook(after))
     handles.append(stack.root.register_forward_pre_hook(begin, with_kwargs=True))

@@ -94,6 +94,13 @@ def find_sublayers(block: nn.Module, args: BlockArgs, kwargs: BlockKwargs) -> Bl
 def find_model_sublayers(model: nn.Module, stack: LayerStack, input_ids: torch.Tensor) -> list[BlockSublayers]:
     """`find_sublayers` for every block of `stack`, from one forward pass of `model` on `input_ids`."""
     calls = capture_block_calls(model, stack, input_ids)
+    skipped = [i for i in range(stack.num_layers) if i not in calls]
+    if skipped:  # mllama's image-only blocks: a text-only pass never calls them
+        raise UnsupportedModel(
+            f"Block {skipped[0]} of {stack.path!r} runs only with an image, so a text-only pass cannot trace its "
+            "attention and MLP.",
+            hint="Remove whole blocks (--unit block).",
+        )
     return [find_sublayers(block, *calls[i]) for i, block in enumerate(stack.blocks)]
 
 

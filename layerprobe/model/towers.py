@@ -86,26 +86,6 @@ def vision_paths(model: nn.Module) -> list[str]:
     return found
 
 
-def refuse_image_only_blocks(model: nn.Module, stack: LayerStack) -> None:
-    """Refuse a text stack some of whose blocks run only when an image is given (mllama's cross-attention).
-
-    A text-only pass skips them, so x^l of those blocks would not exist; no text corpus can make them run.
-    """
-    config = getattr(stack.root, "config", None)
-    text_config = getattr(config, "text_config", config)
-    image_only = getattr(text_config, "cross_attention_layers", None) or []
-    if tower_of(stack).role != TEXT or not image_only:
-        return
-    blocks = ", ".join(str(i) for i in image_only)
-    vision = vision_paths(model)
-    where = f"--layers-path {vision[0]} --dataset IMAGE_FOLDER" if vision else "a model whose blocks all run on text"
-    raise UnsupportedModel(
-        f"Blocks {blocks} of {stack.path!r} ({type(stack.root).__name__}) are cross-attention blocks that run only "
-        "with an image: a text-only pass skips them, so its language model cannot be measured block by block.",
-        hint=f"Measure its vision encoder instead: {where}.",
-    )
-
-
 def trace_inputs(
     model: nn.Module, stack: LayerStack, vocab_size: int, shape: tuple[int, int]
 ) -> dict[str, torch.Tensor]:
@@ -195,9 +175,8 @@ def skeleton_tower(spec: ModelSpec) -> tuple[nn.Module, LayerStack, Tower]:
     """The weightless skeleton, the stack `--layers-path` (or the default rule) names in it, and its tower.
 
     Read before any weight, so a corpus of the wrong kind (text for a vision tower, images for a text
-    stack) and a stack that cannot run on its own inputs (mllama's language model) are refused first.
+    stack) is refused first.
     """
     skeleton, _, _ = load_skeleton(spec)
     stack = find_layers(skeleton, spec.layers_path)
-    refuse_image_only_blocks(skeleton, stack)
     return skeleton, stack, tower_of(stack)

@@ -26,6 +26,7 @@ from layerprobe.model.stack import (
     hidden_from_input,
     hidden_from_output,
 )
+from layerprobe.model.streams import image_only_blocks
 from layerprobe.model.towers import run_tower, tower_of
 
 if TYPE_CHECKING:
@@ -268,6 +269,7 @@ def captured_block_calls(stack: LayerStack) -> Iterator[dict[int, BlockCall]]:
     """Record the (args, kwargs) each block is called with during forward passes run inside.
 
     Yields a dict block index → (args, kwargs) of its last call; tensors are referenced, not copied.
+    A block the pass skips on purpose (`streams.image_only_blocks`) has no entry.
     """
     calls: dict[int, BlockCall] = {}
 
@@ -298,6 +300,7 @@ def capture_block_calls(
     inputs = input_ids if isinstance(input_ids, dict) else {"input_ids": input_ids}
     with torch.no_grad(), captured_block_calls(stack) as calls:
         run_tower(model, tower_of(stack), inputs)
-    if len(calls) != stack.num_layers:
+    skipped = image_only_blocks(stack)  # mllama's image-only blocks: a text-only pass skips them on purpose
+    if len(calls) != stack.num_layers and any(i not in calls for i in range(stack.num_layers) if i not in skipped):
         raise UnsupportedModel(f"Only {len(calls)} of {stack.num_layers} blocks ran in a forward pass.")
     return calls

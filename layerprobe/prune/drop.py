@@ -28,19 +28,20 @@ from layerprobe.evaluate import (
 )
 from layerprobe.model import (
     EvaluationEvent,
+    LayerStack,
     LoadedModel,
     Progress,
     Remover,
     World,
     check_loadable,
     find_layers,
+    image_only_blocks,
     load_config,
     load_model,
     load_tokenizer,
     model_info,
     model_kind,
     skeleton_stack,
-    skeleton_tower,
 )
 from layerprobe.model import world as distributed_world
 from layerprobe.prune.agreement import (
@@ -66,6 +67,26 @@ from layerprobe.results import (
     to_rows,
     write_json,
 )
+
+
+def _without_image_only(layers: list[int], span: int, stack: LayerStack, progress: Progress | None) -> list[int]:
+    """The starts whose span holds no image-only block (mllama's cross-attention), saying which are left out.
+
+    A text-only pass skips such a block, so removing it changes nothing there: its variant would be the baseline
+    (or, in a longer span, the span without it), and evaluating it would only spend time.
+    """
+    skipped = set(image_only_blocks(stack))
+    if not skipped:
+        return layers
+    kept = [l for l in layers if not skipped & set(range(l, l + span))]
+    if progress is not None and len(kept) < len(layers):
+        left_out = ", ".join(str(l) for l in layers if l not in kept)
+        blocks = ", ".join(map(str, sorted(skipped)))
+        progress.note(
+            f"Start(s) {left_out} not evaluated: their span holds block(s) {blocks}, cross-attention that runs only "
+            "with an image, so removing it changes nothing text-only."
+        )
+    return kept
 
 
 def run_prune_drop(
@@ -96,8 +117,6 @@ def run_prune_drop(
         check_loadable(spec.model, progress.note)  # e.g. bitsandbytes missing for --load-in-4bit: before any loading
     config = load_config(spec.model) if loaded is None else loaded.model.config
     check_tasks_fit_model(spec.tasks, model_kind(config), spec.model.model, spec.engine)
-    if loaded is None and getattr(getattr(config, "text_config", config), "cross_attention_layers", None):
-        skeleton_tower(spec.model)  # mllama: blocks that run only with an image are refused before any weight
     skeleton = skeleton_stack(spec.model) if loaded is None else None
     if skeleton is not None:
         parse_layer_ranges(spec.layers, skeleton.num_layers)  # fail before minutes of loading
@@ -149,6 +168,7 @@ def run_prune_drop(
             f"--span {spec.span}: start(s) {left_out} cannot hold {spec.span} blocks inside the model's "
             f"{stack.num_layers} (l ≤ {stack.num_layers - spec.span}); left out."
         )
+    layers = _without_image_only(layers, spec.span, stack, progress if world.is_main else None)
     if not layers:
         raise LayerprobeError(
             f"No selected start leaves a span of {spec.span} blocks inside the model's {stack.num_layers}.",

@@ -37,6 +37,8 @@ MODEL_FIELDS: dict[str, v.Kind] = {
     "weights_fingerprint": v.text(optional=True),
     "side": v.text(optional=True),
     "stack_role": v.text(optional=True),
+    "stream": v.text(optional=True),
+    "skipped_blocks": v.integer_list(optional=True),
 }
 RUN_FIELDS: dict[str, v.Kind] = {
     "started_at": v.text(optional=True),
@@ -75,6 +77,10 @@ class ModelInfo:
     side: str | None = None
     # Which tower the measured stack belongs to: "text" or "vision" (model/towers.py); None in older files.
     stack_role: str | None = None
+    # Which of several streams per position was measured (Gemma-3n's AltUp, model/streams.py); None: one stream.
+    stream: str | None = None
+    # Blocks the measured pass skips (mllama's image-only blocks, text-only); None where every block runs.
+    skipped_blocks: list[int] | None = None
 
     @property
     def label(self) -> str:

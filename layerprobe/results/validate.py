@@ -304,6 +304,17 @@ def text_list(optional: bool = False) -> Kind:
     return read
 
 
+def integer_list(optional: bool = False) -> Kind:
+    """An array of integers (e.g. `model.skipped_blocks`): None when optional and absent or null."""
+
+    def read(node: Node) -> list[int] | None:
+        if optional and (not node.given or node.value is None):
+            return None
+        return [item.integer() for item in node.items()]
+
+    return read
+
+
 def any_object(optional: bool = False) -> Kind:
     """An object whose members are read by their own code (e.g. prune-drop's `agreement`): only its type here."""
 

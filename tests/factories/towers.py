@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 IMAGE_SIZE, PATCH_SIZE = 32, 8
+MLLAMA_CROSS = (2,)  # the tiny mllama's cross-attention blocks (of 4 text blocks)
 TOWER_FAMILIES = ("vit", "clip", "siglip", "paligemma", "mllama", "gemma3n")
 
 _VISION = dict(
@@ -77,7 +78,7 @@ def tower_model(family: str, vocab_size: int = 512):
             intermediate_layers_indices=[0], supported_aspect_ratios=[[1, 1]],
         )  # fmt: skip
         text = dict(
-            _text(vocab_size + 8, 4), num_key_value_heads=2, cross_attention_layers=[2],
+            _text(vocab_size + 8, 4), num_key_value_heads=2, cross_attention_layers=list(MLLAMA_CROSS),
             bos_token_id=1, eos_token_id=2, pad_token_id=0,
         )  # fmt: skip
         config = tf.MllamaConfig(
@@ -131,3 +132,25 @@ def write_image_folder(directory: Path, count: int = 6, size: int = 40, seed: in
         suffix = "png" if index % 2 == 0 else "jpg"
         Image.fromarray(pixels).save(directory / f"image_{index:02d}.{suffix}")
     return directory
+
+
+def mllama_without(model, kept: list[int]):
+    """The same model with only `kept` text blocks: its config written here, the weights copied by name."""
+    import re
+
+    import transformers as tf
+
+    config = model.config.to_dict()
+    text = config["text_config"]
+    text["num_hidden_layers"] = len(kept)
+    text["cross_attention_layers"] = [new for new, old in enumerate(kept) if old in MLLAMA_CROSS]
+    target = tf.MllamaForConditionalGeneration(tf.MllamaConfig.from_dict(config)).eval()
+    source = model.state_dict()
+    state = {}
+    for name in target.state_dict():
+        old = name
+        if "language_model.layers." in name:
+            old = re.sub(r"layers\.(\d+)\.", lambda m: f"layers.{kept[int(m.group(1))]}.", name, count=1)
+        state[name] = source[old]
+    target.load_state_dict(state, strict=True)
+    return target

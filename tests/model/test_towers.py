@@ -167,11 +167,14 @@ def test_siglip_and_paligemma_vision_towers_measure_images(towers, tmp_path):
 
 
 @pytest.mark.slow
-def test_mllama_language_model_is_refused_and_its_vision_encoder_measured(towers, tmp_path):
-    """Its cross-attention blocks run only with an image ("Block 2 ran 0 times" before): the hint's path works."""
+def test_mllama_language_model_is_measured_text_only_and_its_vision_encoder_on_images(towers, tmp_path):
+    """Its cross-attention block runs only with an image ("Block 2 ran 0 times" before): named, skipped."""
     mllama = towers("mllama")
-    hint = _one_line_error(_angular(mllama, "--dataset", "builtin:pydoc", "--out", tmp_path), "cross-attention")
-    assert "--layers-path vision_model.transformer.layers --dataset IMAGE_FOLDER" in hint
+    result = _angular(mllama, "--dataset", "builtin:pydoc", "--out", tmp_path / "text")
+    assert result.exit_code == 0, result.output
+    assert "Block 2 of 'layers' is a cross-attention block that runs only with an image" in flat(result.output)
+    assert "non-finite" not in result.output and "could not be measured" not in result.output
+    assert json.loads((tmp_path / "text" / ANGULAR).read_text())["model"]["skipped_blocks"] == [2]
     result = _angular(
         mllama, "--layers-path", "vision_model.transformer.layers", "--dataset", towers("images"), "--out", tmp_path
     )
@@ -179,19 +182,12 @@ def test_mllama_language_model_is_refused_and_its_vision_encoder_measured(towers
 
 
 @pytest.mark.slow
-def test_prune_drop_refuses_mllama_language_model_before_loading_as_angular_does(towers, tmp_path):
-    """prune-drop said "Block 2 ran 0 times" after loading the weights (found by docs/make_architectures.py)."""
-    args = ("--task", "corpus", "--dataset", "builtin:pydoc", "--tokens", "64", "--seq-len", "16")
-    result = invoke("prune-drop", towers("mllama"), *args, "--out", tmp_path, env={"COLUMNS": "250"})
-    hint = _one_line_error(result, "cross-attention blocks that run only with an image")
-    assert "--layers-path vision_model.transformer.layers" in hint
-
-
-@pytest.mark.slow
-def test_gemma3n_altup_streams_are_named_not_called_sequence_first(towers, tmp_path):
+def test_gemma3n_altup_streams_are_measured_on_the_active_stream_and_say_so(towers, tmp_path):
     result = _angular(towers("gemma3n"), "--dataset", "builtin:pydoc", "--out", tmp_path)
-    _one_line_error(result, "2 streams of hidden states per position")
-    assert "Sequence-first" not in result.output
+    assert result.exit_code == 0, result.output
+    assert "Measuring AltUp stream 0 of 2 (altup_active_idx)" in flat(result.output)
+    record = json.loads((tmp_path / ANGULAR).read_text())
+    assert record["model"]["stream"].startswith("AltUp stream 0 of 2")
 
 
 def test_a_folder_without_images_is_one_line(towers, tmp_path):
