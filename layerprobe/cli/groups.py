@@ -60,15 +60,21 @@ class SpecGroup(OptionGroup):
     """A group of settings declared on `SPEC` (core/option_spec.py): `FIELDS` names them, in help order.
 
     A subclass states `SPEC`, `FIELDS` and `PANEL` only; its dataclass fields (one per setting, named by
-    the command's parameter name) are made from the declarations when the class is defined.
+    the command's parameter name) are made from the declarations when the class is defined. A group that
+    states `REST_OF` (other groups of the same spec) instead of `FIELDS` takes every setting of the spec
+    that those groups do not: a setting newly declared on the spec is then an option of the command at once.
     """
 
     SPEC: ClassVar[type]
     FIELDS: ClassVar[tuple[str, ...]] = ()
+    REST_OF: ClassVar[tuple[type[SpecGroup], ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         found = declared(cls.SPEC)
+        if cls.REST_OF:
+            taken = {name for group in cls.REST_OF for name in group.FIELDS}
+            cls.FIELDS = tuple(name for name in found if name not in taken)
         annotations: dict[str, object] = {}
         for name in cls.FIELDS:
             item = found[name]

@@ -28,20 +28,20 @@ from layerprobe.results import PruneDropResult, RunDir
 
 
 @dataclass(frozen=True)
-class Drop(SpecGroup):
-    """prune-drop's own settings, declared on PruneSpec: what each variant removes, how it is scored."""
-
-    SPEC = PruneSpec
-    FIELDS = ("layers", "engine", "unit", "span", "prefix_reuse", "log_samples", "angular", "multiplicity")
-
-
-@dataclass(frozen=True)
 class DropMemory(SpecGroup):
     """`--max-state-memory` of prune-drop (the shared engine's recorded block inputs)."""
 
     PANEL = SCALE_PANEL
     SPEC = PruneSpec
     FIELDS = ("max_state_bytes",)
+
+
+@dataclass(frozen=True)
+class Drop(SpecGroup):
+    """prune-drop's own settings: every other setting PruneSpec declares (what each variant removes, how…)."""
+
+    SPEC = PruneSpec
+    REST_OF = (Evaluation, Sequential, DropMemory)
 
 
 @takes_groups
