@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from layerprobe.cli.console import StageSpinner, err, out
-from layerprobe.cli.options import LayersPath, ModelArg, Revision, TrustRemoteCode
+from layerprobe.cli.options import LayersPath, ModelArg, Quiet, Revision, TrustRemoteCode
 from layerprobe.core import ModelSpec
 from layerprobe.model import StackDescription, describe_stack
 
@@ -26,6 +26,7 @@ def layers(
             help="Trace each block's norm placement (random weights, one block in memory at a time).",
         ),
     ] = True,
+    quiet: Quiet = False,
 ) -> None:
     """Show the block stack layerprobe finds: its path, L, block class, parameters, norm placement, sublayers.
 
@@ -35,7 +36,7 @@ def layers(
     spec = ModelSpec(model, revision, trust_remote_code=trust_remote_code, layers_path=layers_path)
     spinner = StageSpinner()
     with spinner.running():
-        stack = describe_stack(spec, placement, spinner.callbacks())
+        stack = describe_stack(spec, placement, None if quiet else spinner.callbacks())
     if stack.placement_error is not None:
         err.print(f"[yellow]warning:[/] norm placement not traced: {escape(stack.placement_error)}", highlight=False)
     print_stack(model, stack)
