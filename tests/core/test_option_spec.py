@@ -201,3 +201,11 @@ def test_a_prune_drop_run_records_what_the_declarations_say(tmp_path: Path):
 
     written = prune_settings(spec(precision=0.1), [0, 1], NoSublayers())  # type: ignore[arg-type]
     assert set(written) == {"tasks", "layers", "sublayers", *recorded_options(PruneSpec)}
+
+
+def test_the_schema_documents_every_recorded_setting():
+    """docs/json-schema.md's prune-drop `settings` table has a row for every setting PruneSpec records."""
+    text = (PACKAGE.parent / "docs" / "json-schema.md").read_text(encoding="utf-8")
+    table = text.split("### `settings`", 1)[1].split("### `tasks.<name>`", 1)[0]
+    rows = {line.split("|")[1].strip().strip("`") for line in table.splitlines() if line.startswith("| `")}
+    assert set(recorded_options(PruneSpec)) | {"tasks", "layers", "sublayers", "corpus"} <= rows
