@@ -9,16 +9,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from layerprobe.cli.console import StageSpinner, err, out
-from layerprobe.cli.options import LayersPath, ModelArg, Quiet, Revision, TrustRemoteCode
-from layerprobe.core import ModelSpec
+from layerprobe.cli.groups import takes_groups
+from layerprobe.cli.options import Checkpoint, ModelArg, Quiet
 from layerprobe.model import StackDescription, describe_stack
 
 
+@takes_groups
 def layers(
     model: ModelArg,
-    revision: Revision = None,
-    trust_remote_code: TrustRemoteCode = False,
-    layers_path: LayersPath = None,
+    *,
+    checkpoint: Checkpoint,
     placement: Annotated[
         bool,
         typer.Option(
@@ -33,7 +33,7 @@ def layers(
     Only the config is downloaded: the model is built without weights. Norm placement is traced with
     random weights, one block in memory at a time (--no-placement skips it).
     """
-    spec = ModelSpec(model, revision, trust_remote_code=trust_remote_code, layers_path=layers_path)
+    spec = checkpoint.spec(model)
     spinner = StageSpinner()
     with spinner.running():
         stack = describe_stack(spec, placement, None if quiet else spinner.callbacks())

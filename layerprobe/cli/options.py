@@ -88,6 +88,32 @@ def split_task_names(values: list[str]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class Checkpoint(OptionGroup):
+    """Which checkpoint and how its blocks are found, for commands that read it their own way (`layers`, `prune`).
+
+    The same declarations as in `ModelLoading`; those commands take no device, quantization or
+    `--model-args` (layers reads no weight; prune writes on CPU in the checkpoint's own dtype).
+    """
+
+    PANEL = LOADING_PANEL
+
+    revision: Revision = None
+    trust_remote_code: TrustRemoteCode = False
+    layers_path: LayersPath = None
+
+    def spec(self, model: str, dtype: str = ModelSpec.dtype, device: str = ModelSpec.device) -> ModelSpec:
+        """The ModelSpec of `model` read with these options (and `dtype` / `device` where the command sets them)."""
+        return ModelSpec(
+            model,
+            self.revision,
+            dtype,
+            device,
+            trust_remote_code=self.trust_remote_code,
+            layers_path=self.layers_path,
+        )
+
+
+@dataclass(frozen=True)
 class ModelLoading(OptionGroup):
     """How every command that runs a model loads it (`angular`, `depth`, `prune-drop`, `prune-curve`)."""
 

@@ -20,7 +20,7 @@ from layerprobe.api.arguments import Loading
 from layerprobe.cli.app import COMMANDS, app
 from layerprobe.cli.corpus_options import Corpus, StreamedCorpus
 from layerprobe.cli.groups import OptionGroup, command_groups
-from layerprobe.cli.options import Evaluation, ModelLoading, Output, split_task_names
+from layerprobe.cli.options import Checkpoint, Evaluation, ModelLoading, Output, split_task_names
 from layerprobe.core import parse_eval_batch_size
 
 CLICK = typer.main.get_command(app)
@@ -56,6 +56,7 @@ def commands_taking(group: type[OptionGroup]) -> list[str]:
         (Corpus, ["heal", "prune-curve", "prune-drop"]),
         (Evaluation, ["prune-curve", "prune-drop"]),
         (Output, ["angular", "depth", "gain", "heal", "prune-curve", "prune-drop"]),
+        (Checkpoint, ["layers", "prune"]),
     ],
 )
 def test_each_group_is_the_same_on_every_command_that_takes_it(group, expected):
@@ -205,6 +206,5 @@ def test_every_command_that_loads_a_model_takes_the_loading_options_with_lm_eval
         assert set(LOADING) | {"--output_path"} <= spellings_of(command)
         if Evaluation in command_groups(COMMANDS[command]).values():
             assert {"--batch_size", "--num_fewshot", "--include_path", "--tasks"} <= spellings_of(command)
-    if command in ("layers", "prune"):  # the loading options they do take are the shared declarations
-        shared = {"--revision", "--trust-remote-code", "--layers-path"}
-        assert shared <= spellings_of(command)
+    if command in ("layers", "prune"):  # the loading options they do take come as the shared group
+        assert Checkpoint in command_groups(COMMANDS[command]).values()
