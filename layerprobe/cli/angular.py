@@ -7,9 +7,9 @@ from pathlib import Path
 from layerprobe.cli.console import RichProgress, out
 from layerprobe.cli.corpus_options import StreamedCorpus
 from layerprobe.cli.groups import takes_groups
-from layerprobe.cli.options import MaxStateMemory, ModelArg, ModelLoading, Output, hold_out
+from layerprobe.cli.options import ModelArg, ModelLoading, Output, StateMemory, hold_out
 from layerprobe.cli.summaries import print_angular_summary
-from layerprobe.core import DEFAULT_CHUNK_BYTES, AngularSpec, check_output_dir, parse_memory_size
+from layerprobe.core import AngularSpec, check_output_dir
 from layerprobe.measure import run_angular
 from layerprobe.model import world
 from layerprobe.plots import plot_angular
@@ -22,7 +22,7 @@ def angular(
     *,
     corpus: StreamedCorpus,
     loading: ModelLoading,
-    max_state_memory: MaxStateMemory = None,
+    memory: StateMemory,
     output: Output,
 ) -> None:
     """Angular distance d(x^l, x^(l+n)) between the inputs of every pair of blocks, in one pass.
@@ -34,7 +34,7 @@ def angular(
         corpus=corpus.spec(),
         positions=corpus.positions,
         batch_size=corpus.batch_size,
-        max_state_bytes=parse_memory_size(max_state_memory) or DEFAULT_CHUNK_BYTES,
+        **memory.spec_fields(),
     )
     measure_and_report(spec, output.directory(model), output.quiet)
 

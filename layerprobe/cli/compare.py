@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 
 from layerprobe.cli.console import err, out, safe_text
+from layerprobe.cli.options import Quiet
 from layerprobe.core import LayerprobeError, OutputError
 from layerprobe.gate import (
     FORMATS,
@@ -74,6 +75,7 @@ def compare(
     out_dir: Annotated[
         Path | None, typer.Option("--out", help="Plot directory (default: next to the candidate result).")
     ] = None,
+    quiet: Quiet = False,
 ) -> None:
     """Gate a candidate's results against a baseline's: exit 0 pass, 1 regression, 2 bad input."""
     check_format(output_format)

@@ -9,13 +9,16 @@ import typer
 from rich.markup import escape
 
 from layerprobe.cli.console import RichProgress, err, out
-from layerprobe.cli.options import Dtype, LayersPath, ModelArg, Quiet, Revision, TrustRemoteCode
+from layerprobe.cli.groups import takes_groups
+from layerprobe.cli.options import Checkpoint, Dtype, ModelArg, Quiet
 from layerprobe.core import ExportSpec, ModelSpec, check_output_dir
 from layerprobe.export import recover_destination, run_export
 
 
+@takes_groups
 def prune(
     model: ModelArg,
+    *,
     save: Annotated[
         Path,
         typer.Option("--save", help="Directory for the pruned checkpoint (written to a temp dir, renamed at the end)."),
@@ -67,10 +70,8 @@ def prune(
         str | None,
         typer.Option("--max-shard-size", help="Largest safetensors shard, e.g. 5GB (default: transformers' own)."),
     ] = None,
-    revision: Revision = None,
+    checkpoint: Checkpoint,
     dtype: Annotated[Dtype, typer.Option("--dtype", help="auto: keep the checkpoint's own dtype.")] = ModelSpec.dtype,
-    trust_remote_code: TrustRemoteCode = False,
-    layers_path: LayersPath = None,
     quiet: Quiet = False,
 ) -> None:
     """Write a smaller checkpoint without the removed blocks, loadable with from_pretrained.
@@ -82,7 +83,7 @@ def prune(
     removed from which source. Runs on CPU; needs memory for the full model.
     """
     spec = ExportSpec(
-        model=ModelSpec(model, revision, dtype, "cpu", None, trust_remote_code, layers_path),
+        model=checkpoint.spec(model, dtype, "cpu"),
         save=str(save),
         remove=remove,
         remove_attention=remove_attention,

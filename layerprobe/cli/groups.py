@@ -7,6 +7,11 @@ Typer reads (`__signature__`, which `inspect.signature` honours) by the group's 
 command runs it gathers their values back into one group object. So each option's spelling, aliases,
 help, type and default live in one place, and a command lists only the groups it takes plus its own
 options (the mergekit habit).
+
+A `SpecGroup` goes one step further: its options are settings declared on a core spec
+(core/option_spec.py), named by `FIELDS`; their Typer options are built from those declarations, and
+`spec_fields()` gives the spec's keywords back. So a setting's flag, help, default and panel are written
+once, on the spec, for every command that takes it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
+import typer
+
+from layerprobe.core import SAME, Declared, declared
+
 Command = Callable[..., None]
 
 
@@ -31,6 +40,64 @@ class OptionGroup:
     """
 
     PANEL: ClassVar[str | None] = None
+
+
+def spec_option(item: Declared) -> object:
+    """The `Annotated[type, typer.Option(...)]` of a declared setting (its panel, if it names one)."""
+    option = item.option
+    placed = typer.Option(*option.flags, help=option.help, rich_help_panel=option.panel, metavar=option.metavar)
+    annotated: Any = Annotated  # built at run time from values: no static type to give it
+    return annotated[option.cli_type if option.cli_type is not None else item.type, placed]
+
+
+def cli_default(item: Declared) -> object:
+    """The command line's default of a declared setting: its own where declared, else the spec's."""
+    return item.default if item.option.cli_default is SAME else item.option.cli_default
+
+
+@dataclass(frozen=True)
+class SpecGroup(OptionGroup):
+    """A group of settings declared on `SPEC` (core/option_spec.py): `FIELDS` names them, in help order.
+
+    A subclass states `SPEC`, `FIELDS` and `PANEL` only; its dataclass fields (one per setting, named by
+    the command's parameter name) are made from the declarations when the class is defined. A group that
+    states `REST_OF` (other groups of the same spec) instead of `FIELDS` takes every setting of the spec
+    that those groups do not: a setting newly declared on the spec is then an option of the command at once.
+    """
+
+    SPEC: ClassVar[type]
+    FIELDS: ClassVar[tuple[str, ...]] = ()
+    REST_OF: ClassVar[tuple[type[SpecGroup], ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        found = declared(cls.SPEC)
+        if cls.REST_OF:
+            taken = {name for group in cls.REST_OF for name in group.FIELDS}
+            cls.FIELDS = tuple(name for name in found if name not in taken)
+        annotations: dict[str, object] = {}
+        for name in cls.FIELDS:
+            item = found[name]
+            annotations[item.param] = spec_option(item)
+            setattr(cls, item.param, cli_default(item))
+        cls.__annotations__ = annotations  # read by @dataclass, which runs after this
+
+    def spec_fields(self) -> dict[str, Any]:
+        """The options as the spec's keywords (`PruneSpec(model=…, **group.spec_fields())`).
+
+        A value left at None where the spec's default is not (a size whose help names the default) is
+        left out, so the spec's own default applies.
+        """
+        found = declared(self.SPEC)
+        values: dict[str, Any] = {}
+        for name in self.FIELDS:
+            item, value = found[name], getattr(self, found[name].param)
+            if value is None:
+                if item.default is None:
+                    values[name] = None
+                continue
+            values[name] = item.option.parse(value) if item.option.parse is not None else value
+        return values
 
 
 def in_panel(annotation: object, panel: str | None) -> object:

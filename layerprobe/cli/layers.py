@@ -9,16 +9,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from layerprobe.cli.console import StageSpinner, err, out
-from layerprobe.cli.options import LayersPath, ModelArg, Revision, TrustRemoteCode
-from layerprobe.core import ModelSpec
+from layerprobe.cli.groups import takes_groups
+from layerprobe.cli.options import Checkpoint, ModelArg, Quiet
 from layerprobe.model import StackDescription, describe_stack
 
 
+@takes_groups
 def layers(
     model: ModelArg,
-    revision: Revision = None,
-    trust_remote_code: TrustRemoteCode = False,
-    layers_path: LayersPath = None,
+    *,
+    checkpoint: Checkpoint,
     placement: Annotated[
         bool,
         typer.Option(
@@ -26,16 +26,17 @@ def layers(
             help="Trace each block's norm placement (random weights, one block in memory at a time).",
         ),
     ] = True,
+    quiet: Quiet = False,
 ) -> None:
     """Show the block stack layerprobe finds: its path, L, block class, parameters, norm placement, sublayers.
 
     Only the config is downloaded: the model is built without weights. Norm placement is traced with
     random weights, one block in memory at a time (--no-placement skips it).
     """
-    spec = ModelSpec(model, revision, trust_remote_code=trust_remote_code, layers_path=layers_path)
+    spec = checkpoint.spec(model)
     spinner = StageSpinner()
     with spinner.running():
-        stack = describe_stack(spec, placement, spinner.callbacks())
+        stack = describe_stack(spec, placement, None if quiet else spinner.callbacks())
     if stack.placement_error is not None:
         err.print(f"[yellow]warning:[/] norm placement not traced: {escape(stack.placement_error)}", highlight=False)
     print_stack(model, stack)

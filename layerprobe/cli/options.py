@@ -1,10 +1,11 @@
 """Every option more than one command takes, declared once, and the groups the commands take them in.
 
 Options shared one by one (the MODEL argument, `--revision`, `--trust-remote-code`, `--layers-path`,
-`--quiet`, `--task`, `--max-state-memory`) are `Annotated` aliases; options that travel together are
-`OptionGroup`s (groups.py), whose methods turn them into core's specs. Defaults come from those specs
-where they have one. lm-eval's underscore spellings (`--num_fewshot`, `--batch_size`, `--include_path`,
-`--output_path`, `--tasks`) are aliases wherever the option exists.
+`--quiet`, `--task`) are `Annotated` aliases; options that travel together are `OptionGroup`s
+(groups.py), whose methods turn them into core's specs. Defaults come from those specs where they have
+one; the settings a spec declares itself (`Evaluation`, `Sequential`, `StateMemory`) are `SpecGroup`s,
+whose options are built from those declarations. lm-eval's underscore spellings (`--num_fewshot`,
+`--batch_size`, `--include_path`, `--output_path`, `--tasks`) are aliases wherever the option exists.
 """
 
 from __future__ import annotations
@@ -13,17 +14,22 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal, TypedDict
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from layerprobe.cli.groups import OptionGroup
+from layerprobe.cli.groups import OptionGroup, SpecGroup
 from layerprobe.core import (
     DTYPES,
+    LOADING_PANEL,
+    OUTPUT_PANEL,
+    SCALE_PANEL,
+    STATISTICS_PANEL,
+    TASKS_PANEL,
+    AngularSpec,
     ModelSpec,
     PruneSpec,
     check_output_dir,
-    parse_eval_batch_size,
 )
 from layerprobe.results import ALIGNS, ORDERS, hold_run_dir, rank_suffix
 
@@ -39,10 +45,6 @@ else:
 # --- options shared one by one ------------------------------------------------------------------------
 
 ModelArg = Annotated[str, typer.Argument(help="Hub id (org/name) or local checkpoint directory.")]
-LOADING_PANEL = "Model loading"  # the --help panels, in the order a reader needs them
-TASKS_PANEL = "Tasks and evaluation"
-STATISTICS_PANEL = "Statistics"
-SCALE_PANEL = "Scale"
 Revision = Annotated[
     str | None,
     typer.Option("--revision", help="Branch, tag or commit of a hub model.", rich_help_panel=LOADING_PANEL),
@@ -61,36 +63,8 @@ LayersPath = Annotated[
         rich_help_panel=LOADING_PANEL,
     ),
 ]
-MaxStateMemory = Annotated[
-    str | None,
-    typer.Option(
-        "--max-state-memory",
-        rich_help_panel=SCALE_PANEL,
-        help="Bound on hidden states held at once, e.g. 512MiB or 4GiB. prune-drop: block inputs the shared "
-        "engine records per chunk (default 2GiB); angular: fp32 states gathered on one device (default 256MiB).",
-    ),
-]
 Quiet = Annotated[
-    bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).", rich_help_panel="Output")
-]
-Precision = Annotated[
-    float | None,
-    typer.Option(
-        "--precision",
-        rich_help_panel=STATISTICS_PANEL,
-        help="Sequential: score documents in a seeded random order, in rounds, and stop each variant (prune-curve: "
-        "each set scored, delta's and greedy's candidates included) once its anytime-valid 95 % interval of ΔP has "
-        "half-width <= H, excludes 0, or the documents run out (0-1 scale, e.g. 0.05). lm-eval tasks with "
-        "per-document metrics in [0, 1] only.",
-    ),
-]
-RoundSize = Annotated[
-    int,
-    typer.Option(
-        "--round-size",
-        rich_help_panel=STATISTICS_PANEL,
-        help="With --precision: documents scored per round before every running variant is looked at again.",
-    ),
+    bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).", rich_help_panel=OUTPUT_PANEL)
 ]
 Tasks = Annotated[
     list[str],
@@ -112,6 +86,32 @@ def split_task_names(values: list[str]) -> tuple[str, ...]:
 
 
 # --- loading a model ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Checkpoint(OptionGroup):
+    """Which checkpoint and how its blocks are found, for commands that read it their own way (`layers`, `prune`).
+
+    The same declarations as in `ModelLoading`; those commands take no device, quantization or
+    `--model-args` (layers reads no weight; prune writes on CPU in the checkpoint's own dtype).
+    """
+
+    PANEL = LOADING_PANEL
+
+    revision: Revision = None
+    trust_remote_code: TrustRemoteCode = False
+    layers_path: LayersPath = None
+
+    def spec(self, model: str, dtype: str = ModelSpec.dtype, device: str = ModelSpec.device) -> ModelSpec:
+        """The ModelSpec of `model` read with these options (and `dtype` / `device` where the command sets them)."""
+        return ModelSpec(
+            model,
+            self.revision,
+            dtype,
+            device,
+            trust_remote_code=self.trust_remote_code,
+            layers_path=self.layers_path,
+        )
 
 
 @dataclass(frozen=True)
@@ -165,67 +165,31 @@ class ModelLoading(OptionGroup):
 # --- tasks and their evaluation -----------------------------------------------------------------------
 
 
-class EvaluationFields(TypedDict):
-    """The PruneSpec fields the Evaluation group sets."""
-
-    limit: float | None
-    num_fewshot: int | None
-    batch_size: int | str
-    seed: int
-    include_path: str | None
-    squad_data: str | None
-    trust_task_code: bool
-
-
 @dataclass(frozen=True)
-class Evaluation(OptionGroup):
+class Evaluation(SpecGroup):
     """How the tasks are scored (`prune-drop`, `prune-curve`), with lm-eval's spellings as aliases."""
 
     PANEL = TASKS_PANEL
+    SPEC = PruneSpec
+    FIELDS = ("limit", "num_fewshot", "batch_size", "seed", "include_path", "squad_data", "trust_task_code")
 
-    limit: Annotated[
-        float | None, typer.Option("--limit", help="Documents per task (a value < 1 is a fraction), for quick runs.")
-    ] = None
-    num_fewshot: Annotated[
-        int | None,
-        typer.Option("--num-fewshot", "--num_fewshot", help="Few-shot examples (default: the task's own)."),
-    ] = None
-    batch_size: Annotated[
-        str,
-        typer.Option(
-            "--batch-size",
-            "--batch_size",
-            help="Requests per forward pass, or 'auto' (lm-eval's detection of the largest that fits; 'auto:N' as "
-            "in lm-eval).",
-        ),
-    ] = str(PruneSpec.batch_size)
-    seed: Annotated[int, typer.Option("--seed", help="Seed for few-shot sampling and every RNG.")] = PruneSpec.seed
-    include_path: Annotated[
-        Path | None, typer.Option("--include-path", "--include_path", help="Folder of extra lm-eval task YAMLs.")
-    ] = None
-    squad_data: Annotated[
-        Path | None,
-        typer.Option("--squad-data", help="Local SQuAD v1.1 JSON (or .jsonl) instead of the hub's rajpurkar/squad."),
-    ] = None
-    trust_task_code: Annotated[
-        bool,
-        typer.Option(
-            "--trust-task-code",
-            help="Run the Python that a local task YAML names (lm-eval's !function); refused without it.",
-        ),
-    ] = False
 
-    def spec_fields(self) -> EvaluationFields:
-        """These options as PruneSpec keywords (`PruneSpec(model=…, tasks=…, **evaluation.spec_fields())`)."""
-        return EvaluationFields(
-            limit=self.limit,
-            num_fewshot=self.num_fewshot,
-            batch_size=parse_eval_batch_size(self.batch_size),
-            seed=self.seed,
-            include_path=str(self.include_path) if self.include_path else None,
-            squad_data=str(self.squad_data) if self.squad_data else None,
-            trust_task_code=self.trust_task_code,
-        )
+@dataclass(frozen=True)
+class Sequential(SpecGroup):
+    """Sequential scoring (`--precision`, `--round-size`): `prune-drop`, `prune-curve`."""
+
+    PANEL = STATISTICS_PANEL
+    SPEC = PruneSpec
+    FIELDS = ("precision", "round_size")
+
+
+@dataclass(frozen=True)
+class StateMemory(SpecGroup):
+    """`--max-state-memory` of `angular` (declared once with prune-drop's: core.run_specs.MAX_STATE_MEMORY)."""
+
+    PANEL = SCALE_PANEL
+    SPEC = AngularSpec
+    FIELDS = ("max_state_bytes",)
 
 
 # --- where results go ---------------------------------------------------------------------------------
@@ -242,7 +206,7 @@ def model_slug(model: str) -> str:
 class Output(OptionGroup):
     """Where a run writes and whether it shows progress (`angular`, `depth`, `prune-drop`, `prune-curve`)."""
 
-    PANEL = "Output"
+    PANEL = OUTPUT_PANEL
 
     out: Annotated[
         Path | None,

@@ -2,39 +2,46 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated
 
 import typer
 
 from layerprobe.cli.console import RichProgress, out, print_task_code
 from layerprobe.cli.corpus_options import Corpus
-from layerprobe.cli.groups import takes_groups
+from layerprobe.cli.groups import SpecGroup, takes_groups
 from layerprobe.cli.options import (
-    SCALE_PANEL,
-    STATISTICS_PANEL,
     Evaluation,
-    MaxStateMemory,
     ModelArg,
     ModelLoading,
     Output,
-    Precision,
-    RoundSize,
+    Sequential,
     Tasks,
     split_task_names,
 )
 from layerprobe.cli.summaries import print_prune_summary
-from layerprobe.core import DEFAULT_STATE_BYTES, ENGINES, MULTIPLICITY_METHODS, PruneSpec, Share, parse_memory_size
+from layerprobe.core import SCALE_PANEL, PruneSpec, Share
 from layerprobe.model import world
 from layerprobe.plots import plot_prune_drop
 from layerprobe.results import PruneDropResult, RunDir
 
-if TYPE_CHECKING:  # mypy reads the choice as the str it is; Typer lists and checks the Literal's values
-    Engine = str
-    Multiplicity = str
-else:
-    Engine = Literal[ENGINES]
-    Multiplicity = Literal[MULTIPLICITY_METHODS]
+
+@dataclass(frozen=True)
+class DropMemory(SpecGroup):
+    """`--max-state-memory` of prune-drop (the shared engine's recorded block inputs)."""
+
+    PANEL = SCALE_PANEL
+    SPEC = PruneSpec
+    FIELDS = ("max_state_bytes",)
+
+
+@dataclass(frozen=True)
+class Drop(SpecGroup):
+    """prune-drop's own settings: every other setting PruneSpec declares (what each variant removes, how…)."""
+
+    SPEC = PruneSpec
+    REST_OF = (Evaluation, Sequential, DropMemory)
 
 
 @takes_groups
@@ -42,49 +49,8 @@ def prune_drop(
     model: ModelArg,
     *,
     task: Tasks,
-    layers: Annotated[
-        str | None,
-        typer.Option(
-            "--layers",
-            help="Blocks to remove, one at a time: 0-based inclusive ranges like 0-3,7 (default: all blocks).",
-        ),
-    ] = None,
+    drop: Drop,
     evaluation: Evaluation,
-    engine: Annotated[
-        Engine,
-        typer.Option(
-            "--engine",
-            rich_help_panel=SCALE_PANEL,
-            help="auto: shared-prefix for loglikelihood tasks, simple "
-            "otherwise; simple: one full evaluation per removed "
-            "block; shared: reuse the baseline's states of blocks "
-            "before the removed one.",
-        ),
-    ] = PruneSpec.engine,
-    unit: Annotated[
-        str,
-        typer.Option(
-            "--unit",
-            help="What each variant removes: block (the whole block), attention or mlp (that sublayer's output "
-            "is zero, as if its output projection were; MoE: every expert).",
-        ),
-    ] = PruneSpec.unit,
-    span: Annotated[
-        int,
-        typer.Option(
-            "--span",
-            help="Remove n consecutive blocks [l, l+n) per variant (L-n+1 variants; --layers picks the starts l).",
-        ),
-    ] = PruneSpec.span,
-    prefix_reuse: Annotated[
-        bool,
-        typer.Option(
-            "--prefix-reuse/--no-prefix-reuse",
-            rich_help_panel=SCALE_PANEL,
-            help="Shared engine: compute the key/value cache of a prompt prefix many requests share (few-shot "
-            "examples) once per variant and run only the rest of each request.",
-        ),
-    ] = PruneSpec.prefix_reuse,
     resume: Annotated[
         bool,
         typer.Option(
@@ -102,39 +68,10 @@ def prune_drop(
             "join the N shards with `layerprobe merge`.",
         ),
     ] = None,
-    log_samples: Annotated[
-        bool,
-        typer.Option(
-            "--log-samples",
-            "--log_samples",
-            rich_help_panel="Output",
-            help="Also write every document's metric values, per variant, to <out>/samples/<task>.jsonl.",
-        ),
-    ] = PruneSpec.log_samples,
-    angular: Annotated[
-        Path | None,
-        typer.Option(
-            "--angular",
-            help="angular.json of the same model (checked: id or weights fingerprint, architecture, blocks): "
-            "rank agreement of d(x^l, x^(l+n)) with ΔP, n = --span (default: <out>/angular.json when it exists "
-            "and measured this model).",
-        ),
-    ] = None,
-    precision: Precision = PruneSpec.precision,
-    round_size: RoundSize = PruneSpec.round_size,
-    multiplicity: Annotated[
-        Multiplicity,
-        typer.Option(
-            "--multiplicity",
-            rich_help_panel=STATISTICS_PANEL,
-            help="How the significance flags allow for testing every variant × task × metric of the run: holm "
-            "(family-wise error 5 %), bh (false discovery rate 5 %, Benjamini–Hochberg) or none (each test at 5 %). "
-            "Only the flags and p_adjusted change; every measured number is the same.",
-        ),
-    ] = PruneSpec.multiplicity,
+    sequential: Sequential,
     corpus: Corpus,
     loading: ModelLoading,
-    max_state_memory: MaxStateMemory = None,
+    memory: DropMemory,
     output: Output,
 ) -> None:
     """Performance drop ΔP = P_pruned − P_original with each block (span, attention or MLP sublayer) removed in turn.
@@ -149,19 +86,11 @@ def prune_drop(
     spec = PruneSpec(
         model=loading.spec(model),
         tasks=split_task_names(task),
-        layers=layers,
+        **drop.spec_fields(),
         **evaluation.spec_fields(),
-        engine=engine,
-        unit=unit,
-        span=span,
-        prefix_reuse=prefix_reuse,
-        max_state_bytes=parse_memory_size(max_state_memory) or DEFAULT_STATE_BYTES,
-        log_samples=log_samples,
-        angular=str(angular) if angular else None,
+        **sequential.spec_fields(),
+        **memory.spec_fields(),
         corpus=corpus.spec(),
-        precision=precision,
-        round_size=round_size,
-        multiplicity=multiplicity,
     )
     task_code = check_task_code(list(spec.tasks), spec.include_path, spec.trust_task_code)  # before any weight
     directory = output.directory(model)

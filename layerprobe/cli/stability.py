@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from layerprobe.cli.console import err, out
-from layerprobe.cli.options import hold_out, model_slug
+from layerprobe.cli.options import Quiet, hold_out, model_slug
 from layerprobe.core import DEFAULT_DRAWS, DEFAULT_SEED, LayerprobeError, check_output_dir
 from layerprobe.plots import plot_stability
 from layerprobe.results import RunDir, StabilityResult, write_json, write_text
@@ -49,6 +49,7 @@ def stability(
     draws: Annotated[int, typer.Option("--draws", help="Bootstrap draws per pair of inputs.")] = DEFAULT_DRAWS,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap draws.")] = DEFAULT_SEED,
     plot: Annotated[bool, typer.Option("--plot/--no-plot", help="Draw stability.png / stability.pdf.")] = True,
+    quiet: Quiet = False,
 ) -> None:
     """How stable the block ranking is across calibration data: pairwise τ, ρ and lowest-k overlap, with 95 % CIs.
 

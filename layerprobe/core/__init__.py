@@ -59,12 +59,43 @@ from layerprobe.core.errors import (
 from layerprobe.core.heal_spec import HealSpec
 from layerprobe.core.invocation import Invocation, content_digest, current_invocation, input_digests, set_invocation
 from layerprobe.core.model_spec import ModelSpec, parse_model_args, quantization_from_flags
+from layerprobe.core.option_spec import (
+    CORPUS_PANEL,
+    LOADING_PANEL,
+    OUTPUT_PANEL,
+    SAME,
+    SCALE_PANEL,
+    STATISTICS_PANEL,
+    TASKS_PANEL,
+    Declared,
+    OptionSpec,
+    declared,
+    fingerprint_values,
+    recorded_options,
+    recorded_values,
+    setting,
+)
+from layerprobe.core.prune_spec import PruneSpec
 from layerprobe.core.redact import known_secrets, redacted, scrub
-from layerprobe.core.run_specs import AngularSpec, DepthSpec, ExportSpec, PruneSpec, check_ablation
+from layerprobe.core.run_specs import AngularSpec, DepthSpec, ExportSpec, check_ablation
 from layerprobe.core.shares import Share
 from layerprobe.core.text import markdown_text, terminal_text, without_surrogates
 
 __all__ = [
+    "CORPUS_PANEL",
+    "LOADING_PANEL",
+    "OUTPUT_PANEL",
+    "SCALE_PANEL",
+    "STATISTICS_PANEL",
+    "TASKS_PANEL",
+    "SAME",
+    "Declared",
+    "OptionSpec",
+    "declared",
+    "fingerprint_values",
+    "recorded_options",
+    "recorded_values",
+    "setting",
     "content_digest",
     "input_digests",
     "Invocation",

@@ -6,26 +6,38 @@ library user gets the same one-line errors as a CLI user.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
-from layerprobe.core.checks import parse_eval_batch_size
+from layerprobe.core.checks import parse_memory_size
 from layerprobe.core.corpus_spec import CorpusSpec
 from layerprobe.core.defaults import (
-    CORPUS_TASK,
     DEFAULT_CHUNK_BYTES,
-    DEFAULT_MULTIPLICITY,
-    DEFAULT_ROUND_SIZE,
-    DEFAULT_STATE_BYTES,
-    ENGINES,
-    MULTIPLICITY_METHODS,
     POSITIONS,
-    SQUAD_TASK,
     UNITS,
 )
 from layerprobe.core.errors import LayerprobeError
 from layerprobe.core.model_spec import ModelSpec
+from layerprobe.core.option_spec import (
+    SCALE_PANEL,
+    OptionSpec,
+    setting,
+)
+
+# --max-state-memory: one declaration for prune-drop and angular, whose defaults differ (the help says both).
+MAX_STATE_MEMORY = OptionSpec(
+    ("--max-state-memory",),
+    "Bound on hidden states held at once, e.g. 512MiB or 4GiB. prune-drop: block inputs the shared "
+    "engine records per chunk (default 2GiB); angular: fp32 states gathered on one device (default 256MiB).",
+    SCALE_PANEL,
+    cli_type=str | None,
+    cli_default=None,
+    parse=parse_memory_size,
+    param="max_state_memory",
+    fingerprint=True,
+    recorded=True,
+    minimum=1,
+)
 
 
 def check_ablation(unit: str, span: int) -> None:
@@ -49,7 +61,7 @@ class AngularSpec:
     corpus: CorpusSpec = field(default_factory=CorpusSpec)
     positions: str = "all"
     batch_size: int = 8
-    max_state_bytes: int = DEFAULT_CHUNK_BYTES  # fp32 states gathered on one device at once
+    max_state_bytes: int = setting(DEFAULT_CHUNK_BYTES, MAX_STATE_MEMORY)  # fp32 states gathered on one device
 
     def __post_init__(self) -> None:
         if self.max_state_bytes < 1:
@@ -58,86 +70,6 @@ class AngularSpec:
             raise LayerprobeError(f"Unknown --positions {self.positions!r}.", hint="Use 'all' or 'last'.")
         if self.batch_size < 1:
             raise LayerprobeError(f"--batch-size must be positive, got {self.batch_size}.")
-
-
-@dataclass(frozen=True)
-class PruneSpec:
-    """One `layerprobe prune-drop` run: which tasks, which layers, how they are scored.
-
-    `layers` is the CLI text (`0-3,7`, inclusive, 0-based; None = every block); it is resolved against
-    the model's L once the model is loaded.
-    """
-
-    model: ModelSpec
-    tasks: tuple[str, ...]
-    layers: str | None = None
-    limit: float | None = None
-    num_fewshot: int | None = None
-    batch_size: int | str = 8
-    seed: int = 1234
-    include_path: str | None = None
-    squad_data: str | None = None
-    trust_task_code: bool = False  # run the Python a local task YAML names (lm-eval's `!function`)
-    engine: str = "auto"
-    unit: str = "block"  # what a variant removes: a block, or block l's attention / MLP sublayer
-    span: int = 1  # with unit "block": blocks [l, l+span) leave together
-    prefix_reuse: bool = True  # shared engine: compute a prefix shared by many requests once
-    max_state_bytes: int = DEFAULT_STATE_BYTES  # shared engine: recorded block inputs held at once
-    log_samples: bool = False  # write <out>/samples/<task>.jsonl (per-document values) at the end
-    angular: str | None = None  # angular.json to rank-compare with ΔP (None: <out>/angular.json if there)
-    corpus: CorpusSpec = field(default_factory=CorpusSpec)  # the windows `--task corpus` scores on
-    precision: float | None = None  # sequential: stop a variant once its anytime 95 % half-width is ≤ this
-    round_size: int = DEFAULT_ROUND_SIZE  # sequential: documents per round
-    multiplicity: str = DEFAULT_MULTIPLICITY  # how `significant` is adjusted over variants × tasks × metrics
-    # A task given as a YAML path is keyed by the task name its YAML defines; (name, path) says where it is.
-    task_files: tuple[tuple[str, str], ...] = ()
-
-    def __post_init__(self) -> None:
-        self._check_sequential()
-        if self.max_state_bytes < 1:
-            raise LayerprobeError(f"--max-state-memory must be positive, got {self.max_state_bytes} bytes.")
-        if self.multiplicity not in MULTIPLICITY_METHODS:
-            raise LayerprobeError(
-                f"Unknown --multiplicity {self.multiplicity!r}.", hint=f"Use one of {', '.join(MULTIPLICITY_METHODS)}."
-            )
-        check_ablation(self.unit, self.span)
-        if not self.tasks:
-            raise LayerprobeError("No --task given.", hint="e.g. --task mmlu, --task arc_easy or --task squad.")
-        if len(set(self.tasks)) != len(self.tasks):
-            raise LayerprobeError(f"A task is named twice in {list(self.tasks)}.")
-        if self.engine not in ENGINES:
-            raise LayerprobeError(f"Unknown --engine {self.engine!r}.", hint=f"Use one of {', '.join(ENGINES)}.")
-        if self.limit is not None and (not math.isfinite(self.limit) or self.limit <= 0):
-            raise LayerprobeError(
-                f"--limit must be a positive finite number, got {self.limit}.",
-                hint="A count of documents per task (e.g. 100) or a fraction below 1 (e.g. 0.1).",
-            )
-        if self.num_fewshot is not None and self.num_fewshot < 0:
-            raise LayerprobeError(f"--num-fewshot must be >= 0, got {self.num_fewshot}.")
-        object.__setattr__(self, "batch_size", parse_eval_batch_size(self.batch_size))
-
-    def task_source(self, task: str) -> str:
-        """What lm-eval loads for `task`: the YAML path it was given as, else the name itself."""
-        return dict(self.task_files).get(task, task)
-
-    def _check_sequential(self) -> None:
-        """--precision H and --round-size N: values, and the tasks a sequential run can score."""
-        if not isinstance(self.round_size, int) or self.round_size < 1:
-            raise LayerprobeError(f"--round-size must be a positive integer, got {self.round_size!r}.")
-        if self.precision is None:
-            return
-        if not math.isfinite(self.precision) or not 0 < self.precision < 1:
-            raise LayerprobeError(
-                f"--precision must lie in (0, 1), got {self.precision}.",
-                hint="The half-width of ΔP's anytime 95 % interval on the 0-1 scale, e.g. --precision 0.05.",
-            )
-        unbounded = [t for t in self.tasks if t in (SQUAD_TASK, CORPUS_TASK)]
-        if unbounded:
-            raise LayerprobeError(
-                f"--precision scores lm-eval tasks whose per-document metrics lie in [0, 1]; {unbounded[0]} has "
-                "no such metric.",
-                hint=f"Score {unbounded[0]} in a run without --precision.",
-            )
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Protocol, TypedDict, cast
+from typing import Any, Protocol, cast
 
-from layerprobe.core import ANSWER, CORPUS_TASK, DEFAULT_MULTIPLICITY, SIGNIFICANCE_LEVEL, PruneSpec
+from layerprobe.core import ANSWER, CORPUS_TASK, DEFAULT_MULTIPLICITY, SIGNIFICANCE_LEVEL, PruneSpec, recorded_values
 from layerprobe.evaluate import PairedColumns, paired_columns, paired_delta, within_range
 from layerprobe.model import Remover
 from layerprobe.prune.agreement import AngularSource, task_agreement
@@ -32,33 +32,12 @@ from layerprobe.results import (
 )
 from layerprobe.stats import adjust_pvalues, wilson_interval
 
-
-class RequiredSettings(TypedDict):
-    """The settings every prune-drop run records (see `PruneSettings`)."""
-
-    tasks: list[str]
-    layers: list[int]  # the starts of the removed units, in order
-    limit: float | None
-    num_fewshot: int | None
-    seed: int
-    batch_size: int | str
-    max_state_bytes: int
-    include_path: str | None
-    squad_data: str | None
-    unit: str  # "block", "attention" or "mlp"
-    span: int
-    sublayers: list[dict[str, str]] | None  # each block's sublayer module paths (unit attention or mlp)
-    prefix_reuse: bool
-
-
-class PruneSettings(RequiredSettings, total=False):
-    """The `settings` block of prune_drop.json, which the shards of one run must agree on to be merged."""
-
-    corpus: dict[str, object]  # the corpus options of `--task corpus` (`state.corpus_settings`)
-    corpus_metric: dict[str, object]  # which corpus metric scored the model and why (`evaluate.corpus_metric_record`)
-    precision: float  # --precision H of a sequential run (`state.sequential_settings`)
-    round_size: int  # --round-size of a sequential run
-    multiplicity: str  # how `significant` is adjusted: "holm", "bh" or "none" (absent in older shards: holm)
+# The `settings` block of prune_drop.json, which the shards of one run must agree on to be merged: the
+# tasks, the resolved blocks (`layers`: the starts of the removed units, in order) and each block's sublayer
+# module paths (`sublayers`, unit attention or mlp), then every setting PruneSpec declares recorded
+# (`core.recorded_values`), `corpus` for `--task corpus` (`state.corpus_settings`) and `corpus_metric`, which
+# corpus metric scored the model and why (`evaluate.corpus_metric_record`).
+PruneSettings = dict[str, Any]
 
 
 class RowSource(Protocol):
@@ -74,24 +53,11 @@ def prune_settings(spec: PruneSpec, layers: list[int], remover: Remover) -> Prun
     settings: PruneSettings = {
         "tasks": list(spec.tasks),
         "layers": layers,
-        "limit": spec.limit,
-        "num_fewshot": spec.num_fewshot,
-        "seed": spec.seed,
-        "batch_size": spec.batch_size,
-        "max_state_bytes": spec.max_state_bytes,
-        "include_path": spec.include_path,
-        "squad_data": spec.squad_data,
-        "unit": spec.unit,
-        "span": spec.span,
+        **recorded_values(spec),
         "sublayers": remover.module_paths(),
-        "prefix_reuse": spec.prefix_reuse,
-        "multiplicity": spec.multiplicity,
     }
     if CORPUS_TASK in spec.tasks:
         settings["corpus"] = corpus_settings(spec.corpus)
-    if spec.precision is not None:
-        settings["precision"] = spec.precision
-        settings["round_size"] = spec.round_size
     return settings
 
 

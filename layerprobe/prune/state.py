@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from layerprobe.core import CORPUS_TASK, ResultError
+from layerprobe.core import CORPUS_TASK, ResultError, fingerprint_values
 from layerprobe.results import (
     PRUNE_DROP_PARTIAL_JSON,
     JSONObject,
@@ -51,7 +51,8 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, object]:
 
     A hub model is pinned by its commit; a local checkpoint (commit None) by a stat digest of its files,
     so a retrained `./ckpt` is never mixed with the old one. Local task folders and SQuAD files are
-    digested the same way, and library versions are included: a new lm-eval can change prompts.
+    digested the same way, and library versions are included: a new lm-eval can change prompts. Which of
+    the spec's settings enter it is declared on PruneSpec (`OptionSpec.fingerprint`).
     """
     versions = library_versions()
     return {
@@ -65,33 +66,13 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, object]:
         "model_args": info.model_args,
         "num_layers": info.num_layers,
         "layer_path": info.layer_path,
-        "limit": spec.limit,
-        "num_fewshot": spec.num_fewshot,
-        "seed": spec.seed,
-        "batch_size": spec.batch_size,
-        "prefix_reuse": spec.prefix_reuse,
-        "max_state_bytes": spec.max_state_bytes,  # splits the shared engine's batches: padding, so rounding
-        "include_path": files_stat_digest(spec.include_path) if spec.include_path else None,
+        **fingerprint_values(spec, files_stat_digest),
         **(
             {"task_files": {name: files_stat_digest(path) for name, path in spec.task_files}} if spec.task_files else {}
         ),
-        "squad_data": files_stat_digest(spec.squad_data) if spec.squad_data else None,
-        "unit": spec.unit,
-        "span": spec.span,
         "versions": {k: versions.get(k) for k in ("torch", "transformers", "lm_eval")},
         **({"corpus": corpus_settings(spec.corpus)} if CORPUS_TASK in spec.tasks else {}),
-        **sequential_settings(spec),
     }
-
-
-def sequential_settings(spec: PruneSpec) -> dict[str, object]:
-    """What a sequential run (--precision) adds to the fingerprint; nothing for a full run.
-
-    The selected blocks are part of it: the rounds a resumed run replays were scored for those variants.
-    """
-    if spec.precision is None:
-        return {}
-    return {"precision": spec.precision, "round_size": spec.round_size, "sequential_layers": spec.layers}
 
 
 def corpus_settings(corpus: CorpusSpec) -> dict[str, object]:

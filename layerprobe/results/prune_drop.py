@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import TypedDict, TypeVar
 
 import layerprobe.results.validate as v
+from layerprobe.core import PruneSpec, recorded_options
 from layerprobe.results.evaluation import STOP_REASONS
 from layerprobe.results.io import PRUNE_DROP_SCHEMA, PRUNE_DROP_SCHEMA_V1, check_schema
 from layerprobe.results.json_types import JSONObject, Record
@@ -27,15 +28,8 @@ TASK_FIELDS: dict[str, v.Kind] = {
     "nonfinite": v.integer(default=0, minimum=0),
     "version": v.text(optional=True),
 }
-SETTINGS_FIELDS: dict[str, v.Kind] = {
-    "limit": lambda node: node.number(optional=True, finite=True, low=0.0),
-    "num_fewshot": v.integer(optional=True, minimum=0),
-    "seed": v.integer(optional=True),
-    "batch_size": v.text_or_integer(optional=True),
-    "unit": v.text(default="block"),
-    "span": v.integer(default=1, minimum=1),
-    "multiplicity": v.text(optional=True),  # absent in files written before flags were adjusted
-}
+# The recorded settings are declared on PruneSpec (core/option_spec.py): how each is read follows from there.
+SETTINGS_FIELDS: dict[str, v.Kind] = {key: v.declared_kind(item) for key, item in recorded_options(PruneSpec).items()}
 
 
 class _TaskSummaryFields(TypedDict):

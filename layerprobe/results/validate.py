@@ -13,10 +13,11 @@ from __future__ import annotations
 import enum
 import json
 import math
+import typing
 from collections.abc import Callable
 from typing import Any, Literal, NoReturn, TypeVar, overload
 
-from layerprobe.core import ResultError
+from layerprobe.core import Declared, ResultError
 from layerprobe.results.json_types import JSONObject, JSONValue
 
 T = TypeVar("T")
@@ -349,3 +350,25 @@ def _range_text(low: float | None, high: float | None, nan: bool) -> str:
     else:
         text = f"a number ≥ {low:g}" if low is not None else f"a number ≤ {high:g}"
     return text + (" (or NaN)" if nan else "")
+
+
+def declared_kind(item: Declared) -> Kind:
+    """How a result reads one recorded setting, from its declaration on the spec (core/option_spec.py).
+
+    The JSON type follows the field's type; a result written before the setting existed lacks it:
+    absent reads as the spec's default where the declaration says so (`older_default`), else as absent.
+    """
+    options = set(typing.get_args(item.type)) or {item.type}
+    default = item.default if item.option.older_default else ABSENT
+    optional = default is ABSENT
+    minimum = item.option.minimum
+    if options >= {int, str}:
+        return text_or_integer(optional=True)
+    if bool in options:
+        return flag(optional=optional, default=default)
+    if int in options:
+        low = None if minimum is None else int(minimum)
+        return lambda node: node.integer(optional=optional, default=default, minimum=low)
+    if float in options:
+        return lambda node: node.number(optional=optional, default=default, finite=True, low=minimum)
+    return text(optional=optional, default=default)

@@ -108,6 +108,6 @@ def track_section(track: TrackResult) -> str:
     )
 
 
-def write_report(path: Path, runs: list[RunResults], labels: list[str], track: TrackResult | None) -> Path:
+def write_page(path: Path, runs: list[RunResults], labels: list[str], track: TrackResult | None) -> Path:
     """Write the page atomically to `path` (parents created)."""
     return write_text(path, report_html(runs, labels, track))

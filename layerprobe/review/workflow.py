@@ -12,7 +12,7 @@ from pathlib import Path
 
 from layerprobe.plots import plot_track
 from layerprobe.results import RunDir, TrackResult, write_json, write_text
-from layerprobe.review.page import write_report as write_page
+from layerprobe.review.page import write_page
 from layerprobe.review.runs import RunResults, read_run
 from layerprobe.review.table import track_markdown
 from layerprobe.review.track import build_track

@@ -12,7 +12,8 @@ import typer
 from typer.testing import CliRunner
 
 from layerprobe.cli.app import friendly_errors
-from layerprobe.cli.groups import OptionGroup, command_groups, takes_groups
+from layerprobe.cli.groups import OptionGroup, SpecGroup, command_groups, takes_groups
+from layerprobe.core import OptionSpec, parse_memory_size, setting
 
 runner = CliRunner()
 
@@ -84,3 +85,47 @@ def test_a_group_option_needs_a_default():
     command.__annotations__["thing"] = NoDefault  # a local class: give the resolved type
     with pytest.raises(TypeError, match="needs a default"):
         takes_groups(command)
+
+
+# --- groups built from the settings a spec declares (core/option_spec.py) ---------------------------------
+
+
+@dataclass(frozen=True)
+class ToySpec:
+    """A spec with three declared settings, one of them a size read from text."""
+
+    name: str
+    depth: int = setting(2, OptionSpec(("--depth",), "How deep.", "Shape"))
+    memory: int = setting(
+        1024, OptionSpec(("--memory",), "Bytes.", cli_type=str | None, cli_default=None, parse=parse_memory_size)
+    )
+    fast: bool = setting(False, OptionSpec(("--fast/--slow",), "Speed."))
+
+
+@dataclass(frozen=True)
+class ToyDepth(SpecGroup):
+    SPEC = ToySpec
+    FIELDS = ("depth",)
+
+
+@dataclass(frozen=True)
+class ToyRest(SpecGroup):
+    SPEC = ToySpec
+    REST_OF = (ToyDepth,)
+
+
+def test_a_spec_group_takes_its_options_from_the_declarations_and_gives_the_spec_its_keywords():
+    seen: list[ToySpec] = []
+
+    @takes_groups
+    def build(*, depth: ToyDepth, rest: ToyRest) -> None:
+        seen.append(ToySpec("x", **depth.spec_fields(), **rest.spec_fields()))
+
+    assert ToyRest.FIELDS == ("memory", "fast")  # every setting the other group does not take, in order
+    result = runner.invoke(toy_app(build), ["area", "--depth", "5", "--memory", "1KiB", "--fast"])
+    assert result.exit_code == 0, result.output
+    assert seen[-1] == ToySpec("x", depth=5, memory=1024, fast=True)
+    assert runner.invoke(toy_app(build), ["area"]).exit_code == 0
+    assert seen[-1] == ToySpec("x")  # --memory left out: the spec's own default, not None
+    shown = runner.invoke(toy_app(build), ["area", "--help"]).output
+    assert "Shape" in shown and "--slow" in shown and "How deep." in shown

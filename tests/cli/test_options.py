@@ -20,7 +20,7 @@ from layerprobe.api.arguments import Loading
 from layerprobe.cli.app import COMMANDS, app
 from layerprobe.cli.corpus_options import Corpus, StreamedCorpus
 from layerprobe.cli.groups import OptionGroup, command_groups
-from layerprobe.cli.options import Evaluation, ModelLoading, Output, split_task_names
+from layerprobe.cli.options import Checkpoint, Evaluation, ModelLoading, Output, split_task_names
 from layerprobe.core import parse_eval_batch_size
 
 CLICK = typer.main.get_command(app)
@@ -56,6 +56,7 @@ def commands_taking(group: type[OptionGroup]) -> list[str]:
         (Corpus, ["heal", "prune-curve", "prune-drop"]),
         (Evaluation, ["prune-curve", "prune-drop"]),
         (Output, ["angular", "depth", "gain", "heal", "prune-curve", "prune-drop"]),
+        (Checkpoint, ["layers", "prune"]),
     ],
 )
 def test_each_group_is_the_same_on_every_command_that_takes_it(group, expected):
@@ -172,3 +173,38 @@ def test_the_api_and_the_commands_read_the_loading_options_alike():
     assert api.model_args == {"low_cpu_mem_usage": True, "max_memory": {0: "20GiB"}} and api.quantization == "8bit"
     as_mapping = Loading(**{**given, "model_args": {"low_cpu_mem_usage": True, "max_memory": {0: "20GiB"}}})
     assert as_mapping.spec("gpt2") == cli
+
+
+# --- commands × options: the common ones everywhere, the loading ones on every command that loads a model ----
+
+LOADING = ["--revision", "--dtype", "--device", "--device-map", "--trust-remote-code", "--layers-path"]
+LOADING += ["--model-args", "--model_args", "--load-in-4bit", "--load-in-8bit", "--attn-implementation"]
+# Commands that read a model without taking the loading group, and why (each reads it its own way).
+OWN_LOADING = {
+    "prune": "writes a checkpoint on CPU in the checkpoint's own dtype (--dtype there keeps it); no quantization",
+    "layers": "reads the config only (no weight is loaded): --revision, --trust-remote-code, --layers-path",
+    "demo": "builds its own tiny model",
+}
+
+
+def spellings_of(command: str) -> set[str]:
+    return {s for p in CLICK.commands[command].params for s in (*p.opts, *p.secondary_opts)}
+
+
+@pytest.mark.parametrize("command", sorted(CLICK.commands))
+def test_every_command_takes_the_common_options(command):
+    assert {"--quiet", "-q", "--config"} <= spellings_of(command)
+    if command not in ("prune", "layers"):  # prune writes to --save; layers writes nothing
+        assert "--out" in spellings_of(command)
+
+
+@pytest.mark.parametrize("command", sorted(CLICK.commands))
+def test_every_command_that_loads_a_model_takes_the_loading_options_with_lm_evals_spellings(command):
+    loads = ModelLoading in command_groups(COMMANDS[command]).values()
+    assert loads or command in OWN_LOADING or "--model-args" not in spellings_of(command)
+    if loads:
+        assert set(LOADING) | {"--output_path"} <= spellings_of(command)
+        if Evaluation in command_groups(COMMANDS[command]).values():
+            assert {"--batch_size", "--num_fewshot", "--include_path", "--tasks"} <= spellings_of(command)
+    if command in ("layers", "prune"):  # the loading options they do take come as the shared group
+        assert Checkpoint in command_groups(COMMANDS[command]).values()
