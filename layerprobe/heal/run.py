@@ -219,7 +219,7 @@ def run_heal(spec: HealSpec, progress: Progress | None = None, state_dir: Path |
             spec,
             loaded.input_device,
             state_dir,
-            lambda _step, _loss: progress.on_advance(1),
+            lambda _step, loss: (progress.detail(f"loss {loss:.4g}"), progress.on_advance(1)),
         )
 
     def healed() -> AbstractContextManager[None]:
