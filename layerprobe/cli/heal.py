@@ -13,6 +13,7 @@ from layerprobe.cli.console import RichProgress, err, out
 from layerprobe.cli.corpus_options import Corpus
 from layerprobe.cli.groups import OptionGroup, takes_groups
 from layerprobe.cli.options import ModelArg, ModelLoading, Output
+from layerprobe.cli.summaries import print_cut_ratios
 from layerprobe.core import HealSpec, check_output_dir
 from layerprobe.plots import plot_heal
 from layerprobe.results import HEAL_METRICS, RunDir, write_json
@@ -139,12 +140,7 @@ def heal(
             highlight=False,
             markup=False,
         )
-    before, after = result.parameters["original"], result.parameters["healed"]
-    out.print(
-        f"parameters {before:,} → {after:,} ({after / before:.1%}); for speed and memory run `layerprobe gain`",
-        highlight=False,
-        markup=False,
-    )
+    print_cut_ratios(model, result.checkpoint, result.parameters["original"], result.parameters["healed"])
     for note in result.notes:
         err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     written = [json_path, *plots] + ([Path(result.checkpoint)] if result.checkpoint else [])
