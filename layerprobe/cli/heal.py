@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -166,12 +166,7 @@ def heal(
     plots = plot_heal(result, directory)
     for metric in HEAL_METRICS:
         entry = result.metrics[metric]
-        rec = entry["recovery"]
-        shown = (
-            f"recovery {rec['value']:.1%} [{rec['ci95'][0]:.1%}, {rec['ci95'][1]:.1%}]"
-            if rec["value"] is not None
-            else "recovery not defined"
-        )
+        shown = recovery_text(entry["recovery"])
         out.print(
             f"{metric}: original {entry['original']['value']:.4g}, pruned {entry['pruned']['value']:.4g}, "
             f"healed {entry['healed']['value']:.4g}; {shown}",
@@ -180,12 +175,7 @@ def heal(
         )
     for task, record in (result.tasks or {}).items():
         for metric, entry in record["metrics"].items():
-            rec = entry["recovery"]
-            shown = (
-                f"recovery {rec['value']:.1%} [{rec['ci95'][0]:.1%}, {rec['ci95'][1]:.1%}]"
-                if rec["value"] is not None
-                else "recovery not defined"
-            )
+            shown = recovery_text(entry["recovery"])
             out.print(
                 f"{task} {metric}: original {entry['original']['value']:.4g}, pruned {entry['pruned']['value']:.4g}, "
                 f"healed {entry['healed']['value']:.4g}; {shown}",
@@ -197,3 +187,10 @@ def heal(
         err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     written = [json_path, *plots] + ([Path(result.checkpoint)] if result.checkpoint else [])
     out.print("wrote " + ", ".join(map(str, written)), highlight=False, markup=False)
+
+
+def recovery_text(rec: dict[str, Any]) -> str:
+    """`recovery 52.3% [43.3%, 60.3%]`, or `recovery not defined`."""
+    if rec["value"] is None:
+        return "recovery not defined"
+    return f"recovery {rec['value']:.1%} [{rec['ci95'][0]:.1%}, {rec['ci95'][1]:.1%}]"
