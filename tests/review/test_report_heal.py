@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from factories import heal_result
 from html_pages import parse
 
@@ -9,6 +10,7 @@ from layerprobe.results import HEAL_METRICS, HEAL_MODELS, RunDir, write_json
 from layerprobe.review import write_report
 
 
+@pytest.mark.slow  # draws the heal figure as SVG
 def test_heal_section_has_the_figure_and_the_three_models_with_recovery(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
