@@ -213,6 +213,11 @@ def run_heal(spec: HealSpec, progress: Progress | None = None, state_dir: Path |
 
     values = folded_values(stack, sites, maps)
     lora_record = None
+
+    def step_shown(_step: int, loss: float) -> None:  # the bar shows the last loss beside the rate
+        progress.detail(f"loss {loss:.4g}")
+        progress.on_advance(1)
+
     if spec.trains:
         progress.stage("Training LoRA", spec.steps, "step")
         values, lora_record = train_lora(
@@ -224,7 +229,7 @@ def run_heal(spec: HealSpec, progress: Progress | None = None, state_dir: Path |
             spec,
             loaded.input_device,
             state_dir,
-            lambda _step, loss: (progress.detail(f"loss {loss:.4g}"), progress.on_advance(1)),
+            step_shown,
         )
 
     def healed() -> AbstractContextManager[None]:

@@ -135,7 +135,8 @@ def task_entry(evaluations: dict[str, Evaluation], draws: int, seed: int) -> dic
                 "reason": "the per-document values do not pair as numbers",
             }
         else:
-            found_recovery = recovery(*(v or [] for v in values), draws=draws, seed=seed)
+            o, p, h = (v or [] for v in values)
+            found_recovery = recovery(o, p, h, draws=draws, seed=seed)
             entry["recovery"] = {
                 "value": found_recovery.value,
                 "ci95": list(found_recovery.ci95) if found_recovery.ci95 is not None else None,

@@ -116,11 +116,11 @@ def provenance(run: RunResults) -> str:
 def _data_text(result: AngularResult | PruneDropResult | DepthResult | PruneCurveResult | HealResult) -> str:
     """What the result measured on: the corpus (angular, depth, heal) or the tasks and settings (prune-drop, curve)."""
     if isinstance(result, HealResult):
-        data = result.data
-        calibration, held = data.get("calibration") or {}, data.get("held_out") or {}
+        healed = result.data
+        calibration, held = healed.get("calibration") or {}, healed.get("held_out") or {}
         return (
-            f"{data.get('dataset')}; {calibration.get('tokens')} calibration + {held.get('tokens')} held-out "
-            f"tokens, windows of {data.get('seq_len')}"
+            f"{healed.get('dataset')}; {calibration.get('tokens')} calibration + {held.get('tokens')} held-out "
+            f"tokens, windows of {healed.get('seq_len')}"
         )
     if isinstance(result, AngularResult | DepthResult):
         data = result.data
