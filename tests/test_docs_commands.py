@@ -19,7 +19,8 @@ The mapping, applied word by word:
   4,096 tokens where it names no budget.
 - No GPU here: `--device cuda` → `cpu`; `--load-in-4bit`/`--load-in-8bit` are dropped (bitsandbytes needs
   CUDA); `max_memory` keeps only its `cpu` entry; `--revision` is dropped (a local directory has none).
-- OVERRIDES: numbers that do not fit 8 blocks (`--layers 20-35`, `--remove 20-27`), replaced word for word.
+- OVERRIDES: numbers that do not fit 8 blocks (`--layers 20-35`, `--remove 20-27`, `--n 8`), replaced word
+  for word. `heal` gets `--held-out-tokens 256`, `gain` `--repeats 1`.
 - The ci.md workflows' shell: VARIABLES, `$SLURM_ARRAY_TASK_ID` over the array 0…7, `$checkpoint` over two
   checkpoints of an imitated training run with `$out` = `results/<checkpoint>`, `${runs[@]}` their results.
   `accelerate launch` runs as written, in a subprocess, with two CPU ranks.
@@ -64,7 +65,7 @@ MODELS = {
 }
 TASKS = {"mmlu": "lp_mmlu", "arc_easy": "lp_arc_like"}
 LOCAL_TASKS = {"lp_mmlu", "lp_arc_like", "lp_pydoc_ppl", "lp_gsm_like"}
-MODEL_COMMANDS = {"angular", "depth", "layers", "prune-drop", "prune-curve", "prune"}
+MODEL_COMMANDS = {"angular", "depth", "layers", "prune-drop", "prune-curve", "prune", "heal", "gain"}
 VARIABLES = {
     "$MODEL_ID": LLAMA,
     "$BASE_MODEL": LLAMA,
@@ -74,7 +75,11 @@ VARIABLES = {
     "$PRUNE_LIMIT": "100",
 }
 CHECKPOINTS = ("run/checkpoint-1000", "run/checkpoint-2000")
-OVERRIDES = {("--layers", "20-35"): ("--layers", "2-5"), ("--remove", "20-27"): ("--remove", "5-6")}
+OVERRIDES = {
+    ("--layers", "20-35"): ("--layers", "2-5"),
+    ("--remove", "20-27"): ("--remove", "5-6"),
+    ("--n", "8"): ("--n", "2"),
+}
 # The README's compare example prints its regression and `echo $?` → 1; elsewhere `compare` may pass (0) or
 # find a regression (1), both verdicts; 2 (bad input) is a failure of the docs.
 EXPECTED_EXIT = {"layerprobe compare base/angular.json cand/angular.json --adjacent-tolerance 0.001": {1}}
@@ -178,7 +183,11 @@ def map_words(words: tuple[str, ...], fixtures: dict[str, str]) -> list[str]:
         out = replace_option(out, "--limit", str(min(float(limit or 2), 2)).removesuffix(".0"))
     if "squad" in tasks:
         out += ["--squad-data", fixtures["squad"]]
-    reads_corpus = command in ("angular", "depth", "demo") or "corpus" in tasks
+    reads_corpus = command in ("angular", "depth", "demo", "heal") or "corpus" in tasks
+    if command == "heal":  # 512 calibration + 256 held-out positions of the corpus
+        out = replace_option(out, "--held-out-tokens", "256")
+    if command == "gain":
+        out = replace_option(out, "--repeats", "1")
     if reads_corpus:
         if "--dataset" not in out and command != "demo":
             out += ["--dataset", "builtin:pydoc"]

@@ -67,6 +67,16 @@ def compare(
     max_rms_growth: Annotated[
         float | None, typer.Option(help="depth: RMS(x^L)/RMS(x^0) may grow by this factor over the baseline's (1.25).")
     ] = None,
+    max_heal_gap: Annotated[
+        float | None,
+        typer.Option(
+            help="heal: the healed model may be at most this much worse than its original on held-out "
+            "--heal-metric (one-sided 95 % bound; no rule without it)."
+        ),
+    ] = None,
+    heal_metric: Annotated[
+        str | None, typer.Option(help="heal: the held-out metric --max-heal-gap bounds: nll, kl or top1_agreement.")
+    ] = None,
     output_format: Annotated[Format, typer.Option("--format", help="How the verdict is written on stdout.")] = "table",
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML here.")] = None,
     plot: Annotated[
@@ -89,6 +99,8 @@ def compare(
         max_drop_upper=max_drop_upper,
         max_flip_rate=max_flip_rate,
         max_rms_growth=max_rms_growth,
+        max_heal_gap=max_heal_gap,
+        heal_metric=heal_metric,
     )
     verdict = compare_paths(baseline, candidate, rules)
     if output_format == "table":

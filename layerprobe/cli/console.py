@@ -107,10 +107,12 @@ class RichProgress:
         )
         self.task: TaskID | None = None
         self.unit = ""
+        self.shown = ""  # the stage's detail (a loss), shown before its rate
 
     def stage(self, name: str, total: int | None, unit: str = "") -> None:
         self._finish_current()
         self.unit = unit
+        self.shown = ""
         self.task = self.bar.add_task(escape(name), total=total, rate="")
 
     def _finish_current(self) -> None:
@@ -126,10 +128,15 @@ class RichProgress:
             return
         self.bar.advance(self.task, amount)
         speed = _mean_rate(self.bar.tasks[self.task])
+        rate = ""
         if speed and self.unit:
-            self.bar.update(
-                self.task, rate=f"{speed:,.0f} {self.unit}/s" if speed >= 10 else f"{speed:.2g} {self.unit}/s"
-            )
+            rate = f"{speed:,.0f} {self.unit}/s" if speed >= 10 else f"{speed:.2g} {self.unit}/s"
+        if rate or self.shown:
+            self.bar.update(self.task, rate=" · ".join(part for part in (self.shown, rate) if part))
+
+    def detail(self, text: str) -> None:
+        """A short figure about the stage (heal's LoRA loss), shown beside the rate from the next advance."""
+        self.shown = escape(text)
 
     def note(self, text: str) -> None:
         """One line the library wants read: on stderr, above the bars, also under --quiet."""
@@ -137,7 +144,7 @@ class RichProgress:
             err.print(f"note: {escape(text)}", highlight=False, soft_wrap=True)
 
     def callbacks(self) -> LibraryProgress:
-        return LibraryProgress(on_stage=self.stage, on_advance=self.advance, on_note=self.note)
+        return LibraryProgress(on_stage=self.stage, on_advance=self.advance, on_note=self.note, on_detail=self.detail)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[RichProgress]:

@@ -11,6 +11,7 @@ from rich.markup import escape
 from layerprobe.cli.console import RichProgress, err, out
 from layerprobe.cli.groups import takes_groups
 from layerprobe.cli.options import Checkpoint, Dtype, ModelArg, Quiet
+from layerprobe.cli.summaries import print_cut_ratios
 from layerprobe.core import ExportSpec, ModelSpec, check_output_dir
 from layerprobe.export import recover_destination, run_export
 
@@ -112,6 +113,7 @@ def prune(
         highlight=False,
         soft_wrap=True,
     )
+    print_cut_ratios(model, str(result.directory), result.parameters_before, result.parameters_after)
     for note in result.notes:
         err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     written = f"wrote {result.directory}" + (f", {result.mergekit_yaml}" if result.mergekit_yaml else "")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -12,7 +12,8 @@ from rich.markup import escape
 from layerprobe.cli.console import RichProgress, err, out
 from layerprobe.cli.corpus_options import Corpus
 from layerprobe.cli.groups import OptionGroup, takes_groups
-from layerprobe.cli.options import ModelArg, ModelLoading, Output
+from layerprobe.cli.options import ModelArg, ModelLoading, Output, split_task_names
+from layerprobe.cli.summaries import print_cut_ratios
 from layerprobe.core import HealSpec, check_output_dir
 from layerprobe.plots import plot_heal
 from layerprobe.results import HEAL_METRICS, RunDir, write_json
@@ -38,6 +39,38 @@ class Lora(OptionGroup):
     ] = HealSpec.checkpoint_every
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue LoRA training from the checkpoint in --out after a kill.")
+    ] = False
+
+
+@dataclass(frozen=True)
+class HealTasks(OptionGroup):
+    """`--task`: lm-eval tasks scored on the original, pruned and healed model, as prune-drop scores them."""
+
+    PANEL = "Tasks (original, pruned and healed scored)"
+
+    task: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--task",
+            "--tasks",
+            help="lm-eval task or group (mmlu, arc_easy, a task under --include-path, a task YAML path) scored on "
+            "the original, pruned and healed model with paired intervals and the task recovery. Repeat, or "
+            "separate with commas.",
+        ),
+    ] = None
+    limit: Annotated[
+        float | None, typer.Option("--limit", help="Documents per task (a value < 1 is a fraction), for quick runs.")
+    ] = None
+    num_fewshot: Annotated[
+        int | None,
+        typer.Option("--num-fewshot", "--num_fewshot", help="Few-shot examples (default: the task's own)."),
+    ] = None
+    include_path: Annotated[
+        Path | None, typer.Option("--include-path", "--include_path", help="Folder of extra lm-eval task YAMLs.")
+    ] = None
+    trust_task_code: Annotated[
+        bool,
+        typer.Option("--trust-task-code", help="Run the Python that a local task YAML names (lm-eval's !function)."),
     ] = False
 
 
@@ -84,6 +117,7 @@ def heal(
         bool, typer.Option("--overwrite", help="Replace --save if it exists (the old one goes only at the end).")
     ] = False,
     lora: Lora,
+    tasks: HealTasks,
     corpus: Corpus,
     loading: ModelLoading,
     output: Output,
@@ -115,6 +149,11 @@ def heal(
         lr=lora.lr,
         checkpoint_every=lora.checkpoint_every,
         resume=lora.resume,
+        tasks=split_task_names(tasks.task or []),
+        limit=tasks.limit,
+        num_fewshot=tasks.num_fewshot,
+        include_path=str(tasks.include_path) if tasks.include_path else None,
+        trust_task_code=tasks.trust_task_code,
     )
     directory = output.directory(model)
     check_output_dir(directory)
@@ -127,25 +166,31 @@ def heal(
     plots = plot_heal(result, directory)
     for metric in HEAL_METRICS:
         entry = result.metrics[metric]
-        rec = entry["recovery"]
-        shown = (
-            f"recovery {rec['value']:.1%} [{rec['ci95'][0]:.1%}, {rec['ci95'][1]:.1%}]"
-            if rec["value"] is not None
-            else "recovery not defined"
-        )
+        shown = recovery_text(entry["recovery"])
         out.print(
             f"{metric}: original {entry['original']['value']:.4g}, pruned {entry['pruned']['value']:.4g}, "
             f"healed {entry['healed']['value']:.4g}; {shown}",
             highlight=False,
             markup=False,
         )
-    before, after = result.parameters["original"], result.parameters["healed"]
-    out.print(
-        f"parameters {before:,} → {after:,} ({after / before:.1%}); for speed and memory run `layerprobe gain`",
-        highlight=False,
-        markup=False,
-    )
+    for task, record in (result.tasks or {}).items():
+        for metric, entry in record["metrics"].items():
+            shown = recovery_text(entry["recovery"])
+            out.print(
+                f"{task} {metric}: original {entry['original']['value']:.4g}, pruned {entry['pruned']['value']:.4g}, "
+                f"healed {entry['healed']['value']:.4g}; {shown}",
+                highlight=False,
+                markup=False,
+            )
+    print_cut_ratios(model, result.checkpoint, result.parameters["original"], result.parameters["healed"])
     for note in result.notes:
         err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     written = [json_path, *plots] + ([Path(result.checkpoint)] if result.checkpoint else [])
     out.print("wrote " + ", ".join(map(str, written)), highlight=False, markup=False)
+
+
+def recovery_text(rec: dict[str, Any]) -> str:
+    """`recovery 52.3% [43.3%, 60.3%]`, or `recovery not defined`."""
+    if rec["value"] is None:
+        return "recovery not defined"
+    return f"recovery {rec['value']:.1%} [{rec['ci95'][0]:.1%}, {rec['ci95'][1]:.1%}]"

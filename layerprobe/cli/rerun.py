@@ -25,7 +25,8 @@ from layerprobe.core import LayerprobeError, ModelSpec, ResultError, check_outpu
 from layerprobe.model import weights_fingerprint  # reads file headers; torch only loads when used
 from layerprobe.results import REVIEWED_FILES, RunDir, differences, load_result, read_json
 
-RERUNNABLE = REVIEWED_FILES  # result kind → file: the results whose recorded command recomputes them
+# result kind → file: the results whose recorded command recomputes them (heal trains and saves: not re-run)
+RERUNNABLE = {kind: name for kind, name in REVIEWED_FILES.items() if kind != "heal"}
 SKIPPED_OPTIONS = {"--out": 1, "--output_path": 1, "--resume": 0, "--quiet": 0}  # option → values it takes
 DIFFERENT = 1
 SHOWN_DIFFERENCES = 8

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from layerprobe.cli.console import err, out
 from layerprobe.core import DEFAULT_MULTIPLICITY
+from layerprobe.export import weight_bytes
 from layerprobe.results import (
     AngularResult,
     AngularSummary,
@@ -355,3 +356,26 @@ def _interval(bounds: list[float] | None, signed: bool = True) -> str:
     """A 95 % interval as text ("—" where there is none)."""
     form = "+.4f" if signed else ".4f"
     return "—" if bounds is None else f"[{bounds[0]:{form}}, {bounds[1]:{form}}]"
+
+
+def _size(n: int) -> str:
+    """Bytes in decimal units (1 MB = 10^6 B), as `gain` reports them."""
+    scaled, unit = float(n), "B"
+    for unit in ("B", "KB", "MB", "GB"):
+        if scaled < 1000 or unit == "GB":
+            break
+        scaled /= 1000
+    return f"{n:,} B" if unit == "B" else f"{scaled:.1f} {unit}"
+
+
+def print_cut_ratios(source: str, saved: str | None, before: int, after: int) -> None:
+    """What a cut buys, at once: parameters and weight bytes as ratios to the source; speed is `gain`'s job.
+
+    Bytes are counted only where both checkpoints are local directories (a hub id has none on disk here).
+    """
+    parts = [f"parameters {before:,} → {after:,} ({after / before:.1%})"]
+    old, new = weight_bytes(source), (weight_bytes(saved) if saved is not None else None)
+    if old and new is not None:
+        parts.append(f"weight bytes {_size(old)} → {_size(new)} ({new / old:.1%})")
+    command = f"layerprobe gain {source} {saved} --out DIR" if saved is not None else "layerprobe gain"
+    out.print(f"{'; '.join(parts)}; for speed and memory run `{command}`", highlight=False, markup=False)

@@ -83,4 +83,7 @@ DEFAULT_LORA_RANK = 8
 DEFAULT_LORA_STEPS = 200
 DEFAULT_LORA_LR = 1e-4
 DEFAULT_LORA_TARGETS = "all-linear"  # peft's word: every linear layer of the kept blocks
+LORA_WARMUP_SHARE = 0.1  # the first tenth of LoRA's steps raise the learning rate linearly, then it decays (cosine)
+LORA_CHECK_SHARE = 8  # every 8th calibration window (at least one) is LoRA's check set, never trained on
+LORA_CHECKS = 10  # times the check set is scored during training; the adapters kept are the best scored
 DEFAULT_CHECKPOINT_EVERY = 50  # LoRA steps between two resumable checkpoints

@@ -51,6 +51,12 @@ class HealSpec:
     lr: float = DEFAULT_LORA_LR
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
     resume: bool = False
+    # --task: lm-eval tasks scored on the original, pruned and healed model (prune-drop's options)
+    tasks: tuple[str, ...] = ()
+    limit: float | None = None
+    num_fewshot: int | None = None
+    include_path: str | None = None
+    trust_task_code: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in HEAL_METHODS:
@@ -85,6 +91,10 @@ class HealSpec:
             raise LayerprobeError(f"--lr must be a positive number, got {self.lr}.", hint="e.g. --lr 1e-4.")
         if self.checkpoint_every < 1:
             raise LayerprobeError(f"--checkpoint-every must be positive, got {self.checkpoint_every}.")
+        if len(set(self.tasks)) != len(self.tasks):
+            raise LayerprobeError(f"A task is named twice in {list(self.tasks)}.")
+        if self.limit is not None and not self.limit > 0:
+            raise LayerprobeError(f"--limit must be positive, got {self.limit}.")
         if not self.targets.strip(" ,"):
             raise LayerprobeError("--targets names no module.", hint=f"e.g. --targets {DEFAULT_LORA_TARGETS}.")
 

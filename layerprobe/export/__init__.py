@@ -10,6 +10,7 @@ or transformers (the command line imports it at start-up): they are imported ins
 that need them.
 """
 
+from layerprobe.export.files import weight_bytes
 from layerprobe.export.save import ExportResult, check_destination, recover_destination, run_export, state_bytes
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "state_bytes",
     "recover_destination",
     "run_export",
+    "weight_bytes",
 ]

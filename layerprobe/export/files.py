@@ -241,3 +241,14 @@ def ranges_text(blocks: list[int]) -> str:
 def _comment_safe(text: str) -> str:
     """`text` as it may stand in a YAML comment: as is when printable, else JSON-quoted (no line breaks)."""
     return text if text.isprintable() else json.dumps(text)
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def weight_bytes(model: str | os.PathLike[str]) -> int | None:
+    """Bytes of the weight files of a local checkpoint directory (None for a hub id: nothing on disk to count)."""
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        return None
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES))

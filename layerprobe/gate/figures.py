@@ -70,7 +70,7 @@ def plot_verdict(verdict: Verdict, out_dir: str | Path | None = None) -> list[Pa
     """Draw compare.png and .pdf (compare_<kind>.* when several kinds) next to the candidate, or in `out_dir`."""
     paths = []
     for comp in verdict.comparisons:
-        if comp.kind == "depth":  # its own figure (depth.png) already shows both curves' shape
+        if comp.kind in ("depth", "heal"):  # their own figures (depth.png, heal.png) already show each run
             continue
         directory = RunDir(Path(out_dir) if out_dir is not None else comp.candidate.path.parent)
         figure = directory.plot("compare", comp.kind if len(verdict.comparisons) > 1 else None)

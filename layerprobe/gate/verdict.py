@@ -15,13 +15,22 @@ from layerprobe.core import ResultError
 from layerprobe.gate.rules.angular import angular_notes, angular_rules
 from layerprobe.gate.rules.answers import AnswerTests, answer_tests
 from layerprobe.gate.rules.depth import depth_notes, depth_rules
+from layerprobe.gate.rules.heal import heal_notes, heal_rules
 from layerprobe.gate.rules.prune_drop import prune_drop_notes, prune_drop_rules
 from layerprobe.gate.rules.record import RuleResult
 from layerprobe.gate.rules.thresholds import GateRules
-from layerprobe.results import RESULT_FILES, AngularResult, DepthResult, PruneDropResult, RunDir, load_gated_result
+from layerprobe.results import (
+    RESULT_FILES,
+    AngularResult,
+    DepthResult,
+    HealResult,
+    PruneDropResult,
+    RunDir,
+    load_gated_result,
+)
 
 # The result kinds the gate compares.
-ComparedResult = AngularResult | PruneDropResult | DepthResult
+ComparedResult = AngularResult | PruneDropResult | DepthResult | HealResult
 
 
 @dataclass(frozen=True)
@@ -125,6 +134,9 @@ def compare_results(
         results, notes = angular_rules(baseline, candidate, rules), angular_notes(baseline, candidate)
     elif isinstance(baseline, DepthResult) and isinstance(candidate, DepthResult):
         results, notes = depth_rules(baseline, candidate, rules.max_rms_growth), depth_notes(baseline, candidate)
+    elif isinstance(baseline, HealResult) and isinstance(candidate, HealResult):
+        results = heal_rules(baseline, candidate, rules.max_heal_gap, rules.heal_metric)
+        notes = heal_notes(baseline, candidate, rules.max_heal_gap)
     elif isinstance(baseline, PruneDropResult) and isinstance(candidate, PruneDropResult):
         results, notes = prune_drop_rules(baseline, candidate, rules)
         answers, inferiority, answer_notes = answer_tests(baseline, candidate, (baseline_path, candidate_path), rules)
@@ -178,9 +190,11 @@ def _pair_inputs(baseline: Path, candidate: Path) -> tuple[list[tuple[Path, Path
 def _kind(result: ComparedResult) -> str:
     if isinstance(result, DepthResult):
         return "depth"
+    if isinstance(result, HealResult):
+        return "heal"
     return "angular" if isinstance(result, AngularResult) else "prune_drop"
 
 
 def _side(path: Path, result: ComparedResult) -> Side:
-    layers = result.model.num_layers if isinstance(result, PruneDropResult) else result.num_layers
+    layers = result.model.num_layers if isinstance(result, PruneDropResult | HealResult) else result.num_layers
     return Side(path, result.model.id, result.model.revision, result.model.commit, int(layers))

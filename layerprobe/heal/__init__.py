@@ -12,14 +12,13 @@ anything above them.
 
 from layerprobe.heal.fit import NormalEquations
 from layerprobe.heal.fold import FoldSite, find_sites, folded, folded_parameters, spans_of
-from layerprobe.heal.gain import GainSettings, run_gain, weight_bytes
+from layerprobe.heal.gain import GainSettings, run_gain
 from layerprobe.heal.recovery import Recovery, recovery
 from layerprobe.heal.run import run_heal, split_windows
 
 __all__ = [
     "GainSettings",
     "run_gain",
-    "weight_bytes",
     "find_sites",
     "folded",
     "folded_parameters",

@@ -16,18 +16,16 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from layerprobe.core import LayerprobeError, ModelSpec
+from layerprobe.export import weight_bytes
 from layerprobe.model import load_model
 
 if TYPE_CHECKING:
     import torch
-
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
 @dataclass(frozen=True)
@@ -45,14 +43,6 @@ class GainSettings:
             if getattr(self, name) < 1:
                 flag = "--" + name.replace("_", "-")
                 raise LayerprobeError(f"{flag} must be a positive integer, got {getattr(self, name)}.")
-
-
-def weight_bytes(model: str) -> int | None:
-    """Bytes of the weight files of a local checkpoint directory (None for a hub id: nothing on disk to count)."""
-    path = Path(model).expanduser()
-    if not path.is_dir():
-        return None
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES))
 
 
 def _sync(device: torch.device | None) -> None:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from layerprobe.core import HealSpec, LayerprobeError
+from layerprobe.core import LORA_CHECK_SHARE, LORA_CHECKS, LORA_WARMUP_SHARE, HealSpec, LayerprobeError
 from layerprobe.data import Window, batches
 from layerprobe.model import LayerStack, removed_blocks, takes_argument
 from layerprobe.results import atomic_write
@@ -73,6 +74,23 @@ def target_modules(stack: LayerStack, removed: Sequence[int], targets: str, pref
     return names
 
 
+def split_check(windows: list[Window]) -> tuple[list[Window], list[Window]]:
+    """The windows LoRA trains on, and its check set: every LORA_CHECK_SHARE-th window (none with one window)."""
+    if len(windows) < 2:
+        return windows, []
+    check = windows[LORA_CHECK_SHARE - 1 :: LORA_CHECK_SHARE] or windows[-1:]
+    chosen = {id(w) for w in check}
+    return [w for w in windows if id(w) not in chosen], check
+
+
+def learning_rate_factor(step: int, steps: int) -> float:
+    """The share of --lr used at 0-based `step`: a linear warm-up over the first tenth, then a cosine decay."""
+    warm = max(1, round(LORA_WARMUP_SHARE * steps))
+    if step < warm:
+        return (step + 1) / warm
+    return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+
+
 def train_lora(
     model: nn.Module,
     stack: LayerStack,
@@ -84,7 +102,12 @@ def train_lora(
     state_dir: Path | None = None,
     on_step: Callable[[int, float], None] | None = None,
 ) -> tuple[dict[torch.nn.Parameter, torch.Tensor], dict[str, Any]]:
-    """Train adapters; return every healed parameter's value (the fold's `start` values included) and a record."""
+    """Train adapters; return every healed parameter's value (the fold's `start` values included) and a record.
+
+    The adapters kept are those with the lowest loss on the check set (calibration windows never trained
+    on), scored before the first step (the adapters are zero: the start itself) and LORA_CHECKS times
+    during training, so the result is never worse than the start on that set.
+    """
     import torch
     from peft import LoraConfig, get_peft_model
     from peft.tuners.lora import Linear as LoraLinear
@@ -101,42 +124,75 @@ def train_lora(
     lora = peft_model.base_model
     trainable = [p for p in peft_model.parameters() if p.requires_grad]
     optimiser = torch.optim.AdamW(trainable, lr=spec.lr, weight_decay=0.0)
+    train, check = split_check(windows)
+    extra = {"use_cache": False} if takes_argument(model, "use_cache") else {}
+
+    def loss_of(group: list[Window], learn: bool = False) -> float:
+        """The student's loss on `group`; with `learn` its gradients too, inside the swap (autograd reads the fold)."""
+        ids = torch.tensor([w.input_ids for w in group], device=device)
+        with torch.no_grad(), peft_model.disable_adapter():  # the teacher: the unpruned model, no fold
+            teacher = torch.log_softmax(model(input_ids=ids, **extra).logits[:, :-1].float(), -1)
+        with torch.set_grad_enabled(learn), replaced(start), removed_blocks(stack, list(removed)):
+            student = torch.log_softmax(model(input_ids=ids, **extra).logits[:, :-1].float(), -1)
+            if spec.loss == "kl":
+                loss = (teacher.exp() * (teacher - student)).sum(-1).mean()
+            else:
+                loss = -student.gather(-1, ids[:, 1:, None]).mean()
+            if learn:
+                optimiser.zero_grad(set_to_none=True)
+                loss.backward()
+        return float(loss.detach())
+
+    def check_loss() -> float | None:
+        if not check:
+            return None
+        parts = [(loss_of(g), len(g)) for g in batches(check, spec.batch_size)]
+        return sum(v * n for v, n in parts) / sum(n for _, n in parts)
+
+    def adapters() -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in peft_model.state_dict().items() if "lora_" in k}
+
     losses: list[float] = []
+    checks: list[list[float]] = []
     step = 0
+    best: dict[str, Any] = {}
     state_path = state_dir / _STATE if state_dir is not None else None
     if spec.resume and state_path is not None and state_path.is_file():
         state = torch.load(state_path, weights_only=False)
         peft_model.load_state_dict(state["adapters"], strict=False)
         optimiser.load_state_dict(state["optimiser"])
         step, losses = int(state["step"]), list(state["losses"])
-    extra = {"use_cache": False} if takes_argument(model, "use_cache") else {}
-    cycle = itertools.cycle(list(batches(windows, spec.batch_size)))
+        checks, best = list(state.get("checks", [])), dict(state.get("best", {}))
+    every = max(1, spec.steps // LORA_CHECKS)
+    cycle = itertools.cycle(list(batches(train, spec.batch_size)))
     for _ in range(step):  # the batches the steps before the checkpoint used
         next(cycle)
     model.train(False)
     try:
+        if not best:
+            first = check_loss()
+            if first is not None:
+                checks.append([0, first])
+            best = {"step": 0, "loss": first, "adapters": adapters()}
         while step < spec.steps:
-            group = next(cycle)
-            ids = torch.tensor([w.input_ids for w in group], device=device)
-            with torch.no_grad(), peft_model.disable_adapter():
-                teacher = torch.log_softmax(model(input_ids=ids, **extra).logits[:, :-1].float(), -1)
-            with replaced(start), removed_blocks(stack, list(removed)):
-                logits = model(input_ids=ids, **extra).logits[:, :-1].float()
-                student = torch.log_softmax(logits, -1)
-                if spec.loss == "kl":
-                    loss = (teacher.exp() * (teacher - student)).sum(-1).mean()
-                else:
-                    loss = -student.gather(-1, ids[:, 1:, None]).mean()
-                optimiser.zero_grad(set_to_none=True)
-                loss.backward()
-                optimiser.step()
+            for group_ in optimiser.param_groups:
+                group_["lr"] = spec.lr * learning_rate_factor(step, spec.steps)
+            value = loss_of(next(cycle), learn=True)
+            optimiser.step()
             step += 1
-            value = float(loss.detach())
             losses.append(value)
             if on_step:
                 on_step(step, value)
+            if check and (step % every == 0 or step == spec.steps):
+                scored = check_loss()
+                assert scored is not None
+                checks.append([step, scored])
+                if scored < best["loss"]:
+                    best = {"step": step, "loss": scored, "adapters": adapters()}
             if state_path is not None and (step % spec.checkpoint_every == 0 or step == spec.steps):
-                _save_state(state_path, peft_model, optimiser, step, losses)
+                _save_state(state_path, peft_model, optimiser, step, losses, checks, best)
+        if check:
+            peft_model.load_state_dict(best["adapters"], strict=False)
         healed = dict(start)
         with torch.no_grad():
             for module in model.modules():
@@ -157,9 +213,15 @@ def train_lora(
         "modules": len(names),
         "steps": spec.steps,
         "lr": spec.lr,
+        "schedule": f"linear warm-up over {max(1, round(LORA_WARMUP_SHARE * spec.steps))} steps, then cosine to 0",
         "loss": spec.loss,
         "batch_size": spec.batch_size,
         "losses": losses,
+        "check": {
+            "windows": len(check),
+            "losses": checks,
+            "kept_step": best["step"] if check else spec.steps,
+        },
     }
     return healed, record
 
@@ -172,10 +234,25 @@ def _prefix(model: nn.Module, stack: LayerStack) -> str:
     return ""
 
 
-def _save_state(path: Path, peft_model: nn.Module, optimiser: Any, step: int, losses: list[float]) -> None:
+def _save_state(
+    path: Path,
+    peft_model: nn.Module,
+    optimiser: Any,
+    step: int,
+    losses: list[float],
+    checks: list[list[float]],
+    best: dict[str, Any],
+) -> None:
     import torch
 
     adapters = {k: v.detach().cpu() for k, v in peft_model.state_dict().items() if "lora_" in k}
-    state = {"adapters": adapters, "optimiser": optimiser.state_dict(), "step": step, "losses": losses}
+    state = {
+        "adapters": adapters,
+        "optimiser": optimiser.state_dict(),
+        "step": step,
+        "losses": losses,
+        "checks": checks,
+        "best": best,
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: torch.save(state, tmp))

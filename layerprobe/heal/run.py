@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from layerprobe.core import (
+    DEFAULT_DRAWS,
     CorpusError,
     ExportSpec,
     HealSpec,
@@ -25,6 +26,7 @@ from layerprobe.core import (
     parse_layer_ranges,
 )
 from layerprobe.data import Window, windows_before_loading
+from layerprobe.evaluate import PreparedTasks
 from layerprobe.export import check_destination, recover_destination, run_export
 from layerprobe.heal.fold import (
     FoldSite,
@@ -37,6 +39,7 @@ from layerprobe.heal.fold import (
 from layerprobe.heal.held_out import per_window, summarise
 from layerprobe.heal.linear import calibrate, check_fold
 from layerprobe.heal.lora import replaced, train_lora
+from layerprobe.heal.tasks import check_heal_tasks, score_tasks
 from layerprobe.model import (
     CAUSAL_LM,
     Progress,
@@ -62,6 +65,7 @@ class Plan:
     held_out: list[Window]
     seq_len: int
     tokenizer: object = field(repr=False)
+    tasks: PreparedTasks | None = field(default=None, repr=False)  # --task: built before any weight
 
 
 def plan(spec: HealSpec, progress: Progress) -> Plan:
@@ -76,6 +80,7 @@ def plan(spec: HealSpec, progress: Progress) -> Plan:
     num_layers = find_layers(skeleton, spec.model.layers_path).num_layers
     del skeleton
     removed = _removed(spec, num_layers)
+    prepared = check_heal_tasks(spec)
     if spec.trains:
         check_peft()
     if spec.folds:
@@ -100,7 +105,7 @@ def plan(spec: HealSpec, progress: Progress) -> Plan:
             f"{spec.corpus.tokens:,} + --held-out-tokens {spec.held_out_tokens:,}.",
             hint="Use a larger corpus, or fewer --tokens / --held-out-tokens.",
         )
-    return Plan(num_layers, removed, calibration, held_out, seq_len, tokenizer)
+    return Plan(num_layers, removed, calibration, held_out, seq_len, tokenizer, prepared)
 
 
 def split_windows(windows: list[Window], calibration_tokens: int) -> tuple[list[Window], list[Window]]:
@@ -208,6 +213,11 @@ def run_heal(spec: HealSpec, progress: Progress | None = None, state_dir: Path |
 
     values = folded_values(stack, sites, maps)
     lora_record = None
+
+    def step_shown(_step: int, loss: float) -> None:  # the bar shows the last loss beside the rate
+        progress.detail(f"loss {loss:.4g}")
+        progress.on_advance(1)
+
     if spec.trains:
         progress.stage("Training LoRA", spec.steps, "step")
         values, lora_record = train_lora(
@@ -219,7 +229,7 @@ def run_heal(spec: HealSpec, progress: Progress | None = None, state_dir: Path |
             spec,
             loaded.input_device,
             state_dir,
-            lambda _step, _loss: progress.on_advance(1),
+            step_shown,
         )
 
     def healed() -> AbstractContextManager[None]:
@@ -228,6 +238,9 @@ def run_heal(spec: HealSpec, progress: Progress | None = None, state_dir: Path |
     progress.stage("Held-out comparison", sum(len(w.input_ids) for w in settled.held_out), "tok")
     scores = per_window(loaded, stack, settled.removed, healed, settled.held_out, spec.corpus, spec.batch_size)
     metrics = summarise(scores, seed=spec.seed)
+    tasks = None
+    if settled.tasks is not None:
+        tasks = score_tasks(loaded, stack, spec, settled.removed, healed, settled.tasks, progress, DEFAULT_DRAWS)
     parameters = {"original": model.num_parameters()}
     checkpoint = None
     notes: list[str] = []
@@ -279,4 +292,5 @@ def run_heal(spec: HealSpec, progress: Progress | None = None, state_dir: Path |
         run=timer.finish(loaded.device_label),
         notes=notes,
         lora=lora_record,
+        tasks=tasks,
     )

@@ -54,6 +54,7 @@ class Progress:
     which advances window by window). `on_evaluation(EvaluationEvent)` and `on_block(BlockEvent)`
     report every evaluation and every block pass of prune-drop's evaluations. `on_note(text)` is one line
     the user should read (what a resumed run reused, damaged resume state recomputed, stale files removed).
+    `on_detail(text)` is a short figure shown beside the current stage's bar (heal's LoRA: the last loss).
     """
 
     def __init__(
@@ -63,12 +64,14 @@ class Progress:
         on_evaluation: Callable[[EvaluationEvent], None] | None = None,
         on_block: Callable[[BlockEvent], None] | None = None,
         on_note: Callable[[str], None] | None = None,
+        on_detail: Callable[[str], None] | None = None,
     ) -> None:
         self.on_stage = on_stage or (lambda _name, _total, _unit: None)
         self.on_advance = on_advance or (lambda _n: None)
         self.on_evaluation = on_evaluation or (lambda _event: None)
         self.on_block = on_block
         self.on_note = on_note or (lambda _text: None)
+        self.on_detail = on_detail or (lambda _text: None)
 
     def stage(self, name: str, total: int | None = None, unit: str = "") -> None:
         """Start a stage (ends the previous one)."""
@@ -77,6 +80,10 @@ class Progress:
     def note(self, text: str) -> None:
         """One line a user should read about how the work is done (e.g. why an engine was chosen)."""
         self.on_note(text)
+
+    def detail(self, text: str) -> None:
+        """A short figure about the current stage (e.g. "loss 0.0412"), shown beside its bar."""
+        self.on_detail(text)
 
     @contextlib.contextmanager
     def watching_blocks(self, stack: LayerStack) -> Iterator[None]:

@@ -36,7 +36,7 @@ from layerprobe.plots.delta import (
 )
 from layerprobe.plots.depth import depth_figure, plot_depth
 from layerprobe.plots.gain import plot_gain
-from layerprobe.plots.heal import plot_heal
+from layerprobe.plots.heal import heal_figure, plot_heal
 from layerprobe.plots.heatmap import (
     DIFF_CMAP,
     DISTANCE_LABEL,
@@ -60,6 +60,7 @@ __all__ = [
     "angular_figure",
     "plot_gain",
     "plot_heal",
+    "heal_figure",
     "BASELINE_BAND",
     "PAIRED_INTERVAL",
     "normal_intervals",

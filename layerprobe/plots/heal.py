@@ -7,9 +7,13 @@ interval, and the recovery with its interval (or "not defined") in each panel's 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from layerprobe.plots.common import pyplot, save_figure, title_name
 from layerprobe.results import HEAL_METRICS, HEAL_MODELS, HealResult, RunDir
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 _LABELS = {"nll": "NLL (nats)", "kl": "KL(original ‖ model)", "top1_agreement": "top-1 agreement"}
 _COLOURS = {"original": "#4c72b0", "pruned": "#c44e52", "healed": "#55a868"}
@@ -17,6 +21,12 @@ _COLOURS = {"original": "#4c72b0", "pruned": "#c44e52", "healed": "#55a868"}
 
 def plot_heal(result: HealResult, directory: Path) -> list[Path]:
     """Draw heal.png and heal.pdf into `directory`; returns the paths."""
+    run = RunDir(directory)
+    return save_figure(heal_figure(result), run.plot("heal"), run.plot("heal", suffix="pdf"))
+
+
+def heal_figure(result: HealResult) -> Figure:
+    """The figure itself (the report embeds it as SVG): a panel per metric, a bar per model."""
     plt = pyplot()
     fig, axes = plt.subplots(1, len(HEAL_METRICS), figsize=(4 * len(HEAL_METRICS), 3.6))
     for ax, metric in zip(axes, HEAL_METRICS, strict=True):
@@ -44,5 +54,4 @@ def plot_heal(result: HealResult, directory: Path) -> list[Path]:
     blocks = ", ".join(map(str, result.removed))
     fig.suptitle(f"{title_name(result.model)}: blocks {blocks} removed, healed by {result.method} (95 % intervals)")
     fig.tight_layout()
-    run = RunDir(directory)
-    return save_figure(fig, run.plot("heal"), run.plot("heal", suffix="pdf"))
+    return fig

@@ -8,6 +8,7 @@ from layerprobe.core import check_output_dir
 from layerprobe.plots.curve import plot_prune_curve
 from layerprobe.plots.delta import plot_prune_drop
 from layerprobe.plots.depth import plot_depth
+from layerprobe.plots.heal import plot_heal
 from layerprobe.plots.heatmap import plot_angular
 from layerprobe.plots.stability import plot_stability
 from layerprobe.plots.track import plot_track
@@ -16,6 +17,7 @@ from layerprobe.results import (
     TRACK_SCHEMA,
     AngularResult,
     DepthResult,
+    HealResult,
     PruneCurveResult,
     StabilityResult,
     TrackResult,
@@ -49,4 +51,6 @@ def redraw(json_path: Path, out_dir: Path | None = None) -> list[Path]:
         return plot_depth(result, out_dir)
     if isinstance(result, PruneCurveResult):
         return plot_prune_curve(result, out_dir)
+    if isinstance(result, HealResult):
+        return plot_heal(result, out_dir)
     return plot_prune_drop(result, out_dir)

@@ -46,6 +46,7 @@ class HealResult:
     run: RunInfo
     lora: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    tasks: dict[str, Any] | None = None  # --task: task → {samples, num_fewshot, metrics}
 
     def recovery(self, metric: str) -> float | None:
         """The recovery of `metric` (None where not defined)."""
@@ -64,6 +65,7 @@ class HealResult:
             "lora": self.lora,
             "data": self.data,
             "held_out": {"metrics": self.metrics, "recovery_method": "paired_bootstrap"},
+            "tasks": self.tasks,
             "parameters": self.parameters,
             "checkpoint": self.checkpoint,
             "fit_seconds": self.fit_seconds,
@@ -91,7 +93,7 @@ class HealResult:
                 "reason": rec.key("reason").text(optional=True),
             }
             metrics[metric] = found
-        lora = node.key("lora")
+        lora, tasks = node.key("lora"), node.key("tasks")
         return cls(
             model=ModelInfo.from_dict(node.key("model")),
             method=node.key("method").text(),
@@ -107,6 +109,7 @@ class HealResult:
             run=RunInfo.from_dict(node.key("run")),
             lora=lora.obj() if lora.given else None,
             notes=[n.text() for n in node.key("notes").items()] if node.key("notes").given else [],
+            tasks={name: task.obj() for name, task in tasks.entries()} if tasks.given else None,
         )
 
 

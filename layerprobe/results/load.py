@@ -13,10 +13,12 @@ from layerprobe.core import ResultError
 from layerprobe.results.angular import AngularResult
 from layerprobe.results.curve import PruneCurveResult
 from layerprobe.results.depth import DepthResult
+from layerprobe.results.heal import HealResult
 from layerprobe.results.io import (
     ANGULAR_SCHEMA,
     COMPARE_SCHEMA,
     DEPTH_SCHEMA,
+    HEAL_SCHEMA,
     PARTIAL_SCHEMA,
     PRUNE_CURVE_SCHEMA,
     PRUNE_DROP_SCHEMA,
@@ -26,8 +28,8 @@ from layerprobe.results.io import (
 )
 from layerprobe.results.prune_drop import PruneDropResult
 
-AnyResult = AngularResult | PruneDropResult | DepthResult | PruneCurveResult
-GatedResult = AngularResult | PruneDropResult | DepthResult  # the kinds `compare` gates (rundir.RESULT_FILES)
+AnyResult = AngularResult | PruneDropResult | DepthResult | PruneCurveResult | HealResult
+GatedResult = AngularResult | PruneDropResult | DepthResult | HealResult  # what `compare` gates (RESULT_FILES)
 # What a file that is not a result is, and what to pass instead.
 NOT_A_RESULT = {
     schema_family(COMPARE_SCHEMA): "That is compare's verdict; pass the result files it compared "
@@ -55,18 +57,20 @@ def load_result(path: str | os.PathLike[str]) -> AnyResult:
         return DepthResult.from_dict(data, str(path))
     if kind == schema_family(PRUNE_CURVE_SCHEMA):
         return PruneCurveResult.from_dict(data, str(path))
+    if kind == schema_family(HEAL_SCHEMA):
+        return HealResult.from_dict(data, str(path))
     raise ResultError(f"{path}: unknown result schema {schema!r}.", hint=NOT_A_RESULT.get(kind))
 
 
 def load_gated_result(path: str | os.PathLike[str]) -> GatedResult:
-    """`load_result` for `compare`: a kind it gates (angular, prune-drop, depth), anything else refused in one line.
+    """`load_result` for `compare`: a kind it gates (angular, prune-drop, depth, heal), anything else refused.
 
     A pruning curve has no rules: comparing two would otherwise be read as one of the gated kinds.
     """
     result = load_result(path)
     if isinstance(result, PruneCurveResult):
         raise ResultError(
-            f"{path}: compare gates angular, prune-drop and depth results, not a pruning curve.",
+            f"{path}: compare gates angular, prune-drop, depth and heal results, not a pruning curve.",
             hint="Compare the runs' prune_drop.json (or their run directories); `layerprobe plot` draws a curve.",
         )
     return result

@@ -46,7 +46,7 @@ GAIN_JSON = "gain.json"  # `layerprobe gain`: parameters, bytes, memory and spee
 TRACK_MD = "track.md"  # the same history as a GitHub markdown table (for $GITHUB_STEP_SUMMARY)
 REPORT_HTML = "report.html"  # `layerprobe report`: one self-contained page
 # The result files `compare` pairs by name across two run directories, by kind.
-RESULT_FILES = {"angular": ANGULAR_JSON, "prune_drop": PRUNE_DROP_JSON, "depth": DEPTH_JSON}
+RESULT_FILES = {"angular": ANGULAR_JSON, "prune_drop": PRUNE_DROP_JSON, "depth": DEPTH_JSON, "heal": HEAL_JSON}
 # The result files `track` and `report` read from a run directory, by kind (whichever are there).
 REVIEWED_FILES = {**RESULT_FILES, "prune_curve": PRUNE_CURVE_JSON}
 # Figures: kind → file stem (`angular.png`, `prune_drop_<task>.png`, `compare_<kind>.png`…).

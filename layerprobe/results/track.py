@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import PurePath
+from typing import Any
 
 from layerprobe.results.io import TRACK_SCHEMA, check_schema
 from layerprobe.results.json_types import JSONObject
@@ -179,6 +180,35 @@ class TrackCurve:
 
 
 @dataclass(frozen=True)
+class TrackHeal:
+    """One run's heal.json: the method and cut, and per metric the healed model's held-out value and recovery.
+
+    `metrics` maps nll, kl and top1_agreement to {"healed", "healed_ci95", "recovery", "recovery_ci95"}
+    (recovery and its interval None where heal.json says it is not defined).
+    """
+
+    method: str
+    removed: list[int]
+    metrics: dict[str, dict[str, Any]]
+
+    @classmethod
+    def from_dict(cls, node: Node) -> TrackHeal:
+        metrics = {}
+        for name, entry in node.key("metrics").entries(min_length=1):
+            metrics[name] = {
+                "healed": entry.key("healed").number(),
+                "healed_ci95": interval(entry.key("healed_ci95")),
+                "recovery": entry.key("recovery").number(optional=True),
+                "recovery_ci95": interval(entry.key("recovery_ci95")),
+            }
+        return cls(
+            method=node.key("method").text(),
+            removed=[item.integer(minimum=0) for item in node.key("removed").items(min_length=1)],
+            metrics=metrics,
+        )
+
+
+@dataclass(frozen=True)
 class TrackRun:
     """One run directory: where its results came from, its place in the order, and its numbers.
 
@@ -199,6 +229,7 @@ class TrackRun:
     prune_drop: dict[str, TrackTask] | None = None
     depth: TrackDepth | None = None
     prune_curve: dict[str, TrackCurve] | None = None
+    heal: TrackHeal | None = None
 
     @classmethod
     def from_dict(cls, node: Node) -> TrackRun:
@@ -225,6 +256,7 @@ class TrackRun:
             prune_drop={k: TrackTask.from_dict(t) for k, t in drop.entries()} if drop.given else None,
             depth=TrackDepth.from_dict(depth) if depth.given else None,
             prune_curve={k: TrackCurve.from_dict(c) for k, c in curve.entries()} if curve.given else None,
+            heal=TrackHeal.from_dict(node.key("heal")) if node.key("heal").given else None,
         )
         for kind, field, series in (
             ("angular", "adjacent", run.angular and run.angular.adjacent),

@@ -17,6 +17,7 @@ from layerprobe.results import (
     REVIEWED_FILES,
     AngularResult,
     DepthResult,
+    HealResult,
     ModelInfo,
     PruneCurveResult,
     PruneDropResult,
@@ -25,8 +26,14 @@ from layerprobe.results import (
 )
 
 T = TypeVar("T")
-AnyResult = AngularResult | PruneDropResult | DepthResult | PruneCurveResult
-KINDS = {"angular": AngularResult, "prune_drop": PruneDropResult, "depth": DepthResult, "prune_curve": PruneCurveResult}
+AnyResult = AngularResult | PruneDropResult | DepthResult | PruneCurveResult | HealResult
+KINDS = {
+    "angular": AngularResult,
+    "prune_drop": PruneDropResult,
+    "depth": DepthResult,
+    "prune_curve": PruneCurveResult,
+    "heal": HealResult,
+}
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,7 @@ class RunResults:
     prune_drop: PruneDropResult | None = None
     depth: DepthResult | None = None
     prune_curve: PruneCurveResult | None = None
+    heal: HealResult | None = None
 
     @property
     def model(self) -> ModelInfo:
@@ -95,6 +103,7 @@ def read_run(directory: str | Path) -> RunResults:
         prune_drop=_of(results, "prune_drop", PruneDropResult),
         depth=_of(results, "depth", DepthResult),
         prune_curve=_of(results, "prune_curve", PruneCurveResult),
+        heal=_of(results, "heal", HealResult),
     )
     check_one_checkpoint(run)
     return run

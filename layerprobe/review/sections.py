@@ -10,11 +10,14 @@ import html
 import math
 from collections.abc import Sequence
 
-from layerprobe.plots import depth_figure, figure_svg, prune_curve_figure, prune_drop_figure
+from layerprobe.plots import depth_figure, figure_svg, heal_figure, prune_curve_figure, prune_drop_figure
 from layerprobe.results import (
+    HEAL_METRICS,
+    HEAL_MODELS,
     REVIEWED_FILES,
     AngularResult,
     DepthResult,
+    HealResult,
     ModelInfo,
     PruneCurveResult,
     PruneDropResult,
@@ -25,9 +28,9 @@ from layerprobe.results import (
 )
 from layerprobe.review.heatmap import heatmap_svg
 from layerprobe.review.runs import RunResults
-from layerprobe.review.table import number
+from layerprobe.review.table import number, with_interval
 
-SECTIONS = ("provenance", "angular", "prune-drop", "agreement", "prune-curve", "depth")
+SECTIONS = ("provenance", "angular", "prune-drop", "agreement", "prune-curve", "depth", "heal")
 TITLES = {
     "provenance": "Provenance",
     "angular": "Angular distance between blocks",
@@ -35,6 +38,7 @@ TITLES = {
     "agreement": "Do angular distance and ΔP agree?",
     "prune-curve": "Pruning curves",
     "depth": "Depth: why blocks are lazy",
+    "heal": "Heal: original, pruned and healed on held-out text",
 }
 
 
@@ -63,6 +67,7 @@ def run_sections(run: RunResults, prefix: str) -> str:
         "agreement": agreement_body(run.prune_drop) if run.prune_drop else missing(run, "prune_drop"),
         "prune-curve": curve_body(run.prune_curve, prefix) if run.prune_curve else missing(run, "prune_curve"),
         "depth": depth_body(run.depth, prefix) if run.depth else missing(run, "depth"),
+        "heal": heal_body(run.heal, prefix) if run.heal else missing(run, "heal"),
     }
     return "\n".join(section(prefix, kind, bodies[kind]) for kind in SECTIONS)
 
@@ -108,8 +113,15 @@ def provenance(run: RunResults) -> str:
     return body + table
 
 
-def _data_text(result: AngularResult | PruneDropResult | DepthResult | PruneCurveResult) -> str:
-    """What the result measured on: the corpus (angular, depth) or the tasks and settings (prune-drop, curve)."""
+def _data_text(result: AngularResult | PruneDropResult | DepthResult | PruneCurveResult | HealResult) -> str:
+    """What the result measured on: the corpus (angular, depth, heal) or the tasks and settings (prune-drop, curve)."""
+    if isinstance(result, HealResult):
+        healed = result.data
+        calibration, held = healed.get("calibration") or {}, healed.get("held_out") or {}
+        return (
+            f"{healed.get('dataset')}; {calibration.get('tokens')} calibration + {held.get('tokens')} held-out "
+            f"tokens, windows of {healed.get('seq_len')}"
+        )
     if isinstance(result, AngularResult | DepthResult):
         data = result.data
         parts = [data.get("dataset"), data.get("config"), data.get("split")]
@@ -223,3 +235,32 @@ def depth_body(result: DepthResult, prefix: str) -> str:
     svg = figure_svg(depth_figure(result), f"{prefix}-depth", "depth figure: residual growth, updates, gradients")
     items = "".join(f"<li>{esc(line)}</li>" for line in lines)
     return f"<figure>{svg}</figure><ul>{items}</ul>"
+
+
+def heal_body(result: HealResult, prefix: str) -> str:
+    """The heal figure and a table: each model's held-out value per metric (95 % intervals) and the recovery."""
+    rows = []
+    for metric in HEAL_METRICS:
+        entry = result.metrics[metric]
+        rec = entry["recovery"]
+        if rec["value"] is None:
+            recovery = f"not defined ({rec['reason']})"
+        else:
+            recovery = f"{rec['value']:.1%} [{rec['ci95'][0]:.1%}, {rec['ci95'][1]:.1%}]"
+        cells = "".join(
+            f'<td class="num">{esc(with_interval(entry[m]["value"], entry[m]["ci95"]))}</td>' for m in HEAL_MODELS
+        )
+        rows.append(f"<tr><td>{esc(metric)}</td>{cells}<td>{esc(recovery)}</td></tr>")
+    label = f"blocks {', '.join(map(str, result.removed))} removed, healed by {result.method}"
+    svg = figure_svg(heal_figure(result), f"{prefix}-heal", label)
+    before, after = result.parameters.get("original"), result.parameters.get("healed")
+    size = f"parameters {before:,} → {after:,} ({after / before:.1%})" if before and after is not None else ""
+    head = "".join(f'<th class="num">{m} [95 % CI]</th>' for m in HEAL_MODELS)
+    return (
+        f"<figure>{svg}<figcaption>{esc(label)}; error bars: 95 % intervals.</figcaption></figure>"
+        f'<div class="scroll"><table class="heal"><thead><tr><th>metric</th>{head}'
+        "<th>recovery [95 % bootstrap CI]</th></tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table></div>"
+        + (f"<p>{esc(size)}</p>" if size else "")
+    )

@@ -58,6 +58,9 @@ def track_table(track: TrackResult) -> tuple[list[str], list[list[str]]]:
             header.append(f"ΔP {task}, block {block} [95 % CI]")
     if any(r.depth for r in runs):
         header += ["RMS growth x^L/x^0", "grad norm last/first"]
+    healed = any(r.heal for r in runs)
+    if healed:
+        header += ["heal", "healed KL(original ‖ ·) [95 % CI]", "KL recovery [95 % CI]"]
     rows = []
     for run in runs:
         row = [run.label, _model_cell(run), str(run.num_layers)]
@@ -70,6 +73,8 @@ def track_table(track: TrackResult) -> tuple[list[str], list[list[str]]]:
             row += (
                 ["—", "—"] if depth is None else [number(depth.rms_growth, 3), number(depth.grad_ratio_last_first, 3)]
             )
+        if healed:
+            row += _heal_cells(run)
         rows.append(row)
     return header, rows
 
@@ -125,3 +130,16 @@ def track_notes(track: TrackResult) -> list[str]:
     if watch:
         notes.append(f"Watched blocks ({track.watch_source}): {watch}.")
     return notes + [f"Note: {note}." for note in track.notes or []]
+
+
+def _heal_cells(run: TrackRun) -> list[str]:
+    heal = run.heal
+    if heal is None:
+        return ["—", "—", "—"]
+    kl = heal.metrics["kl"]
+    recovery = "not defined"
+    if kl["recovery"] is not None:
+        low, high = kl["recovery_ci95"]
+        recovery = f"{kl['recovery']:.1%} [{low:.1%}, {high:.1%}]"
+    cut = f"{heal.method}, removed {','.join(map(str, heal.removed))}"
+    return [cut, with_interval(kl["healed"], kl["healed_ci95"]), recovery]

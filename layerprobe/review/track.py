@@ -3,7 +3,8 @@
 `build_track` checks the runs belong together (order.py), orders them, picks the blocks whose ΔP is
 watched (`--watch`, else each task's most harmful block in the first run that scored it) and collects each
 run's numbers: angular (adjacent.py), each task's baseline and watched ΔP with the paired intervals of
-prune_drop.json, residual growth and gradient norms from depth.json, and ΔP along the pruning curves.
+prune_drop.json, residual growth and gradient norms from depth.json, ΔP along the pruning curves, and heal.json's healed
+held-out values and recoveries.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from layerprobe.core import LayerprobeError, parse_layer_ranges
 from layerprobe.results import (
     CurvePoints,
     DepthResult,
+    HealResult,
     MetricDrop,
     PruneCurveResult,
     PruneDropResult,
     TrackCurve,
     TrackDepth,
+    TrackHeal,
     TrackResult,
     TrackRun,
     TrackTask,
@@ -149,7 +152,22 @@ def track_run(
         prune_drop=None if run.prune_drop is None else track_tasks(run.prune_drop, watched, reference),
         depth=None if run.depth is None else track_depth(run.depth),
         prune_curve=None if run.prune_curve is None else track_curves(run.prune_curve),
+        heal=None if run.heal is None else track_heal(run.heal),
     )
+
+
+def track_heal(result: HealResult) -> TrackHeal:
+    """The healed model's held-out value and the recovery, per metric, as heal.json recorded them."""
+    metrics = {
+        name: {
+            "healed": entry["healed"]["value"],
+            "healed_ci95": entry["healed"]["ci95"],
+            "recovery": entry["recovery"]["value"],
+            "recovery_ci95": entry["recovery"]["ci95"],
+        }
+        for name, entry in result.metrics.items()
+    }
+    return TrackHeal(result.method, list(result.removed), metrics)
 
 
 def track_tasks(

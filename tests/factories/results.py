@@ -21,6 +21,7 @@ from layerprobe.results import (
     DepthResult,
     Evaluation,
     GradNorms,
+    HealResult,
     MetricDrop,
     MetricScore,
     ModelInfo,
@@ -407,3 +408,38 @@ def corpus_prune_result() -> PruneDropResult:
         "top1_agreement": metric_drop(1.0, [0.70, 0.93, 0.97, 0.52], baseline_stderr=0.0, paired_se=se),
     }
     return prune_drop_result({"corpus": metrics}, 4, limit=None)
+
+
+def heal_result(shift: float = 0.0, method: str = "linear", seed: int = 0, windows: int = 12) -> HealResult:
+    """A heal.json's result from made-up per-window values: the healed model `shift` worse than the built one."""
+    from layerprobe.heal.held_out import summarise
+
+    rng = np.random.default_rng(seed)
+    nll = rng.normal(3.0, 0.2, windows)
+    values = {
+        "original": {"nll": list(nll), "kl": [0.0] * windows, "top1_agreement": [1.0] * windows},
+        "pruned": {
+            "nll": list(nll + 0.5 + rng.normal(0, 0.05, windows)),
+            "kl": list(0.5 + rng.normal(0, 0.05, windows)),
+            "top1_agreement": list(0.6 + rng.normal(0, 0.02, windows)),
+        },
+        "healed": {
+            "nll": list(nll + 0.1 + shift + rng.normal(0, 0.02, windows)),
+            "kl": list(0.1 + shift + rng.normal(0, 0.02, windows)),
+            "top1_agreement": list(0.9 - shift + rng.normal(0, 0.01, windows)),
+        },
+    }
+    return HealResult(
+        model=model_info(4),
+        method=method,
+        removed=[2],
+        spans=[[2, 3]],
+        ridge=0.0,
+        fits=[],
+        data={"dataset": "builtin:pydoc", "tokens": 512, "seq_len": 64},
+        metrics=summarise(values),
+        parameters={"original": 1000, "healed": 800},
+        checkpoint=None,
+        fit_seconds=0.5,
+        run=RUN,
+    )

@@ -290,7 +290,7 @@ def test_compare_refuses_pruning_curves_in_one_line(tmp_path):
     path = write_json(tmp_path / "prune_curve.json", curve_dict())
     result = invoke("compare", path, path, "--no-plot")
     assert result.exit_code == 2, result.output
-    assert "compare gates angular, prune-drop and depth results, not a pruning curve" in " ".join(result.stderr.split())
+    assert "compare gates angular, prune-drop, depth and heal results, not a pruning curve" in " ".join(result.stderr.split())
     assert "Traceback" not in result.output
 
 

@@ -17,7 +17,7 @@ from headless_chromium import WIDTH, dump_dom, find_chromium, print_pdf, screens
 from html_pages import body_attributes, expected_title, parse
 
 pytestmark = pytest.mark.browser
-SECTIONS = ("provenance", "angular", "prune-drop", "agreement", "prune-curve", "depth")
+SECTIONS = ("provenance", "angular", "prune-drop", "agreement", "prune-curve", "depth", "heal")
 # Run after the page's own script: hover one cell of the open run, then record what the page shows.
 PROBE = """<script>
 window.addEventListener("load", function () {

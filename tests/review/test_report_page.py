@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from layerprobe.cli.app import app
 
 runner = CliRunner()
-SECTIONS = ("provenance", "angular", "prune-drop", "agreement", "prune-curve", "depth")
+SECTIONS = ("provenance", "angular", "prune-drop", "agreement", "prune-curve", "depth", "heal")
 
 
 def report(*args):

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.core import LayerprobeError
-from layerprobe.results import LAZY_THRESHOLD
+from layerprobe.results import HEAL_METRICS, LAZY_THRESHOLD
 
 # The rules file's sections and the thresholds each may set (also the layout of `GateRules.to_dict`).
 SECTIONS = {
     "angular": ("lazy_threshold", "max_lazy_increase", "adjacent_tolerance"),
     "prune_drop": ("max_drop", "se_factor", "metric", "metrics", "max_drop_upper", "max_flip_rate"),
     "depth": ("max_rms_growth",),
+    "heal": ("max_heal_gap", "heal_metric"),
 }
 
 # One threshold's value: a number (a count is an int), a metric name, or a table of task = "metric".
@@ -47,6 +48,10 @@ class GateRules:
             drop, from both runs' paired per-document answers, must be at most this (None: no such rule).
         max_flip_rate: generating tasks: the share of documents whose full-model answer (after each of the
             task's filters) differs between the two runs may be at most this (None: no such rule).
+        max_rms_growth: depth: RMS(x^L)/RMS(x^0) may grow by at most this factor over the baseline's.
+        max_heal_gap: heal: the one-sided 95 % upper bound of how much worse the candidate's healed model
+            is than its original on held-out `heal_metric` may be at most this (None: no such rule).
+        heal_metric: heal: nll, kl or top1_agreement.
         sources: threshold name → "rules file" or "flag"; absent means the default.
     """
 
@@ -60,6 +65,8 @@ class GateRules:
     max_drop_upper: float | None = None
     max_flip_rate: float | None = None
     max_rms_growth: float = 1.25  # depth: RMS(x^L)/RMS(x^0) may grow by this factor over the baseline's
+    max_heal_gap: float | None = None  # heal: one-sided 95 % bound of healed − original (None: no rule)
+    heal_metric: str = "nll"  # heal: the held-out metric max_heal_gap bounds (nll, kl, top1_agreement)
     sources: dict[str, str] = field(default_factory=dict)
 
     def metric_for(self, task: str, primary: str) -> str:
@@ -146,6 +153,10 @@ def check_threshold(name: str, value: object, where: str) -> Threshold:
     """
     if name == "metric" and isinstance(value, str) and value:
         return value
+    if name == "heal_metric":
+        if value not in HEAL_METRICS:
+            raise LayerprobeError(f"{where} must be one of {', '.join(HEAL_METRICS)}, got {value!r}.")
+        return str(value)
     if (
         name == "metrics"
         and isinstance(value, dict)
