@@ -280,7 +280,8 @@ def test_corpus_task_with_a_span_and_a_sublayer_unit_and_starts_that_cannot_hold
         loaded=loaded,
         progress=Progress(on_note=notes.append),
     )
-    assert notes == ["--span 3: start(s) 2, 3 cannot hold 3 blocks inside the model's 4 (l ≤ 1); left out."]
+    assert notes[0].startswith("corpus metric: next-token (LlamaForCausalLM is a causal LM")
+    assert notes[1:] == ["--span 3: start(s) 2, 3 cannot hold 3 blocks inside the model's 4 (l ≤ 1); left out."]
     kl = spans.tasks["corpus"].metrics["kl"]
     assert spans.settings["span"] == 3 and kl.layers == [0] and kl.pruned[0] > 1e-4
     attention = run_prune_drop(

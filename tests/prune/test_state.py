@@ -217,10 +217,10 @@ def test_damaged_resume_state_is_recomputed_and_the_resumed_result_equals_a_clea
 
     # --resume on the finished run: reused as it is, nothing evaluated, and said so; its fixed cost is small:
     # the tasks (lm-eval's index and data) are not even prepared.
-    import layerprobe.prune.drop as drop_module
+    import layerprobe.prune.preflight as preflight_module
 
     prepared = []
-    monkeypatch.setattr(drop_module, "prepare_tasks", lambda spec: prepared.append(spec) or 1 / 0)
+    monkeypatch.setattr(preflight_module, "prepare_tasks", lambda spec: prepared.append(spec) or 1 / 0)
     notes.clear(), recorded.clear()
     again = run_prune_drop(spec, out, resume=True, loaded=loaded, progress=progress)
     assert recorded == [] and comparable(again) == comparable(full) and prepared == []
