@@ -32,6 +32,7 @@ from layerprobe.core.defaults import (
     MONITOR_TOKENS,
     MULTIPLICITY_METHODS,
     POSITIONS,
+    PROPORTION_METRICS,
     REDACTED,
     RENDEZVOUS_SECONDS,
     SIGNIFICANCE_LEVEL,
@@ -65,6 +66,7 @@ from layerprobe.core.shares import Share
 from layerprobe.core.text import markdown_text, terminal_text, without_surrogates
 
 __all__ = [
+    "PROPORTION_METRICS",
     "content_digest",
     "input_digests",
     "Invocation",

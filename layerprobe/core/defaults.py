@@ -84,3 +84,7 @@ DEFAULT_LORA_STEPS = 200
 DEFAULT_LORA_LR = 1e-4
 DEFAULT_LORA_TARGETS = "all-linear"  # peft's word: every linear layer of the kept blocks
 DEFAULT_CHECKPOINT_EVERY = 50  # LoRA steps between two resumable checkpoints
+
+# Metrics that are a share of 0/1 answers (lm-eval's accuracies and exact match, before any `,filter`
+# suffix): their values lie in [0, 1], their intervals are Wilson's (stats), a file outside is refused (results).
+PROPORTION_METRICS = frozenset({"acc", "acc_norm", "exact_match", "em"})
