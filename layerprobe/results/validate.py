@@ -339,10 +339,16 @@ def interval(
     return bounds
 
 
+# Scores that cannot be negative: a mean negative log-likelihood, a KL divergence, perplexities, bits per byte.
+NON_NEGATIVE_METRICS = frozenset({"nll", "kl", "perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte"})
+
+
 def score_range(metric: str | None) -> tuple[float | None, float | None]:
-    """The range of a task metric's score: [0, 1] for a share of answers (acc, exact_match…), else unbounded."""
-    share = metric is not None and metric.split(",")[0] in PROPORTION_METRICS
-    return (0.0, 1.0) if share else (None, None)
+    """The range of a metric's score: [0, 1] for a share (acc, exact_match, top-1 agreement…), ≥ 0 for a loss."""
+    name = None if metric is None else metric.split(",")[0]
+    if name in PROPORTION_METRICS or name == "top1_agreement":
+        return 0.0, 1.0
+    return (0.0, None) if name in NON_NEGATIVE_METRICS else (None, None)
 
 
 def _range_text(low: float | None, high: float | None, nan: bool) -> str:
