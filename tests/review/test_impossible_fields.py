@@ -24,7 +24,8 @@ NAN = float("nan")
 ARC = "tasks.lp_arc_like.metrics.acc"
 SET = "methods.angular.sets.1.scores.corpus"
 KL = "held_out.metrics.kl"
-RATIOS = "models.1.ratios"
+RATIOS = "models.1.ratios"  # the JSON path edited
+SHOWN = "models[1].ratios"  # as the error names it
 
 # kind → (file name in the run directory, the commands that read it: "plot", "compare", "report", "track", "from")
 KINDS = {
@@ -84,8 +85,8 @@ CASES = [
     ("heal", "fit_seconds", -1.0, "fit_seconds must be a number ≥ 0"),
     ("heal", "parameters.original", -5, "parameters.original must be an integer ≥ 0"),
     ("gain", "models.1.parameters", 0, "models[1].parameters must be an integer ≥ 1"),
-    ("gain", f"{RATIOS}.parameters", 0.0, f"{RATIOS}.parameters must be a finite number > 0"),
-    ("gain", f"{RATIOS}.bytes_on_disk", INF, f"{RATIOS}.bytes_on_disk must be a finite number"),
+    ("gain", f"{RATIOS}.parameters", 0.0, f"{SHOWN}.parameters must be a finite number > 0"),
+    ("gain", f"{RATIOS}.bytes_on_disk", INF, f"{SHOWN}.bytes_on_disk must be a finite number"),
     ("gain", f"{RATIOS}.decode_tokens_per_second.median", -1.0, "decode_tokens_per_second.median must be a finite"),
     ("gain", f"{RATIOS}.prefill_tokens_per_second.spread", [5.0, 6.0], "prefill_tokens_per_second.spread must be"),
     ("gain", "models.0.prefill_tokens_per_second.0", NAN, "models[0].prefill_tokens_per_second[0] must be a finite"),
@@ -133,6 +134,8 @@ def _commands(kind: str, bad: Path, review_runs, out: Path) -> list[list[object]
             review_runs.root / "run" / "checkpoint-3000",
             "--from",
             bad,
+            "--method",
+            "angular",
             "--n",
             1,
             "--save",
