@@ -87,7 +87,7 @@ CASES = [
     ("gain", "models.1.parameters", 0, "models[1].parameters must be an integer ≥ 1"),
     ("gain", f"{RATIOS}.parameters", 0.0, f"{SHOWN}.parameters must be a finite number > 0"),
     ("gain", f"{RATIOS}.bytes_on_disk", INF, f"{SHOWN}.bytes_on_disk must be a finite number"),
-    ("gain", f"{RATIOS}.decode_tokens_per_second.median", -1.0, "decode_tokens_per_second.median must be a finite"),
+    ("gain", f"{RATIOS}.decode_tokens_per_second.median", -1.0, "decode_tokens_per_second.median must be a number ≥ 0"),
     ("gain", f"{RATIOS}.prefill_tokens_per_second.spread", [5.0, 6.0], "prefill_tokens_per_second.spread must be"),
     ("gain", "models.0.prefill_tokens_per_second.0", NAN, "models[0].prefill_tokens_per_second[0] must be a finite"),
 ]
