@@ -40,7 +40,7 @@ def redraw(json_path: Path, out_dir: Path | None = None) -> list[Path]:
     """
     json_path = Path(json_path)
     kind = schema_family(str(read_json(json_path)["schema"]))
-    readers = {
+    readers: dict[str, type[StabilityResult] | type[TrackResult] | type[HealResult] | type[GainResult]] = {
         STABILITY_SCHEMA: StabilityResult,
         TRACK_SCHEMA: TrackResult,
         HEAL_SCHEMA: HealResult,
