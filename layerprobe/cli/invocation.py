@@ -66,6 +66,10 @@ def read_config(path: Path, command: Any) -> dict[str, Any]:
             raise ValueError(f"--config {path}: {key} must be a value or a list, not a mapping")
         if isinstance(value, list) and not (param.multiple or param.nargs == -1):
             raise ValueError(f"--config {path}: {key} takes one value, got a list")
+        flag = getattr(param, "is_flag", False) or getattr(getattr(param, "type", None), "name", "") == "boolean"
+        shown = [item for item in (value if isinstance(value, list) else [value]) if isinstance(item, bool)]
+        if shown and not flag:  # click would read true as 1 and false as 0 (a LoRA rank of 1, a seq_len of 1)
+            raise ValueError(f"--config {path}: {key} takes a value, not {str(shown[0]).lower()}")
         if name in values:
             raise ValueError(f"--config {path}: {key} is given twice (as {option_name(key)} spelled two ways)")
         values[name] = value

@@ -87,3 +87,7 @@ LORA_WARMUP_SHARE = 0.1  # the first tenth of LoRA's steps raise the learning ra
 LORA_CHECK_SHARE = 8  # every 8th calibration window (at least one) is LoRA's check set, never trained on
 LORA_CHECKS = 10  # times the check set is scored during training; the adapters kept are the best scored
 DEFAULT_CHECKPOINT_EVERY = 50  # LoRA steps between two resumable checkpoints
+
+# Metrics that are a share of 0/1 answers (lm-eval's accuracies and exact match, before any `,filter`
+# suffix): their values lie in [0, 1], their intervals are Wilson's (stats), a file outside is refused (results).
+PROPORTION_METRICS = frozenset({"acc", "acc_norm", "exact_match", "em"})

@@ -75,7 +75,7 @@ def _one_run(model: Any, ids: torch.Tensor, new_tokens: int, device: torch.devic
         )
         _sync(device)
         generate = time.perf_counter() - clock
-    peak = float(torch.cuda.max_memory_allocated(device)) if cuda else None
+    peak = int(torch.cuda.max_memory_allocated(device)) if cuda else None  # bytes: an integer in gain.json
     return {"prefill_seconds": prefill, "generate_seconds": generate, "peak_memory_bytes": peak}
 
 

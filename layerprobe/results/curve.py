@@ -245,7 +245,7 @@ class PruneCurveResult:
         check_schema(root, PRUNE_CURVE_SCHEMA)
         model = ModelInfo.from_dict(root.key("model"))
         baseline = {
-            task: {name: BaselineScore.from_dict(metric) for name, metric in metrics.entries(min_length=1)}
+            task: {name: BaselineScore.from_dict(metric, name) for name, metric in metrics.entries(min_length=1)}
             for task, metrics in root.key("baseline").entries(min_length=1)
         }
         methods = {

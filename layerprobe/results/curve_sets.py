@@ -48,11 +48,13 @@ class BaselineScore:
         return out if self.items is None else {**out, "items": self.items}
 
     @classmethod
-    def from_dict(cls, node: Node) -> BaselineScore:
+    def from_dict(cls, node: Node, name: str | None = None) -> BaselineScore:
+        """One metric's full-model score (in [0, 1] for a share of answers: `name` acc, exact_match…)."""
+        value = node.key("value").number(low=v.score_range(name)[0], high=v.score_range(name)[1])
         return cls(
-            value=node.key("value").number(),
+            value=value,
             stderr=node.key("stderr").number(optional=True, low=0.0),
-            ci95=v.interval(node.key("ci95")),
+            ci95=v.interval(node.key("ci95"), estimate=value),
             higher_is_better=node.key("higher_is_better").flag(),
             items=node.key("items").integer(optional=True, minimum=1),
         )
@@ -98,20 +100,23 @@ class SetScore:
         return out
 
     @classmethod
-    def from_dict(cls, node: Node) -> SetScore:
+    def from_dict(cls, node: Node, name: str | None = None) -> SetScore:
+        """One metric of a removed set (its score in [0, 1] for a share of answers: `name` acc, exact_match…)."""
         stop = node.key("stop").text(optional=True)
         if stop is not None and stop not in STOP_REASONS:
             node.key("stop").fail(" or ".join(f'"{r}"' for r in STOP_REASONS), f"got {stop!r}")
+        low, high = v.score_range(name)
+        value, delta = node.key("value").number(low=low, high=high), node.key("delta").number()
         return cls(
-            value=node.key("value").number(),
+            value=value,
             stderr=node.key("stderr").number(optional=True, low=0.0),
-            ci95=v.interval(node.key("ci95")),
-            delta=node.key("delta").number(),
+            ci95=v.interval(node.key("ci95"), estimate=value),
+            delta=delta,
             delta_stderr=node.key("delta_stderr").number(optional=True, low=0.0),
-            delta_ci95=v.interval(node.key("delta_ci95")),
+            delta_ci95=v.interval(node.key("delta_ci95"), estimate=delta),
             items=node.key("items").integer(optional=True, minimum=1),
             stop=stop,
-            delta_cs95=v.interval(node.key("delta_cs95")) if node.key("delta_cs95").given else None,
+            delta_cs95=v.interval(node.key("delta_cs95"), estimate=delta) if node.key("delta_cs95").given else None,
         )
 
 
@@ -137,10 +142,11 @@ class AnswerFlips:
         flips = node.key("flips").integer(minimum=0)
         if flips > documents:
             node.key("flips").fail(f"a count of at most documents = {documents}", f"got {flips}")
-        ci95 = v.interval(node.key("ci95"))
+        rate = node.key("rate").number(finite=True, low=0.0, high=1.0)
+        ci95 = v.interval(node.key("ci95"), 0.0, 1.0, estimate=rate)
         if ci95 is None:
             node.key("ci95").fail("the Wilson 95 % interval [low, high]")
-        return cls(flips, documents, node.key("rate").number(finite=True, low=0.0, high=1.0), ci95)
+        return cls(flips, documents, rate, ci95)
 
 
 @dataclass(frozen=True)
@@ -197,7 +203,7 @@ class RemovedSet:
                 item.fail(expected, f"got [{block}, {kind!r}]")
             sublayers.append((block, kind))
         scores = {
-            task: {name: SetScore.from_dict(score) for name, score in metrics.entries(min_length=1)}
+            task: {name: SetScore.from_dict(score, name) for name, score in metrics.entries(min_length=1)}
             for task, metrics in node.key("scores").entries(min_length=1)
         }
         flips = node.key("flip_rate")

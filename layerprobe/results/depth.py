@@ -146,17 +146,23 @@ class Spread:
     def from_dict(
         cls, data: JSONObject | Node, source: str = "spread", length: int | None = None, length_name: str = "L"
     ) -> Spread:
-        """Five parallel arrays (`length` entries each, named `length_name` in errors); NaN allowed, counts ≥ 0."""
+        """Five parallel arrays (`length` entries each, named `length_name` in errors); NaN allowed, counts ≥ 0.
+
+        Every spread layerprobe writes is of a non-negative quantity (an RMS, a variance, a relative update
+        ‖Δ‖/‖x‖), so every number is ≥ 0, and a mean outside its own [min, max] is refused.
+        """
         node = Node.of(data, source)
         numbers = {
-            name: [item.number(low=0.0 if name == "std" else None) for item in node.key(name).items()]
-            for name in ("mean", "std", "min", "max")
+            name: [item.number(low=0.0) for item in node.key(name).items()] for name in ("mean", "std", "min", "max")
         }
         count = [item.integer(minimum=0) for item in node.key("count").items()]
         expected = len(numbers["mean"]) if length is None else length
         for name, size in [*((name, len(items)) for name, items in numbers.items()), ("count", len(count))]:
             if size != expected:
                 node.key(name).fail(f"an array of {length_name} = {expected} items", f"got {size} items")
+        for i, (mean, low, high) in enumerate(zip(numbers["mean"], numbers["min"], numbers["max"], strict=True)):
+            if low - 1e-6 * max(1.0, abs(mean)) > mean or mean > high + 1e-6 * max(1.0, abs(mean)):
+                node.key("mean").fail(f"means within [min, max] (index {i}: [{low:g}, {high:g}])", f"got {mean:g}")
         return cls(numbers["mean"], numbers["std"], numbers["min"], numbers["max"], count)
 
 
@@ -185,12 +191,13 @@ class GradNorms:
         sublayers = None
         if subs.given:
             sublayers = {
-                kind: [item.number(optional=True) for item in values.items()] for kind, values in subs.entries()
+                kind: [item.number(optional=True, low=0.0) for item in values.items()]
+                for kind, values in subs.entries()
             }
         settings = node.key("settings")
         return cls(
             loss=node.key("loss").text(),
-            mean_loss=node.key("mean_loss").number(),
+            mean_loss=node.key("mean_loss").number(low=0.0),
             positions=node.key("positions").integer(minimum=0),
             block=block,
             sublayers=sublayers,

@@ -11,12 +11,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import layerprobe.results.validate as v
 from layerprobe.results.io import GAIN_SCHEMA, check_schema, read_json
 from layerprobe.results.json_types import JSONObject
 from layerprobe.results.rundir import GAIN_JSON
 from layerprobe.results.validate import Node
 
 SPEEDS = ("prefill_tokens_per_second", "decode_tokens_per_second")
+SIZES = ("parameters", "bytes_on_disk", "peak_memory_bytes")  # exact ratios: null where not measured
 
 
 @dataclass(frozen=True)
@@ -37,15 +39,30 @@ class GainResult:
         models = []
         for entry in node.key("models").items(min_length=2):
             entry.key("model").text()
-            entry.key("parameters").integer(minimum=0)
-            entry.key("bytes_on_disk").integer(optional=True, minimum=0)
+            entry.key("parameters").integer(minimum=1)
+            for size in SIZES[1:]:
+                entry.key(size).integer(optional=True, minimum=1)
+            ratios = entry.key("ratios")
+            for size in SIZES:
+                _ratio(ratios.key(size), optional=size != "parameters")
             for speed in SPEEDS:
                 for value in entry.key(speed).items(min_length=1):
-                    value.number(finite=True)
-                ratio = entry.key("ratios").key(speed)
-                ratio.key("median").number(finite=True)
+                    _ratio(value)  # a speed in tokens/s: > 0 and finite like a ratio
+                ratio = ratios.key(speed)
+                median = _ratio(ratio.key("median"))
+                spread = v.interval(ratio.key("spread"), estimate=median)
+                if spread is None or spread[0] <= 0:
+                    ratio.key("spread").fail("the 25–75 % spread [low, high] of positive ratios")
             models.append(entry.obj())
         return cls(settings=node.key("settings").obj(), models=models, run=node.key("run").obj())
+
+
+def _ratio(node: Node, optional: bool = False) -> float | None:
+    """A ratio (or a speed): finite and > 0, or null where `optional`."""
+    value = node.number(optional=optional, finite=True, low=0.0)
+    if value == 0:
+        node.fail("a finite number > 0", "got 0")
+    return value
 
 
 def read_gain(path: str | os.PathLike[str]) -> GainResult:

@@ -21,10 +21,12 @@ from layerprobe.results.validate import Node
 
 HEAL_MODELS = ("original", "pruned", "healed")
 HEAL_METRICS = ("nll", "kl", "top1_agreement")
-_ESTIMATE_FIELDS: dict[str, v.Kind] = {
-    "value": v.number(finite=True),
-    "stderr": v.number(optional=True),
-    "method": v.text(optional=True),
+# The range of each metric's value per model (its differences between models have none): NLL and KL are
+# ≥ 0, top-1 agreement a share in [0, 1].
+_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "nll": (0.0, None),
+    "kl": (0.0, None),
+    "top1_agreement": (0.0, 1.0),
 }
 
 
@@ -83,13 +85,16 @@ class HealResult:
             entry = held.key(metric)
             found: dict[str, Any] = {"higher_is_better": entry.key("higher_is_better").flag()}
             for name in (*HEAL_MODELS, "pruned_delta", "healed_delta", "healed_vs_pruned"):
-                part = entry.key(name)
-                found[name] = {**v.read_fields(part, _ESTIMATE_FIELDS), "ci95": v.interval(part.key("ci95"))}
+                found[name] = _estimate(entry.key(name), *(_RANGES[metric] if name in HEAL_MODELS else (None, None)))
             rec = entry.key("recovery")
+            value = rec.key("value").number(optional=True, finite=True)
+            defined = rec.key("defined").flag()
+            if defined != (value is not None):
+                rec.key("defined").fail(f"{str(value is not None).lower()} (recovery.value is {value})")
             found["recovery"] = {
-                "value": rec.key("value").number(optional=True),
-                "ci95": v.interval(rec.key("ci95")),
-                "defined": rec.key("defined").flag(),
+                "value": value,
+                "ci95": v.interval(rec.key("ci95"), estimate=value),
+                "defined": defined,
                 "reason": rec.key("reason").text(optional=True),
             }
             metrics[metric] = found
@@ -99,18 +104,29 @@ class HealResult:
             method=node.key("method").text(),
             removed=[item.integer(minimum=0) for item in node.key("removed").items(min_length=1)],
             spans=[[x.integer(minimum=0) for x in s.items(min_length=2)] for s in node.key("spans").items()],
-            ridge=node.key("ridge").number(optional=True),
+            ridge=node.key("ridge").number(optional=True, finite=True, low=0.0),
             fits=[f.obj() for f in node.key("fits").items()],
             data=node.key("data").obj(),
             metrics=metrics,
             parameters={k: n.integer(minimum=0) for k, n in node.key("parameters").entries()},
             checkpoint=node.key("checkpoint").text(optional=True),
-            fit_seconds=node.key("fit_seconds").number(),
+            fit_seconds=node.key("fit_seconds").number(finite=True, low=0.0),
             run=RunInfo.from_dict(node.key("run")),
             lora=lora.obj() if lora.given else None,
             notes=[n.text() for n in node.key("notes").items()] if node.key("notes").given else [],
             tasks={name: task.obj() for name, task in tasks.entries()} if tasks.given else None,
         )
+
+
+def _estimate(node: Node, low: float | None, high: float | None) -> dict[str, Any]:
+    """A model's mean (in the metric's range) or a paired difference: stderr ≥ 0, an interval holding it."""
+    value = node.key("value").number(finite=True, low=low, high=high)
+    return {
+        "value": value,
+        "stderr": node.key("stderr").number(optional=True, low=0.0),
+        "method": node.key("method").text(optional=True),
+        "ci95": v.interval(node.key("ci95"), low, high, estimate=value),
+    }
 
 
 def read_heal(path: str | os.PathLike[str]) -> HealResult:

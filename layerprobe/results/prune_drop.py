@@ -8,7 +8,7 @@ a file is read back. @2 added the sequential fields (`items`, `stop`, `delta_cs9
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TypedDict, TypeVar
 
@@ -125,14 +125,18 @@ class MetricDrop:
         }
 
     @classmethod
-    def from_dict(cls, data: JSONObject | Node, source: str = "metric") -> MetricDrop:
-        """Validate one metric: `layers`, `pruned` and `stderr` must be parallel arrays of the right types."""
+    def from_dict(cls, data: JSONObject | Node, source: str = "metric", name: str | None = None) -> MetricDrop:
+        """Validate one metric: `layers`, `pruned` and `stderr` must be parallel arrays of the right types.
+
+        The scores of a share of answers (`name` acc, exact_match…) must lie in [0, 1].
+        """
         node = Node.of(data, source)
+        low, high = v.score_range(name)
         layers = [item.integer(minimum=0) for item in node.key("layers").items()]
         if len(set(layers)) != len(layers):
             node.key("layers").fail("an array of distinct block indices", f"got {layers}")
         pruned_node, stderr_node = node.key("pruned"), node.key("stderr")
-        pruned = [item.number() for item in pruned_node.items()]
+        pruned = [item.number(low=low, high=high) for item in pruned_node.items()]
         stderr: list[float | None] = (
             [item.number(optional=True, low=0.0) for item in stderr_node.items()]
             if stderr_node.given
@@ -141,21 +145,26 @@ class MetricDrop:
         for name, count in (("pruned", len(pruned)), ("stderr", len(stderr))):
             if count != len(layers):
                 node.key(name).fail(f"an array of {len(layers)} items (one per entry of layers)", f"got {count} items")
+        baseline = node.key("baseline").number(low=low, high=high)
+        items = _per_layer(node.key("items"), layers, lambda n: n.integer(optional=True, minimum=1))
+        # ΔP = pruned − baseline on the same documents: its paired interval holds it (a sequential run's
+        # pruned score may rest on fewer documents than the baseline, so its intervals are not checked so)
+        deltas = [None if items and items[k] is not None else p - baseline for k, p in enumerate(pruned)]
         return cls(
-            baseline=node.key("baseline").number(),
+            baseline=baseline,
             baseline_stderr=node.key("baseline_stderr").number(optional=True, low=0.0),
             higher_is_better=node.key("higher_is_better").flag(default=True),
             layers=layers,
             pruned=pruned,
             stderr=stderr,
             delta_stderr=_per_layer(node.key("delta_stderr"), layers, lambda n: n.number(optional=True, low=0.0)),
-            delta_ci95=_per_layer(node.key("delta_ci95"), layers, v.interval),
+            delta_ci95=_per_layer(node.key("delta_ci95"), layers, _holding(deltas)),
             significant=_per_layer(node.key("significant"), layers, lambda n: n.flag(optional=True)),
             p_value=_per_layer(node.key("p_value"), layers, _probability),
             p_adjusted=_per_layer(node.key("p_adjusted"), layers, _probability),
             delta_method=node.key("delta_method").text(optional=True),
             bootstrap=_bootstrap(node.key("bootstrap")),
-            items=_per_layer(node.key("items"), layers, lambda n: n.integer(optional=True, minimum=1)),
+            items=items,
             stop=_per_layer(node.key("stop"), layers, _stop_reason),
             delta_cs95=_per_layer(node.key("delta_cs95"), layers, v.interval),
         )
@@ -191,7 +200,7 @@ class FlipRate:
         documents = node.key("documents").integer(minimum=1)
         flips = _per_layer(node.key("flips"), layers, lambda n: n.integer(minimum=0)) or []
         rate = _per_layer(node.key("rate"), layers, lambda n: n.number(finite=True, low=0.0, high=1.0)) or []
-        ci95 = _per_layer(node.key("ci95"), layers, v.interval) or []
+        ci95 = _per_layer(node.key("ci95"), layers, _holding(rate)) or []
         if any(f > documents for f in flips):
             node.key("flips").fail(f"counts of at most documents = {documents}", str(flips))
         if len(flips) != len(layers) or len(rate) != len(layers) or any(c is None for c in ci95):
@@ -235,7 +244,9 @@ class TaskDrop:
     def from_dict(cls, data: JSONObject | Node, source: str = "task") -> TaskDrop:
         node = Node.of(data, source)
         fields = v.read_fields(node, TASK_FIELDS)
-        metrics = {name: MetricDrop.from_dict(metric) for name, metric in node.key("metrics").entries(min_length=1)}
+        metrics = {
+            name: MetricDrop.from_dict(metric, name=name) for name, metric in node.key("metrics").entries(min_length=1)
+        }
         agreement = node.key("agreement")  # metric → its agreement record, read by prune/agreement.py's code
         by_metric = {name: record.obj() for name, record in agreement.entries()} if agreement.given else None
         flips = node.key("flip_rate")
@@ -355,6 +366,17 @@ def _per_layer(node: Node, layers: list[int], read: Callable[[Node], T]) -> list
     if len(values) != len(layers):
         node.fail(f"an array of {len(layers)} items (one per entry of layers)", f"got {len(values)} items")
     return values
+
+
+def _holding(estimates: Sequence[float | None]) -> Callable[[Node], list[float] | None]:
+    """A reader of the k-th interval of a per-layer array that must hold `estimates[k]` (None: unchecked)."""
+    index = iter(range(len(estimates)))
+
+    def read(node: Node) -> list[float] | None:
+        k = next(index, None)
+        return v.interval(node, estimate=None if k is None else estimates[k])
+
+    return read
 
 
 def _stop_reason(node: Node) -> str | None:

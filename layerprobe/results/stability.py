@@ -123,7 +123,10 @@ class StabilityPair:
         if not first < second < inputs:
             node.key("second").fail(f"an input index above first ({first}) and below {inputs}", f"got {second}")
         jaccard = [item.number(low=0.0, high=1.0) for item in node.key("jaccard_lowest_k").items()]
-        intervals = [v.interval(item, 0.0, 1.0) or [] for item in node.key("jaccard_lowest_k_ci95").items()]
+        intervals = [
+            v.interval(item, 0.0, 1.0, estimate=jaccard[k] if k < len(jaccard) else None) or []
+            for k, item in enumerate(node.key("jaccard_lowest_k_ci95").items())
+        ]
         for name, count in (("jaccard_lowest_k", len(jaccard)), ("jaccard_lowest_k_ci95", len(intervals))):
             if count != ks:
                 node.key(name).fail(f"an array of {ks} items (k = 1 … {ks})", f"got {count}")
@@ -132,14 +135,16 @@ class StabilityPair:
         method = node.key("method").text()
         if method not in METHODS:
             node.key("method").fail(" or ".join(f'"{m}"' for m in METHODS))
+        tau = node.key("kendall_tau_b").number(optional=True, low=-1.0, high=1.0)
+        rho = node.key("spearman_rho").number(optional=True, low=-1.0, high=1.0)
         return cls(
             first=first,
             second=second,
-            kendall_tau_b=node.key("kendall_tau_b").number(optional=True, low=-1.0, high=1.0),
-            spearman_rho=node.key("spearman_rho").number(optional=True, low=-1.0, high=1.0),
+            kendall_tau_b=tau,
+            spearman_rho=rho,
             jaccard_lowest_k=jaccard,
-            kendall_tau_b_ci95=v.interval(node.key("kendall_tau_b_ci95"), -1.0, 1.0),
-            spearman_rho_ci95=v.interval(node.key("spearman_rho_ci95"), -1.0, 1.0),
+            kendall_tau_b_ci95=v.interval(node.key("kendall_tau_b_ci95"), -1.0, 1.0, estimate=tau),
+            spearman_rho_ci95=v.interval(node.key("spearman_rho_ci95"), -1.0, 1.0, estimate=rho),
             jaccard_lowest_k_ci95=intervals,
             method=method,
         )

@@ -17,7 +17,7 @@ from typing import Any
 
 from layerprobe.results.io import TRACK_SCHEMA, check_schema
 from layerprobe.results.json_types import JSONObject
-from layerprobe.results.validate import Node, interval
+from layerprobe.results.validate import Node, interval, score_range
 
 ORDERS = ("step", "given")  # by training step, or as the run directories were given
 ALIGNS = ("block", "relative")  # per-block series by block index, or at relative depth (l + 0.5) / L
@@ -56,14 +56,22 @@ class TrackAngular:
         method = node.key("stderr_method")
         if method.given and method.value not in (WINDOWS, INDEPENDENT_BLOCKS):
             method.fail(f'"{WINDOWS}", "{INDEPENDENT_BLOCKS}" or null')
+        mean = node.key("mean_adjacent").number(optional=True, low=0.0, high=1.0)
+        counts = {
+            name: node.key(name).integer(optional=name != "lazy_count", minimum=0)
+            for name in ("lazy_count", "surely_below", "possibly_below")
+        }
+        for name, count in counts.items():
+            if count is not None and count > len(adjacent):
+                node.key(name).fail(f"a count of at most {len(adjacent)} blocks", f"got {count}")
         return cls(
             lazy_threshold=node.key("lazy_threshold").number(finite=True, low=0.0, high=1.0),
-            lazy_count=node.key("lazy_count").integer(minimum=0),
-            surely_below=node.key("surely_below").integer(optional=True, minimum=0),
-            possibly_below=node.key("possibly_below").integer(optional=True, minimum=0),
-            mean_adjacent=node.key("mean_adjacent").number(optional=True, low=0.0, high=1.0),
+            lazy_count=counts["lazy_count"] or 0,
+            surely_below=counts["surely_below"],
+            possibly_below=counts["possibly_below"],
+            mean_adjacent=mean,
             mean_adjacent_stderr=node.key("mean_adjacent_stderr").number(optional=True, low=0.0),
-            mean_adjacent_ci95=interval(node.key("mean_adjacent_ci95"))
+            mean_adjacent_ci95=interval(node.key("mean_adjacent_ci95"), estimate=mean)
             if node.key("mean_adjacent_ci95").given
             else None,
             stderr_method=method.text(optional=True),
@@ -89,11 +97,12 @@ class WatchedDelta:
 
     @classmethod
     def from_dict(cls, node: Node) -> WatchedDelta:
+        delta = node.key("delta").number(optional=True)
         return cls(
             watched=node.key("watched").integer(minimum=0),
             block=node.key("block").integer(minimum=0),
-            delta=node.key("delta").number(optional=True),
-            delta_ci95=interval(node.key("delta_ci95")) if node.key("delta_ci95").given else None,
+            delta=delta,
+            delta_ci95=interval(node.key("delta_ci95"), estimate=delta) if node.key("delta_ci95").given else None,
             significant=node.key("significant").flag(optional=True),
         )
 
@@ -111,12 +120,16 @@ class TrackTask:
 
     @classmethod
     def from_dict(cls, node: Node) -> TrackTask:
+        metric = node.key("metric").text()
+        baseline = node.key("baseline").number(low=score_range(metric)[0], high=score_range(metric)[1])
         return cls(
-            metric=node.key("metric").text(),
+            metric=metric,
             higher_is_better=node.key("higher_is_better").flag(),
-            baseline=node.key("baseline").number(),
+            baseline=baseline,
             baseline_stderr=node.key("baseline_stderr").number(optional=True, low=0.0),
-            baseline_ci95=interval(node.key("baseline_ci95")) if node.key("baseline_ci95").given else None,
+            baseline_ci95=interval(node.key("baseline_ci95"), estimate=baseline)
+            if node.key("baseline_ci95").given
+            else None,
             watched=[WatchedDelta.from_dict(item) for item in node.key("watched").items()],
         )
 
@@ -135,11 +148,11 @@ class TrackDepth:
     def from_dict(cls, node: Node) -> TrackDepth:
         grad = node.key("grad")
         return cls(
-            rms_growth=node.key("rms_growth").number(optional=True),
+            rms_growth=node.key("rms_growth").number(optional=True, low=0.0),
             placement=node.key("placement").text(),
             grad=[item.number(low=0.0) for item in grad.items()] if grad.given else None,
             grad_loss=node.key("grad_loss").text(optional=True),
-            grad_ratio_last_first=node.key("grad_ratio_last_first").number(optional=True),
+            grad_ratio_last_first=node.key("grad_ratio_last_first").number(optional=True, low=0.0),
         )
 
 
@@ -155,7 +168,10 @@ class CurvePoints:
     def from_dict(cls, node: Node) -> CurvePoints:
         fraction = [item.number(low=0.0, high=1.0) for item in node.key("fraction").items()]
         delta = [item.number() for item in node.key("delta").items()]
-        ci = [interval(item) for item in node.key("delta_ci95").items()]
+        ci = [
+            interval(item, estimate=delta[k] if k < len(delta) else None)
+            for k, item in enumerate(node.key("delta_ci95").items())
+        ]
         for name, size in (("delta", len(delta)), ("delta_ci95", len(ci))):
             if size != len(fraction):
                 node.key(name).fail(f"an array of {len(fraction)} items (one per fraction)", f"got {size} items")

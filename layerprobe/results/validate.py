@@ -17,7 +17,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, Literal, NoReturn, TypeVar, overload
 
-from layerprobe.core import Declared, ResultError
+from layerprobe.core import PROPORTION_METRICS, Declared, ResultError
 from layerprobe.results.json_types import JSONObject, JSONValue
 
 T = TypeVar("T")
@@ -327,11 +327,15 @@ def any_object(optional: bool = False) -> Kind:
     return read
 
 
-def interval(node: Node, low: float | None = None, high: float | None = None) -> list[float] | None:
+def interval(
+    node: Node, low: float | None = None, high: float | None = None, estimate: float | None = None
+) -> list[float] | None:
     """A `[low, high]` pair of numbers (a confidence interval), or None for a JSON null.
 
     NaN bounds are allowed (undefined); a lower bound above the upper one is refused, and so is a bound
-    outside `[low, high]` where the quantity has a range (a correlation in [-1, 1]).
+    outside `[low, high]` where the quantity has a range (a correlation in [-1, 1]), and an interval that
+    does not hold its `estimate` (every interval layerprobe writes holds its own; a NaN estimate or bound
+    is not checked). The check allows rounding: 1e-6 of the estimate's size.
     """
     if not node.given:
         return None
@@ -340,7 +344,23 @@ def interval(node: Node, low: float | None = None, high: float | None = None) ->
         node.fail("null or an array [low, high]", f"got {len(bounds)} items")
     if bounds[0] > bounds[1]:
         node.fail("an interval [low, high] with low ≤ high", f"got [{bounds[0]:g}, {bounds[1]:g}]")
+    if estimate is not None and not math.isnan(estimate):
+        slack = 1e-6 * max(1.0, abs(estimate))
+        if bounds[0] - slack > estimate or estimate > bounds[1] + slack:
+            node.fail(f"an interval holding its estimate {estimate:g}", f"got [{bounds[0]:g}, {bounds[1]:g}]")
     return bounds
+
+
+# Scores that cannot be negative: a mean negative log-likelihood, a KL divergence, perplexities, bits per byte.
+NON_NEGATIVE_METRICS = frozenset({"nll", "kl", "perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte"})
+
+
+def score_range(metric: str | None) -> tuple[float | None, float | None]:
+    """The range of a metric's score: [0, 1] for a share (acc, exact_match, top-1 agreement…), ≥ 0 for a loss."""
+    name = None if metric is None else metric.split(",")[0]
+    if name in PROPORTION_METRICS or name == "top1_agreement":
+        return 0.0, 1.0
+    return (0.0, None) if name in NON_NEGATIVE_METRICS else (None, None)
 
 
 def _range_text(low: float | None, high: float | None, nan: bool) -> str:

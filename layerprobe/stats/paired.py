@@ -11,7 +11,8 @@ the two scores' own standard errors combined as if independent, which is several
   (`paired_proportion_stats`), which stay honest when few or no answers change.
 - `paired_bootstrap`: corpus-level metrics (perplexity, bits per byte) that are not means of per-doc
   values: documents are resampled with replacement (the same draw for both variants) and the metric is
-  recomputed with the task's own aggregation function; the percentile 95 % interval of the differences.
+  recomputed with the task's own aggregation function; the percentile 95 % interval of the differences,
+  widened to hold the full-sample difference (`holding`).
 - `spearman`, `spearman_interval`, `top_k_overlap`: how well two per-block rankings agree.
 
 Everything here is plain python/numpy on lists: no model, no lm-eval.
@@ -149,7 +150,8 @@ def paired_bootstrap(
     both variants, recomputes each stratum's metric with `aggregate` (lm-eval's own aggregation function,
     e.g. `weighted_perplexity` over (log-likelihood, words) pairs), combines strata by their weights, and
     keeps variant − base. The stderr is the standard deviation (ddof=1) of those differences; the 95 %
-    interval is their 2.5 and 97.5 percentiles. The point `delta` is computed on the full sample.
+    interval is their 2.5 and 97.5 percentiles, widened to hold the point `delta` (computed on the full
+    sample), which a skewed statistic can leave outside the draws' percentiles.
 
     Args:
         strata: (weight, base items, variant items) per subtask; one stratum for a plain task.
@@ -180,7 +182,23 @@ def paired_bootstrap(
         return PairedDelta(delta, None, None, "paired_bootstrap", draws, seed)
     low, high = np.percentile(finite, [2.5, 97.5])
     stderr, pvalue = float(finite.std(ddof=1)), bootstrap_pvalue(delta, finite)
-    return PairedDelta(delta, stderr, (float(low), float(high)), "paired_bootstrap", draws, seed, pvalue)
+    return PairedDelta(
+        delta, stderr, holding((float(low), float(high)), delta), "paired_bootstrap", draws, seed, pvalue
+    )
+
+
+def holding(interval: tuple[float, float], estimate: float) -> tuple[float, float]:
+    """`interval` widened just enough to hold `estimate` (a percentile bootstrap interval may not).
+
+    The point of a statistic that is not a smooth mean (a perplexity, Kendall's τ at its bound of 1, the
+    overlap of a tie-broken set) can lie outside its draws' 2.5-97.5 % percentiles; every interval
+    layerprobe reports holds its own estimate, so the nearer bound moves to it. A NaN estimate leaves
+    the interval as it is.
+    """
+    low, high = interval
+    if math.isnan(estimate):
+        return low, high
+    return min(low, estimate), max(high, estimate)
 
 
 def _normal(delta: float, stderr: float | None) -> PairedDelta:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from layerprobe.core import PROPORTION_METRICS
+
 Z95 = 1.959963984540054
 
 
@@ -30,7 +32,6 @@ def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float,
 
 
 # Metrics that are the share of 0/1 answers (lm-eval's names): their score gets Wilson's interval.
-PROPORTION_METRICS = frozenset({"acc", "acc_norm", "exact_match", "em"})
 
 
 def score_interval95(

@@ -20,7 +20,8 @@ Intervals come from redrawing each side's per-block scores and recomputing the s
   approximate).
 - "mixed_bootstrap": one side of each kind.
 
-Percentile 95 % intervals; seeded (numpy PCG64), so a result is reproducible. `lowest_k_jaccard_chance` gives
+Percentile 95 % intervals, widened to hold the point value (τ = 1 of two identical orderings lies above
+every noisy draw's τ); seeded (numpy PCG64), so a result is reproducible. `lowest_k_jaccard_chance` gives
 the overlap two unrelated rankings would have, the floor to read a Jaccard curve against. Unlike
 `spearman_bootstrap` in stats/paired.py, which resamples the (block, block) pairs of one result, these
 resample the data each result was measured on.
@@ -35,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from layerprobe.stats.paired import DEFAULT_DRAWS, DEFAULT_SEED
+from layerprobe.stats.paired import DEFAULT_DRAWS, DEFAULT_SEED, holding
 
 CHUNK = 128  # draws handled at once: bounds the (draws, pairs) and (draws, windows) arrays
 Interval = tuple[float, float]
@@ -288,12 +289,13 @@ def lowest_k_jaccard_chance(blocks: int) -> tuple[float, ...]:
     return tuple(out)
 
 
-def _percentile_interval(values: np.ndarray) -> Interval | None:
+def _percentile_interval(values: np.ndarray, point: float | None) -> Interval | None:
+    """The 2.5/97.5 % percentiles of the defined draws, widened to hold `point` (None: fewer than 2 draws)."""
     finite = values[np.isfinite(values)]
     if len(finite) < 2:
         return None
     low, high = np.percentile(finite, [2.5, 97.5])
-    return float(low), float(high)
+    return (float(low), float(high)) if point is None else holding((float(low), float(high)), point)
 
 
 def ranking_stability(
@@ -321,13 +323,17 @@ def ranking_stability(
     rng = np.random.default_rng(seed)
     x, y = first.redraw(rng, draws), second.redraw(rng, draws)
     curve = lowest_k_jaccard_rows(x, y, rng)  # each draw breaks its ties at random, as the point value does
+    tau, rho = kendall_tau_b(first.point, second.point), spearman_rho(first.point, second.point)
+    jaccard = expected_lowest_k_jaccard(first.point, second.point, rng)
     return RankingStability(
-        tau=kendall_tau_b(first.point, second.point),
-        rho=spearman_rho(first.point, second.point),
-        jaccard=expected_lowest_k_jaccard(first.point, second.point, rng),
-        tau_ci=_percentile_interval(kendall_tau_b_rows(x, y)),
-        rho_ci=_percentile_interval(spearman_rho_rows(x, y)),
-        jaccard_ci=tuple(_percentile_interval(curve[:, k]) or (math.nan, math.nan) for k in range(curve.shape[1])),
+        tau=tau,
+        rho=rho,
+        jaccard=jaccard,
+        tau_ci=_percentile_interval(kendall_tau_b_rows(x, y), tau),
+        rho_ci=_percentile_interval(spearman_rho_rows(x, y), rho),
+        jaccard_ci=tuple(
+            _percentile_interval(curve[:, k], jaccard[k]) or (math.nan, math.nan) for k in range(curve.shape[1])
+        ),
         method=method,
         draws=draws,
         seed=seed,

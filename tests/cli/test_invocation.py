@@ -77,6 +77,8 @@ def test_config_values_are_used_and_the_command_line_overrides_them(tiny_checkpo
         ("tokens: {a: 1}\n", "tokens must be a value or a list, not a mapping"),
         ("tokens: [\n", "is not valid YAML"),
         ("seq_len: 1\nseq-len: 2\n", "is given twice"),
+        ("seq_len: true\n", "seq_len takes a value, not true"),  # YAML's true read as 1 by click: seq_len 1
+        ("dataset: false\n", "dataset takes a value, not false"),
     ],
 )
 def test_a_bad_config_is_one_line_and_exit_2(tiny_checkpoints, tmp_path, text, message):
@@ -222,3 +224,12 @@ def write_prune_drop_with_command(path: Path, recorded: dict, cwd: Path) -> None
     data = prune_dict()
     data["run"].update(command=recorded["argv"], cwd=str(cwd), inputs=recorded["inputs"])
     path.write_text(json.dumps(data))
+
+
+def test_a_config_boolean_is_no_number_of_heal(tmp_path):
+    # `rank: true` was LoRA rank 1 and `repeats: false` "--repeats must be a positive integer, got 0".
+    for command, text, extra in (("heal", "rank: true\n", ["--remove", "1"]), ("gain", "repeats: false\n", [tmp_path])):
+        config = write_yaml(tmp_path / "run.yaml", text)
+        result = invoke(command, tmp_path / "no-model", *extra, "--config", config)
+        assert result.exit_code == 2 and result.output.startswith("error: --config"), result.output
+        assert f"{text.split(':')[0]} takes a value, not {text.split()[1]}" in " ".join(result.output.split())

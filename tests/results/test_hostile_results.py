@@ -80,7 +80,7 @@ PRUNE_CASES = [
     ("model", None, "model must be an object, got null"),
     ("settings.limit", "all", 'settings.limit must be a number, got "all"'),
     ("tasks.arc.metrics.acc.delta_stderr", [0.1], "tasks.arc.metrics.acc.delta_stderr must be an array of 3 items"),
-    ("tasks.arc.metrics.acc.delta_ci95", [[0, 1], [0], None], "delta_ci95[1] must be null or an array [low, high]"),
+    ("tasks.arc.metrics.acc.delta_ci95", [[-1, 1], [0], None], "delta_ci95[1] must be null or an array [low, high]"),
     ("tasks.arc.agreement", "high", 'tasks.arc.agreement must be an object, got "high"'),
     ("tasks.arc.agreement", {"acc": 3}, "tasks.arc.agreement.acc must be an object, got 3"),
     ("settings.span", "2", 'settings.span must be an integer ≥ 1, got "2"'),
@@ -290,7 +290,8 @@ def test_compare_refuses_pruning_curves_in_one_line(tmp_path):
     path = write_json(tmp_path / "prune_curve.json", curve_dict())
     result = invoke("compare", path, path, "--no-plot")
     assert result.exit_code == 2, result.output
-    assert "compare gates angular, prune-drop, depth and heal results, not a pruning curve" in " ".join(result.stderr.split())
+    said = " ".join(result.stderr.split())
+    assert "compare gates angular, prune-drop, depth and heal results, not a pruning curve" in said
     assert "Traceback" not in result.output
 
 

@@ -41,7 +41,7 @@ PRUNE = [
     ),
     (
         "tasks.arc.metrics.acc.delta_ci95",
-        [[0, 1], [0.3, 0.1], None],
+        [[-1, 1], [0.3, 0.1], None],
         "tasks.arc.metrics.acc.delta_ci95[1] must be an interval [low, high] with low ≤ high, got [0.3, 0.1]",
     ),
     ("settings.limit", -5, "settings.limit must be a number ≥ 0, got -5"),
@@ -63,7 +63,7 @@ def test_an_impossible_angular_value_is_refused(tmp_path, path, value, message):
 def test_an_impossible_prune_drop_value_is_refused(tmp_path, path, value, message):
     data = prune_dict()
     data["tasks"]["arc"]["metrics"]["acc"]["delta_stderr"] = [0.1, 0.1, 0.1]
-    data["tasks"]["arc"]["metrics"]["acc"]["delta_ci95"] = [[0, 1], [0, 1], None]
+    data["tasks"]["arc"]["metrics"]["acc"]["delta_ci95"] = [[-1, 1], [-1, 1], None]
     bad = write_json(tmp_path / "prune_drop.json", edited(data, path, value))
     with pytest.raises(ResultError) as caught:
         load_result(bad)

@@ -151,6 +151,7 @@ def test_values_that_do_not_reproduce_the_file_are_not_used(stability_runs, tmp_
     data = json.loads(stability_runs["corpus"].read_text())
     metric = data["tasks"]["corpus"]["metrics"]["nll"]
     metric["pruned"] = [metric["baseline"]] * len(metric["pruned"])  # every ΔP 0: ties everywhere
+    metric["delta_ci95"] = [[-1.0, 1.0]] * len(metric["pruned"])  # intervals that hold the edited ΔP
     out = tmp_path / "edited"
     (out / "samples").mkdir(parents=True)
     (out / "prune_drop.json").write_text(json.dumps(data))

@@ -141,6 +141,24 @@ def test_paired_bootstrap_replays_the_resampling_by_hand():
     assert (got.method, got.draws, got.seed) == ("paired_bootstrap", 300, 7)
 
 
+def test_paired_bootstrap_interval_holds_a_point_outside_the_draws_percentiles():
+    import numpy as np
+
+    def share_distinct(items):  # every resample repeats documents: ≈ 63 % distinct, the full sample 100 %
+        return len(set(items)) / len(items)
+
+    base, variant = [0] * 40, list(range(40))
+    got = paired_bootstrap([(1.0, base, variant)], share_distinct, draws=300, seed=5)
+    gen = np.random.default_rng(5)
+    draws = []
+    for _ in range(300):
+        idx = gen.integers(0, 40, size=40)
+        draws.append(share_distinct([variant[i] for i in idx]) - share_distinct([base[i] for i in idx]))
+    assert got.delta == pytest.approx(1 - 1 / 40) and float(np.percentile(draws, 97.5)) < got.delta
+    assert got.ci95[0] == pytest.approx(float(np.percentile(draws, 2.5)), rel=1e-12)
+    assert got.ci95[1] == got.delta  # widened to the estimate, no further
+
+
 def test_paired_bootstrap_is_reproducible_and_near_the_closed_form_for_a_mean():
     rng = random.Random(3)
     base = [float(rng.random() < 0.5) for _ in range(400)]

@@ -186,3 +186,20 @@ def test_without_ties_the_expected_overlap_is_the_overlap():
     rng = np.random.default_rng(3)
     x, y = rng.permutation(12).astype(float), rng.permutation(12).astype(float)
     assert expected_lowest_k_jaccard(x, y, rng) == lowest_k_jaccard(x, y)
+
+
+def test_stability_intervals_hold_their_point_values():
+    # Two identical orderings: tau = rho = 1 and every noisy draw below it (seen: tau 1.0 [-0.2, 0.87]).
+    rng = np.random.default_rng(12)
+    mean = np.sort(rng.uniform(0, 1, 6))
+    first = BlockScores.from_normal(mean, np.full(6, 0.15))
+    second = BlockScores.from_normal(mean + rng.normal(0, 0.01, 6), np.full(6, 0.15))
+    got = ranking_stability(first, second, draws=200, seed=1)
+    assert got.tau == 1.0 and got.rho == 1.0
+    assert got.tau_ci[1] == 1.0 and got.tau_ci[0] < 1.0
+    for point, interval in [
+        (got.tau, got.tau_ci),
+        (got.rho, got.rho_ci),
+        *zip(got.jaccard, got.jaccard_ci, strict=True),
+    ]:
+        assert interval[0] <= point <= interval[1]
