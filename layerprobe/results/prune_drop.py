@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TypedDict, TypeVar
 
 import layerprobe.results.validate as v
 from layerprobe.results.evaluation import STOP_REASONS
 from layerprobe.results.io import PRUNE_DROP_SCHEMA, PRUNE_DROP_SCHEMA_V1, check_schema
 from layerprobe.results.json_types import JSONObject, Record
-from layerprobe.results.notebook import Notebook, Table, cell_text
 from layerprobe.results.provenance import ModelInfo, RunInfo
-from layerprobe.results.rundir import RunDir
+from layerprobe.results.prune_drop_face import PruneDropFace
 from layerprobe.results.validate import Node
 
 T = TypeVar("T")
@@ -253,7 +251,7 @@ class TaskDrop:
 
 
 @dataclass(frozen=True, repr=False)
-class PruneDropResult(Notebook):
+class PruneDropResult(PruneDropFace):
     """ΔP(l) = P_pruned(l) − P_original for every evaluated layer of every task.
 
     `summary` is None until the result is read back (`to_dict` computes it).
@@ -272,45 +270,6 @@ class PruneDropResult(Notebook):
         pvalues = [p for t in self.tasks.values() for m in t.metrics.values() for p in m.p_value or []]
         has_pvalues = any(m.p_value is not None for t in self.tasks.values() for m in t.metrics.values())
         return sum(p is not None for p in pvalues) if has_pvalues else None
-
-    def table(self) -> Table:
-        """One row per task, metric and removed unit: the scores, ΔP and its 95 % interval (the one plots draw)."""
-        rows = []
-        for task, drop in self.tasks.items():
-            for name, metric in drop.metrics.items():
-                intervals = metric.interval95 or [None] * len(metric.layers)
-                significant = metric.significant or [None] * len(metric.layers)
-                for i, layer in enumerate(metric.layers):
-                    low, high = intervals[i] or (None, None)
-                    rows.append(
-                        (
-                            task,
-                            name,
-                            layer,
-                            metric.baseline,
-                            metric.pruned[i],
-                            metric.delta[i],
-                            low,
-                            high,
-                            significant[i],
-                        )
-                    )
-        columns = ("task", "metric", "layer", "baseline", "pruned", "delta", "ci95_low", "ci95_high", "significant")
-        return {column: [row[c] for row in rows] for c, column in enumerate(columns)}
-
-    def headline(self) -> str:
-        summary = self.summary or prune_drop_summary(self.tasks)
-        task, first = next(iter(summary.items()))
-        worst = first["most_harmful"]
-        more = f" (+{len(summary) - 1} more tasks)" if len(summary) > 1 else ""
-        harm = f", most harmful block {worst['layer']} (ΔP {cell_text(worst['delta'])})" if worst else ""
-        return (
-            f"{self.model.id}: {self.model.num_layers} blocks, {task} {first['metric']} "
-            f"{cell_text(first['baseline'])}{harm}{more}"
-        )
-
-    def run_file(self, run: RunDir) -> Path:
-        return run.prune_drop_json
 
     def to_dict(self) -> dict[str, object]:
         tasks = {name: t.to_dict() for name, t in self.tasks.items()}
