@@ -131,6 +131,7 @@ def main() -> None:
             ratios = "  ".join(f"{1 + measure / (e * step_time):<11.4f}" for e in intervals)
             print(f"  {tokens:<8} {measure:7.2f} s  {ratios}")
 
+        model.load_state_dict(initial)  # the weights saved at `path`: the CLI measures those
         model.eval()
         corpus = CorpusSpec(BUILTIN_CORPUS, tokens=args.api_tokens, seq_len=args.seq)
         start = clock()
