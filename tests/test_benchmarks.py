@@ -152,9 +152,10 @@ def test_bench_callback_runs(minilm):
     out = _run(
         "bench_callback.py",
         *("--layers", "2", "--hidden", "64", "--steps", "4", "--every", "2", "--batch", "2", "--seq", "32"),
-        *("--tokens", "256", "--scan-tokens", "256", "--scan-every", "10"),
+        *("--tokens", "256", "--scan-tokens", "256", "--scan-every", "10", "--api-tokens", "256"),
     )
     assert "overhead ratio" in out and "API vs CLI" in out and "max |Δd|" in out
+    assert "losses unchanged: True" in out
 
 
 @pytest.mark.slow

@@ -8,6 +8,16 @@ and returns the typed result the command writes. `layerprobe/__init__.py` re-exp
 
 from layerprobe.api.arguments import corpus_spec
 from layerprobe.api.experiments import compare, prune_drop, stability
+from layerprobe.api.faces import Comparison
 from layerprobe.api.measure import angular, depth, without_fingerprint
 
-__all__ = ["angular", "compare", "corpus_spec", "depth", "prune_drop", "stability", "without_fingerprint"]
+__all__ = [
+    "angular",
+    "compare",
+    "Comparison",
+    "corpus_spec",
+    "depth",
+    "prune_drop",
+    "stability",
+    "without_fingerprint",
+]

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.api.arguments import model_spec
+from layerprobe.api.faces import Comparison
 from layerprobe.api.measure import without_fingerprint
 from layerprobe.core import DEFAULT_DRAWS, DEFAULT_SEED, LayerprobeError, PruneSpec
-from layerprobe.gate import GateRules, Verdict, compare_paths, compare_results
+from layerprobe.gate import GateRules, compare_paths, compare_results
 from layerprobe.model import Progress, is_live_model, live_model, untouched
 from layerprobe.prune import run_prune_drop
 from layerprobe.results import AngularResult, DepthResult, PruneDropResult, RunDir, StabilityResult, write_json
@@ -78,8 +79,11 @@ def compare(
     baseline: Result | str | os.PathLike[str],
     candidate: Result | str | os.PathLike[str],
     rules: GateRules | None = None,
-) -> Verdict:
+) -> Comparison:
     """The `compare` gate's verdict on two results (objects, files, or run directories); `.passed` is CI's answer.
+
+    The verdict is a `Comparison` (the gate's `Verdict` with a result's notebook face): `.save(dir)` writes
+    compare.json (what `compare --format json` prints) and the figure `compare` draws.
 
     Example:
         >>> verdict = lp.compare("runs/base/angular.json", candidate_result)
@@ -87,9 +91,9 @@ def compare(
     """
     rules = rules or GateRules()
     if isinstance(baseline, (str, os.PathLike)) and isinstance(candidate, (str, os.PathLike)):
-        return compare_paths(Path(baseline), Path(candidate), rules)
+        return Comparison.of(compare_paths(Path(baseline), Path(candidate), rules))
     left, right = (_as_result(baseline), _as_result(candidate))
-    return Verdict(Path("baseline"), Path("candidate"), rules, [compare_results(left, right, rules)], [])
+    return Comparison(Path("baseline"), Path("candidate"), rules, [compare_results(left, right, rules)], [])
 
 
 def stability(

@@ -5,8 +5,8 @@ RuleResult record, one module per result kind) into a Verdict; render.py writes 
 JSON or JUnit; figures.py draws it. The `compare` command itself lives in the cli.
 """
 
-from layerprobe.gate.figures import plot_verdict
-from layerprobe.gate.render import FORMATS, build_table, check_format, render, render_junit
+from layerprobe.gate.figures import compare_angular_figure, compare_prune_drop_figure, plot_verdict
+from layerprobe.gate.render import FORMATS, build_table, check_format, render, render_junit, verdict_to_dict
 from layerprobe.gate.rules.record import RuleResult
 from layerprobe.gate.rules.thresholds import GateRules, load_rules
 from layerprobe.gate.verdict import KindComparison, Side, Verdict, compare_paths, compare_results
@@ -14,6 +14,8 @@ from layerprobe.gate.verdict import KindComparison, Side, Verdict, compare_paths
 __all__ = [
     "build_table",
     "check_format",
+    "compare_angular_figure",
+    "compare_prune_drop_figure",
     "compare_paths",
     "compare_results",
     "FORMATS",
@@ -26,4 +28,5 @@ __all__ = [
     "RuleResult",
     "Side",
     "Verdict",
+    "verdict_to_dict",
 ]

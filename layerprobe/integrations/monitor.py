@@ -9,8 +9,12 @@ forked, everything given back), returns the scalars of `scalars.py` and, with `o
 `step-n`, which is how `track` orders the steps.
 
 A failure inside a measurement is one warning line (the `layerprobe` logger), never an exception into the
-training loop. Under DDP only the main process (rank 0) measures, logs and writes; the others return
-nothing at once, so a launch never waits on a measurement collective.
+training loop. Under DDP (`accelerate launch`, torchrun: a torch.distributed process group is up) the angular
+measurement is shared across the ranks as the `angular` command shares it: every rank runs every
+world-size-th batch of the calibration windows and the totals are gathered, so each rank holds the whole,
+one-process result; rank 0 alone then measures depth, writes `step-n/` and returns the scalars to log,
+the others return nothing. So every rank must call `step(n)` at the same steps (the Trainer callback
+does); a process of a launch without a process group leaves the measurement to rank 0.
 """
 
 from __future__ import annotations
@@ -34,6 +38,15 @@ log = logging.getLogger("layerprobe")
 def process_rank() -> int:
     """This process's rank in a torchrun / accelerate launch (0 when not launched), from the environment."""
     return int(os.environ.get("RANK", "0") or 0)
+
+
+def training_world() -> World:
+    """The ranks that measure together: the training run's process group when one is up, else this process."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return World(dist.get_rank(), dist.get_world_size())
+    return World()
 
 
 class Monitor:
@@ -94,7 +107,9 @@ class Monitor:
         if self.out is not None:
             check_output_dir(self.out)
         self.stack = find_layers(live_model(model, tokenizer, self.spec.model).model, layers_path)
-        self.windows: list[Window] = self._calibration_windows() if self.rank == 0 else []
+        launched = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1  # every rank of a launch may share the work
+        self.windows: list[Window] = self._calibration_windows() if self.rank == 0 or launched else []
+        self.world = World()  # the ranks of the last measurement
         self.gradients: list[float] | None = None
         self.last: tuple[AngularResult, DepthResult | None] | None = None
 
@@ -108,7 +123,7 @@ class Monitor:
 
         Kept for the next `step()`, which logs and clears it; no second backward is run.
         """
-        if self.rank != 0:
+        if not self._main():
             return None
         try:
             self.gradients = block_grad_norms(self.stack)
@@ -118,12 +133,20 @@ class Monitor:
         return self.gradients
 
     def step(self, step: int) -> dict[str, float]:
-        """Measure now, as training step `step`; the logged scalars (empty on other ranks or after a failure)."""
-        if self.rank != 0:
+        """Measure now, as training step `step`; the logged scalars (empty on other ranks or after a failure).
+
+        Under DDP every rank calls it at the same step: they share the angular measurement (module docstring).
+        """
+        world = self.world = training_world()
+        if world.size == 1 and self.rank != 0:  # launched without a process group: rank 0 measures alone
             return {}
         grads, self.gradients = self.gradients, None
         try:
-            angular, depth = self.measure(step)
+            if not self.windows:  # a rank of a process group made by hand, without WORLD_SIZE
+                self.windows = self._calibration_windows()
+            angular, depth = self.measure(step, world)
+            if not world.is_main:
+                return {}
             self.last = (angular, depth)
             if self.out is not None:
                 self.write(step, angular, depth)
@@ -132,15 +155,25 @@ class Monitor:
             log.warning("layerprobe: measurement at step %d failed: %s", step, one_line(exc))
             return {}
 
-    def measure(self, step: int) -> tuple[AngularResult, DepthResult | None]:
-        """The angular (and depth) results of the model as it is at `step`, on the calibration windows."""
+    def _main(self) -> bool:
+        """Whether this process logs and writes: rank 0 of the process group, or of the launch without one."""
+        world = training_world()
+        return world.is_main if world.size > 1 else self.rank == 0
+
+    def measure(self, step: int, world: World | None = None) -> tuple[AngularResult, DepthResult | None]:
+        """The angular (and depth) results of the model as it is at `step`, on the calibration windows.
+
+        Angular is shared across the ranks of `world` (default: this process alone); depth is measured by its
+        rank 0 alone (None elsewhere).
+        """
+        world = world or World()
         model_spec = ModelSpec(live_name(self.model), revision=f"step-{step}", layers_path=self.spec.model.layers_path)
         angular_spec = AngularSpec(model_spec, self.corpus, self.spec.positions, self.spec.batch_size)
         with untouched(self.model):
             loaded = live_model(self.model, self.tokenizer, model_spec)
-            angular = run_angular(angular_spec, loaded=loaded, world=World(), windows=self.windows)
+            angular = run_angular(angular_spec, loaded=loaded, world=world, windows=self.windows)
             depth = None
-            if self.depth:
+            if self.depth and world.is_main:
                 depth_spec = DepthSpec(model_spec, self.corpus, self.spec.positions, self.spec.batch_size)
                 depth = without_fingerprint(run_depth(depth_spec, loaded=loaded, windows=self.windows))
         return without_fingerprint(angular), depth

@@ -10,6 +10,11 @@ measured step `.grad` holds the gradient the optimizer is about to apply (accumu
 averaged across DDP ranks, clipped to `max_grad_norm`; clipping scales every block alike). No second
 backward is run.
 
+Under DDP (`accelerate launch`) every rank holds a monitor and measures at the same steps, sharing the angular
+pass as the `angular` command shares it; rank 0 alone logs and writes `out/step-N/`. Every rank asks for a
+log at a measured step, since the Trainer's log gathers the loss across ranks: asked on rank 0 alone, the
+ranks would fall out of step.
+
 How the scalars reach the dashboards: the Trainer puts the reporting callbacks before the user's, and a
 step's `logs` dict is handed to each in turn (`on_log`). So when the Trainer builds its callback handler
 (`on_init_end`), this callback moves itself to the front of the handler's list, adds its scalars to the
@@ -76,7 +81,7 @@ class LayerprobeCallback(TrainerCallback):
             log.warning("layerprobe: the Trainer's callback list was not found; dashboards will miss the scalars")
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if self.monitor is None and state.is_world_process_zero:
+        if self.monitor is None:  # on every rank: under DDP the ranks share the measurement
             tokenizer = self.tokenizer or kwargs.get("processing_class") or kwargs.get("tokenizer")
             self.monitor = Monitor(model, tokenizer, self.corpus, self.out, tokens=self.tokens, **self.options)
 
@@ -95,15 +100,18 @@ class LayerprobeCallback(TrainerCallback):
         if self.monitor is None or not self.due(args, state.global_step):
             return control
         values = self.monitor.step(state.global_step)
+        control.should_log = True  # on every rank alike (module docstring); the scalars exist on rank 0 only
         if values:
             self.history.append((state.global_step, values))
             self.pending = values
-            control.should_log = True
         return control
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
         if self.pending and logs is not None and "loss" in logs:
             logs.update(self.pending)
+            history = state.log_history  # the Trainer filed this log before calling us: file the scalars too
+            if history and history[-1].get("step") == state.global_step and "loss" in history[-1]:
+                history[-1].update(self.pending)
             self.pending = {}
 
 

@@ -4,8 +4,8 @@ heatmap.py draws the angular-distance heatmap, delta.py the ΔP bars, depth.py a
 and pruning-curve figures, stability.py the ranking-stability figure, redraw.py any result JSON's figures
 again; track.py and track_blocks.py the history of several runs (`layerprobe track`); inline.py turns a
 figure into SVG for an HTML page; common.py holds what they share. matplotlib is imported when the first
-figure is drawn (`pyplot`), so importing this room stays light. Importing it registers the angular and depth
-figures with the results' notebook face (`plot()`, `save()`). The gate draws its baseline-vs-candidate
+figure is drawn (`pyplot`), so importing this room stays light. Importing it registers the angular, depth and
+prune-drop figures with the results' notebook face (`plot()`, `save()`). The gate draws its baseline-vs-candidate
 figures with the helpers listed here.
 """
 
@@ -48,13 +48,14 @@ from layerprobe.plots.heatmap import (
 )
 from layerprobe.plots.inline import figure_svg
 from layerprobe.plots.redraw import redraw
-from layerprobe.plots.stability import plot_stability
+from layerprobe.plots.stability import plot_stability, stability_figure
 from layerprobe.plots.track import plot_track, track_figures
-from layerprobe.results import AngularResult, DepthResult, register_figures
+from layerprobe.results import AngularResult, DepthResult, PruneDropResult, register_figures
 
 # A result's plot() and save() (results/notebook.py) draw through these: results sits below plots.
 register_figures(AngularResult, angular_figure, plot_angular)
 register_figures(DepthResult, depth_figure, plot_depth)
+register_figures(PruneDropResult, prune_drop_figure, plot_prune_drop)
 
 __all__ = [
     "angular_figure",
@@ -92,6 +93,7 @@ __all__ = [
     "save_figure",
     "short_name",
     "span_matrix",
+    "stability_figure",
     "track_figures",
     "value_text",
     "baseline_band",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from layerprobe.core import LayerprobeError
 from layerprobe.plots.common import (
     HARMFUL,
     HELPFUL,
@@ -72,13 +73,17 @@ COMPANION_TITLES = {
 }
 
 
-def prune_drop_figure(result: PruneDropResult, task: str) -> Figure:
+def prune_drop_figure(result: PruneDropResult, task: str | None = None) -> Figure:
     """Build the ΔP figure of one task's primary metric (returned open, so tests can inspect it).
 
-    A task that also reports `COMPANION_METRICS` (the corpus task: KL and top-1 agreement beside NLL)
-    gets one panel per companion under the ΔP bars, each pruned model's value with its paired 95 %
+    `task` defaults to the result's first (what a notebook's `result.plot()` draws). A task that also
+    reports `COMPANION_METRICS` (the corpus task: KL and top-1 agreement beside NLL) gets one panel per
+    companion under the ΔP bars, each pruned model's value with its paired 95 %
     interval.
     """
+    task = next(iter(result.tasks)) if task is None else task
+    if task not in result.tasks:
+        raise LayerprobeError(f"No task {task!r} in this result.", hint=f"Its tasks: {', '.join(result.tasks)}.")
     metric_name = result.tasks[task].primary_metric
     metric = result.tasks[task].metrics[metric_name]
     companions = [name for name in COMPANION_METRICS if name in result.tasks[task].metrics and name != metric_name]

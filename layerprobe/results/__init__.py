@@ -82,7 +82,7 @@ from layerprobe.results.io import (
 from layerprobe.results.json_types import JSONObject, JSONValue, Record
 from layerprobe.results.load import load_gated_result, load_result
 from layerprobe.results.lock import RunDirLock, hold_run_dir, release_run_dirs
-from layerprobe.results.notebook import Notebook, register_figures
+from layerprobe.results.notebook import Notebook, Table, register_figures
 from layerprobe.results.provenance import ModelInfo, RunInfo, RunTimer, jsonable, library_versions
 from layerprobe.results.prune_drop import (
     FlipRate,
@@ -150,6 +150,7 @@ __all__ = [
     "StagedFile",
     "full_disk",
     "Notebook",
+    "Table",
     "register_figures",
     "GainResult",
     "read_gain",

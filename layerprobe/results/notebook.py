@@ -1,13 +1,15 @@
 """What makes a result pleasant in a notebook: `to_frame()`, `plot()`, `save(dir)`, a short repr, `_repr_html_`.
 
-`Notebook` is a mixin for the result kinds the Python API returns (`AngularResult`, `DepthResult`). Each kind
-says what its table is (`table()`: column name → one value per block), how it reads in one line
-(`headline()`) and which file of a run directory it is (`run_file`); the mixin does the rest.
+`Notebook` is a mixin for every result the Python API returns (`AngularResult`, `DepthResult`,
+`PruneDropResult`, `StabilityResult`, and the gate's verdict as the API's `Comparison`). Each kind says what
+its table is (`table()`: column name → one value per row), how it reads in one line (`headline()`) and which
+file of a run directory it is (`run_file`); the mixin does the rest.
 
 This room never imports matplotlib or torch, and the plots room sits above it, so the figures come through a
-registry: the plots room registers, per result kind, the function that draws its figure and the one that
-writes the CLI's figure files (`register_figures`). pandas is imported only by `to_frame()`, and only there is
-it needed (the optional `notebook` extra).
+registry: the room that draws a kind registers the function that draws its figure and the one that writes
+the CLI's other files (`register_figures`): plots for angular, depth and prune-drop, the API for stability
+(whose markdown report lives in review) and the gate's verdict. pandas is imported only by `to_frame()`, and
+only there is it needed (the optional `notebook` extra).
 """
 
 from __future__ import annotations
@@ -26,15 +28,15 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 Table = dict[str, list[Any]]  # column name → one value per row
-FigureOf = Callable[[Any], "Figure"]  # a result → its figure
-WriteFigures = Callable[[Any, Path], list[Path]]  # a result, a directory → the figure files written there
+FigureOf = Callable[..., "Figure"]  # a result (and the options plot() was given) → its figure
+WriteFigures = Callable[[Any, Path], list[Path]]  # a result, a directory → the files the CLI writes beside the JSON
 
 _FIGURES: dict[type, tuple[FigureOf, WriteFigures]] = {}
 HTML_ROWS = 64  # a deeper table is cut in `_repr_html_` (to_frame() has every row)
 
 
 def register_figures(kind: type, figure: FigureOf, write: WriteFigures) -> None:
-    """Say how a result kind is drawn (`plot()`) and which figure files its run writes (`save()`)."""
+    """Say how a result kind is drawn (`plot()`) and which files its command writes beside the JSON (`save()`)."""
     _FIGURES[kind] = (figure, write)
 
 
@@ -43,7 +45,7 @@ def _figures_of(result: object) -> tuple[FigureOf, WriteFigures]:
     if found is None:
         raise LayerprobeError(
             f"No figure is registered for {type(result).__name__}.",
-            hint="import layerprobe.plots (importing layerprobe.api does) before plot() or save().",
+            hint="import layerprobe.api (import layerprobe as lp; lp.angular does) before plot() or save().",
         )
     return found
 
@@ -76,13 +78,16 @@ class Notebook:
             ) from None
         return pd.DataFrame(self.table())
 
-    def plot(self) -> Figure:
-        """The figure the CLI draws for this result, as a matplotlib Figure (not saved anywhere)."""
+    def plot(self, **options: Any) -> Figure:
+        """The figure the CLI draws for this result, as a matplotlib Figure (not saved anywhere).
+
+        `options` go to the kind's figure: `task=` picks a prune-drop result's task (default: the first).
+        """
         figure, _ = _figures_of(self)
-        return figure(self)
+        return figure(self, **options)
 
     def save(self, directory: str | Path) -> list[Path]:
-        """Write the files the CLI writes (the JSON, then its figures) into `directory`; returns their paths.
+        """Write the files the CLI writes (the JSON, then its report and figures) into `directory`; their paths.
 
         `plot`, `compare`, `track` and `report` read the directory as they read one the CLI wrote. Every
         file is written atomically; the directory is made if missing.

@@ -18,6 +18,7 @@ from layerprobe.results.evaluation import STOP_REASONS
 from layerprobe.results.io import PRUNE_DROP_SCHEMA, PRUNE_DROP_SCHEMA_V1, check_schema
 from layerprobe.results.json_types import JSONObject, Record
 from layerprobe.results.provenance import ModelInfo, RunInfo
+from layerprobe.results.prune_drop_face import PruneDropFace
 from layerprobe.results.validate import Node
 
 T = TypeVar("T")
@@ -254,8 +255,8 @@ class TaskDrop:
         return cls(metrics=metrics, agreement=by_metric, flip_rate=flip_rate, **fields)
 
 
-@dataclass(frozen=True)
-class PruneDropResult:
+@dataclass(frozen=True, repr=False)
+class PruneDropResult(PruneDropFace):
     """ΔP(l) = P_pruned(l) − P_original for every evaluated layer of every task.
 
     `summary` is None until the result is read back (`to_dict` computes it).

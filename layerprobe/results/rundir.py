@@ -40,6 +40,7 @@ EXPORT_BACKUP = ".layerprobe-old"
 EXPORT_TRASH = ".layerprobe-trash-"
 STABILITY_JSON = "stability.json"  # layerprobe stability: ranking agreement across several results
 STABILITY_MD = "stability.md"  # the same, as a markdown report
+COMPARE_JSON = "compare.json"  # `compare --format json`, as the API's verdict.save(dir) writes it
 TRACK_JSON = "track.json"  # `layerprobe track`: the history of several runs
 HEAL_JSON = "heal.json"  # `layerprobe heal`: the healed cut on held-out text
 GAIN_JSON = "gain.json"  # `layerprobe gain`: parameters, bytes, memory and speed against the original
@@ -57,7 +58,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 # What a run writes that a checkpoint never holds, by name, wherever it lies: `--out` may be inside a model's
 # own directory, and the model's stat digest (prune/state.py) must not change because the run wrote there.
 _OWN_FILE = re.compile(
-    r"(?:angular|depth|prune_drop|prune_curve|stability|track)\.(?:json|md)"
+    r"(?:angular|depth|prune_drop|prune_curve|stability|track|compare)\.(?:json|md)"
     r"|prune_drop\.(?:partial(?:\.rank\d+)?\.json|answers(?:\.rank\d+)?\.jsonl|shard\.json)"
     r"|report\.html|\.layerprobe\.lock.*|\..+\.(?:\d+-)?[0-9a-f]{8}\.tmp"
     r"|(?:angular|depth|prune_drop|prune_curve|compare|stability|track)(?:_.*)?\.(?:png|pdf|svg)"
@@ -191,6 +192,10 @@ class RunDir:
     def report_html(self) -> Path:
         """`report.html`, where `layerprobe report --out DIR` writes its page."""
         return self.path / REPORT_HTML
+
+    @property
+    def compare_json(self) -> Path:
+        return self.path / COMPARE_JSON
 
     @property
     def stability_json(self) -> Path:

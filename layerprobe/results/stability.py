@@ -10,11 +10,14 @@ interval (stats/ranking.py). This module is the file's typed form and its valida
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import layerprobe.results.validate as v
 from layerprobe.results.io import STABILITY_SCHEMA, check_schema
 from layerprobe.results.json_types import JSONObject, Record
+from layerprobe.results.notebook import Notebook, Table, cell_text
 from layerprobe.results.provenance import ModelInfo, RunInfo
+from layerprobe.results.rundir import RunDir
 from layerprobe.results.validate import Node
 
 ANGULAR_KIND, PRUNE_DROP_KIND = "angular", "prune_drop"
@@ -150,8 +153,8 @@ class StabilityPair:
         )
 
 
-@dataclass(frozen=True)
-class StabilityResult:
+@dataclass(frozen=True, repr=False)
+class StabilityResult(Notebook):
     """Every pair of inputs' ranking agreement, over the blocks all inputs scored.
 
     Attributes:
@@ -178,6 +181,31 @@ class StabilityResult:
     def ks(self) -> list[int]:
         """The sizes of the lowest-k sets compared: k = 1 … ⌊n/2⌋."""
         return list(range(1, len(self.blocks) // 2 + 1))
+
+    def table(self) -> Table:
+        """One row per pair of inputs: τ-b and ρ with their 95 % intervals, the Jaccard overlap at each k."""
+        table: Table = {"first": [], "second": []}
+        for pair in self.pairs:
+            table["first"].append(self.inputs[pair.first].label)
+            table["second"].append(self.inputs[pair.second].label)
+            for name, value, interval in (
+                ("kendall_tau_b", pair.kendall_tau_b, pair.kendall_tau_b_ci95),
+                ("spearman_rho", pair.spearman_rho, pair.spearman_rho_ci95),
+            ):
+                table.setdefault(name, []).append(value)
+                table.setdefault(f"{name}_low", []).append(interval[0] if interval else None)
+                table.setdefault(f"{name}_high", []).append(interval[1] if interval else None)
+            for k, overlap in zip(self.ks, pair.jaccard_lowest_k, strict=True):
+                table.setdefault(f"jaccard_k{k}", []).append(overlap)
+        return table
+
+    def headline(self) -> str:
+        taus = [p.kendall_tau_b for p in self.pairs if p.kendall_tau_b is not None]
+        agreement = f"Kendall τ-b {cell_text(min(taus))} to {cell_text(max(taus))}" if taus else "τ-b undefined"
+        return f"{self.model.id}: {len(self.inputs)} inputs over {len(self.blocks)} blocks, {agreement}"
+
+    def run_file(self, run: RunDir) -> Path:
+        return run.stability_json
 
     def to_dict(self) -> dict[str, object]:
         return {
