@@ -12,7 +12,8 @@ both engines), in the config an export writes, and in the tensors it writes (`ex
   (`layer_dic`), renumbered to the kept layers; an export drops the removed layers' adapters;
 - heterogeneous configs (`per_layer_config`, Gemma-4): per-layer overrides keyed by layer index, renumbered;
 - a last block that must be full attention (Gemma-4): a kept set ending on a sliding block is refused;
-- KV sharing (Gemma-3n, Gemma-4): the count of blocks reusing earlier keys and values, renumbered;
+- KV sharing (Gemma-3n, Gemma-4): the count of blocks reusing earlier keys and values, renumbered, and the
+  store of each attention type moved to the last kept block of that type before them (in memory: flags);
 - depth-derived saved buffers (MiniMax's lightning attention): blocks remember the depth they were built
   for, but what they derive from it is saved with the weights, so the exported blocks compute as before.
 
@@ -28,6 +29,8 @@ import contextlib
 import re
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
+
+from layerprobe.core import UnsupportedModel
 
 if TYPE_CHECKING:
     import torch
@@ -219,23 +222,76 @@ class LastBlockFull(Design):
 class KVSharing(Design):
     """Gemma-3n, Gemma-4: the last `num_kv_shared_layers` blocks reuse the keys and values of earlier ones.
 
-    The count of sharing blocks is renumbered to the kept ones. Without sharing, which block "stores" its
-    keys and values only feeds an optional side output, so that flag says where a block sits.
+    The last block of each attention type before the sharing blocks stores its keys and values, and each
+    sharing block reads those of its type. Removing blocks renumbers the count of sharing blocks, and the
+    store falls to the last kept block of each type before them (the config's own rule, applied to the
+    kept blocks) — in memory the kept blocks' store flags are set so, as a rebuilt model's would be. A
+    kept set with sharing blocks of a type but no block of that type before them has nothing to reuse:
+    refused, in memory and on export. The store flag says where a block sits, never what it computes.
     """
 
     name = "kv sharing"
+    position_attributes = frozenset({"store_full_length_kv"})
 
     def applies(self, config: PretrainedConfig) -> bool:
         return isinstance(getattr(config, "num_kv_shared_layers", None), int) and hasattr(config, "kv_sharing_modes")
 
-    def positional(self, config: PretrainedConfig) -> frozenset[str]:
-        return frozenset({"store_full_length_kv"}) if config.num_kv_shared_layers == 0 else frozenset()
+    def _kept_fields(self, config: PretrainedConfig, kept: list[int]) -> dict[str, Any]:
+        """The fields the sharing rule reads, for the model of the kept blocks."""
+        first = config.num_hidden_layers - config.num_kv_shared_layers
+        types = list(config.layer_types)
+        return {
+            "num_hidden_layers": len(kept),
+            "num_kv_shared_layers": sum(1 for i in kept if i >= first),
+            "layer_types": [types[i] for i in kept],
+        }
+
+    def _kept_modes(self, config: PretrainedConfig, kept: list[int]) -> list[str | None] | None:
+        """Each kept block's sharing mode (None, "store", "reuse") by the config class's own rule; None if it fails."""
+        from types import SimpleNamespace
+
+        rule = type(config).kv_sharing_modes
+        try:
+            return list(rule.fget(SimpleNamespace(**self._kept_fields(config, kept))))
+        except ValueError:  # a type of sharing block with no block of its type left to store for it
+            return None
+
+    def refusal(self, config: PretrainedConfig, kept: list[int]) -> tuple[str, str] | None:
+        if config.num_kv_shared_layers == 0 or self._kept_modes(config, kept) is not None:
+            return None
+        first = config.num_hidden_layers - config.num_kv_shared_layers
+        types = list(config.layer_types)
+        stored = {types[i] for i in kept if i < first}
+        orphans = [i for i in kept if i >= first and types[i] not in stored]
+        missing = sorted({types[i] for i in orphans})
+        producers = [i for i in range(first) if types[i] in missing and i not in kept]
+        why = (
+            f"{config.model_type}'s blocks {_spans(orphans)} reuse the keys and values of the last "
+            f"{' / '.join(missing)} block before the KV-sharing blocks ({first}-{config.num_hidden_layers - 1}): "
+            f"without blocks {_spans(producers)} no block computes them."
+        )
+        fix = f"Keep one of blocks {_spans(producers)}"
+        alternative = [i for i in kept if i not in orphans]
+        if alternative and refusal(config, alternative) is None:
+            fix += f", or also remove the blocks that reuse them ({_spans(orphans)})"
+        return why, fix + " (prune-drop: --layers without them)."
+
+    def in_memory(
+        self, root: nn.Module, config: PretrainedConfig, kept: list[int]
+    ) -> contextlib.AbstractContextManager:
+        if config.num_kv_shared_layers == 0:
+            return contextlib.nullcontext()
+        refused = self.refusal(config, kept)
+        if refused is not None:
+            raise UnsupportedModel(refused[0], hint=refused[1])
+        modes = dict(zip(kept, self._kept_modes(config, kept) or [], strict=True))
+        first = self._kept_fields(config, kept)["num_kv_shared_layers"]
+        return _shared_kv_flags(root, modes, len(kept) - first)
 
     def config_changes(self, config: PretrainedConfig, kept: list[int]) -> dict[str, object]:
         if config.num_kv_shared_layers == 0:
             return {}
-        first = config.num_hidden_layers - config.num_kv_shared_layers
-        return {"num_kv_shared_layers": sum(1 for i in kept if i >= first)}
+        return {"num_kv_shared_layers": self._kept_fields(config, kept)["num_kv_shared_layers"]}
 
 
 class SavedDepthBuffers(Design):
@@ -363,6 +419,40 @@ def _renumbered_maps(root: nn.Module, renumber: dict[int, int]) -> Iterator[None
                     continue
                 restore.append((module, attribute, value))
                 setattr(module, attribute, new)
+        yield
+    finally:
+        for owner, key, value in reversed(restore):
+            setattr(owner, key, value)
+
+
+def _spans(indices: list[int]) -> str:
+    """Block indices as the --remove / --layers syntax writes them: 1,3-5."""
+    spans: list[list[int]] = []
+    for index in sorted(indices):
+        if spans and index == spans[-1][1] + 1:
+            spans[-1][1] = index
+        else:
+            spans.append([index, index])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+@contextlib.contextmanager
+def _shared_kv_flags(root: nn.Module, modes: dict[int, str | None], first_shared: int) -> Iterator[None]:
+    """Kept attentions' `store_full_length_kv` from `modes` (old index → mode); restored on exit.
+
+    The model's `first_kv_shared_layer_idx` (where Gemma-4 may cut the sequence to the kept logits)
+    follows the kept blocks' first sharing one.
+    """
+    restore: list[tuple[object, str, object]] = []
+    try:
+        for module in root.modules():
+            index = getattr(module, "layer_idx", None)
+            if hasattr(module, "store_full_length_kv") and index in modes:
+                restore.append((module, "store_full_length_kv", module.store_full_length_kv))
+                module.store_full_length_kv = modes[index] == "store"
+            if isinstance(getattr(module, "first_kv_shared_layer_idx", None), int):
+                restore.append((module, "first_kv_shared_layer_idx", module.first_kv_shared_layer_idx))
+                module.first_kv_shared_layer_idx = first_shared
         yield
     finally:
         for owner, key, value in reversed(restore):
