@@ -57,6 +57,7 @@ def test_the_columns_are_commands_of_the_app_and_every_command_that_loads_a_mode
 def test_the_page_has_a_row_per_family_a_column_per_command_and_no_cell_records_a_crash():
     module = generator()
     text = page()
+    assert text.startswith(module.HEADER)  # the prose above the table is the generator's
     assert module.header_columns(text) == list(module.COMMANDS)
     rows = module.table_rows(text)
     assert sorted(rows) == sorted(row_name(f) for f in module.families())
