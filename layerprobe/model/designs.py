@@ -250,9 +250,9 @@ class KVSharing(Design):
         """Each kept block's sharing mode (None, "store", "reuse") by the config class's own rule; None if it fails."""
         from types import SimpleNamespace
 
-        rule = type(config).kv_sharing_modes
+        rule: property = getattr(type(config), "kv_sharing_modes")  # noqa: B009 - a property of some configs
         try:
-            return list(rule.fget(SimpleNamespace(**self._kept_fields(config, kept))))
+            return list(rule.__get__(SimpleNamespace(**self._kept_fields(config, kept))))
         except ValueError:  # a type of sharing block with no block of its type left to store for it
             return None
 
@@ -266,14 +266,15 @@ class KVSharing(Design):
         missing = sorted({types[i] for i in orphans})
         producers = [i for i in range(first) if types[i] in missing and i not in kept]
         why = (
-            f"{config.model_type}'s blocks {_spans(orphans)} reuse the keys and values of the last "
-            f"{' / '.join(missing)} block before the KV-sharing blocks ({first}-{config.num_hidden_layers - 1}): "
-            f"without blocks {_spans(producers)} no block computes them."
+            f"{config.model_type}'s {_blocks(orphans)} {'reuses' if len(orphans) == 1 else 'reuse'} the "
+            f"keys and values of the last {' / '.join(missing)} "
+            f"block before the KV-sharing blocks ({_spans(list(range(first, config.num_hidden_layers)))}): "
+            f"without {_blocks(producers)} no block computes them."
         )
-        fix = f"Keep one of blocks {_spans(producers)}"
+        fix = f"Keep {'one of ' if len(producers) > 1 else ''}{_blocks(producers)}"
         alternative = [i for i in kept if i not in orphans]
         if alternative and refusal(config, alternative) is None:
-            fix += f", or also remove the blocks that reuse them ({_spans(orphans)})"
+            fix += f", or also remove {_blocks(orphans)}"
         return why, fix + " (prune-drop: --layers without them)."
 
     def in_memory(
@@ -436,6 +437,11 @@ def _spans(indices: list[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
+def _blocks(indices: list[int]) -> str:
+    """The words for some blocks: block 3, blocks 1,3-5."""
+    return f"block{'s' if len(indices) > 1 else ''} {_spans(indices)}"
+
+
 @contextlib.contextmanager
 def _shared_kv_flags(root: nn.Module, modes: dict[int, str | None], first_shared: int) -> Iterator[None]:
     """Kept attentions' `store_full_length_kv` from `modes` (old index → mode); restored on exit.
@@ -448,11 +454,12 @@ def _shared_kv_flags(root: nn.Module, modes: dict[int, str | None], first_shared
         for module in root.modules():
             index = getattr(module, "layer_idx", None)
             if hasattr(module, "store_full_length_kv") and index in modes:
-                restore.append((module, "store_full_length_kv", module.store_full_length_kv))
-                module.store_full_length_kv = modes[index] == "store"
-            if isinstance(getattr(module, "first_kv_shared_layer_idx", None), int):
-                restore.append((module, "first_kv_shared_layer_idx", module.first_kv_shared_layer_idx))
-                module.first_kv_shared_layer_idx = first_shared
+                restore.append((module, "store_full_length_kv", getattr(module, "store_full_length_kv")))  # noqa: B009
+                setattr(module, "store_full_length_kv", modes[index] == "store")  # noqa: B010 - a plain attribute
+            shared_from = getattr(module, "first_kv_shared_layer_idx", None)
+            if isinstance(shared_from, int):
+                restore.append((module, "first_kv_shared_layer_idx", shared_from))
+                setattr(module, "first_kv_shared_layer_idx", first_shared)  # noqa: B010 - a plain attribute
         yield
     finally:
         for owner, key, value in reversed(restore):

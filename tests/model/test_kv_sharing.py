@@ -110,11 +110,11 @@ def test_removing_the_only_store_of_a_type_is_refused_and_both_hints_work(tmp_pa
     """Gemma-3n: keep block 1, or remove block 3 with it; both work."""
     model = _model("gemma3n", ORPHANING)
     stack = find_layers(model)
-    with pytest.raises(UnsupportedModel, match=r"blocks 3 reuse the keys and values of the last full_attention") as e:
+    with pytest.raises(UnsupportedModel, match=r"block 3 reuses the keys and values of the last full_attention") as e:
         with removed_blocks(stack, [1]):
             pass
-    assert "without blocks 1 no block computes them" in e.value.message
-    assert e.value.hint.startswith("Keep one of blocks 1, or also remove the blocks that reuse them (3)")
+    assert "before the KV-sharing blocks (3): without block 1 no block computes them." in e.value.message
+    assert e.value.hint == "Keep block 1, or also remove block 3 (prune-drop: --layers without them)."
     source = _save(model, tmp_path / "source")
     with pytest.raises(UnsupportedModel, match="no block computes them"):
         run_export(ExportSpec(ModelSpec(str(source)), str(tmp_path / "refused"), remove="1"))
@@ -136,6 +136,6 @@ def test_gemma4_offers_only_the_hint_that_its_last_full_block_allows():
     with pytest.raises(UnsupportedModel, match="no block computes them") as e:
         with removed_blocks(find_layers(model), [1]):
             pass
-    assert e.value.hint == "Keep one of blocks 1 (prune-drop: --layers without them)."
+    assert e.value.hint == "Keep block 1 (prune-drop: --layers without them)."
     with removed_blocks(find_layers(model), [2]):  # the hint: block 1 kept
         assert _logits(model).isfinite().all()
