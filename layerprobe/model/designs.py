@@ -12,7 +12,8 @@ both engines), in the config an export writes, and in the tensors it writes (`ex
   (`layer_dic`), renumbered to the kept layers; an export drops the removed layers' adapters;
 - heterogeneous configs (`per_layer_config`, Gemma-4): per-layer overrides keyed by layer index, renumbered;
 - a last block that must be full attention (Gemma-4): a kept set ending on a sliding block is refused;
-- KV sharing (Gemma-3n, Gemma-4): the count of blocks reusing earlier keys and values, renumbered;
+- KV sharing (Gemma-3n, Gemma-4): the count of blocks reusing earlier keys and values, renumbered, and the
+  store of each attention type moved to the last kept block of that type before them (in memory: flags);
 - image-only block indices (mllama's `cross_attention_layers`): renumbered to the kept blocks;
 - depth-derived saved buffers (MiniMax's lightning attention): blocks remember the depth they were built
   for, but what they derive from it is saved with the weights, so the exported blocks compute as before.
@@ -30,53 +31,18 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from layerprobe.model.renumber import renumbered, renumbered_lists, renumbered_maps
+from layerprobe.model.design_rule import Design, StateDict
+from layerprobe.model.kv_sharing import KVSharing
+from layerprobe.model.renumber import (
+    renumbered,
+    renumbered_lists,
+    renumbered_maps,
+)
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
     from transformers import PretrainedConfig
-
-# A state dict as `save_pretrained` takes it: tensor name → tensor.
-StateDict = dict[str, "torch.Tensor"]
-
-
-class Design:
-    """One design's rule for what it indexes by layer; the defaults are "nothing beyond the blocks"."""
-
-    name = "plain"
-    # Block attributes that say where a block sits (or how deep its model was), not what it computes.
-    position_attributes: frozenset[str] = frozenset()
-
-    def applies(self, config: PretrainedConfig) -> bool:
-        """Whether the stack described by `config` (the text config of a wrapper) has this design."""
-        return False
-
-    def positional(self, config: PretrainedConfig) -> frozenset[str]:
-        """`position_attributes`, for designs where they depend on the config."""
-        return self.position_attributes
-
-    def in_memory(
-        self, root: nn.Module, config: PretrainedConfig, kept: list[int]
-    ) -> contextlib.AbstractContextManager:
-        """What to change in the loaded model (besides the block list) while only `kept` blocks remain."""
-        return contextlib.nullcontext()
-
-    def refusal(self, config: PretrainedConfig, kept: list[int]) -> tuple[str, str] | None:
-        """(why, what would work) when the kept blocks cannot be a checkpoint of this design; None if they can."""
-        return None
-
-    def config_changes(self, config: PretrainedConfig, kept: list[int]) -> dict[str, object]:
-        """Config fields an export rewrites for the kept blocks, beyond the per-layer lists trimmed generically."""
-        return {}
-
-    def exported_state(self, state: StateDict, config: PretrainedConfig, kept: list[int]) -> StateDict:
-        """The tensors an export writes, from those of the model with the blocks removed in memory."""
-        return state
-
-    def tied_copies(self, names: list[str], config: PretrainedConfig, kept: list[int]) -> set[str]:
-        """Names (of the exported state) that the kept blocks' model ties to another tensor: not written."""
-        return set()
 
 
 class PerLayerInputs(Design):
@@ -219,28 +185,6 @@ class LastBlockFull(Design):
         )
 
 
-class KVSharing(Design):
-    """Gemma-3n, Gemma-4: the last `num_kv_shared_layers` blocks reuse the keys and values of earlier ones.
-
-    The count of sharing blocks is renumbered to the kept ones. Without sharing, which block "stores" its
-    keys and values only feeds an optional side output, so that flag says where a block sits.
-    """
-
-    name = "kv sharing"
-
-    def applies(self, config: PretrainedConfig) -> bool:
-        return isinstance(getattr(config, "num_kv_shared_layers", None), int) and hasattr(config, "kv_sharing_modes")
-
-    def positional(self, config: PretrainedConfig) -> frozenset[str]:
-        return frozenset({"store_full_length_kv"}) if config.num_kv_shared_layers == 0 else frozenset()
-
-    def config_changes(self, config: PretrainedConfig, kept: list[int]) -> dict[str, object]:
-        if config.num_kv_shared_layers == 0:
-            return {}
-        first = config.num_hidden_layers - config.num_kv_shared_layers
-        return {"num_kv_shared_layers": sum(1 for i in kept if i >= first)}
-
-
 class SavedDepthBuffers(Design):
     """MiniMax: lightning-attention blocks derive their decay rates from their index and the model's depth.
 
@@ -283,7 +227,7 @@ DESIGNS: list[Design] = [
     SharedBlockMap(),
     HeterogeneousConfig(),
     LastBlockFull(),
-    KVSharing(),
+    KVSharing(every_rule=lambda config, kept: refusal(config, kept)),  # all rules, as they are when it runs
     SavedDepthBuffers(),
     CrossAttentionIndices(),
 ]

@@ -56,3 +56,43 @@ def renumbered_lists(root: nn.Module, config: PretrainedConfig, attribute: str, 
     finally:
         for owner, value in reversed(restore):
             setattr(owner, attribute, value)
+
+
+def spans_text(indices: list[int]) -> str:
+    """Block indices as the --remove / --layers syntax writes them: 1,3-5."""
+    spans: list[list[int]] = []
+    for index in sorted(indices):
+        if spans and index == spans[-1][1] + 1:
+            spans[-1][1] = index
+        else:
+            spans.append([index, index])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def blocks_text(indices: list[int]) -> str:
+    """The words for some blocks: block 3, blocks 1,3-5."""
+    return f"block{'s' if len(indices) > 1 else ''} {spans_text(indices)}"
+
+
+@contextlib.contextmanager
+def shared_kv_flags(root: nn.Module, modes: dict[int, str | None], first_shared: int) -> Iterator[None]:
+    """Kept attentions' `store_full_length_kv` from `modes` (old index → mode); restored on exit.
+
+    The model's `first_kv_shared_layer_idx` (where Gemma-4 may cut the sequence to the kept logits)
+    follows the kept blocks' first sharing one.
+    """
+    restore: list[tuple[object, str, object]] = []
+    try:
+        for module in root.modules():
+            index = getattr(module, "layer_idx", None)
+            if hasattr(module, "store_full_length_kv") and index in modes:
+                restore.append((module, "store_full_length_kv", getattr(module, "store_full_length_kv")))  # noqa: B009
+                setattr(module, "store_full_length_kv", modes[index] == "store")  # noqa: B010 - a plain attribute
+            shared_from = getattr(module, "first_kv_shared_layer_idx", None)
+            if isinstance(shared_from, int):
+                restore.append((module, "first_kv_shared_layer_idx", shared_from))
+                setattr(module, "first_kv_shared_layer_idx", first_shared)  # noqa: B010 - a plain attribute
+        yield
+    finally:
+        for owner, key, value in reversed(restore):
+            setattr(owner, key, value)

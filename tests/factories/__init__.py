@@ -46,6 +46,7 @@ from factories.configs import (
     design_config,
     export_config,
     jamba_config,
+    kv_sharing_config,
     small_config,
     vlm_config,
 )
@@ -125,6 +126,7 @@ __all__ = [
     "build_design_checkpoint",
     "build_vlm_checkpoint",
     "design_config",
+    "kv_sharing_config",
     "vlm_config",
     "DEPTH_SEQ",
     "ENCDEC_DEPTHS",

@@ -241,6 +241,19 @@ def design_config(family: str):
     raise ValueError(family)
 
 
+def kv_sharing_config(family: str, layer_types: list[str], shared: int):
+    """Gemma-3n / Gemma-4 of `design_config` with its last `shared` blocks reusing earlier keys and values.
+
+    One head size for every block (a sharing block must read keys and values of its own head size): no
+    per-layer overrides, Gemma-4's full-attention head size that of the others.
+    """
+    fields = design_config(family).to_dict()
+    fields.update(layer_types=layer_types, num_kv_shared_layers=shared)
+    if family == "gemma4":  # none, rather than the head size of 512 it would derive for full attention
+        fields["per_layer_config"] = {}
+    return type(design_config(family)).from_dict(fields)
+
+
 def vlm_config(family: str):
     """A vision-language model with a 4-block language model and a 2-block 16-pixel vision tower."""
     import transformers as tf
