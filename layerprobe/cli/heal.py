@@ -11,10 +11,10 @@ from rich.markup import escape
 
 from layerprobe.cli.console import RichProgress, err, out
 from layerprobe.cli.corpus_options import Corpus
-from layerprobe.cli.groups import OptionGroup, takes_groups
-from layerprobe.cli.options import ModelArg, ModelLoading, Output, split_task_names
+from layerprobe.cli.groups import OptionGroup, SpecGroup, takes_groups
+from layerprobe.cli.options import ModelArg, ModelLoading, OptionalTasks, Output, split_task_names
 from layerprobe.cli.summaries import print_cut_ratios
-from layerprobe.core import HealSpec, check_output_dir
+from layerprobe.core import TASKS_PANEL, HealSpec, PruneSpec, check_output_dir
 from layerprobe.plots import plot_heal
 from layerprobe.results import HEAL_METRICS, RunDir, write_json
 
@@ -43,35 +43,12 @@ class Lora(OptionGroup):
 
 
 @dataclass(frozen=True)
-class HealTasks(OptionGroup):
-    """`--task`: lm-eval tasks scored on the original, pruned and healed model, as prune-drop scores them."""
+class HealTaskScoring(SpecGroup):
+    """How `--task` is scored on the original, pruned and healed model: prune-drop's settings, declared once."""
 
-    PANEL = "Tasks (original, pruned and healed scored)"
-
-    task: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--task",
-            "--tasks",
-            help="lm-eval task or group (mmlu, arc_easy, a task under --include-path, a task YAML path) scored on "
-            "the original, pruned and healed model with paired intervals and the task recovery. Repeat, or "
-            "separate with commas.",
-        ),
-    ] = None
-    limit: Annotated[
-        float | None, typer.Option("--limit", help="Documents per task (a value < 1 is a fraction), for quick runs.")
-    ] = None
-    num_fewshot: Annotated[
-        int | None,
-        typer.Option("--num-fewshot", "--num_fewshot", help="Few-shot examples (default: the task's own)."),
-    ] = None
-    include_path: Annotated[
-        Path | None, typer.Option("--include-path", "--include_path", help="Folder of extra lm-eval task YAMLs.")
-    ] = None
-    trust_task_code: Annotated[
-        bool,
-        typer.Option("--trust-task-code", help="Run the Python that a local task YAML names (lm-eval's !function)."),
-    ] = False
+    PANEL = TASKS_PANEL
+    SPEC = PruneSpec
+    FIELDS = ("limit", "num_fewshot", "include_path", "trust_task_code")
 
 
 @takes_groups
@@ -117,7 +94,8 @@ def heal(
         bool, typer.Option("--overwrite", help="Replace --save if it exists (the old one goes only at the end).")
     ] = False,
     lora: Lora,
-    tasks: HealTasks,
+    task: OptionalTasks = None,
+    scoring: HealTaskScoring,
     corpus: Corpus,
     loading: ModelLoading,
     output: Output,
@@ -149,11 +127,8 @@ def heal(
         lr=lora.lr,
         checkpoint_every=lora.checkpoint_every,
         resume=lora.resume,
-        tasks=split_task_names(tasks.task or []),
-        limit=tasks.limit,
-        num_fewshot=tasks.num_fewshot,
-        include_path=str(tasks.include_path) if tasks.include_path else None,
-        trust_task_code=tasks.trust_task_code,
+        tasks=split_task_names(task or []),
+        **scoring.spec_fields(),
     )
     directory = output.directory(model)
     check_output_dir(directory)
@@ -173,11 +148,11 @@ def heal(
             highlight=False,
             markup=False,
         )
-    for task, record in (result.tasks or {}).items():
+    for name, record in (result.tasks or {}).items():
         for metric, entry in record["metrics"].items():
             shown = recovery_text(entry["recovery"])
             out.print(
-                f"{task} {metric}: original {entry['original']['value']:.4g}, pruned {entry['pruned']['value']:.4g}, "
+                f"{name} {metric}: original {entry['original']['value']:.4g}, pruned {entry['pruned']['value']:.4g}, "
                 f"healed {entry['healed']['value']:.4g}; {shown}",
                 highlight=False,
                 markup=False,

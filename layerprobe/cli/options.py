@@ -66,18 +66,17 @@ LayersPath = Annotated[
 Quiet = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).", rich_help_panel=OUTPUT_PANEL)
 ]
-Tasks = Annotated[
-    list[str],
-    typer.Option(
-        "--task",
-        "--tasks",
-        rich_help_panel=TASKS_PANEL,
-        help="lm-eval task or group (mmlu, arc_easy, a task under --include-path, a task YAML path), "
-        "squad for extractive-QA models, or corpus (task-free NLL/KL/top-1 agreement on the --dataset "
-        "windows; an encoder or tower: by the head it ships, masked tokens, class logits, else the pooled "
-        "output). Repeat, or separate with commas (--tasks a,b), for several.",
-    ),
-]
+_TASK_OPTION = typer.Option(
+    "--task",
+    "--tasks",
+    rich_help_panel=TASKS_PANEL,
+    help="lm-eval task or group (mmlu, arc_easy, a task under --include-path, a task YAML path), "
+    "squad for extractive-QA models, or corpus (task-free NLL/KL/top-1 agreement on the --dataset "
+    "windows; an encoder or tower: by the head it ships, masked tokens, class logits, else the pooled "
+    "output). Repeat, or separate with commas (--tasks a,b), for several.",
+)
+Tasks = Annotated[list[str], _TASK_OPTION]
+OptionalTasks = Annotated[list[str] | None, _TASK_OPTION]  # heal: tasks are scored only when given
 
 
 def split_task_names(values: list[str]) -> tuple[str, ...]:

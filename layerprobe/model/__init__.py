@@ -3,7 +3,14 @@
 from layerprobe.model.ablation import Ablation, Remover, zeroed_sublayers
 from layerprobe.model.demo import DEMO_NAME, demo_model_dir
 from layerprobe.model.describe import StackDescription, describe_stack
-from layerprobe.model.designs import Design, design_config_changes, exported_state, position_attributes, register_design
+from layerprobe.model.designs import (
+    Design,
+    design_config_changes,
+    exported_state,
+    memory_refusal,
+    position_attributes,
+    register_design,
+)
 from layerprobe.model.designs import refusal as design_refusal
 from layerprobe.model.devices import module_device
 from layerprobe.model.encdec import count_field, side_of
@@ -148,6 +155,7 @@ __all__ = [
     "quiet_hub_logs",
     "quiet_transformers",
     "register_design",
+    "memory_refusal",
     "register_kind",
     "removed_blocks",
     "side_of",

@@ -24,6 +24,8 @@ class Design:
     name = "plain"
     # Block attributes that say where a block sits (or how deep its model was), not what it computes.
     position_attributes: frozenset[str] = frozenset()
+    # Whether `refusal` holds for a removal in memory too (prune-drop), not only for an exported config.
+    refused_in_memory = False
 
     def applies(self, config: PretrainedConfig) -> bool:
         """Whether the stack described by `config` (the text config of a wrapper) has this design."""

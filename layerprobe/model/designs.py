@@ -253,6 +253,12 @@ def refusal(config: PretrainedConfig, kept: list[int]) -> tuple[str, str] | None
     return next((found for design in designs_of(config) if (found := design.refusal(config, kept))), None)
 
 
+def memory_refusal(config: PretrainedConfig, kept: list[int]) -> tuple[str, str] | None:
+    """Like `refusal`, for a removal in memory (prune-drop's variants): only designs that cannot run without them."""
+    designs = [design for design in designs_of(config) if design.refused_in_memory]
+    return next((found for design in designs if (found := design.refusal(config, kept))), None)
+
+
 def design_config_changes(config: PretrainedConfig, kept: list[int]) -> dict[str, object]:
     """Every design's config changes for the kept blocks."""
     changes: dict[str, object] = {}

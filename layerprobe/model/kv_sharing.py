@@ -32,6 +32,7 @@ class KVSharing(Design):
 
     name = "kv sharing"
     position_attributes = frozenset({"store_full_length_kv"})
+    refused_in_memory = True  # no block would compute what the sharing blocks read
 
     def __init__(self, every_rule: Callable[[PretrainedConfig, list[int]], tuple[str, str] | None]) -> None:
         """`every_rule`: the refusal of all designs' rules (`designs.refusal`), to offer only a fix they allow."""

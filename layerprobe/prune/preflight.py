@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerprobe.core import CORPUS_TASK, LayerprobeError, PruneSpec, ResultError, parse_layer_ranges
+from layerprobe.core import CORPUS_TASK, LayerprobeError, PruneSpec, ResultError, UnsupportedModel, parse_layer_ranges
 from layerprobe.data import check_chat_template, images_before_loading
 from layerprobe.evaluate import (
     PreparedTasks,
@@ -27,6 +27,7 @@ from layerprobe.model import (
     check_loadable,
     load_config,
     load_tokenizer,
+    memory_refusal,
     model_kind,
     skeleton_stack,
 )
@@ -72,6 +73,8 @@ def preflight(
     known_layers = skeleton.num_layers if skeleton is not None else None
     if known_layers is None and not spec.model.layers_path:
         known_layers = getattr(config, "num_hidden_layers", None)
+    if isinstance(known_layers, int) and spec.unit == "block":
+        refuse_variants_no_design_runs(spec, config, known_layers)
     # An angular.json found in --out, not asked for, may be another model's: judged once the model is known.
     checked_layers = known_layers if spec.angular is not None else None
     angular = (
@@ -98,6 +101,20 @@ def preflight(
     reusable = may_reuse and finished_with(RunDir(out_dir), spec.tasks)
     prepared = None if reusable else prepared_tasks(spec, progress)
     return Checked(config, tokenizer, angular, prepared, estimator, images)
+
+
+def refuse_variants_no_design_runs(spec: PruneSpec, config: Any, num_layers: int) -> None:
+    """A selected variant that its design cannot run (KV sharing without the block that stores), before any weight."""
+    stack_config = getattr(config, "text_config", None) or config
+    if getattr(stack_config, "num_hidden_layers", None) != num_layers:
+        return  # another stack than the config's text blocks (a tower, a chosen --layers-path)
+    for start in parse_layer_ranges(spec.layers, num_layers):
+        removed = range(start, start + spec.span)
+        if removed.stop > num_layers:
+            continue  # left out later, with its own note
+        refused = memory_refusal(stack_config, [i for i in range(num_layers) if i not in removed])
+        if refused is not None:
+            raise UnsupportedModel(refused[0], hint=refused[1])
 
 
 def prepared_tasks(spec: PruneSpec, progress: Progress) -> PreparedTasks:

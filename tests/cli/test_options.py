@@ -88,7 +88,9 @@ DELIBERATE = {
     "--tokens": [{"angular", "depth", "heal", "prune-curve", "prune-drop"}, {"demo"}],
     "--dtype": [{"angular", "depth", "gain", "heal", "prune-curve", "prune-drop"}, {"prune"}],  # export keeps the dtype
     "--angular": [{"prune-curve"}, {"prune-drop"}],  # an input of the curve, a comparison for ΔP
-    "--task": [{"prune-curve", "prune-drop"}, {"stability"}],  # tasks to run vs the one task to rank by
+    # tasks to run vs the one task to rank by; heal's are optional (scored only when given), one declaration
+    "--task": [{"heal"}, {"prune-curve", "prune-drop"}, {"stability"}],
+    "--tasks": [{"heal"}, {"prune-curve", "prune-drop"}],
     "--seed": [{"gain"}, {"heal"}, {"prune-curve", "prune-drop"}, {"stability"}],  # each command's own RNGs
     "--metric": [{"prune-curve"}, {"stability"}],  # what the search chooses by vs what ranks the blocks
     "--unit": [{"prune-curve"}, {"prune-drop"}],  # what delta and greedy choose among vs what a variant removes

@@ -45,8 +45,9 @@ OTHER_MEANING = {
     "core/run_specs.py": set(),
 }
 OPTION_MAKERS = {"Option", "OptionSpec", "Argument"}
-# The Python API takes the settings as keywords of its own functions (docs/api.md) and passes them on.
-CONSUMERS = {"api/experiments.py", "api/measure.py"}
+# The Python API takes the settings as keywords of its own functions (docs/api.md) and passes them on;
+# `heal --task` scores as prune-drop does, its settings passed on to a PruneSpec.
+CONSUMERS = {"api/experiments.py", "api/measure.py", "heal/tasks.py"}
 RECORDS = {"fingerprint", "prune_settings", "corpus_settings"}  # functions that build a record of settings
 
 
