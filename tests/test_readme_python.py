@@ -17,8 +17,9 @@ def snippets() -> list[str]:
 
 def test_the_readme_shows_the_notebook_in_four_lines_and_the_callback_in_three():
     notebook, callback = snippets()
-    assert len(notebook.strip().splitlines()) == 4 and "import layerprobe as lp" in notebook
-    assert len(callback.strip().splitlines()) == 3 and "LayerprobeCallback(" in callback
+    lines = [[line for line in block.splitlines() if line.strip()] for block in (notebook, callback)]
+    assert len(lines[0]) == 4 and "import layerprobe as lp" in notebook
+    assert len(lines[1]) == 3 and "LayerprobeCallback(" in callback
 
 
 @pytest.mark.slow  # loads a model and measures 32,768 tokens
