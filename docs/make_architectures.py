@@ -297,9 +297,10 @@ the reason is in the config.
 
 The page cannot go stale unnoticed: CI (`.ci/run`) regenerates it in memory with
 `python docs/make_architectures.py --check --jobs 2` and fails naming every row that differs. After a
-change that touches a family, rewrite it with `python docs/make_architectures.py --jobs 2` (half an
-hour on two busy cores; the built checkpoints are cached in ~/.cache/layerprobe-architectures/, rebuilt
-when the test factories or the transformers or torch version change).
+change that touches a family, rewrite it with `python docs/make_architectures.py --jobs 2` (about 4
+minutes of CPU time, 2 on two idle cores; the built checkpoints are cached in
+~/.cache/layerprobe-architectures/, rebuilt when the test factories or the transformers or torch version
+change).
 
 The numbers these commands print on each design are checked against float64 references in the tests
 (tests/model/test_designs.py, test_encdec.py, test_towers.py, test_vlm_paths.py); this page says only
