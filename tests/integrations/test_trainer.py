@@ -37,7 +37,7 @@ class Repeated(torch.utils.data.Dataset):
         return dict(self.example)
 
 
-def train(path, out, callback=None):
+def train(path, out, callback=None, **precision):
     model = tf.AutoModelForCausalLM.from_pretrained(path)
     tokenizer = tf.AutoTokenizer.from_pretrained(path)
     args = tf.TrainingArguments(
@@ -54,6 +54,7 @@ def train(path, out, callback=None):
         seed=0,
         disable_tqdm=True,
         save_only_model=True,
+        **precision,
     )
     trainer = tf.Trainer(
         model=model,
@@ -120,6 +121,25 @@ def test_trainer_run_logs_what_the_cli_reports(tiny_checkpoints, tmp_path):
     losses = [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]
     assert losses == [(e["step"], e["loss"]) for e in plain.state.log_history if "loss" in e]
     assert len(losses) == STEPS
+
+
+@pytest.mark.slow
+def test_mixed_precision_training_is_measured_in_the_models_own_precision_and_trains_alike(tiny_checkpoints, tmp_path):
+    """bf16 autocast (Trainer's `bf16=True`, on CPU too): the callback measures outside the autocast region,
+    on the float32 weights, exactly as the CLI does on the saved checkpoint, and the losses are unchanged."""
+    path = tiny_checkpoints["llama"]
+    callback = LayerprobeCallback(every=EVERY, corpus="builtin:pydoc", out=tmp_path / "runs", **CALIBRATION)
+    trainer, model, _ = train(path, tmp_path / "with", callback, bf16=True)
+    assert model.training and next(model.parameters()).dtype == torch.float32
+    checkpoint = tmp_path / "with" / "trainer" / f"checkpoint-{EVERY}"
+    result = invoke("angular", checkpoint, *CLI_CALIBRATION, "--device", "cpu", "--quiet", "--out", tmp_path / "cli")
+    assert result.exit_code == 0, result.output
+    cli = json.loads((tmp_path / "cli" / "angular.json").read_text())
+    written = load_result(tmp_path / "runs" / f"step-{EVERY}" / "angular.json")
+    np.testing.assert_allclose(written.distance, cli["distance"], atol=2e-6)
+    plain, _, _ = train(path, tmp_path / "without", bf16=True)
+    losses = [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e]
+    assert losses == [(e["step"], e["loss"]) for e in plain.state.log_history if "loss" in e]
 
 
 def grad_reference(checkpoint, trainer):
