@@ -22,6 +22,7 @@ the stdlib's pydoc topics.
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -98,6 +99,7 @@ def main() -> None:
     parser.add_argument("--scan-tokens", default="4096,32768", help="calibration sizes timed for the table")
     parser.add_argument("--scan-every", default="100,500,1000", help="intervals the table extrapolates to")
     parser.add_argument("--api-tokens", type=int, default=4096, help="calibration positions of the API-vs-CLI run")
+    parser.add_argument("--api-rounds", type=int, default=5, help="interleaved rounds of the API-vs-CLI comparison")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
 
@@ -134,19 +136,29 @@ def main() -> None:
         model.load_state_dict(initial)  # the weights saved at `path`: the CLI measures those
         model.eval()
         corpus = CorpusSpec(BUILTIN_CORPUS, tokens=args.api_tokens, seq_len=args.seq)
-        start = clock()
-        api = lp.angular(model, tokenizer, BUILTIN_CORPUS, tokens=args.api_tokens, seq_len=args.seq)
-        api_wall = clock() - start
-        start = clock()
-        cli = run_angular(AngularSpec(ModelSpec(str(path), device="cpu", dtype="float32"), corpus))
-        cli_wall = clock() - start
-        rows = zip(api.distance, cli.distance, strict=True)
-        gap = max(abs(a - b) for ra, rb in rows for a, b in zip(ra, rb, strict=True))
-        ratio = cli.tokens_per_second / api.tokens_per_second
+        # Interleaved rounds (API then CLI, then CLI then API, …) so that warm-up and the machine's other
+        # work fall on both alike; the ratio reported is the median of the rounds' ratios.
+        ratios, calls, gap = [], [], 0.0
+        for round_ in range(args.api_rounds):
+            timed = {}
+            for which in ("api", "cli") if round_ % 2 == 0 else ("cli", "api"):
+                start = clock()
+                if which == "api":
+                    result = lp.angular(model, tokenizer, BUILTIN_CORPUS, tokens=args.api_tokens, seq_len=args.seq)
+                else:
+                    result = run_angular(AngularSpec(ModelSpec(str(path), device="cpu", dtype="float32"), corpus))
+                timed[which] = (result, clock() - start)
+            (api, api_call), (cli, cli_call) = timed["api"], timed["cli"]
+            rows = zip(api.distance, cli.distance, strict=True)
+            gap = max(gap, max(abs(a - b) for ra, rb in rows for a, b in zip(ra, rb, strict=True)))
+            ratios.append(cli.tokens_per_second / api.tokens_per_second)
+            calls.append((api_call, cli_call))
+        ratio = statistics.median(ratios)
         print(
-            f"API vs CLI on {args.api_tokens} tokens: measuring pass {api.tokens_per_second:,.0f} vs "
-            f"{cli.tokens_per_second:,.0f} tok/s (API/CLI time ratio {ratio:.2f}); "
-            f"whole call {api_wall:.2f} vs {cli_wall:.2f} CPU s (the CLI's loads the checkpoint); max |Δd| {gap:.1e}"
+            f"API vs CLI on {args.api_tokens} tokens, {args.api_rounds} interleaved rounds: measuring-pass time ratio "
+            f"API/CLI median {ratio:.2f} (rounds {', '.join(f'{r:.2f}' for r in ratios)}); whole call median "
+            f"{statistics.median(a for a, _ in calls):.2f} vs {statistics.median(c for _, c in calls):.2f} CPU s "
+            f"(the CLI's loads the checkpoint); max |Δd| {gap:.1e}"
         )
 
 
