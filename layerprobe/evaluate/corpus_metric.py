@@ -256,7 +256,7 @@ class CorpusScorer:
                 return forward(batch)
 
         if not hasattr(self, "_arity"):
-            self._arity = output_arity(self.stack, torch.zeros(1, 2, dtype=torch.long), lambda _ids: forward(batch))
+            self._arity = output_arity(self.stack, torch.zeros(1, 2, dtype=torch.long), lambda _ids: self._probe(batch))
         first = span[0]
         # Keep block `first` as the new first block, standing in for it a replay of x^first: the next
         # kept block (first+n for a span) thus receives x^first, exactly as with the blocks deleted.
@@ -267,6 +267,16 @@ class CorpusScorer:
                 return forward(batch)
             finally:
                 shrunk.blocks[0] = block
+
+    def _probe(self, batch: Batch) -> torch.Tensor:
+        """A forward pass just long enough to see how a block returns its states: two tokens of one window.
+
+        A batch of token ids alone is cut to that; a masked or image batch (whose pass reads more than the
+        ids) is probed whole.
+        """
+        if batch.extra or list(batch.inputs) != ["input_ids"]:
+            return self.pass_.forward(batch)
+        return self.pass_.forward(Batch({"input_ids": batch.inputs["input_ids"][:1, :2]}, rows=1))
 
 
 def _append(into: dict[str, list[float]], found: dict[str, list[float]]) -> None:
