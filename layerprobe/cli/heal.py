@@ -139,24 +139,19 @@ def heal(
         result = run_heal(spec, progress.callbacks(), RunDir(directory).heal_checkpoint)
     json_path = write_json(RunDir(directory).heal_json, result.to_dict())
     plots = plot_heal(result, directory)
-    for metric in HEAL_METRICS:
-        entry = result.metrics[metric]
-        shown = recovery_text(entry["recovery"])
+    lines = [(metric, result.metrics[metric]) for metric in HEAL_METRICS]
+    lines += [
+        (f"{name} {metric}", entry)
+        for name, rec in (result.tasks or {}).items()
+        for metric, entry in rec["metrics"].items()
+    ]
+    for label, entry in lines:  # the held-out metrics, then each task's
         out.print(
-            f"{metric}: original {entry['original']['value']:.4g}, pruned {entry['pruned']['value']:.4g}, "
-            f"healed {entry['healed']['value']:.4g}; {shown}",
+            f"{label}: original {entry['original']['value']:.4g}, pruned {entry['pruned']['value']:.4g}, "
+            f"healed {entry['healed']['value']:.4g}; {recovery_text(entry['recovery'])}",
             highlight=False,
             markup=False,
         )
-    for name, record in (result.tasks or {}).items():
-        for metric, entry in record["metrics"].items():
-            shown = recovery_text(entry["recovery"])
-            out.print(
-                f"{name} {metric}: original {entry['original']['value']:.4g}, pruned {entry['pruned']['value']:.4g}, "
-                f"healed {entry['healed']['value']:.4g}; {shown}",
-                highlight=False,
-                markup=False,
-            )
     print_cut_ratios(model, result.checkpoint, result.parameters["original"], result.parameters["healed"])
     for note in result.notes:
         err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
