@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from layerprobe.cli.console import RichProgress, out
-from layerprobe.cli.corpus_options import StreamedCorpus
+from layerprobe.cli.corpus_options import Corpus, Streaming
 from layerprobe.cli.groups import takes_groups
 from layerprobe.cli.options import ModelArg, ModelLoading, Output, StateMemory, hold_out
 from layerprobe.cli.summaries import print_angular_summary
@@ -20,7 +20,8 @@ from layerprobe.results import RunDir, write_json
 def angular(
     model: ModelArg,
     *,
-    corpus: StreamedCorpus,
+    corpus: Corpus,
+    streaming: Streaming,
     loading: ModelLoading,
     memory: StateMemory,
     output: Output,
@@ -32,8 +33,7 @@ def angular(
     spec = AngularSpec(
         model=loading.spec(model),
         corpus=corpus.spec(),
-        positions=corpus.positions,
-        batch_size=corpus.batch_size,
+        **streaming.spec_fields(),
         **memory.spec_fields(),
     )
     measure_and_report(spec, output.directory(model), output.quiet)

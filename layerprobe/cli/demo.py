@@ -8,9 +8,8 @@ from typing import Annotated
 import typer
 
 from layerprobe.cli.angular import measure_and_report
-from layerprobe.cli.corpus_options import parse_tokens
 from layerprobe.cli.options import Quiet
-from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec
+from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, ModelSpec, parse_tokens
 from layerprobe.model import DEMO_NAME, demo_model_dir
 
 
@@ -25,6 +24,5 @@ def demo(
     spec = AngularSpec(
         model=ModelSpec(str(demo_model_dir()), device="cpu", name=DEMO_NAME),
         corpus=CorpusSpec(BUILTIN_CORPUS, None, "train", "text", parse_tokens(tokens), 512),
-        batch_size=8,
     )
     measure_and_report(spec, out_dir, quiet)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
+from dataclasses import dataclass
 
 from layerprobe.cli.console import RichProgress, out
-from layerprobe.cli.corpus_options import StreamedCorpus
-from layerprobe.cli.groups import takes_groups
+from layerprobe.cli.corpus_options import Corpus, Streaming
+from layerprobe.cli.groups import SpecGroup, takes_groups
 from layerprobe.cli.options import ModelArg, ModelLoading, Output
 from layerprobe.cli.summaries import print_depth_summary
 from layerprobe.core import DepthSpec
@@ -17,20 +15,21 @@ from layerprobe.plots import plot_depth
 from layerprobe.results import RunDir, write_json
 
 
+@dataclass(frozen=True)
+class GradientNorms(SpecGroup):
+    """`--grad` and its masking seed (declared on DepthSpec)."""
+
+    SPEC = DepthSpec
+    FIELDS = ("grad", "mask_seed")
+
+
 @takes_groups
 def depth(
     model: ModelArg,
-    grad: Annotated[
-        bool,
-        typer.Option(
-            "--grad",
-            help="Also the gradient norm of each block and sublayer for the model's own loss "
-            "(next-token, or masked-LM for encoders); one more forward+backward pass.",
-        ),
-    ] = False,
-    mask_seed: Annotated[int, typer.Option("--mask-seed", help="Seed of the 15 % masked-LM masking (--grad).")] = 1234,
     *,
-    corpus: StreamedCorpus,
+    gradients: GradientNorms,
+    corpus: Corpus,
+    streaming: Streaming,
     loading: ModelLoading,
     output: Output,
 ) -> None:
@@ -45,10 +44,8 @@ def depth(
     spec = DepthSpec(
         model=loading.spec(model),
         corpus=corpus.spec(),
-        positions=corpus.positions,
-        batch_size=corpus.batch_size,
-        grad=grad,
-        mask_seed=mask_seed,
+        **streaming.spec_fields(),
+        **gradients.spec_fields(),
     )
     directory = output.directory(model)
     progress = RichProgress(output.quiet)

@@ -50,6 +50,18 @@ def spec_option(item: Declared) -> object:
     return annotated[option.cli_type if option.cli_type is not None else item.type, placed]
 
 
+def switch_param(flag: str) -> str:
+    """The command's parameter name of an on/off switch: `--load-in-4bit` → `load_in_4bit`."""
+    return flag.lstrip("-").replace("-", "_")
+
+
+def switch_option(item: Declared, flag: str, shown: str) -> object:
+    """The `Annotated[bool, typer.Option(flag)]` of one switch of a setting chosen by switches."""
+    help_text = item.option.help.format(shown=shown)
+    annotated: Any = Annotated  # built at run time from values: no static type to give it
+    return annotated[bool, typer.Option(flag, help=help_text, rich_help_panel=item.option.panel)]
+
+
 def cli_default(item: Declared) -> object:
     """The command line's default of a declared setting: its own where declared, else the spec's."""
     return item.default if item.option.cli_default is SAME else item.option.cli_default
@@ -78,6 +90,11 @@ class SpecGroup(OptionGroup):
         annotations: dict[str, object] = {}
         for name in cls.FIELDS:
             item = found[name]
+            if item.option.switches:  # one on/off option per value (--load-in-4bit, --load-in-8bit)
+                for flag, _, shown in item.option.switches:
+                    annotations[switch_param(flag)] = switch_option(item, flag, shown)
+                    setattr(cls, switch_param(flag), False)
+                continue
             annotations[item.param] = spec_option(item)
             setattr(cls, item.param, cli_default(item))
         cls.__annotations__ = annotations  # read by @dataclass, which runs after this
@@ -91,7 +108,12 @@ class SpecGroup(OptionGroup):
         found = declared(self.SPEC)
         values: dict[str, Any] = {}
         for name in self.FIELDS:
-            item, value = found[name], getattr(self, found[name].param)
+            item = found[name]
+            if item.option.switches:
+                chosen = [value for flag, value, _ in item.option.switches if getattr(self, switch_param(flag))]
+                values[name] = item.option.parse(chosen) if item.option.parse is not None else chosen
+                continue
+            value = getattr(self, item.param)
             if value is None:
                 if item.default is None:
                     values[name] = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -30,6 +30,7 @@ from layerprobe.core import (
     ModelSpec,
     PruneSpec,
     check_output_dir,
+    declared,
 )
 from layerprobe.results import ALIGNS, ORDERS, hold_run_dir, rank_suffix
 
@@ -45,24 +46,6 @@ else:
 # --- options shared one by one ------------------------------------------------------------------------
 
 ModelArg = Annotated[str, typer.Argument(help="Hub id (org/name) or local checkpoint directory.")]
-Revision = Annotated[
-    str | None,
-    typer.Option("--revision", help="Branch, tag or commit of a hub model.", rich_help_panel=LOADING_PANEL),
-]
-TrustRemoteCode = Annotated[
-    bool,
-    typer.Option(
-        "--trust-remote-code", help="Allow the repository's own modelling code.", rich_help_panel=LOADING_PANEL
-    ),
-]
-LayersPath = Annotated[
-    str | None,
-    typer.Option(
-        "--layers-path",
-        help="Dotted path of the blocks' ModuleList (e.g. model.layers), if not found.",
-        rich_help_panel=LOADING_PANEL,
-    ),
-]
 Quiet = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress bars (results still print).", rich_help_panel=OUTPUT_PANEL)
 ]
@@ -88,77 +71,33 @@ def split_task_names(values: list[str]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class Checkpoint(OptionGroup):
+class Checkpoint(SpecGroup):
     """Which checkpoint and how its blocks are found, for commands that read it their own way (`layers`, `prune`).
 
-    The same declarations as in `ModelLoading`; those commands take no device, quantization or
+    The declarations of `ModelLoading`'s options; those commands take no device, quantization or
     `--model-args` (layers reads no weight; prune writes on CPU in the checkpoint's own dtype).
     """
 
     PANEL = LOADING_PANEL
-
-    revision: Revision = None
-    trust_remote_code: TrustRemoteCode = False
-    layers_path: LayersPath = None
+    SPEC = ModelSpec
+    FIELDS = ("revision", "trust_remote_code", "layers_path")
 
     def spec(self, model: str, dtype: str = ModelSpec.dtype, device: str = ModelSpec.device) -> ModelSpec:
         """The ModelSpec of `model` read with these options (and `dtype` / `device` where the command sets them)."""
-        return ModelSpec(
-            model,
-            self.revision,
-            dtype,
-            device,
-            trust_remote_code=self.trust_remote_code,
-            layers_path=self.layers_path,
-        )
+        return ModelSpec(model, dtype=dtype, device=device, **self.spec_fields())
 
 
 @dataclass(frozen=True)
-class ModelLoading(OptionGroup):
-    """How every command that runs a model loads it (`angular`, `depth`, `prune-drop`, `prune-curve`)."""
+class ModelLoading(SpecGroup):
+    """How every command that runs a model loads it (`angular`, `depth`, `prune-drop`, `prune-curve`, …)."""
 
     PANEL = LOADING_PANEL
-
-    revision: Revision = None
-    dtype: Annotated[
-        Dtype, typer.Option("--dtype", help="auto: the checkpoint's half precision on GPU, float32 on CPU.")
-    ] = ModelSpec.dtype
-    device: Annotated[str, typer.Option("--device", help="auto|cpu|cuda|cuda:N|mps. auto: GPU if present.")] = (
-        ModelSpec.device
-    )
-    device_map: Annotated[
-        str | None,
-        typer.Option(
-            "--device-map",
-            help="'auto' spreads a model too large for one GPU over all GPUs (and CPU) via accelerate.",
-        ),
-    ] = None
-    trust_remote_code: TrustRemoteCode = False
-    layers_path: LayersPath = None
-    model_args: Annotated[
-        str | None,
-        typer.Option(
-            "--model-args",
-            "--model_args",
-            help="Extra from_pretrained keywords as k=v,k=v (lm-eval's syntax): true/false/none, numbers, strings, "
-            "and {k:v,...} mappings, e.g. low_cpu_mem_usage=true,max_memory={0:70GiB,1:70GiB,cpu:200GiB}.",
-        ),
-    ] = None
-    load_in_4bit: Annotated[
-        bool,
-        typer.Option("--load-in-4bit", help="Quantize the weights to 4-bit NF4 with bitsandbytes (extra \\[quant])."),
-    ] = False
-    load_in_8bit: Annotated[
-        bool, typer.Option("--load-in-8bit", help="Quantize the weights to 8-bit with bitsandbytes (extra \\[quant]).")
-    ] = False
-    attn_implementation: Annotated[
-        str | None,
-        typer.Option("--attn-implementation", help="eager|sdpa|flash_attention_2|... (default: transformers' choice)."),
-    ] = None
+    SPEC = ModelSpec
+    FIELDS = tuple(declared(ModelSpec))  # every loading setting, in the order ModelSpec declares them
 
     def spec(self, model: str) -> ModelSpec:
         """The ModelSpec of `model` loaded with these options (checked there: one home for the rules)."""
-        return ModelSpec.from_options(model, **asdict(self))
+        return ModelSpec(model, **self.spec_fields())
 
 
 # --- tasks and their evaluation -----------------------------------------------------------------------

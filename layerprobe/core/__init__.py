@@ -1,6 +1,12 @@
 """The ground floor: errors, every default, frozen option specs and their input checks, shares of work."""
 
-from layerprobe.core.checks import check_output_dir, parse_eval_batch_size, parse_layer_ranges, parse_memory_size
+from layerprobe.core.checks import (
+    check_output_dir,
+    parse_eval_batch_size,
+    parse_layer_ranges,
+    parse_memory_size,
+    parse_tokens,
+)
 from layerprobe.core.corpus_spec import CorpusSpec
 from layerprobe.core.defaults import (
     ANSWER,
@@ -66,6 +72,7 @@ from layerprobe.core.model_spec import ModelSpec, parse_model_args, quantization
 from layerprobe.core.option_spec import (
     CORPUS_PANEL,
     LOADING_PANEL,
+    OMITTED,
     OUTPUT_PANEL,
     SAME,
     SCALE_PANEL,
@@ -86,6 +93,7 @@ from layerprobe.core.shares import Share
 from layerprobe.core.text import markdown_text, terminal_text, without_surrogates
 
 __all__ = [
+    "parse_tokens",
     "CORPUS_PANEL",
     "LOADING_PANEL",
     "OUTPUT_PANEL",
@@ -93,6 +101,7 @@ __all__ = [
     "STATISTICS_PANEL",
     "TASKS_PANEL",
     "SAME",
+    "OMITTED",
     "Declared",
     "OptionSpec",
     "declared",

@@ -112,3 +112,19 @@ def check_output_dir(directory: str | os.PathLike[str], option: str = "--out") -
     except OSError:
         raise refusal from None
     return Path(directory)
+
+
+def parse_tokens(value: str | int) -> int:
+    """--tokens: a whole number, also written as 1e6 or 262_144 (capped in CorpusSpec, which says so)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value).strip().replace("_", "").replace(",", "")
+    try:
+        number = float(text) if any(c in text.lower() for c in ".e") else int(text)
+    except ValueError:
+        number = None
+    if number is None or number != number or number in (float("inf"), float("-inf")) or number != int(number):
+        raise LayerprobeError(
+            f"--tokens {value!r} is not a whole number of tokens.", hint="e.g. --tokens 262144 or 1e6."
+        )
+    return int(number)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
+from layerprobe.core.checks import parse_tokens
 from layerprobe.core.defaults import (
     BUILTIN_CORPUS,
     DEFAULT_DATASET,
@@ -14,6 +16,10 @@ from layerprobe.core.defaults import (
     TEXTS_CORPUS,
 )
 from layerprobe.core.errors import LayerprobeError
+from layerprobe.core.option_spec import CORPUS_PANEL, OMITTED, OptionSpec, recorded_values, setting
+
+# The corpus options are fingerprinted through the record (prune/state.py: the corpus block), never one by one.
+RECORD: dict[str, Any] = {"panel": CORPUS_PANEL, "recorded": True}
 
 
 @dataclass(frozen=True)
@@ -28,21 +34,72 @@ class CorpusSpec:
     strings) are the documents themselves, in order; the dataset is then recorded as `texts`.
     """
 
-    dataset: str = DEFAULT_DATASET
-    dataset_config: str | None = None
-    split: str = "validation"
-    text_field: str = "text"
-    tokens: int = 262_144
-    seq_len: int = 1024
-    chat_template: bool = False
+    dataset: str = setting(
+        DEFAULT_DATASET,
+        OptionSpec(
+            ("--dataset",),
+            "Hub dataset id, a local .txt/.jsonl/.parquet file, or builtin:pydoc (offline English text).",
+            **RECORD,
+        ),
+    )
+    dataset_config: str | None = setting(
+        None,
+        OptionSpec(
+            ("--dataset-config",),
+            "Hub dataset config (default: en for allenai/c4, none otherwise).",
+            key="config",
+            only_when="is_hub",
+            otherwise=None,
+            **RECORD,
+        ),
+    )
+    split: str = setting(
+        "validation", OptionSpec(("--split",), "Hub dataset split.", only_when="is_hub", otherwise=None, **RECORD)
+    )
+    text_field: str = setting("text", OptionSpec(("--text-field",), "Column/field that holds the text.", **RECORD))
+    tokens: int = setting(
+        262_144,
+        OptionSpec(
+            ("--tokens",),
+            f"Positions to stream through the model (exact; 1e6 spelling accepted; at most {MAX_TOKENS:,}).",
+            cli_type=str,
+            cli_default="262144",
+            parse=parse_tokens,
+            metavar="INTEGER",
+            minimum=1,
+            **RECORD,
+        ),
+    )
+    seq_len: int = setting(
+        1024,
+        OptionSpec(("--seq-len",), "Window length in tokens (capped by the model's context).", minimum=1, **RECORD),
+    )
+    chat_template: bool = setting(
+        False,
+        OptionSpec(
+            ("--chat-template",),
+            "Wrap each document as a user turn of the tokenizer's chat template (calibrate a chat model on "
+            "what it sees).",
+            only_when="chat_template",  # recorded only when on: results of runs without it are unchanged
+            **RECORD,
+        ),
+    )
     texts: tuple[str, ...] | None = None
 
-    def record(self) -> dict[str, object]:
-        """What a result's data block says about the chat template: `{"chat_template": true}`, or nothing.
+    def record(self, **measured: Any) -> dict[str, Any]:
+        """What a result's data block says about the corpus: the recorded settings, as declared above.
 
-        Left out when off, so results (and resume fingerprints) of runs without the option are unchanged.
+        `measured` replaces a setting by what the run measured (`tokens`, `seq_len` capped by the model's
+        context) or, given as `OMITTED`, leaves it out. A hub dataset's config and split are None for a
+        local file; the chat template is left out when off, so results of runs without it are unchanged.
         """
-        return {"chat_template": True} if self.chat_template else {}
+        values = recorded_values(self)
+        for key, value in measured.items():
+            if value is OMITTED:
+                values.pop(key, None)
+            else:
+                values[key] = value
+        return values
 
     def __post_init__(self) -> None:
         if self.texts is not None:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
 
 from layerprobe.core.defaults import ATTN_IMPLEMENTATIONS, DTYPES, QUANTIZATIONS
 from layerprobe.core.errors import LayerprobeError
+from layerprobe.core.option_spec import LOADING_PANEL as PANEL
+from layerprobe.core.option_spec import OptionSpec, setting
 from layerprobe.core.redact import redacted, remember_secrets, remember_secrets_in_text
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
@@ -42,15 +44,65 @@ class ModelSpec:
     """Which checkpoint to load and where to put it."""
 
     model: str
-    revision: str | None = None
-    dtype: str = "auto"
-    device: str = "auto"
-    device_map: str | None = None
-    trust_remote_code: bool = False
-    layers_path: str | None = None
-    model_args: dict[str, Any] = field(default_factory=dict)  # any keyword from_pretrained takes
-    quantization: str | None = None
-    attn_implementation: str | None = None
+    revision: str | None = setting(None, OptionSpec(("--revision",), "Branch, tag or commit of a hub model.", PANEL))
+    dtype: str = setting(
+        "auto",
+        OptionSpec(
+            ("--dtype",),
+            "auto: the checkpoint's half precision on GPU, float32 on CPU.",
+            PANEL,
+            cli_type=Literal[DTYPES],
+        ),
+    )
+    device: str = setting("auto", OptionSpec(("--device",), "auto|cpu|cuda|cuda:N|mps. auto: GPU if present.", PANEL))
+    device_map: str | None = setting(
+        None,
+        OptionSpec(
+            ("--device-map",),
+            "'auto' spreads a model too large for one GPU over all GPUs (and CPU) via accelerate.",
+            PANEL,
+        ),
+    )
+    trust_remote_code: bool = setting(
+        False, OptionSpec(("--trust-remote-code",), "Allow the repository's own modelling code.", PANEL)
+    )
+    layers_path: str | None = setting(
+        None,
+        OptionSpec(
+            ("--layers-path",), "Dotted path of the blocks' ModuleList (e.g. model.layers), if not found.", PANEL
+        ),
+    )
+    model_args: dict[str, Any] = setting(  # any keyword from_pretrained takes
+        None,
+        OptionSpec(
+            ("--model-args", "--model_args"),
+            "Extra from_pretrained keywords as k=v,k=v (lm-eval's syntax): true/false/none, numbers, strings, "
+            "and {k:v,...} mappings, e.g. low_cpu_mem_usage=true,max_memory={0:70GiB,1:70GiB,cpu:200GiB}.",
+            PANEL,
+            cli_type=str | None,
+            cli_default=None,
+            parse=lambda text: parse_model_args(text),
+        ),
+        factory=dict,
+    )
+    quantization: str | None = setting(
+        None,
+        OptionSpec(
+            ("--load-in-4bit", "--load-in-8bit"),
+            "Quantize the weights to {shown} with bitsandbytes (extra \\[quant]).",
+            PANEL,
+            switches=(("--load-in-4bit", "4bit", "4-bit NF4"), ("--load-in-8bit", "8bit", "8-bit")),
+            parse=lambda chosen: one_quantization(chosen),
+        ),
+    )
+    attn_implementation: str | None = setting(
+        None,
+        OptionSpec(
+            ("--attn-implementation",),
+            "eager|sdpa|flash_attention_2|... (default: transformers' choice).",
+            PANEL,
+        ),
+    )
     name: str | None = None  # the name shown in titles, tables and result JSON, if not `model` (the demo's)
 
     @property
@@ -139,11 +191,16 @@ class ModelSpec:
 
 def quantization_from_flags(load_in_4bit: bool, load_in_8bit: bool) -> str | None:
     """`--load-in-4bit` / `--load-in-8bit` → "4bit" / "8bit" / None; both at once is a mistake."""
-    if load_in_4bit and load_in_8bit:
+    return one_quantization([value for on, value in ((load_in_4bit, "4bit"), (load_in_8bit, "8bit")) if on])
+
+
+def one_quantization(chosen: list[str]) -> str | None:
+    """The quantization switched on ("4bit", "8bit") or None; two at once is a mistake."""
+    if len(chosen) > 1:
         raise LayerprobeError(
             "--load-in-4bit and --load-in-8bit were both given.", hint="Pick one quantization (or neither)."
         )
-    return "4bit" if load_in_4bit else "8bit" if load_in_8bit else None
+    return chosen[0] if chosen else None
 
 
 def parse_model_args(text: str | None) -> dict[str, ArgValue]:

@@ -27,6 +27,7 @@ OUTPUT_PANEL = "Output"
 
 OPTION = "layerprobe.option"  # the metadata key of a declared setting
 SAME = object()  # OptionSpec.cli_default: the command line's default is the spec's own
+OMITTED = object()  # OptionSpec.otherwise: a setting whose `only_when` is false is left out of the record
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,12 @@ class OptionSpec:
         recorded: Whether the result's `settings` block records it.
         only_when: The name of a boolean property of the spec; the setting is fingerprinted and recorded
             only where it is true (e.g. `sequential` for --precision and --round-size).
+        otherwise: What is recorded where `only_when` is false: `OMITTED` (left out), or a value (e.g. None
+            for a hub dataset's config when the corpus is a local file).
+        switches: For a setting chosen by on/off flags rather than one option (`--load-in-4bit`,
+            `--load-in-8bit` → quantization "4bit" / "8bit"): each switch's flag, the value it sets and
+            how its help names it (`help` is formatted with `shown`). `parse` then receives the list of
+            the values switched on (and refuses two).
         key: The name it is fingerprinted and recorded under, when not the field's.
         files: The value names files or a folder: fingerprinted by a digest of their size and time.
         minimum: The smallest value a result may record (checked when a result is read).
@@ -67,14 +74,18 @@ class OptionSpec:
     fingerprint: bool = False
     recorded: bool = False
     only_when: str | None = None
+    otherwise: object = OMITTED
+    switches: tuple[tuple[str, str, str], ...] = ()
     key: str | None = None
     files: bool = False
     minimum: float | None = None
     older_default: bool = False
 
 
-def setting(default: Any, option: OptionSpec) -> Any:
-    """A spec field with `default` whose setting is declared by `option` (in the field's metadata)."""
+def setting(default: Any, option: OptionSpec, *, factory: Callable[[], Any] | None = None) -> Any:
+    """A spec field with `default` (or made by `factory`, for a mutable one) whose setting `option` declares."""
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata={OPTION: option})
     return dataclasses.field(default=default, metadata={OPTION: option})
 
 
@@ -102,10 +113,14 @@ def declared(spec: type) -> dict[str, Declared]:
     """Field name → declaration, for every declared setting of a spec class, in field order."""
     hints = typing.get_type_hints(spec)
     return {
-        field.name: Declared(field.name, hints[field.name], field.default, field.metadata[OPTION])
+        field.name: Declared(field.name, hints[field.name], _default(field), field.metadata[OPTION])
         for field in dataclasses.fields(spec)
         if OPTION in field.metadata
     }
+
+
+def _default(field: dataclasses.Field[Any]) -> Any:
+    return field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
 
 
 def recorded_options(spec: type) -> dict[str, Declared]:
@@ -116,8 +131,12 @@ def recorded_options(spec: type) -> dict[str, Declared]:
 def _applying(spec: object, wanted: Callable[[OptionSpec], bool]) -> Iterator[tuple[Declared, Any]]:
     for item in declared(type(spec)).values():
         when = item.option.only_when
-        if wanted(item.option) and (when is None or getattr(spec, when)):
+        if not wanted(item.option):
+            continue
+        if when is None or getattr(spec, when):
             yield item, getattr(spec, item.name)
+        elif item.option.otherwise is not OMITTED:
+            yield item, item.option.otherwise
 
 
 def recorded_values(spec: object) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Literal
 
 from layerprobe.core.checks import parse_memory_size
 from layerprobe.core.corpus_spec import CorpusSpec
@@ -19,6 +20,7 @@ from layerprobe.core.defaults import (
 from layerprobe.core.errors import LayerprobeError
 from layerprobe.core.model_spec import ModelSpec
 from layerprobe.core.option_spec import (
+    CORPUS_PANEL,
     SCALE_PANEL,
     OptionSpec,
     setting,
@@ -38,6 +40,15 @@ MAX_STATE_MEMORY = OptionSpec(
     recorded=True,
     minimum=1,
 )
+
+# --positions and angular's --batch-size: declared once for angular and depth, which stream the same windows.
+POSITIONS_OPTION = OptionSpec(
+    ("--positions",),
+    "all: mean over every measured position; last: the last text token of each window (Gromov et al.).",
+    CORPUS_PANEL,
+    cli_type=Literal[POSITIONS],
+)
+WINDOW_BATCH = OptionSpec(("--batch-size", "--batch_size"), "Windows per forward pass.", CORPUS_PANEL)
 
 
 def check_ablation(unit: str, span: int) -> None:
@@ -59,8 +70,8 @@ class AngularSpec:
 
     model: ModelSpec
     corpus: CorpusSpec = field(default_factory=CorpusSpec)
-    positions: str = "all"
-    batch_size: int = 8
+    positions: str = setting("all", POSITIONS_OPTION)
+    batch_size: int = setting(8, WINDOW_BATCH)
     max_state_bytes: int = setting(DEFAULT_CHUNK_BYTES, MAX_STATE_MEMORY)  # fp32 states gathered on one device
 
     def __post_init__(self) -> None:
@@ -82,10 +93,17 @@ class DepthSpec:
 
     model: ModelSpec
     corpus: CorpusSpec = field(default_factory=CorpusSpec)
-    positions: str = "all"
-    batch_size: int = 8
-    grad: bool = False
-    mask_seed: int = 1234
+    positions: str = setting("all", POSITIONS_OPTION)
+    batch_size: int = setting(8, WINDOW_BATCH)
+    grad: bool = setting(
+        False,
+        OptionSpec(
+            ("--grad",),
+            "Also the gradient norm of each block and sublayer for the model's own loss (next-token, or "
+            "masked-LM for encoders); one more forward+backward pass.",
+        ),
+    )
+    mask_seed: int = setting(1234, OptionSpec(("--mask-seed",), "Seed of the 15 % masked-LM masking (--grad)."))
 
     def __post_init__(self) -> None:
         AngularSpec(self.model, self.corpus, self.positions, self.batch_size)  # the same checks, one home

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from layerprobe.core import (
     DEFAULT_DRAWS,
+    OMITTED,
     CorpusError,
     ExportSpec,
     HealSpec,
@@ -262,12 +263,7 @@ def run_heal(spec: HealSpec, progress: Progress | None = None, state_dir: Path |
     corpus = spec.corpus
     n_cal = len(settled.calibration)
     data = {
-        "dataset": corpus.dataset,
-        "config": corpus.dataset_config if corpus.is_hub else None,
-        "split": corpus.split if corpus.is_hub else None,
-        "text_field": corpus.text_field,
-        "seq_len": settled.seq_len,
-        **corpus.record(),
+        **corpus.record(tokens=OMITTED, seq_len=settled.seq_len),
         "calibration": {
             "windows": [0, n_cal],
             "tokens": sum(len(w.input_ids) for w in settled.calibration),

@@ -150,16 +150,10 @@ def run_angular(
     corpus = spec.corpus
     tokens = measured_tokens(windows, accumulator.window_positions, spec.positions)
     data = {
-        "dataset": corpus.dataset,
-        "config": corpus.dataset_config if corpus.is_hub else None,
-        "split": corpus.split if corpus.is_hub else None,
-        "text_field": corpus.text_field,
-        "tokens": tokens,
-        "seq_len": seq_len,
+        **corpus.record(tokens=tokens, seq_len=seq_len),
         "windows": len(windows),
         "positions": spec.positions,
         "positions_averaged": accumulator.count,
-        **corpus.record(),
         **image_record(windows, accumulator.window_positions, spec.positions),
     }
     return AngularResult(

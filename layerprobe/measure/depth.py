@@ -134,22 +134,14 @@ def run_depth(
             }
             for kind in SUBLAYER_KINDS
         }
-    hub = spec.corpus.is_hub
     per_window = [int(accumulator.rms.count[0]) // max(1, len(windows))]  # positions of each window (images)
+    tokens = measured_tokens(windows, [accumulator.rms.count[0] // max(1, len(windows))] * len(windows), spec.positions)
     data = {
-        "dataset": spec.corpus.dataset,
-        "config": spec.corpus.dataset_config if hub else None,
-        "split": spec.corpus.split if hub else None,
-        "text_field": spec.corpus.text_field,
-        "tokens": measured_tokens(
-            windows, [accumulator.rms.count[0] // max(1, len(windows))] * len(windows), spec.positions
-        ),
-        "seq_len": seq_len,
+        **spec.corpus.record(tokens=tokens, seq_len=seq_len),
         "windows": len(windows),
         "positions": spec.positions,
         "positions_averaged": accumulator.rms.count[0],
         "batch_size": spec.batch_size,
-        **spec.corpus.record(),
         **image_record(windows, per_window, spec.positions),
     }
     return DepthResult(

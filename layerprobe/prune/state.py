@@ -77,16 +77,7 @@ def fingerprint(spec: PruneSpec, info: ModelInfo) -> dict[str, object]:
 
 def corpus_settings(corpus: CorpusSpec) -> dict[str, object]:
     """The corpus options `--task corpus` was scored on, as recorded in prune_drop.json and fingerprints."""
-    return {
-        "dataset": corpus.dataset,
-        "config": corpus.dataset_config if corpus.is_hub else None,
-        "split": corpus.split if corpus.is_hub else None,
-        "text_field": corpus.text_field,
-        "tokens": corpus.tokens,
-        "seq_len": corpus.seq_len,
-        "file": files_stat_digest(corpus.dataset) if corpus.is_local else None,
-        **corpus.record(),
-    }
+    return {**corpus.record(), "file": files_stat_digest(corpus.dataset) if corpus.is_local else None}
 
 
 def files_stat_digest(path: str) -> str:

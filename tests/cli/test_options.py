@@ -18,7 +18,7 @@ from command_line import flat_help
 
 from layerprobe.api.arguments import Loading
 from layerprobe.cli.app import COMMANDS, app
-from layerprobe.cli.corpus_options import Corpus, StreamedCorpus
+from layerprobe.cli.corpus_options import Corpus, Streaming
 from layerprobe.cli.groups import OptionGroup, command_groups
 from layerprobe.cli.options import Checkpoint, Evaluation, ModelLoading, Output, split_task_names
 from layerprobe.core import parse_eval_batch_size
@@ -52,8 +52,8 @@ def commands_taking(group: type[OptionGroup]) -> list[str]:
     ("group", "expected"),
     [
         (ModelLoading, ["angular", "depth", "gain", "heal", "prune-curve", "prune-drop"]),
-        (StreamedCorpus, ["angular", "depth"]),
-        (Corpus, ["heal", "prune-curve", "prune-drop"]),
+        (Streaming, ["angular", "depth"]),
+        (Corpus, ["angular", "depth", "heal", "prune-curve", "prune-drop"]),
         (Evaluation, ["prune-curve", "prune-drop"]),
         (Output, ["angular", "depth", "gain", "heal", "prune-curve", "prune-drop"]),
         (Checkpoint, ["layers", "prune"]),

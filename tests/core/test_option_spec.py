@@ -22,6 +22,8 @@ from layerprobe.cli.groups import SpecGroup, command_groups
 from layerprobe.core import (
     SAME,
     AngularSpec,
+    CorpusSpec,
+    DepthSpec,
     ModelSpec,
     PruneSpec,
     ResultError,
@@ -32,8 +34,9 @@ from layerprobe.core import (
 )
 from layerprobe.results import PruneDropResult
 
-SPECS = (PruneSpec, AngularSpec)
-DECLARING = {"core/prune_spec.py", "core/run_specs.py"}  # PruneSpec; AngularSpec and the shared --max-state-memory
+SPECS = (PruneSpec, AngularSpec, DepthSpec, CorpusSpec, ModelSpec)
+# PruneSpec; AngularSpec, DepthSpec and their shared options; CorpusSpec; ModelSpec.
+DECLARING = {"core/prune_spec.py", "core/run_specs.py", "core/corpus_spec.py", "core/model_spec.py"}
 # Spellings other commands use for settings of their own, declared where they are used (tests/cli/test_options.py
 # checks each is declared alike wherever it means the same): module → spellings of another meaning.
 OTHER_MEANING = {
@@ -41,13 +44,27 @@ OTHER_MEANING = {
     "cli/corpus_options.py": {"--batch-size", "--batch_size"},  # windows per forward pass (angular, depth)
     "cli/heal.py": {"--batch-size", "--seed"},  # heal's calibration batches and its own RNG
     "cli/gain.py": {"--seed"},
+    "cli/demo.py": {"--tokens"},  # the demo's own token count (default 32,768 on MiniLM)
+    "cli/export.py": {"--dtype"},  # prune writes in the checkpoint's own dtype unless told
     "cli/stability.py": {"--seed"},
     "core/run_specs.py": set(),
 }
 OPTION_MAKERS = {"Option", "OptionSpec", "Argument"}
 # The Python API takes the settings as keywords of its own functions (docs/api.md) and passes them on;
 # `heal --task` scores as prune-drop does, its settings passed on to a PruneSpec.
-CONSUMERS = {"api/experiments.py", "api/measure.py", "heal/tasks.py"}
+# Some callers build a spec from values of their own, not from options: the demo's fixed run (CPU), the
+# training-loop monitor's live model, `rerun` reading a result's revision back, and `Checkpoint`, which
+# passes on the dtype `prune` reads its own way.
+CONSUMERS = {
+    "api/experiments.py",
+    "api/measure.py",
+    "api/arguments.py",
+    "heal/tasks.py",
+    "cli/demo.py",
+    "integrations/monitor.py",
+    "cli/rerun.py",
+    "cli/options.py",
+}
 RECORDS = {"fingerprint", "prune_settings", "corpus_settings"}  # functions that build a record of settings
 
 
@@ -71,7 +88,14 @@ def called(call: ast.Call) -> str | None:
 def naming_modules() -> dict[str, dict[str, set[str]]]:
     """setting → module → how it names it ("option", "keyword", "record key")."""
     spelled = {k: v[0] for spec in SPECS for k, v in spellings(spec).items()}
-    fields = {name: item for spec in SPECS for name, item in declared(spec).items()}
+    # A record may name only what a spec records or fingerprints (the loaded model's provenance, which
+    # records what was loaded rather than the loading options, is not a copy of them).
+    fields = {
+        name: item
+        for spec in SPECS
+        for name, item in declared(spec).items()
+        if item.option.recorded or item.option.fingerprint
+    }
     by_spec = {spec.__name__: declared(spec) for spec in SPECS}
     named: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -146,6 +170,13 @@ def test_every_option_built_from_a_spec_is_its_declaration():
                 continue
             for name in group.FIELDS:
                 item = declared(group.SPEC)[name]
+                if item.option.switches:  # one on/off option per value, its help naming the value
+                    for flag, _, shown in item.option.switches:
+                        param = params[flag.lstrip("-").replace("-", "_")]
+                        assert param.opts == [flag] and param.default is False
+                        assert param.help == item.option.help.format(shown=shown)
+                    seen.add((command, group.SPEC.__name__, name))
+                    continue
                 param = params[item.param]
                 assert {*param.opts, *param.secondary_opts} == {s for f in item.option.flags for s in f.split("/")}
                 assert param.help == item.option.help
@@ -153,9 +184,15 @@ def test_every_option_built_from_a_spec_is_its_declaration():
                 expected = item.default if item.option.cli_default is SAME else item.option.cli_default
                 assert param.default == expected, (command, name)
                 seen.add((command, group.SPEC.__name__, name))
-    prune_drop = {name for command, spec, name in seen if command == "prune-drop"}
+    prune_drop = {name for command, spec, name in seen if command == "prune-drop" and spec == "PruneSpec"}
     assert prune_drop == set(declared(PruneSpec))  # every PruneSpec setting is a prune-drop option
     assert ("prune-curve", "PruneSpec", "precision") in seen and ("angular", "AngularSpec", "max_state_bytes") in seen
+    for spec, command in [(ModelSpec, "angular"), (CorpusSpec, "heal")]:
+        assert {name for c, s, name in seen if c == command and s == spec.__name__} == set(declared(spec)), spec
+    # depth takes AngularSpec's declarations of the settings DepthSpec shares with it (one declaration each).
+    assert {name for c, s, name in seen if c == "depth" and s in ("DepthSpec", "AngularSpec")} == set(
+        declared(DepthSpec)
+    )
 
 
 def spec(**fields):
