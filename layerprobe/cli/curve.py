@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
-import typer
+from dataclasses import dataclass
 
 from layerprobe.cli.console import RichProgress, out, print_task_code
 from layerprobe.cli.corpus_options import Corpus
-from layerprobe.cli.groups import takes_groups
+from layerprobe.cli.groups import SpecGroup, takes_groups
 from layerprobe.cli.options import (
     Evaluation,
     ModelArg,
@@ -20,9 +17,17 @@ from layerprobe.cli.options import (
     split_task_names,
 )
 from layerprobe.cli.summaries import print_curve_summary
-from layerprobe.core import CURVE_MAX_FRACTION, CURVE_METHODS, CURVE_UNITS, PruneSpec
+from layerprobe.core import PruneCurveSpec, PruneSpec
 from layerprobe.plots import plot_prune_curve
 from layerprobe.results import RunDir
+
+
+@dataclass(frozen=True)
+class CurveOptions(SpecGroup):
+    """The curve's own settings (PruneCurveSpec), in the order --help lists them."""
+
+    SPEC = PruneCurveSpec
+    FIELDS = ("angular", "methods", "metric", "unit", "prune_drop", "max_fraction", "baseline_seeds")
 
 
 @takes_groups
@@ -30,55 +35,7 @@ def prune_curve(
     model: ModelArg,
     *,
     task: Tasks,
-    angular: Annotated[
-        Path | None,
-        typer.Option("--angular", help="angular.json of the same model (default: measured first on the corpus)."),
-    ] = None,
-    methods: Annotated[
-        str | None,
-        typer.Option(
-            "--methods",
-            help=f"Comma-separated strategies among {','.join(CURVE_METHODS)}: angular = Gromov's span of least "
-            "angular change; last = the blocks before the final one; influence = the n blocks of least adjacent "
-            "change; delta = the n units whose single removal hurt --metric least; greedy = remove the least "
-            "harmful unit, re-score the rest, repeat; random = random spans. Default: angular,last (and random "
-            "with --baseline-seeds).",
-        ),
-    ] = None,
-    metric: Annotated[
-        str | None,
-        typer.Option(
-            "--metric",
-            help="TASK:METRIC (or METRIC of the first task) that delta and greedy choose by; default: the first "
-            "task's primary metric (corpus: nll; an image classifier's kl, a headless tower's cosine_distance). "
-            "Every task and metric is still scored.",
-        ),
-    ] = None,
-    unit: Annotated[
-        str,
-        typer.Option(
-            "--unit",
-            help="What delta and greedy remove: block, or sublayers (every attention and every MLP sublayer a "
-            "candidate; n counts sublayers).",
-        ),
-    ] = CURVE_UNITS[0],
-    prune_drop: Annotated[
-        Path | None,
-        typer.Option(
-            "--prune-drop",
-            help="prune_drop.json of the same model (single blocks) whose ΔP drives delta (default: measured first).",
-        ),
-    ] = None,
-    max_fraction: Annotated[
-        float,
-        typer.Option(
-            "--max-fraction", help="Largest fraction removed: n = 1 … ⌊fraction·L⌋ blocks (sublayers: ⌊fraction·2L⌋)."
-        ),
-    ] = CURVE_MAX_FRACTION,
-    baseline_seeds: Annotated[
-        int,
-        typer.Option("--baseline-seeds", help="Random draws (one span per n each; seeds --seed, --seed+1, …)."),
-    ] = 0,
+    curve: CurveOptions,
     sequential: Sequential,
     evaluation: Evaluation,
     corpus: Corpus,
@@ -92,7 +49,7 @@ def prune_curve(
     method × n. With --precision, every set is scored only until its ΔP is known (anytime 95 % intervals).
     """
     from layerprobe.evaluate import check_task_code  # lm-eval: only once a run starts
-    from layerprobe.prune import PruneCurveSpec, run_prune_curve
+    from layerprobe.prune import run_prune_curve
 
     spec = PruneCurveSpec(
         prune=PruneSpec(
@@ -102,19 +59,14 @@ def prune_curve(
             **sequential.spec_fields(),
             corpus=corpus.spec(),
         ),
-        max_fraction=max_fraction,
-        baseline_seeds=baseline_seeds,
-        methods=None if methods is None else tuple(m.strip() for m in methods.split(",") if m.strip()),
-        metric=metric,
-        unit=unit,
-        prune_drop=None if prune_drop is None else str(prune_drop),
+        **curve.spec_fields(),
     )
     task_code = check_task_code(list(spec.prune.tasks), spec.prune.include_path, spec.prune.trust_task_code)
     directory = output.directory(model)
     print_task_code(task_code)
     progress = RichProgress(output.quiet)
     with progress.running():
-        result = run_prune_curve(spec, directory, str(angular) if angular else None, progress.callbacks())
+        result = run_prune_curve(spec, directory, progress.callbacks())
     plots = plot_prune_curve(result, directory)
     print_curve_summary(result)
     out.print(f"wrote {RunDir(directory).prune_curve_json}" + "".join(f", {p}" for p in plots), markup=False)

@@ -63,8 +63,14 @@ def switch_option(item: Declared, flag: str, shown: str) -> object:
 
 
 def cli_default(item: Declared) -> object:
-    """The command line's default of a declared setting: its own where declared, else the spec's."""
-    return item.default if item.option.cli_default is SAME else item.option.cli_default
+    """The command line's default of a declared setting: its own where declared, else the spec's.
+
+    A setting the spec requires (a field without default, such as prune's --save) is a required option
+    (Typer's `...`).
+    """
+    if item.option.cli_default is not SAME:
+        return item.option.cli_default
+    return ... if item.default is dataclasses.MISSING else item.default
 
 
 @dataclass(frozen=True)

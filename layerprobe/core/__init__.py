@@ -8,6 +8,7 @@ from layerprobe.core.checks import (
     parse_tokens,
 )
 from layerprobe.core.corpus_spec import CorpusSpec
+from layerprobe.core.curve_spec import PruneCurveSpec
 from layerprobe.core.defaults import (
     ANSWER,
     BUILTIN_CORPUS,
@@ -66,6 +67,7 @@ from layerprobe.core.errors import (
     no_space_left,
     offline_model_hint,
 )
+from layerprobe.core.export_spec import ExportSpec
 from layerprobe.core.heal_spec import HealSpec
 from layerprobe.core.invocation import Invocation, content_digest, current_invocation, input_digests, set_invocation
 from layerprobe.core.model_spec import ModelSpec, parse_model_args, quantization_from_flags
@@ -82,13 +84,14 @@ from layerprobe.core.option_spec import (
     OptionSpec,
     declared,
     fingerprint_values,
+    named_values,
     recorded_options,
     recorded_values,
     setting,
 )
 from layerprobe.core.prune_spec import PruneSpec
 from layerprobe.core.redact import known_secrets, redacted, scrub
-from layerprobe.core.run_specs import AngularSpec, DepthSpec, ExportSpec, check_ablation
+from layerprobe.core.run_specs import AngularSpec, DepthSpec, check_ablation
 from layerprobe.core.shares import Share
 from layerprobe.core.text import markdown_text, terminal_text, without_surrogates
 
@@ -106,6 +109,7 @@ __all__ = [
     "OptionSpec",
     "declared",
     "fingerprint_values",
+    "named_values",
     "recorded_options",
     "recorded_values",
     "setting",
@@ -132,6 +136,7 @@ __all__ = [
     "LORA_WARMUP_SHARE",
     "ANSWER",
     "AngularSpec",
+    "PruneCurveSpec",
     "BUILTIN_CORPUS",
     "check_ablation",
     "check_output_dir",

@@ -58,6 +58,8 @@ class OptionSpec:
             how its help names it (`help` is formatted with `shown`). `parse` then receives the list of
             the values switched on (and refuses two).
         key: The name it is fingerprinted and recorded under, when not the field's.
+        recorded_as: The name of a spec property whose value is fingerprinted and recorded instead of the
+            field's (prune-curve's --methods: the methods its default chooses; --baseline-seeds: the seeds).
         files: The value names files or a folder: fingerprinted by a digest of their size and time.
         minimum: The smallest value a result may record (checked when a result is read).
         older_default: Results written before the setting existed read back with the spec's default.
@@ -77,6 +79,7 @@ class OptionSpec:
     otherwise: object = OMITTED
     switches: tuple[tuple[str, str, str], ...] = ()
     key: str | None = None
+    recorded_as: str | None = None
     files: bool = False
     minimum: float | None = None
     older_default: bool = False
@@ -128,25 +131,36 @@ def recorded_options(spec: type) -> dict[str, Declared]:
     return {d.key: d for d in declared(spec).values() if d.option.recorded}
 
 
-def _applying(spec: object, wanted: Callable[[OptionSpec], bool]) -> Iterator[tuple[Declared, Any]]:
+def _applying(spec: object, wanted: Callable[[Declared], bool]) -> Iterator[tuple[Declared, Any]]:
     for item in declared(type(spec)).values():
         when = item.option.only_when
-        if not wanted(item.option):
+        if not wanted(item):
             continue
         if when is None or getattr(spec, when):
-            yield item, getattr(spec, item.name)
+            value = getattr(spec, item.option.recorded_as or item.name)
+            yield item, list(value) if isinstance(value, tuple) else value  # as JSON holds it
         elif item.option.otherwise is not OMITTED:
             yield item, item.option.otherwise
 
 
 def recorded_values(spec: object) -> dict[str, Any]:
     """The spec's recorded settings (`settings` block of its result), in field order."""
-    return {item.key: value for item, value in _applying(spec, lambda o: o.recorded)}
+    return {item.key: value for item, value in _applying(spec, lambda d: d.option.recorded)}
+
+
+def named_values(spec: object, names: tuple[str, ...]) -> dict[str, Any]:
+    """The settings `names` of `spec` where they apply, under their keys, in the order named.
+
+    What another result records of a spec it runs, when that differs from the spec's own `recorded`
+    choice (prune_curve.json records the scoring settings of its PruneSpec).
+    """
+    found = {item.name: (item.key, value) for item, value in _applying(spec, lambda d: d.name in names)}
+    return dict(found[name] for name in names if name in found)
 
 
 def fingerprint_values(spec: object, digest: Callable[[str], object]) -> dict[str, Any]:
     """The spec's settings that change a score; a file's value is `digest(path)` (None stays None)."""
     return {
         item.key: digest(value) if item.option.files and value is not None else value
-        for item, value in _applying(spec, lambda o: o.fingerprint)
+        for item, value in _applying(spec, lambda d: d.option.fingerprint)
     }

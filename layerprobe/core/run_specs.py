@@ -6,7 +6,6 @@ library user gets the same one-line errors as a CLI user.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -107,58 +106,3 @@ class DepthSpec:
 
     def __post_init__(self) -> None:
         AngularSpec(self.model, self.corpus, self.positions, self.batch_size)  # the same checks, one home
-
-
-@dataclass(frozen=True)
-class ExportSpec:
-    """One `layerprobe prune` run: write a checkpoint without some blocks (or sublayers).
-
-    The removal options are the CLI text (`20-27`, inclusive, 0-based), resolved against the model's L
-    once its config is read, or `from_curve` names a prune_curve.json whose `method` chose the set
-    removed for `n`. `save` is the new checkpoint's directory; `mergekit_yaml`, if given, where
-    the equivalent mergekit passthrough config goes. `max_shard_size` ("5GB", "500MB") caps each
-    safetensors shard.
-    """
-
-    model: ModelSpec
-    save: str
-    remove: str | None = None
-    remove_attention: str | None = None
-    remove_mlp: str | None = None
-    overwrite: bool = False
-    mergekit_yaml: str | None = None
-    max_shard_size: str | None = None  # None: transformers' save_pretrained default
-    # --from prune_curve.json --method NAME --n K: remove the set that method chose for n blocks.
-    from_curve: str | None = None
-    method: str | None = None
-    n: int | None = None
-
-    def __post_init__(self) -> None:
-        if not self.save:
-            raise LayerprobeError("No --save directory given.", hint="Pass --save DIR for the pruned checkpoint.")
-        removals = [o for o, v in (("--remove", self.remove), ("--remove-attention", self.remove_attention)) if v]
-        removals += ["--remove-mlp"] if self.remove_mlp else []
-        if self.from_curve is not None:
-            if removals:
-                raise LayerprobeError(f"--from and {removals[0]} both say what to remove.", hint="Pass one of them.")
-            if self.method is None or self.n is None:
-                raise LayerprobeError(
-                    "--from needs --method and --n: which method's set, for how many blocks removed.",
-                    hint="e.g. --from prune_curve.json --method angular --n 4",
-                )
-            if self.n < 1:
-                raise LayerprobeError(f"--n {self.n}: the number of units removed is at least 1.")
-        elif self.method is not None or self.n is not None:
-            raise LayerprobeError(
-                "--method and --n choose a set from a prune_curve.json.", hint="Pass it with --from FILE."
-            )
-        elif not removals:
-            raise LayerprobeError(
-                "Nothing to remove.",
-                hint="Pass --remove with 0-based inclusive block ranges, e.g. --remove 20-27, "
-                "or --from prune_curve.json --method NAME --n K.",
-            )
-        if self.max_shard_size is not None and not re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]i?B", self.max_shard_size):
-            raise LayerprobeError(
-                f"Cannot read --max-shard-size {self.max_shard_size!r}.", hint="Use a size like 5GB or 500MB."
-            )

@@ -25,7 +25,10 @@ from layerprobe.core import (
     CURVE_UNITS,
     AngularSpec,
     LayerprobeError,
+    PruneCurveSpec,
     ResultError,
+    named_values,
+    recorded_values,
 )
 from layerprobe.data import check_chat_template, images_before_loading
 from layerprobe.evaluate import (
@@ -52,7 +55,6 @@ from layerprobe.model import (
 )
 from layerprobe.prune.agreement import check_angular_fits, load_angular_for
 from layerprobe.prune.assemble import answer_flips, restricted
-from layerprobe.prune.curve_spec import PruneCurveSpec
 from layerprobe.prune.search import Driver, SearchResult, check_prune_drop_for, delta_from_file, delta_measured, greedy
 from layerprobe.prune.state import corpus_settings
 from layerprobe.prune.strategies import (
@@ -104,7 +106,6 @@ if TYPE_CHECKING:
 def run_prune_curve(
     spec: PruneCurveSpec,
     out_dir: Path,
-    angular: str | None = None,
     progress: Progress | None = None,
     loaded: LoadedModel | None = None,
 ) -> PruneCurveResult:
@@ -112,7 +113,7 @@ def run_prune_curve(
     progress = progress or Progress()
     timer = RunTimer()
     spec = dataclasses.replace(spec, prune=keyed_by_task_name(spec.prune))  # a YAML path → its task name
-    prune, methods = spec.prune, spec.chosen_methods
+    prune, methods, angular = spec.prune, spec.chosen_methods, spec.angular
     config = load_config(prune.model) if loaded is None else loaded.model.config
     check_tasks_fit_model(prune.tasks, model_kind(config), prune.model.model, prune.engine)
     known = None if prune.model.layers_path else getattr(config, "num_hidden_layers", None)
@@ -202,7 +203,7 @@ def run_prune_curve(
     gromov = context.gromov()
     result = PruneCurveResult(
         model=model_info(loaded, stack),
-        settings=_settings(spec, angular, driver)
+        settings=curve_settings(spec, driver)
         | ({} if estimator is None else {"corpus_metric": corpus_metric_record(estimator, prune.seed)}),
         selection={}
         if angular_result is None
@@ -375,23 +376,15 @@ def _check_same_model(measured: str, path: Path, model: str) -> None:
         )
 
 
-def _settings(spec: PruneCurveSpec, angular: str | None, driver: Driver) -> dict[str, object]:
-    """The `settings` block of prune_curve.json."""
+def curve_settings(spec: PruneCurveSpec, driver: Driver) -> dict[str, object]:
+    """The `settings` block of prune_curve.json: the tasks, the curve's recorded settings, the corpus, the scoring.
+
+    --metric is recorded as what it resolved to: what delta and greedy maximise (or minimise).
+    """
     prune = spec.prune
     return {
         "tasks": list(prune.tasks),
-        "max_fraction": spec.max_fraction,
-        "methods": list(spec.chosen_methods),
-        "metric": driver.to_dict(),  # what delta and greedy maximise (or minimise)
-        "unit": spec.unit,
-        "prune_drop": spec.prune_drop,
-        "baseline_seeds": spec.seeds,
-        "angular": angular,  # None: measured in this run on the corpus below
+        **(recorded_values(spec) | {"metric": driver.to_dict()}),
         "corpus": corpus_settings(prune.corpus),
-        "limit": prune.limit,
-        "num_fewshot": prune.num_fewshot,
-        "seed": prune.seed,
-        "batch_size": prune.batch_size,
-        "engine": prune.engine,
-        **({} if prune.precision is None else {"precision": prune.precision, "round_size": prune.round_size}),
+        **named_values(prune, spec.SCORING_RECORDED),
     }

@@ -10,6 +10,7 @@ module but its declaration does. So adding an option to a command touches its sp
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections import defaultdict
 from pathlib import Path
 
@@ -24,7 +25,9 @@ from layerprobe.core import (
     AngularSpec,
     CorpusSpec,
     DepthSpec,
+    ExportSpec,
     ModelSpec,
+    PruneCurveSpec,
     PruneSpec,
     ResultError,
     declared,
@@ -34,38 +37,54 @@ from layerprobe.core import (
 )
 from layerprobe.results import PruneDropResult
 
-SPECS = (PruneSpec, AngularSpec, DepthSpec, CorpusSpec, ModelSpec)
-# PruneSpec; AngularSpec, DepthSpec and their shared options; CorpusSpec; ModelSpec.
-DECLARING = {"core/prune_spec.py", "core/run_specs.py", "core/corpus_spec.py", "core/model_spec.py"}
+SPECS = (PruneSpec, AngularSpec, DepthSpec, CorpusSpec, ModelSpec, PruneCurveSpec, ExportSpec)
+# The modules that declare each spec's settings (run_specs.py: --max-state-memory, shared by two specs;
+# --positions and the windows' --batch-size, shared by AngularSpec and DepthSpec).
+DECLARING = {
+    PruneSpec: {"core/prune_spec.py", "core/run_specs.py"},
+    AngularSpec: {"core/run_specs.py"},
+    DepthSpec: {"core/run_specs.py"},
+    CorpusSpec: {"core/corpus_spec.py"},
+    ModelSpec: {"core/model_spec.py"},
+    PruneCurveSpec: {"core/curve_spec.py"},
+    ExportSpec: {"core/export_spec.py"},
+}
 # Spellings other commands use for settings of their own, declared where they are used (tests/cli/test_options.py
 # checks each is declared alike wherever it means the same): module → spellings of another meaning.
 OTHER_MEANING = {
-    "cli/curve.py": {"--unit", "--angular"},  # what delta and greedy choose among; an input of the curve
     "cli/corpus_options.py": {"--batch-size", "--batch_size"},  # windows per forward pass (angular, depth)
-    "cli/heal.py": {"--batch-size", "--seed"},  # heal's calibration batches and its own RNG
+    # heal's calibration batches and its own RNG; the heal method; prune's removal and --save, said for a
+    # healed checkpoint (tests/cli/test_options.py: DELIBERATE)
+    "cli/heal.py": {"--batch-size", "--seed", "--method", "--remove", "--from", "--n", "--save", "--overwrite"},
     "cli/gain.py": {"--seed"},
     "cli/demo.py": {"--tokens"},  # the demo's own token count (default 32,768 on MiniLM)
     "cli/export.py": {"--dtype"},  # prune writes in the checkpoint's own dtype unless told
-    "cli/stability.py": {"--seed"},
+    "cli/stability.py": {"--seed", "--metric"},  # the metric that ranks the blocks
     "core/run_specs.py": set(),
 }
 OPTION_MAKERS = {"Option", "OptionSpec", "Argument"}
 # The Python API takes the settings as keywords of its own functions (docs/api.md) and passes them on;
-# `heal --task` scores as prune-drop does, its settings passed on to a PruneSpec.
-# Some callers build a spec from values of their own, not from options: the demo's fixed run (CPU), the
-# training-loop monitor's live model, `rerun` reading a result's revision back, and `Checkpoint`, which
-# passes on the dtype `prune` reads its own way.
+# `heal --task` scores as prune-drop does, its settings passed on to a PruneSpec; heal saves through `prune`'s
+# export, its choice of blocks passed on to an ExportSpec. Some callers build a spec from values of their
+# own, not from options: the demo's fixed run (CPU), the training-loop monitor's live model, `rerun` reading
+# a result's revision back, and `Checkpoint`, which passes on the dtype `prune` reads its own way.
 CONSUMERS = {
     "api/experiments.py",
     "api/measure.py",
     "api/arguments.py",
     "heal/tasks.py",
+    "heal/run.py",
     "cli/demo.py",
     "integrations/monitor.py",
     "cli/rerun.py",
     "cli/options.py",
 }
-RECORDS = {"fingerprint", "prune_settings", "corpus_settings"}  # functions that build a record of settings
+# Functions that build a record of settings.
+RECORDS = {"fingerprint", "prune_settings", "corpus_settings", "curve_settings"}
+
+
+def qualified(spec: type, name: str) -> str:
+    return f"{spec.__name__}.{name}"
 
 
 def spellings(spec: type) -> dict[str, tuple[str, set[str]]]:
@@ -85,17 +104,31 @@ def called(call: ast.Call) -> str | None:
     return function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", None)
 
 
+def meant(settings: set[str], module: str) -> set[str]:
+    """Which of the settings a name may mean (one spelling or field name, several specs) a module names.
+
+    In a module that declares some of them, the name is their declaration (prune_spec.py's --unit is
+    PruneSpec's, curve_spec.py's the curve's); anywhere else it names every one of them.
+    """
+    own = {s for s in settings if module in DECLARING[SPEC_NAMED[s.split(".")[0]]]}
+    return own or settings
+
+
+SPEC_NAMED = {spec.__name__: spec for spec in SPECS}
+
+
 def naming_modules() -> dict[str, dict[str, set[str]]]:
-    """setting → module → how it names it ("option", "keyword", "record key")."""
-    spelled = {k: v[0] for spec in SPECS for k, v in spellings(spec).items()}
+    """setting (`Spec.field`) → module → how it names it ("option", "keyword", "record key")."""
+    spelled: dict[str, set[str]] = defaultdict(set)  # one spelling may be declared by two specs (--unit)
     # A record may name only what a spec records or fingerprints (the loaded model's provenance, which
     # records what was loaded rather than the loading options, is not a copy of them).
-    fields = {
-        name: item
-        for spec in SPECS
-        for name, item in declared(spec).items()
-        if item.option.recorded or item.option.fingerprint
-    }
+    fields: dict[str, set[str]] = defaultdict(set)
+    for spec in SPECS:
+        for spelling, (name, _) in spellings(spec).items():
+            spelled[spelling].add(qualified(spec, name))
+        for name, item in declared(spec).items():
+            if item.option.recorded or item.option.fingerprint:
+                fields[name].add(qualified(spec, name))
     by_spec = {spec.__name__: declared(spec) for spec in SPECS}
     named: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -107,12 +140,13 @@ def naming_modules() -> dict[str, dict[str, set[str]]]:
                 for inner in ast.walk(node):
                     if isinstance(inner, ast.Constant) and inner.value in spelled:
                         if inner.value not in OTHER_MEANING.get(module, set()):
-                            named[spelled[inner.value]][module].add("option")
+                            for setting in meant(spelled[inner.value], module):
+                                named[setting][module].add("option")
             if isinstance(node, ast.Call) and called(node) in by_spec:
                 # The setting copied into its spec by keyword: PruneSpec(…, x=…).
                 for keyword in node.keywords:
                     if keyword.arg in by_spec[called(node)]:
-                        named[keyword.arg][module].add("keyword")
+                        named[f"{called(node)}.{keyword.arg}"][module].add("keyword")
             # The setting written into a record: {"x": spec.x} in the fingerprint or a settings block.
             if isinstance(node, ast.FunctionDef) and node.name in RECORDS:
                 for inner in ast.walk(node):
@@ -124,7 +158,8 @@ def naming_modules() -> dict[str, dict[str, set[str]]]:
                                 and isinstance(value, ast.Attribute)
                                 and value.attr == key.value
                             ):
-                                named[key.value][module].add("record key")
+                                for setting in meant(fields[key.value], module):
+                                    named[setting][module].add("record key")
     return named
 
 
@@ -134,10 +169,18 @@ def test_every_setting_is_named_by_its_declaration_only():
     print("\n".join(f"{setting}: {', '.join(modules)}" for setting, modules in listing.items()))
     for spec in SPECS:
         for name in declared(spec):
-            outside = {m: sorted(how) for m, how in named[name].items() if m not in DECLARING | CONSUMERS}
+            outside = {
+                m: sorted(how)
+                for m, how in named[qualified(spec, name)].items()
+                if m not in DECLARING[spec] | CONSUMERS
+            }
             assert not outside, f"{spec.__name__}.{name} is named outside its declaration: {outside}"
-    # The listing sees a declaration: it would see a copy.
-    assert "core/prune_spec.py" in named["prefix_reuse"] and "core/run_specs.py" in named["max_state_bytes"]
+    # The listing sees a declaration: it would see a copy. A spelling two specs declare is each one's own.
+    assert "core/prune_spec.py" in named["PruneSpec.prefix_reuse"]
+    assert "core/run_specs.py" in named["PruneSpec.max_state_bytes"]
+    assert set(named["PruneCurveSpec.unit"]) == {"core/curve_spec.py"}
+    assert "core/prune_spec.py" in named["PruneSpec.unit"] and "core/curve_spec.py" not in named["PruneSpec.unit"]
+    assert "core/export_spec.py" in named["ExportSpec.save"]
 
 
 def test_the_listing_finds_a_setting_named_twice(tmp_path, monkeypatch):
@@ -149,10 +192,15 @@ def test_the_listing_finds_a_setting_named_twice(tmp_path, monkeypatch):
     (copy / "cli" / "x.py").write_text('import typer\nO = typer.Option("--prefix-reuse/--no-prefix-reuse")\n')
     (copy / "prune" / "state.py").write_text('def fingerprint(spec):\n    return {"prefix_reuse": spec.prefix_reuse}\n')
     (copy / "core" / "y.py").write_text("def f(spec, PruneSpec):\n    return PruneSpec(span=spec.span)\n")
+    (copy / "cli" / "z.py").write_text('import typer\nU = typer.Option("--unit")\n')
+    (copy / "core" / "curve_spec.py").write_text('U = OptionSpec(("--unit",), "what delta and greedy remove")\n')
     monkeypatch.setitem(globals(), "PACKAGE", copy)
     named = naming_modules()
-    assert named["prefix_reuse"] == {"cli/x.py": {"option"}, "prune/state.py": {"record key"}}
-    assert named["span"] == {"core/y.py": {"keyword"}}
+    assert named["PruneSpec.prefix_reuse"] == {"cli/x.py": {"option"}, "prune/state.py": {"record key"}}
+    assert named["PruneSpec.span"] == {"core/y.py": {"keyword"}}
+    # A spelling two specs declare: a third module names both; a declaration names its own spec's only.
+    assert named["PruneSpec.unit"] == {"cli/z.py": {"option"}}
+    assert named["PruneCurveSpec.unit"] == {"cli/z.py": {"option"}, "core/curve_spec.py": {"option"}}
 
 
 # --- what is derived from the declarations ----------------------------------------------------------------
@@ -182,10 +230,15 @@ def test_every_option_built_from_a_spec_is_its_declaration():
                 assert param.help == item.option.help
                 assert param.rich_help_panel == (item.option.panel or group.PANEL or None)
                 expected = item.default if item.option.cli_default is SAME else item.option.cli_default
-                assert param.default == expected, (command, name)
+                if expected is dataclasses.MISSING:  # a setting the spec requires: a required option
+                    assert param.required and param.default is None, (command, name)
+                else:
+                    assert param.default == expected and not param.required, (command, name)
                 seen.add((command, group.SPEC.__name__, name))
     prune_drop = {name for command, spec, name in seen if command == "prune-drop" and spec == "PruneSpec"}
     assert prune_drop == set(declared(PruneSpec))  # every PruneSpec setting is a prune-drop option
+    for command, spec in [("prune-curve", PruneCurveSpec), ("prune", ExportSpec)]:  # and each of these one of its
+        assert {name for c, s, name in seen if (c, s) == (command, spec.__name__)} == set(declared(spec))
     assert ("prune-curve", "PruneSpec", "precision") in seen and ("angular", "AngularSpec", "max_state_bytes") in seen
     for spec, command in [(ModelSpec, "angular"), (CorpusSpec, "heal")]:
         assert {name for c, s, name in seen if c == command and s == spec.__name__} == set(declared(spec)), spec
@@ -239,6 +292,35 @@ def test_a_prune_drop_run_records_what_the_declarations_say(tmp_path: Path):
 
     written = prune_settings(spec(precision=0.1), [0, 1], NoSublayers())  # type: ignore[arg-type]
     assert set(written) == {"tasks", "layers", "sublayers", *recorded_options(PruneSpec)}
+
+
+def test_a_prune_curve_run_records_what_the_declarations_say():
+    """prune_curve.json's settings: the keys and values of every earlier version, now from the declarations."""
+    from layerprobe.prune.curve import curve_settings  # noqa: PLC0415
+    from layerprobe.prune.search import Driver  # noqa: PLC0415
+
+    driver = Driver("t", "acc", True)
+    sequential = PruneCurveSpec(spec(precision=0.1, round_size=5, seed=7), baseline_seeds=2)
+    written = curve_settings(sequential, driver)
+    assert list(written) == [  # the order the settings block was written in by hand
+        *["tasks", "max_fraction", "methods", "metric", "unit", "prune_drop", "baseline_seeds", "angular"],
+        *["corpus", "limit", "num_fewshot", "seed", "batch_size", "engine", "precision", "round_size"],
+    ]
+    assert set(recorded_options(PruneCurveSpec)) < set(written)
+    assert written["methods"] == ["angular", "last", "random"]  # what ran: the default's methods, as a list
+    assert written["baseline_seeds"] == [7, 8] and written["metric"] == driver.to_dict()
+    assert [written[k] for k in ("unit", "angular", "precision", "round_size")] == ["block", None, 0.1, 5]
+    full = curve_settings(PruneCurveSpec(spec(), methods=("last",), angular="a.json"), driver)
+    assert "precision" not in full and "round_size" not in full  # recorded only by a sequential run, as before
+    assert (full["methods"], full["baseline_seeds"], full["angular"]) == (["last"], [], "a.json")
+
+
+def test_a_required_setting_is_a_required_option(tmp_path):
+    """ExportSpec.save has no default: `prune` without --save is refused by the command line, exit 2."""
+    from typer.testing import CliRunner  # noqa: PLC0415
+
+    result = CliRunner().invoke(app, ["prune", str(tmp_path), "--remove", "1"])
+    assert result.exit_code == 2 and "Missing option '--save'" in result.output, result.output
 
 
 def test_the_schema_documents_every_recorded_setting():

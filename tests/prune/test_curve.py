@@ -57,8 +57,9 @@ def test_curve_uses_given_angular_and_scores_physically_deleted_spans(tiny_check
     data = measured.to_dict()
     data["distance"] = banded_distances(4, {(2, 3): 0.001, (1, 3): 0.002})  # argmin: n=1 → 2, n=2 → 1
     write_json(tmp_path / "angular.json", data)
-    spec = PruneCurveSpec(PruneSpec(model, ("corpus",), batch_size=2, corpus=CORPUS), max_fraction=0.5)
-    result = run_prune_curve(spec, tmp_path, angular=str(tmp_path / "angular.json"))
+    prune = PruneSpec(model, ("corpus",), batch_size=2, corpus=CORPUS)
+    spec = PruneCurveSpec(prune, max_fraction=0.5, angular=str(tmp_path / "angular.json"))
+    result = run_prune_curve(spec, tmp_path)
     assert result.selection["start"] == [2, 1] and result.selection["distance"] == [0.001, 0.002]
     nll = result.tasks["corpus"]["nll"]
     assert nll.methods["angular"].start == [2, 1] and nll.methods["last"].start == [2, 1]
@@ -100,8 +101,8 @@ def test_influence_and_delta_choose_what_the_test_computes(tiny_checkpoints, tmp
     )
     drop_path = str(write_json(tmp_path / "prune_drop.json", drop.to_dict()))
     prune = PruneSpec(model, ("corpus",), batch_size=2, corpus=CORPUS)
-    spec = PruneCurveSpec(prune, methods=("influence", "delta"), prune_drop=drop_path, metric="nll")
-    result = run_prune_curve(spec, tmp_path / "out", angular=angular)
+    spec = PruneCurveSpec(prune, methods=("influence", "delta"), prune_drop=drop_path, metric="nll", angular=angular)
+    result = run_prune_curve(spec, tmp_path / "out")
     order = sorted(range(4), key=lambda l: adjacent[(l, l + 1)])  # argsort of d(x^l, x^(l+1)): 1, 3, 0, 2
     assert {n: s.blocks for n, s in result.methods["influence"].sets.items()} == {1: [1], 2: sorted(order[:2])}
     assert {n: s.blocks for n, s in result.methods["delta"].sets.items()} == {1: [2], 2: [1, 2]}  # lowest NLL first
