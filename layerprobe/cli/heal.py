@@ -4,42 +4,47 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from rich.markup import escape
 
 from layerprobe.cli.console import RichProgress, err, out
 from layerprobe.cli.corpus_options import Corpus
-from layerprobe.cli.groups import OptionGroup, SpecGroup, takes_groups
+from layerprobe.cli.groups import SpecGroup, takes_groups
 from layerprobe.cli.options import ModelArg, ModelLoading, OptionalTasks, Output, split_task_names
 from layerprobe.cli.summaries import print_cut_ratios
-from layerprobe.core import TASKS_PANEL, HealSpec, PruneSpec, check_output_dir
+from layerprobe.core import LORA_PANEL, TASKS_PANEL, HealSpec, PruneSpec, check_output_dir
 from layerprobe.plots import plot_heal
 from layerprobe.results import HEAL_METRICS, RunDir, write_json
 
 
 @dataclass(frozen=True)
-class Lora(OptionGroup):
+class Healing(SpecGroup):
+    """What to remove, how to heal it, on what, and where the healed checkpoint goes (declared on HealSpec)."""
+
+    SPEC = HealSpec
+    FIELDS = (
+        "remove",
+        "from_curve",
+        "curve_method",
+        "n",
+        "method",
+        "ridge",
+        "held_out_tokens",
+        "batch_size",
+        "seed",
+        "save",
+        "overwrite",
+    )
+
+
+@dataclass(frozen=True)
+class Lora(SpecGroup):
     """How `--method lora` / `linear+lora` trains its adapters (peft), and how it resumes after a kill."""
 
-    PANEL = "LoRA (--method lora, linear+lora)"
-
-    loss: Annotated[
-        str, typer.Option("--loss", help="LoRA's objective: kl (to the unpruned model's distribution) or nll.")
-    ] = HealSpec.loss
-    rank: Annotated[int, typer.Option("--rank", help="LoRA rank.")] = HealSpec.rank
-    targets: Annotated[str, typer.Option("--targets", help="LoRA target modules, comma-separated, or all-linear.")] = (
-        HealSpec.targets
-    )
-    steps: Annotated[int, typer.Option("--steps", help="LoRA optimiser steps.")] = HealSpec.steps
-    lr: Annotated[float, typer.Option("--lr", help="LoRA learning rate.")] = HealSpec.lr
-    checkpoint_every: Annotated[
-        int, typer.Option("--checkpoint-every", help="LoRA steps between two resumable checkpoints in --out.")
-    ] = HealSpec.checkpoint_every
-    resume: Annotated[
-        bool, typer.Option("--resume", help="Continue LoRA training from the checkpoint in --out after a kill.")
-    ] = False
+    PANEL = LORA_PANEL
+    SPEC = HealSpec
+    REST_OF = (Healing,)  # every other HealSpec setting: a new LoRA setting is an option at once
 
 
 @dataclass(frozen=True)
@@ -55,44 +60,7 @@ class HealTaskScoring(SpecGroup):
 def heal(
     model: ModelArg,
     *,
-    remove: Annotated[
-        str | None, typer.Option("--remove", help="Blocks to remove: 0-based inclusive ranges like 20-27,30.")
-    ] = None,
-    from_curve: Annotated[
-        Path | None,
-        typer.Option("--from", help="A prune_curve.json: remove the set --curve-method chose for --n blocks."),
-    ] = None,
-    curve_method: Annotated[
-        str, typer.Option("--curve-method", help="With --from: the selection method whose set to remove.")
-    ] = "angular",
-    n: Annotated[int | None, typer.Option("--n", help="With --from: the number of blocks that set removes.")] = None,
-    method: Annotated[
-        str,
-        typer.Option(
-            "--method",
-            help="linear: fit one least-squares map per removed span and fold it into the block before the cut "
-            "(no training); lora: LoRA adapters trained to match the unpruned model; linear+lora: both.",
-        ),
-    ] = HealSpec.method,
-    ridge: Annotated[
-        float,
-        typer.Option("--ridge", help="Ridge term λ of the linear fit, relative to the data's scale (0: plain lstsq)."),
-    ] = HealSpec.ridge,
-    held_out_tokens: Annotated[
-        int,
-        typer.Option(
-            "--held-out-tokens", help="Positions after the calibration windows on which the three models are compared."
-        ),
-    ] = HealSpec.held_out_tokens,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Windows per forward pass.")] = HealSpec.batch_size,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the recovery bootstrap and of LoRA.")] = HealSpec.seed,
-    save: Annotated[
-        Path | None,
-        typer.Option("--save", help="Directory for the healed checkpoint (staged, then moved into place, like prune)."),
-    ] = None,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace --save if it exists (the old one goes only at the end).")
-    ] = False,
+    healing: Healing,
     lora: Lora,
     task: OptionalTasks = None,
     scoring: HealTaskScoring,
@@ -109,24 +77,8 @@ def heal(
     spec = HealSpec(
         model=loading.spec(model),
         corpus=corpus.spec(),
-        remove=remove,
-        from_curve=str(from_curve) if from_curve is not None else None,
-        curve_method=curve_method,
-        n=n,
-        method=method,
-        ridge=ridge,
-        held_out_tokens=held_out_tokens,
-        batch_size=batch_size,
-        seed=seed,
-        save=str(save) if save is not None else None,
-        overwrite=overwrite,
-        loss=lora.loss,
-        rank=lora.rank,
-        targets=lora.targets,
-        steps=lora.steps,
-        lr=lora.lr,
-        checkpoint_every=lora.checkpoint_every,
-        resume=lora.resume,
+        **healing.spec_fields(),
+        **lora.spec_fields(),
         tasks=split_task_names(task or []),
         **scoring.spec_fields(),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from layerprobe.core.corpus_spec import CorpusSpec
 from layerprobe.core.defaults import (
@@ -19,6 +20,10 @@ from layerprobe.core.defaults import (
 )
 from layerprobe.core.errors import LayerprobeError
 from layerprobe.core.model_spec import ModelSpec
+from layerprobe.core.option_spec import OptionSpec, setting
+from layerprobe.core.run_specs import WINDOW_BATCH
+
+LORA_PANEL = "LoRA (--method lora, linear+lora)"
 
 
 @dataclass(frozen=True)
@@ -32,25 +37,80 @@ class HealSpec:
 
     model: ModelSpec
     corpus: CorpusSpec = field(default_factory=CorpusSpec)
-    remove: str | None = None
-    from_curve: str | None = None
-    curve_method: str | None = None
-    n: int | None = None
-    method: str = "linear"
-    ridge: float = 0.0
-    held_out_tokens: int = DEFAULT_HELD_OUT_TOKENS
-    batch_size: int = 8
-    seed: int = DEFAULT_SEED
-    save: str | None = None
-    overwrite: bool = False
+    remove: str | None = setting(
+        None, OptionSpec(("--remove",), "Blocks to remove: 0-based inclusive ranges like 20-27,30.")
+    )
+    from_curve: str | None = setting(
+        None,
+        OptionSpec(
+            ("--from",),
+            "A prune_curve.json: remove the set --curve-method chose for --n blocks.",
+            cli_type=Path | None,
+            parse=str,
+        ),
+    )
+    curve_method: str | None = setting(
+        None,
+        OptionSpec(
+            ("--curve-method",),
+            "With --from: the selection method whose set to remove.",
+            cli_type=str,
+            cli_default="angular",
+        ),
+    )
+    n: int | None = setting(None, OptionSpec(("--n",), "With --from: the number of blocks that set removes."))
+    method: str = setting(
+        "linear",
+        OptionSpec(
+            ("--method",),
+            "linear: fit one least-squares map per removed span and fold it into the block before the cut "
+            "(no training); lora: LoRA adapters trained to match the unpruned model; linear+lora: both.",
+        ),
+    )
+    ridge: float = setting(
+        0.0,
+        OptionSpec(("--ridge",), "Ridge term λ of the linear fit, relative to the data's scale (0: plain lstsq)."),
+    )
+    held_out_tokens: int = setting(
+        DEFAULT_HELD_OUT_TOKENS,
+        OptionSpec(
+            ("--held-out-tokens",), "Positions after the calibration windows on which the three models are compared."
+        ),
+    )
+    batch_size: int = setting(8, WINDOW_BATCH)
+    seed: int = setting(DEFAULT_SEED, OptionSpec(("--seed",), "Seed of the recovery bootstrap and of LoRA."))
+    save: str | None = setting(
+        None,
+        OptionSpec(
+            ("--save",),
+            "Directory for the healed checkpoint (staged, then moved into place, like prune).",
+            cli_type=Path | None,
+            parse=str,
+        ),
+    )
+    overwrite: bool = setting(
+        False, OptionSpec(("--overwrite",), "Replace --save if it exists (the old one goes only at the end).")
+    )
     # LoRA (method lora or linear+lora)
-    loss: str = "kl"
-    rank: int = DEFAULT_LORA_RANK
-    targets: str = DEFAULT_LORA_TARGETS
-    steps: int = DEFAULT_LORA_STEPS
-    lr: float = DEFAULT_LORA_LR
-    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
-    resume: bool = False
+    loss: str = setting(
+        "kl",
+        OptionSpec(("--loss",), "LoRA's objective: kl (to the unpruned model's distribution) or nll.", LORA_PANEL),
+    )
+    rank: int = setting(DEFAULT_LORA_RANK, OptionSpec(("--rank",), "LoRA rank.", LORA_PANEL))
+    targets: str = setting(
+        DEFAULT_LORA_TARGETS,
+        OptionSpec(("--targets",), "LoRA target modules, comma-separated, or all-linear.", LORA_PANEL),
+    )
+    steps: int = setting(DEFAULT_LORA_STEPS, OptionSpec(("--steps",), "LoRA optimiser steps.", LORA_PANEL))
+    lr: float = setting(DEFAULT_LORA_LR, OptionSpec(("--lr",), "LoRA learning rate.", LORA_PANEL))
+    checkpoint_every: int = setting(
+        DEFAULT_CHECKPOINT_EVERY,
+        OptionSpec(("--checkpoint-every",), "LoRA steps between two resumable checkpoints in --out.", LORA_PANEL),
+    )
+    resume: bool = setting(
+        False,
+        OptionSpec(("--resume",), "Continue LoRA training from the checkpoint in --out after a kill.", LORA_PANEL),
+    )
     # --task: lm-eval tasks scored on the original, pruned and healed model (prune-drop's options)
     tasks: tuple[str, ...] = ()
     limit: float | None = None

@@ -83,8 +83,8 @@ DELIBERATE = {
         {"rerun"},
     ],
     "--output_path": [{"angular", "depth", "gain", "heal", "prune-curve", "prune-drop"}, {"demo"}],
-    "--batch-size": [{"angular", "depth"}, {"heal"}, {"prune-curve", "prune-drop"}],  # windows vs requests (or auto)
-    "--batch_size": [{"angular", "depth"}, {"prune-curve", "prune-drop"}],
+    "--batch-size": [{"angular", "depth", "heal"}, {"prune-curve", "prune-drop"}],  # windows vs requests (or auto)
+    "--batch_size": [{"angular", "depth", "heal"}, {"prune-curve", "prune-drop"}],
     "--tokens": [{"angular", "depth", "heal", "prune-curve", "prune-drop"}, {"demo"}],
     "--dtype": [{"angular", "depth", "gain", "heal", "prune-curve", "prune-drop"}, {"prune"}],  # export keeps the dtype
     "--angular": [{"prune-curve"}, {"prune-drop"}],  # an input of the curve, a comparison for ΔP
