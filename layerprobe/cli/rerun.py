@@ -25,9 +25,10 @@ from layerprobe.core import LayerprobeError, ModelSpec, ResultError, check_outpu
 from layerprobe.model import weights_fingerprint  # reads file headers; torch only loads when used
 from layerprobe.results import REVIEWED_FILES, RunDir, differences, load_result, read_json
 
-# result kind → file: the results whose recorded command recomputes them (heal trains and saves: not re-run)
-RERUNNABLE = {kind: name for kind, name in REVIEWED_FILES.items() if kind != "heal"}
-SKIPPED_OPTIONS = {"--out": 1, "--output_path": 1, "--resume": 0, "--quiet": 0}  # option → values it takes
+RERUNNABLE = dict(REVIEWED_FILES)  # result kind → file: every result records the command that recomputes it
+# option → values it takes: where the run wrote and how it showed progress, replaced or dropped.
+SKIPPED_OPTIONS = {"--out": 1, "--output_path": 1, "--save": 1, "--overwrite": 0, "--resume": 0, "--quiet": 0}
+SAVED_AGAIN = "healed-checkpoint"  # where a re-run heal writes the checkpoint it was asked to --save, in --out
 DIFFERENT = 1
 SHOWN_DIFFERENCES = 8
 
@@ -46,16 +47,22 @@ def recorded_file(path: Path) -> Path:
 
 
 def command_to_rerun(recorded: list[str], out_dir: Path) -> list[str]:
-    """The recorded command with its `--out` replaced by `out_dir` and `--resume`/`--quiet` dropped."""
+    """The recorded command with its `--out` replaced by `out_dir` and `--resume`/`--quiet` dropped.
+
+    A heal that saved its checkpoint (`--save`) saves it again inside `out_dir` (SAVED_AGAIN): a re-run
+    never writes over, or beside, the checkpoint the first run made, so `--overwrite` goes too.
+    """
     kept: list[str] = []
+    saved = False
     words = iter(recorded)
     for word in words:
         if word in SKIPPED_OPTIONS:
+            saved = saved or word == "--save"
             for _ in range(SKIPPED_OPTIONS[word]):
                 next(words, None)
             continue
         kept.append(word)
-    return [*kept, "--out", str(out_dir)]
+    return [*kept, "--out", str(out_dir), *(["--save", str(out_dir / SAVED_AGAIN)] if saved else [])]
 
 
 def check_inputs(inputs: dict[str, str], cwd: Path, source: str) -> None:
@@ -126,7 +133,10 @@ def rerun(
     done = subprocess.run([sys.executable, "-m", "layerprobe", *command], cwd=cwd, check=False)
     if done.returncode != 0:
         raise typer.Exit(done.returncode)
-    found = differences(data, read_json(target / file.name))
+    again = read_json(target / file.name)
+    if isinstance(again.get("checkpoint"), str) and isinstance(data.get("checkpoint"), str):
+        again["checkpoint"] = data["checkpoint"]  # saved in the new --out by design (command_to_rerun)
+    found = differences(data, again)
     if not found:
         out.print(f"reproduced: every recorded value of {file} is equal in {target / file.name}", highlight=False)
         return

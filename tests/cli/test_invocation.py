@@ -124,6 +124,13 @@ def test_input_digests_name_local_files_and_folders_by_content(tmp_path):
     assert content_digest(tmp_path / "tasks") == before  # content, not modification time
 
 
+def test_command_to_rerun_saves_a_heal_again_inside_the_new_out():
+    recorded = ["heal", "m", "--remove", "2", "--save", "ckpt", "--overwrite", "--out", "old"]
+    assert command_to_rerun(recorded, Path("/new")) == [
+        "heal", "m", "--remove", "2", "--out", "/new", "--save", str(Path("/new") / "healed-checkpoint")
+    ]  # fmt: skip
+
+
 def test_command_to_rerun_replaces_out_and_drops_resume():
     recorded = ["prune-drop", "m", "--task", "x", "--out", "old", "--resume", "--quiet", "--limit", "3"]
     assert command_to_rerun(recorded, Path("/new")) == [
@@ -188,6 +195,26 @@ def test_rerun_reproduces_each_result_kind(tiny_checkpoints, tmp_path, command):
     again = run_cli("rerun", f"run/{kind}.json", "--out", "again", "--quiet", cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "reproduced" in again.stdout and (tmp_path / "again" / f"{kind}.json").is_file()
+
+
+@pytest.mark.slow
+def test_rerun_reproduces_a_heal_with_lora_and_a_saved_checkpoint(tiny_checkpoints, tmp_path):
+    """heal (linear+lora, --save) re-run from heal.json: every recorded value equal; the first checkpoint untouched."""
+    done = run_cli(
+        "heal", str(tiny_checkpoints["llama"]), "--remove", "2", "--dataset", "builtin:pydoc", "--tokens", "256",
+        "--held-out-tokens", "128", "--seq-len", "64", "--device", "cpu", "--method", "linear+lora", "--steps", "4",
+        "--rank", "2", "--save", "healed", "--out", "run", "--quiet", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "healed").iterdir()}
+    again = run_cli("rerun", "run/heal.json", "--out", "again", "--quiet", cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "reproduced: every recorded value" in again.stdout
+    assert (tmp_path / "again" / "healed-checkpoint" / "config.json").is_file()  # saved again, in the new --out
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "healed").iterdir()} == before
+    first, second = (json.loads((tmp_path / d / "heal.json").read_text()) for d in ("run", "again"))
+    assert first["held_out"] == second["held_out"] and first["lora"] == second["lora"]
+    assert first["checkpoint"] == str(tmp_path / "healed")
 
 
 def test_rerun_refuses_when_a_task_file_changed(tiny_checkpoints, tmp_path):
