@@ -10,7 +10,9 @@ weight's merged value W + (α/r)·B·A is read out, the adapters are removed aga
 those values swapped in (`replaced`): one loaded model still serves original, pruned and healed.
 
 Every `checkpoint_every` steps the adapters, the optimiser, the step and the losses are written
-atomically to the state directory; `--resume` continues from there after a kill.
+atomically to the state directory; `--resume` continues from there after a kill. Under `accelerate launch`
+(parallel.py) every rank trains the same adapters on its share of each step's windows; the main rank alone
+writes that state, and every rank reads it.
 """
 
 from __future__ import annotations
