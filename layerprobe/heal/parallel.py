@@ -115,7 +115,7 @@ class DataParallel:
 
         box: list[Any] = [value if self.world.is_main else None]
         broadcast_object_list(box, from_process=0)
-        return box[0]  # type: ignore[no-any-return]
+        return box[0]
 
     def release(self) -> None:
         """Drop the DDP wrapper and the prepared optimiser (the model itself is given back untouched)."""

@@ -4,9 +4,10 @@ The launch splits every step's `--batch-size` windows between the two ranks and 
 (accelerate's DDP); the same command in one process trains on the same windows per step. Checked: the launch
 exits 0 and writes one heal.json and one checkpoint (loaded here with from_pretrained), quietly on rank 1;
 heal.json records two processes; the per-step losses, the saved weights and the held-out numbers equal the
-single process's up to float reduction order (tolerances in docs/methods.md); a run killed after its first
-checkpoint resumes under the launch to the same adapters. `--device-map` under a launch is one line before
-any weight loads; its hint (drop it) is what the launch here runs.
+single process's up to float reduction order (tolerances in docs/methods.md); a launch killed after its first
+checkpoint resumes under the launch to the same adapters, bit for bit; a state one process wrote resumes under
+the launch. `--device-map` and an FSDP launch are one line before any weight loads; their hints (drop
+--device-map; launch with --multi_gpu) are what the launches here run.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from command_line import invoke
 from factories import build_checkpoint
 from safetensors.torch import load_file
 
+import layerprobe.heal.lora as lora
 from layerprobe.core import BUILTIN_CORPUS, CorpusSpec, HealSpec, LayerprobeError, ModelSpec
 from layerprobe.heal import run_heal
 from layerprobe.model import World
@@ -112,6 +114,35 @@ def test_a_launch_killed_after_a_checkpoint_resumes_to_the_same_adapters(runs, t
         torch.testing.assert_close(b[name], a[name], rtol=0, atol=0)
 
 
+@pytest.mark.slow
+def test_a_state_one_process_wrote_resumes_under_a_launch(runs, tmp_path, monkeypatch):
+    """A step does not depend on the number of ranks: one process killed after step 3, resumed on two ranks,
+    keeps its three losses and ends where the two-rank run ended, up to float reduction order."""
+    source, root, _ = runs
+    args = _args(source, tmp_path / "out", tmp_path / "save")
+    real = lora.learning_rate_factor
+
+    def dying(step, steps):
+        if step == 4:
+            raise RuntimeError("killed after the checkpoint of step 3")
+        return real(step, steps)
+
+    monkeypatch.setattr(lora, "learning_rate_factor", dying)
+    killed = invoke(*args, "--quiet")
+    assert killed.exit_code != 0 and not (tmp_path / "out" / "heal.json").exists()
+    monkeypatch.undo()
+    one = json.loads((root / "one" / "heal.json").read_text())
+    resumed = _launch([*args, "--resume"])
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-4000:]
+    again = json.loads((tmp_path / "out" / "heal.json").read_text())
+    assert again["lora"]["processes"] == 2 and again["lora"]["losses"][:3] == one["lora"]["losses"][:3]
+    two = json.loads((root / "two" / "heal.json").read_text())
+    assert again["lora"]["losses"] == pytest.approx(two["lora"]["losses"], rel=1e-4)
+    a, b = load_file(root / "two-save" / "model.safetensors"), load_file(tmp_path / "save" / "model.safetensors")
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=0, atol=1e-6)
+
+
 def test_device_map_under_a_launch_is_one_line_before_any_weight(tmp_path):
     spec = HealSpec(
         model=ModelSpec(str(tmp_path / "no-such-model"), device_map="auto"),
@@ -122,3 +153,16 @@ def test_device_map_under_a_launch_is_one_line_before_any_weight(tmp_path):
     with pytest.raises(LayerprobeError) as caught:
         run_heal(spec, world=World(rank=0, size=2))  # refused before the (missing) model is even looked at
     assert "--device-map auto" in caught.value.message and "Drop --device-map" in (caught.value.hint or "")
+
+
+def test_an_fsdp_launch_is_one_line_before_any_weight(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    spec = HealSpec(
+        model=ModelSpec(str(tmp_path / "no-such-model")),
+        corpus=CorpusSpec(dataset=BUILTIN_CORPUS, tokens=64, seq_len=32),
+        remove="1",
+        method="lora",
+    )
+    with pytest.raises(LayerprobeError) as caught:
+        run_heal(spec, world=World(rank=1, size=2))
+    assert "FSDP" in caught.value.message and "--multi_gpu" in (caught.value.hint or "")
