@@ -6,7 +6,8 @@ exits 0 and writes one heal.json and one checkpoint (loaded here with from_pretr
 heal.json records two processes; the per-step losses, the saved weights and the held-out numbers equal the
 single process's up to float reduction order (tolerances in docs/methods.md); a launch killed after its first
 checkpoint resumes under the launch to the same adapters, bit for bit; a state one process wrote resumes under
-the launch. `--device-map` and an FSDP launch are one line before any weight loads; their hints (drop
+the launch; a --batch-size below the number of ranks leaves one idle per step and still equals one process.
+`--device-map` and an FSDP launch are one line before any weight loads; their hints (drop
 --device-map; launch with --multi_gpu) are what the launches here run.
 """
 
@@ -139,6 +140,25 @@ def test_a_state_one_process_wrote_resumes_under_a_launch(runs, tmp_path, monkey
     two = json.loads((root / "two" / "heal.json").read_text())
     assert again["lora"]["losses"] == pytest.approx(two["lora"]["losses"], rel=1e-4)
     a, b = load_file(root / "two-save" / "model.safetensors"), load_file(tmp_path / "save" / "model.safetensors")
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_batch_smaller_than_the_launch_leaves_a_rank_idle_and_equals_one_process(runs, tmp_path):
+    """--batch-size 1 on two ranks: rank 1 runs a stand-in window at weight 0 on every step; the step is rank 0's."""
+    source, _, _ = runs
+    args = _args(source, tmp_path / "one", tmp_path / "one-save", "--batch-size", 1, "--steps", 3)
+    alone = invoke(*args, "--quiet")
+    assert alone.exit_code == 0, alone.output
+    launched = _launch(_args(source, tmp_path / "two", tmp_path / "two-save", "--batch-size", 1, "--steps", 3))
+    assert launched.returncode == 0, (launched.stdout + launched.stderr)[-4000:]
+    one, two = (json.loads((tmp_path / d / "heal.json").read_text())["lora"] for d in ("one", "two"))
+    assert two["losses"] == pytest.approx(one["losses"], rel=1e-5) and len(two["losses"]) == 3
+    a, b = (
+        load_file(tmp_path / "one-save" / "model.safetensors"),
+        load_file(tmp_path / "two-save" / "model.safetensors"),
+    )
     for name in a:
         torch.testing.assert_close(b[name], a[name], rtol=0, atol=1e-6)
 
