@@ -14,6 +14,7 @@ from layerprobe.cli.groups import SpecGroup, takes_groups
 from layerprobe.cli.options import ModelArg, ModelLoading, OptionalTasks, Output, split_task_names
 from layerprobe.cli.summaries import print_cut_ratios
 from layerprobe.core import LORA_PANEL, TASKS_PANEL, HealSpec, PruneSpec, check_output_dir
+from layerprobe.model import world
 from layerprobe.plots import plot_heal
 from layerprobe.results import HEAL_METRICS, RunDir, write_json
 
@@ -86,9 +87,13 @@ def heal(
     check_output_dir(directory)
     from layerprobe.heal import run_heal  # the workflow (and torch) only when the command runs
 
-    progress = RichProgress(output.quiet)
+    ranks = world()  # under `accelerate launch`: every rank trains, the main rank alone measures and writes
+    progress = RichProgress(output.quiet or not ranks.is_main, notes=ranks.is_main)
     with progress.running():
-        result = run_heal(spec, progress.callbacks(), RunDir(directory).heal_checkpoint)
+        result = run_heal(spec, progress.callbacks(), RunDir(directory).heal_checkpoint, ranks)
+    ranks.finish()  # every rank done: leave the launch together (no rank dies in teardown)
+    if result is None:  # another rank than the main one: quiet
+        return
     json_path = write_json(RunDir(directory).heal_json, result.to_dict())
     plots = plot_heal(result, directory)
     lines = [(metric, result.metrics[metric]) for metric in HEAL_METRICS]

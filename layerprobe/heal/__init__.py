@@ -3,11 +3,11 @@
 This room owns healing a cut: `fit.py` (the least-squares map of a span from its normal equations),
 `fold.py` (where that map folds exactly into the weights that remain, and the fold), `linear.py` (the
 calibration pass and the numerical check of every fold), `lora.py` (LoRA adapters through peft),
-`held_out.py` (original vs pruned vs healed on held-out windows) with `recovery.py` (the share of the
-cost won back, with its interval), `run.py` (the command's library call), and `gain.py` (parameters,
-bytes, memory and speed of a smaller checkpoint against the original). It sits on the prune floor: it
-may import evaluate, measure, export, data, model, results, stats and core, never prune, plots or
-anything above them.
+`parallel.py` (LoRA on the ranks of an `accelerate launch`), `held_out.py` (original vs pruned vs healed
+on held-out windows) with `recovery.py` (the share of the cost won back, with its interval), `run.py`
+(the command's library call), and `gain.py` (parameters, bytes, memory and speed of a smaller checkpoint
+against the original). It sits on the prune floor: it may import evaluate, measure, export, data, model,
+results, stats and core, never prune, plots or anything above them.
 """
 
 from layerprobe.heal.fit import NormalEquations

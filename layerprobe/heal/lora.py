@@ -10,7 +10,9 @@ weight's merged value W + (α/r)·B·A is read out, the adapters are removed aga
 those values swapped in (`replaced`): one loaded model still serves original, pruned and healed.
 
 Every `checkpoint_every` steps the adapters, the optimiser, the step and the losses are written
-atomically to the state directory; `--resume` continues from there after a kill.
+atomically to the state directory; `--resume` continues from there after a kill. Under `accelerate launch`
+(parallel.py) every rank trains the same adapters on its share of each step's windows; the main rank alone
+writes that state, and every rank reads it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from layerprobe.core import LORA_CHECK_SHARE, LORA_CHECKS, LORA_WARMUP_SHARE, HealSpec, LayerprobeError
 from layerprobe.data import Window, batches
-from layerprobe.model import LayerStack, removed_blocks, takes_argument
+from layerprobe.heal.parallel import DataParallel
+from layerprobe.model import LayerStack, World, removed_blocks, takes_argument
 from layerprobe.results import atomic_write
 
 if TYPE_CHECKING:
@@ -101,17 +104,24 @@ def train_lora(
     device: torch.device | None,
     state_dir: Path | None = None,
     on_step: Callable[[int, float], None] | None = None,
+    parallel: DataParallel | None = None,
 ) -> tuple[dict[torch.nn.Parameter, torch.Tensor], dict[str, Any]]:
     """Train adapters; return every healed parameter's value (the fold's `start` values included) and a record.
 
     The adapters kept are those with the lowest loss on the check set (calibration windows never trained
     on), scored before the first step (the adapters are zero: the start itself) and LORA_CHECKS times
     during training, so the result is never worse than the start on that set.
+
+    Under a launch (`parallel` over several ranks) each rank takes its round-robin share of every step's
+    `--batch-size` windows and of the check set; the ranks' sums are added, so every loss recorded and every
+    choice made is the same on all ranks, and only the main rank writes the resumable state.
     """
     import torch
     from peft import LoraConfig, get_peft_model
     from peft.tuners.lora import Linear as LoraLinear
 
+    parallel = parallel or DataParallel(World())
+    share = parallel.world.share
     torch.manual_seed(spec.seed)
     prefix = _prefix(model, stack)
     names = target_modules(stack, removed, spec.targets, prefix)
@@ -124,30 +134,45 @@ def train_lora(
     lora = peft_model.base_model
     trainable = [p for p in peft_model.parameters() if p.requires_grad]
     optimiser = torch.optim.AdamW(trainable, lr=spec.lr, weight_decay=0.0)
+    student, stepped = parallel.prepare(model, optimiser)  # under a launch: DDP, the gradients all-reduced
     train, check = split_check(windows)
     extra = {"use_cache": False} if takes_argument(model, "use_cache") else {}
 
-    def loss_of(group: list[Window], learn: bool = False) -> float:
-        """The student's loss on `group`; with `learn` its gradients too, inside the swap (autograd reads the fold)."""
-        ids = torch.tensor([w.input_ids for w in group], device=device)
-        with torch.no_grad(), peft_model.disable_adapter():  # the teacher: the unpruned model, no fold
-            teacher = torch.log_softmax(model(input_ids=ids, **extra).logits[:, :-1].float(), -1)
-        with torch.set_grad_enabled(learn), replaced(start), removed_blocks(stack, list(removed)):
-            student = torch.log_softmax(model(input_ids=ids, **extra).logits[:, :-1].float(), -1)
-            if spec.loss == "kl":
-                loss = (teacher.exp() * (teacher - student)).sum(-1).mean()
-            else:
-                loss = -student.gather(-1, ids[:, 1:, None]).mean()
-            if learn:
-                optimiser.zero_grad(set_to_none=True)
-                loss.backward()
-        return float(loss.detach())
+    def teacher_of(ids: torch.Tensor) -> torch.Tensor:
+        """The unpruned model's log-probabilities: adapters off, no fold, every block."""
+        with torch.no_grad(), peft_model.disable_adapter():
+            return torch.log_softmax(model(input_ids=ids, **extra).logits[:, :-1].float(), -1)
+
+    def window_losses(ids: torch.Tensor, teacher: torch.Tensor, forward: Callable[..., Any]) -> torch.Tensor:
+        """Each window's mean loss over its positions; called inside the swap (the pruned, folded student)."""
+        student = torch.log_softmax(forward(input_ids=ids, **extra).logits[:, :-1].float(), -1)
+        if spec.loss == "kl":
+            return (teacher.exp() * (teacher - student)).sum(-1).mean(-1)
+        return -student.gather(-1, ids[:, 1:, None]).squeeze(-1).mean(-1)
+
+    def learn(group: list[Window]) -> float:
+        """One step's gradients on this rank's share of `group`; the global batch's mean loss (all ranks)."""
+        mine = share.of(group)
+        weight = parallel.world.size / len(group) if mine else 0.0  # DDP averages: Σ ranks = the global mean
+        ids = torch.tensor([w.input_ids for w in mine or group[:1]], device=device)
+        teacher = teacher_of(ids)
+        with replaced(start), removed_blocks(stack, list(removed)):  # autograd reads the fold inside the swap
+            losses_ = window_losses(ids, teacher, student)
+            optimiser.zero_grad(set_to_none=True)
+            parallel.backward(losses_.sum() * weight)
+        return parallel.total(losses_.detach().sum() * (1.0 if mine else 0.0)) / len(group)
 
     def check_loss() -> float | None:
+        """The mean of the check windows' losses, each rank scoring its share (the same value on all ranks)."""
         if not check:
             return None
-        parts = [(loss_of(g), len(g)) for g in batches(check, spec.batch_size)]
-        return sum(v * n for v, n in parts) / sum(n for _, n in parts)
+        found = torch.zeros((), dtype=torch.float64, device=device)
+        for group in batches(share.of(check), spec.batch_size):
+            ids = torch.tensor([w.input_ids for w in group], device=device)
+            teacher = teacher_of(ids)
+            with torch.no_grad(), replaced(start), removed_blocks(stack, list(removed)):
+                found += window_losses(ids, teacher, model).double().sum()
+        return parallel.total(found) / len(check)
 
     def adapters() -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in peft_model.state_dict().items() if "lora_" in k}
@@ -158,7 +183,7 @@ def train_lora(
     best: dict[str, Any] = {}
     state_path = state_dir / _STATE if state_dir is not None else None
     if spec.resume and state_path is not None and state_path.is_file():
-        state = torch.load(state_path, weights_only=False)
+        state = torch.load(state_path, weights_only=False, map_location="cpu")  # every rank reads the one file
         peft_model.load_state_dict(state["adapters"], strict=False)
         optimiser.load_state_dict(state["optimiser"])
         step, losses = int(state["step"]), list(state["losses"])
@@ -177,8 +202,8 @@ def train_lora(
         while step < spec.steps:
             for group_ in optimiser.param_groups:
                 group_["lr"] = spec.lr * learning_rate_factor(step, spec.steps)
-            value = loss_of(next(cycle), learn=True)
-            optimiser.step()
+            value = learn(next(cycle))
+            stepped.step()
             step += 1
             losses.append(value)
             if on_step:
@@ -189,7 +214,8 @@ def train_lora(
                 checks.append([step, scored])
                 if scored < best["loss"]:
                     best = {"step": step, "loss": scored, "adapters": adapters()}
-            if state_path is not None and (step % spec.checkpoint_every == 0 or step == spec.steps):
+            saving = step % spec.checkpoint_every == 0 or step == spec.steps
+            if state_path is not None and saving and parallel.world.is_main:
                 _save_state(state_path, peft_model, optimiser, step, losses, checks, best)
         if check:
             peft_model.load_state_dict(best["adapters"], strict=False)
@@ -202,6 +228,7 @@ def train_lora(
                     delta: Any = module.get_delta_weight("default")
                     healed[weight] = (base.float() + delta.float()).to(weight.dtype)
     finally:
+        parallel.release()
         unload: Any = lora.unload
         unload()  # the model's own modules back, weights untouched
         for parameter in model.parameters():
@@ -216,6 +243,7 @@ def train_lora(
         "schedule": f"linear warm-up over {max(1, round(LORA_WARMUP_SHARE * spec.steps))} steps, then cosine to 0",
         "loss": spec.loss,
         "batch_size": spec.batch_size,
+        "processes": parallel.world.size,
         "losses": losses,
         "check": {
             "windows": len(check),

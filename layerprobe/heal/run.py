@@ -40,10 +40,12 @@ from layerprobe.heal.fold import (
 from layerprobe.heal.held_out import per_window, summarise
 from layerprobe.heal.linear import calibrate, check_fold
 from layerprobe.heal.lora import replaced, train_lora
+from layerprobe.heal.parallel import DataParallel, check_launch
 from layerprobe.heal.tasks import check_heal_tasks, score_tasks
 from layerprobe.model import (
     CAUSAL_LM,
     Progress,
+    World,
     check_loadable,
     find_layers,
     load_model,
@@ -69,8 +71,13 @@ class Plan:
     tasks: PreparedTasks | None = field(default=None, repr=False)  # --task: built before any weight
 
 
-def plan(spec: HealSpec, progress: Progress) -> Plan:
-    """Every cheap check: blocks, destination, corpus (calibration + held-out), in one-line errors."""
+def plan(spec: HealSpec, progress: Progress, world: World | None = None) -> Plan:
+    """Every cheap check: blocks, destination, corpus (calibration + held-out), in one-line errors.
+
+    Under a launch every rank checks everything; only the main rank recovers a killed export's destination.
+    """
+    world = world or World()
+    check_launch(spec, world)
     check_loadable(spec.model, progress.note)
     skeleton, _, kind = load_skeleton(spec.model)
     if kind != CAUSAL_LM:
@@ -87,8 +94,10 @@ def plan(spec: HealSpec, progress: Progress) -> Plan:
     if spec.folds:
         refuse_first_block(removed)
     if spec.save is not None:
-        for note in recover_destination(export_spec(spec)):
-            progress.note(note)
+        if world.is_main:
+            for note in recover_destination(export_spec(spec)):
+                progress.note(note)
+        world.barrier()  # recovered before any rank looks at the destination
         check_destination(export_spec(spec))
     total = dataclasses.replace(spec.corpus, tokens=spec.corpus.tokens + spec.held_out_tokens)
     try:
@@ -167,17 +176,23 @@ def check_peft() -> None:
         )
 
 
-def run_heal(spec: HealSpec, progress: Progress | None = None, state_dir: Path | None = None) -> HealResult:
+def run_heal(
+    spec: HealSpec, progress: Progress | None = None, state_dir: Path | None = None, world: World | None = None
+) -> HealResult | None:
     """Plan, load, fit/train, measure on held-out windows, and save the healed checkpoint (with `spec.save`).
 
-    `state_dir` holds LoRA's resumable checkpoint (`--resume`); without it LoRA keeps none.
+    `state_dir` holds LoRA's resumable checkpoint (`--resume`); without it LoRA keeps none. Under a launch
+    (`world` of several ranks) every rank fits and trains (parallel.py); the main rank alone then measures
+    the held-out windows and the tasks, saves, and returns the result; the other ranks return None.
     """
     import torch
 
     progress = progress or Progress()
+    world = world or World()
     timer = RunTimer()
     progress.stage("Reading corpus", spec.corpus.tokens + spec.held_out_tokens, "tok")
-    settled = plan(spec, progress)
+    settled = plan(spec, progress, world)
+    parallel = DataParallel(world)
     progress.stage("Loading model")
     loaded = load_model(spec.model, purpose="head", tokenizer=settled.tokenizer)  # type: ignore[arg-type]
     stack = find_layers(loaded.model, spec.model.layers_path)
@@ -195,7 +210,7 @@ def run_heal(spec: HealSpec, progress: Progress | None = None, state_dir: Path |
         equations = calibrate(
             model, stack, sites, settled.calibration, spec.batch_size, loaded.input_device, width, progress.on_advance
         )
-        maps = [e.solve(spec.ridge) for e in equations]
+        maps = parallel.from_main([e.solve(spec.ridge) for e in equations])  # every rank folds rank 0's maps
         fit_seconds = time.perf_counter() - clock
         check_fold(model, stack, sites, maps, probe)
         for site, e, t in zip(sites, equations, maps, strict=True):
@@ -231,7 +246,10 @@ def run_heal(spec: HealSpec, progress: Progress | None = None, state_dir: Path |
             loaded.input_device,
             state_dir,
             step_shown,
+            parallel,
         )
+    if not world.is_main:  # the held-out comparison, the tasks and the checkpoint: once, on the main rank
+        return None
 
     def healed() -> AbstractContextManager[None]:
         return replaced(values)

@@ -2,7 +2,8 @@
 
 Across the runs (by training step, or in the given order): the lazy-block count with its 95 % range,
 the mean adjacent distance with its 95 % interval, each task's full-model score and the ΔP of the watched
-blocks with their paired 95 % intervals, and residual growth. Per block (track_blocks.py): the heat strip
+blocks with their paired 95 % intervals, residual growth, and heal.json's held-out KL of the pruned and the
+healed model with the recovery of each metric. Per block (track_blocks.py): the heat strip
 of adjacent distances, the gradient-norm signature and the pruning curves. Every interval drawn is a 95 %
 interval and says so in its legend; a number recorded without one says that too.
 """
@@ -49,6 +50,7 @@ def track_figures(track: TrackResult) -> dict[str, Figure]:
         "residual": residual_figure,
         "grad": grad_figure,
         "curve": curve_figure,
+        "heal": heal_figure,
     }
     figures = {}
     for what, build in builders.items():
@@ -257,4 +259,60 @@ def residual_figure(track: TrackResult) -> Figure | None:
     draw_series(ax, x, [d.rms_growth if d else None for d in runs], None, colour=LINE, label="RMS(x^L) / RMS(x^0)")
     ax.axhline(1.0, color="0.5", linewidth=0.8, linestyle="--")
     finish(ax, track, "residual growth across the stack", "residual growth", "no interval: depth.json records none")
+    return fig
+
+
+HEAL_COLOURS = {"pruned": "#c44e52", "healed": "#55a868"}  # as heal.png draws them
+RECOVERY_METRICS = {"kl": "KL(original ‖ model)", "nll": "NLL", "top1_agreement": "top-1 agreement"}
+
+
+def heal_figure(track: TrackResult) -> Figure | None:
+    """Runs with a heal.json: held-out KL(original ‖ ·) of the pruned and the healed model, and each recovery.
+
+    Top: both models' KL with their 95 % intervals (the original's is 0 by definition); bottom: the recovery
+    (P_healed − P_pruned) / (P_original − P_pruned) of each metric with its bootstrap 95 % interval, a gap
+    where heal.json says it is not defined (the cut cost nothing measurable).
+    """
+    heals = [run.heal for run in track.runs]
+    if not any(heals):
+        return None
+    fig, (top, bottom) = pyplot().subplots(2, 1, figsize=(7.5, 6.6), layout="constrained", sharex=True)
+    x = run_axis(bottom, track)
+    for model, colour in HEAL_COLOURS.items():
+        kl = [h.metrics["kl"] if h and "kl" in h.metrics else None for h in heals]
+        draw_series(
+            top,
+            x,
+            [k.get(model) if k else None for k in kl],
+            [k.get(f"{model}_ci95") if k else None for k in kl],
+            colour=colour,
+            label=f"{model} model",
+        )
+    top.axhline(0.0, color="black", linewidth=0.8, label="original (0)")
+    top.errorbar([], [], yerr=[], fmt="none", ecolor="black", label="95 % CI")
+    top.set_ylim(top=top.get_ylim()[1] * 1.6)  # room above the lines for the legend
+    finish(top, track, "held-out KL(original ‖ model)", "heal: held-out KL of the pruned and the healed model")
+    for k, (metric, words) in enumerate(RECOVERY_METRICS.items()):
+        entries = [h.metrics.get(metric) if h else None for h in heals]
+        recovered = [e["recovery"] if e else None for e in entries]
+        draw_series(
+            bottom,
+            x + (k - 1) * _jitter(x),
+            [None if r is None else 100 * r for r in recovered],
+            [None if not e or not e["recovery_ci95"] else [100 * b for b in e["recovery_ci95"]] for e in entries],
+            colour=TASK_COLOURS[k],
+            label=words,
+        )
+    for level in (0.0, 100.0):
+        bottom.axhline(level, color="0.5", linewidth=0.8, linestyle="--")
+    bottom.errorbar([], [], yerr=[], fmt="none", ecolor="black", label="bootstrap 95 % CI")
+    finish(
+        bottom,
+        track,
+        "recovery (% of the cut's cost won back)",
+        "heal: recovery per metric (95 % CI)",
+        legend_title="a gap: recovery not defined",
+    )
+    methods = sorted({h.method for h in heals if h})
+    fig.suptitle(f"healed by {', '.join(methods)}", fontsize=9)
     return fig

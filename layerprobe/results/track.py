@@ -199,8 +199,9 @@ class TrackCurve:
 class TrackHeal:
     """One run's heal.json: the method and cut, and per metric the healed model's held-out value and recovery.
 
-    `metrics` maps nll, kl and top1_agreement to {"healed", "healed_ci95", "recovery", "recovery_ci95"}
-    (recovery and its interval None where heal.json says it is not defined).
+    `metrics` maps nll, kl and top1_agreement to {"original", "pruned", "pruned_ci95", "healed",
+    "healed_ci95", "recovery", "recovery_ci95"} (recovery and its interval None where heal.json says it is
+    not defined; original and pruned None in a track.json written before they were recorded).
     """
 
     method: str
@@ -212,6 +213,9 @@ class TrackHeal:
         metrics = {}
         for name, entry in node.key("metrics").entries(min_length=1):
             metrics[name] = {
+                "original": entry.key("original").number(optional=True),  # absent in older track.json files
+                "pruned": entry.key("pruned").number(optional=True),
+                "pruned_ci95": interval(entry.key("pruned_ci95")),
                 "healed": entry.key("healed").number(),
                 "healed_ci95": interval(entry.key("healed_ci95")),
                 "recovery": entry.key("recovery").number(optional=True),

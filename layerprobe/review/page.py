@@ -26,6 +26,7 @@ TRACK_LABELS = {
     "residual": "residual growth RMS(x^L)/RMS(x^0) per run",
     "grad": "gradient-norm signature per block, one line per run",
     "curve": "pruning curves per run, with paired 95 % bands",
+    "heal": "held-out KL of the pruned and the healed model, and each metric's recovery, with 95 % intervals",
 }
 
 

@@ -157,9 +157,12 @@ def track_run(
 
 
 def track_heal(result: HealResult) -> TrackHeal:
-    """The healed model's held-out value and the recovery, per metric, as heal.json recorded them."""
+    """The three models' held-out values and the recovery, per metric, as heal.json recorded them."""
     metrics = {
         name: {
+            "original": entry["original"]["value"],
+            "pruned": entry["pruned"]["value"],
+            "pruned_ci95": entry["pruned"]["ci95"],
             "healed": entry["healed"]["value"],
             "healed_ci95": entry["healed"]["ci95"],
             "recovery": entry["recovery"]["value"],

@@ -30,3 +30,17 @@ def test_heal_section_has_the_figure_and_the_three_models_with_recovery(tmp_path
         assert f"{rec['value']:.1%} [{rec['ci95'][0]:.1%}, {rec['ci95'][1]:.1%}]" in section
     assert "parameters 1,000 → 800 (80.0%)" in section
     assert "Not measured: no angular.json" in text  # the other sections say what the directory lacks
+
+
+@pytest.mark.slow  # draws the heal figures as SVG
+def test_a_report_of_several_heal_runs_shows_the_heal_history(tmp_path):
+    runs = []
+    for k, result in enumerate([heal_result(), heal_result(shift=0.2, method="linear+lora", seed=1)]):
+        run = tmp_path / f"run{k}"
+        run.mkdir()
+        write_json(RunDir(run).heal_json, result.to_dict())
+        runs.append(run)
+    text = write_report(runs, tmp_path / "report.html").read_text()
+    start = text.index('<figure class="track-heal">')
+    figure = text[start : text.index("</figure>", start)]
+    assert "<svg" in figure and "recovery" in figure
