@@ -28,8 +28,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 from bench_prune_drop import build_model  # noqa: E402
 
-from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, HealSpec, ModelSpec  # noqa: E402
-from layerprobe.heal import GainSettings, run_gain, run_heal  # noqa: E402
+from layerprobe.core import BUILTIN_CORPUS, AngularSpec, CorpusSpec, GainSpec, HealSpec, ModelSpec  # noqa: E402
+from layerprobe.heal import run_gain, run_heal  # noqa: E402
 from layerprobe.measure import run_angular  # noqa: E402
 
 
@@ -67,7 +67,7 @@ def main() -> None:
         linear = run_heal(HealSpec(**common, save=str(Path(tmp) / "linear")))
         both = run_heal(HealSpec(**common, method="linear+lora", steps=args.steps, lr=args.lr))
         gain = run_gain(
-            [model, ModelSpec(str(Path(tmp) / "linear"), device=args.device)], GainSettings(repeats=args.repeats)
+            [model, ModelSpec(str(Path(tmp) / "linear"), device=args.device)], GainSpec(repeats=args.repeats)
         )
     ratios = gain["models"][1]["ratios"]
     rows = [

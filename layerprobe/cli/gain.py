@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from layerprobe.cli.console import RichProgress, out
-from layerprobe.cli.groups import takes_groups
+from layerprobe.cli.groups import SpecGroup, takes_groups
 from layerprobe.cli.options import ModelLoading, Output
-from layerprobe.core import LayerprobeError, check_output_dir
+from layerprobe.core import GainSpec, LayerprobeError, check_output_dir
 from layerprobe.plots import plot_gain
 from layerprobe.results import GainResult, RunDir, RunTimer, write_json
+
+
+@dataclass(frozen=True)
+class Timing(SpecGroup):
+    """How the speed runs are shaped (declared on GainSpec)."""
+
+    SPEC = GainSpec
+    FIELDS = ("batch", "prompt_tokens", "new_tokens", "repeats", "seed")
 
 
 @takes_groups
@@ -21,11 +30,7 @@ def gain(
         list[str], typer.Argument(help="The ORIGINAL checkpoint, then one or more CANDIDATEs (dirs or hub ids).")
     ],
     *,
-    batch: Annotated[int, typer.Option("--batch", help="Prompts per run.")] = 1,
-    prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", help="Prompt length (prefill), tokens.")] = 128,
-    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt (decode).")] = 32,
-    repeats: Annotated[int, typer.Option("--repeats", help="Interleaved timed rounds (after one warm-up).")] = 5,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the random prompt token ids.")] = 0,
+    timing: Timing,
     loading: ModelLoading,
     output: Output,
 ) -> None:
@@ -36,15 +41,15 @@ def gain(
     """
     if len(models) < 2:
         raise LayerprobeError("gain needs the original and at least one candidate.", hint="layerprobe gain ORIG CAND")
-    from layerprobe.heal import GainSettings, run_gain  # the workflow (and torch) only when the command runs
+    from layerprobe.heal import run_gain  # the workflow (and torch) only when the command runs
 
-    settings = GainSettings(batch, prompt_tokens, new_tokens, repeats, seed)
+    settings = GainSpec(**timing.spec_fields())
     specs = [loading.spec(model) for model in models]
     directory = check_output_dir(output.directory(models[0]))
     timer = RunTimer()
     progress = RichProgress(output.quiet)
     with progress.running():
-        progress.callbacks().stage("Timing", repeats * len(models), "run")
+        progress.callbacks().stage("Timing", settings.repeats * len(models), "run")
         body = run_gain(specs, settings, progress.callbacks().on_advance)
     result = GainResult(body["settings"], body["models"], _run(timer, body))
     json_path = write_json(RunDir(directory).gain_json, result.to_dict())

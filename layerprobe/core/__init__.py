@@ -68,6 +68,7 @@ from layerprobe.core.errors import (
     offline_model_hint,
 )
 from layerprobe.core.export_spec import ExportSpec
+from layerprobe.core.gain_spec import GainSpec
 from layerprobe.core.heal_spec import LORA_PANEL, HealSpec
 from layerprobe.core.invocation import Invocation, content_digest, current_invocation, input_digests, set_invocation
 from layerprobe.core.model_spec import ModelSpec, parse_model_args, quantization_from_flags
@@ -96,6 +97,7 @@ from layerprobe.core.shares import Share
 from layerprobe.core.text import markdown_text, terminal_text, without_surrogates
 
 __all__ = [
+    "GainSpec",
     "LORA_PANEL",
     "parse_tokens",
     "CORPUS_PANEL",

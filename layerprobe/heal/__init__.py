@@ -12,12 +12,11 @@ results, stats and core, never prune, plots or anything above them.
 
 from layerprobe.heal.fit import NormalEquations
 from layerprobe.heal.fold import FoldSite, find_sites, folded, folded_parameters, spans_of
-from layerprobe.heal.gain import GainSettings, run_gain
+from layerprobe.heal.gain import run_gain
 from layerprobe.heal.recovery import Recovery, recovery
 from layerprobe.heal.run import run_heal, split_windows
 
 __all__ = [
-    "GainSettings",
     "run_gain",
     "find_sites",
     "folded",

@@ -15,34 +15,16 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from layerprobe.core import LayerprobeError, ModelSpec
+from layerprobe.core import GainSpec, LayerprobeError, ModelSpec, recorded_values
 from layerprobe.export import weight_bytes
 from layerprobe.model import load_model
 
 if TYPE_CHECKING:
     import torch
-
-
-@dataclass(frozen=True)
-class GainSettings:
-    """How the speed runs are shaped: prompts per batch, prompt and output length, rounds, seed."""
-
-    batch: int = 1
-    prompt_tokens: int = 128
-    new_tokens: int = 32
-    repeats: int = 5
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("batch", "prompt_tokens", "new_tokens", "repeats"):
-            if getattr(self, name) < 1:
-                flag = "--" + name.replace("_", "-")
-                raise LayerprobeError(f"{flag} must be a positive integer, got {getattr(self, name)}.")
 
 
 def _sync(device: torch.device | None) -> None:
@@ -79,7 +61,7 @@ def _one_run(model: Any, ids: torch.Tensor, new_tokens: int, device: torch.devic
     return {"prefill_seconds": prefill, "generate_seconds": generate, "peak_memory_bytes": peak}
 
 
-def run_gain(specs: list[ModelSpec], settings: GainSettings, on_run: Any = None) -> dict[str, Any]:
+def run_gain(specs: list[ModelSpec], settings: GainSpec, on_run: Any = None) -> dict[str, Any]:
     """Measure every model (the first is the original) and return gain.json's body (without the schema)."""
     import torch
 
@@ -128,14 +110,7 @@ def run_gain(specs: list[ModelSpec], settings: GainSettings, on_run: Any = None)
     for entry in models:
         entry["ratios"] = ratios(base, entry)
     return {
-        "settings": {
-            "batch": settings.batch,
-            "prompt_tokens": settings.prompt_tokens,
-            "new_tokens": settings.new_tokens,
-            "repeats": settings.repeats,
-            "seed": settings.seed,
-            "order": "interleaved",
-        },
+        "settings": {**recorded_values(settings), "order": "interleaved"},
         "models": models,
     }
 

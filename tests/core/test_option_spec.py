@@ -26,6 +26,7 @@ from layerprobe.core import (
     CorpusSpec,
     DepthSpec,
     ExportSpec,
+    GainSpec,
     HealSpec,
     ModelSpec,
     PruneCurveSpec,
@@ -38,7 +39,7 @@ from layerprobe.core import (
 )
 from layerprobe.results import PruneDropResult
 
-SPECS = (PruneSpec, AngularSpec, DepthSpec, CorpusSpec, ModelSpec, PruneCurveSpec, ExportSpec, HealSpec)
+SPECS = (PruneSpec, AngularSpec, DepthSpec, CorpusSpec, ModelSpec, PruneCurveSpec, ExportSpec, HealSpec, GainSpec)
 # The modules that declare each spec's settings (run_specs.py: --max-state-memory, shared by two specs;
 # --positions and the windows' --batch-size, shared by AngularSpec and DepthSpec).
 DECLARING = {
@@ -49,14 +50,14 @@ DECLARING = {
     ModelSpec: {"core/model_spec.py"},
     PruneCurveSpec: {"core/curve_spec.py"},
     ExportSpec: {"core/export_spec.py"},
-    HealSpec: {"core/heal_spec.py", "core/run_specs.py"},  # heal's --batch-size is angular's (windows)
+    HealSpec: {"core/heal_spec.py", "core/run_specs.py"},
+    GainSpec: {"core/gain_spec.py"},  # heal's --batch-size is angular's (windows)
 }
 # Spellings other commands use for settings of their own, declared where they are used (tests/cli/test_options.py
 # checks each is declared alike wherever it means the same): module → spellings of another meaning.
 OTHER_MEANING = {
     "cli/corpus_options.py": {"--batch-size", "--batch_size"},  # windows per forward pass (angular, depth)
     "cli/heal.py": {"--task", "--tasks"},  # heal takes prune-drop's tasks, scored only when given
-    "cli/gain.py": {"--seed"},
     "cli/prune_drop.py": {"--resume"},  # continue from the progress file (LoRA's checkpoint on heal)
     "cli/demo.py": {"--tokens"},  # the demo's own token count (default 32,768 on MiniLM)
     "cli/export.py": {"--dtype"},  # prune writes in the checkpoint's own dtype unless told
@@ -241,7 +242,7 @@ def test_every_option_built_from_a_spec_is_its_declaration():
     for command, spec in [("prune-curve", PruneCurveSpec), ("prune", ExportSpec)]:  # and each of these one of its
         assert {name for c, s, name in seen if (c, s) == (command, spec.__name__)} == set(declared(spec))
     assert ("prune-curve", "PruneSpec", "precision") in seen and ("angular", "AngularSpec", "max_state_bytes") in seen
-    for spec, command in [(ModelSpec, "angular"), (CorpusSpec, "heal"), (HealSpec, "heal")]:
+    for spec, command in [(ModelSpec, "angular"), (CorpusSpec, "heal"), (HealSpec, "heal"), (GainSpec, "gain")]:
         assert {name for c, s, name in seen if c == command and s == spec.__name__} == set(declared(spec)), spec
     # depth takes AngularSpec's declarations of the settings DepthSpec shares with it (one declaration each).
     assert {name for c, s, name in seen if c == "depth" and s in ("DepthSpec", "AngularSpec")} == set(
