@@ -74,6 +74,7 @@ from layerprobe.model.streams import (
     residual_view,
     skipped_note,
     stream_note,
+    untraceable_image_block,
 )
 from layerprobe.model.sublayers import BlockSublayers
 from layerprobe.model.towers import (
@@ -101,6 +102,7 @@ __all__ = [
     "image_only_blocks",
     "residual_view",
     "skipped_note",
+    "untraceable_image_block",
     "stream_note",
     "base_of",
     "BlockEvent",
