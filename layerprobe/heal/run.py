@@ -35,6 +35,7 @@ from layerprobe.heal.fold import (
     folded_values,
     hidden_width,
     refuse_first_block,
+    refuse_streams,
     spans_of,
 )
 from layerprobe.heal.held_out import per_window, summarise
@@ -44,14 +45,18 @@ from layerprobe.heal.parallel import DataParallel, check_launch
 from layerprobe.heal.tasks import check_heal_tasks, score_tasks
 from layerprobe.model import (
     CAUSAL_LM,
+    LayerStack,
     Progress,
     World,
+    blocks_text,
     check_loadable,
     find_layers,
+    image_only_blocks,
     load_model,
     load_skeleton,
     model_info,
     removed_blocks,
+    spans_text,
 )
 from layerprobe.results import HealResult, RunTimer, read_curve_set
 
@@ -85,14 +90,17 @@ def plan(spec: HealSpec, progress: Progress, world: World | None = None) -> Plan
             f"heal compares next-token distributions; {spec.model.model} is a {kind} model.",
             hint="Heal a causal language model.",
         )
-    num_layers = find_layers(skeleton, spec.model.layers_path).num_layers
-    del skeleton
+    stack = find_layers(skeleton, spec.model.layers_path)
+    num_layers, absent = stack.num_layers, image_only_blocks(stack)
     removed = _removed(spec, num_layers)
+    refuse_image_only(stack, removed)
     prepared = check_heal_tasks(spec)
     if spec.trains:
         check_peft()
     if spec.folds:
-        refuse_first_block(removed)
+        refuse_streams(stack)
+        refuse_first_block(removed, absent)
+    del skeleton, stack
     if spec.save is not None:
         if world.is_main:
             for note in recover_destination(export_spec(spec)):
@@ -149,6 +157,25 @@ def _removed(spec: HealSpec, num_layers: int) -> list[int]:
     if len(removed) == num_layers:
         raise LayerprobeError(f"Removing {len(removed)} of {num_layers} blocks removes all.", hint="Keep at least one.")
     return removed
+
+
+def refuse_image_only(stack: LayerStack, removed: list[int]) -> None:
+    """Removing a block that runs only with an image (mllama's cross-attention) is refused before any weight.
+
+    heal fits and measures on text, where such a block never runs: removing it changes nothing there, so
+    there is nothing to heal and nothing heal could measure about what the cut costs with an image.
+    """
+    chosen = sorted(set(removed) & set(image_only_blocks(stack)))
+    if not chosen:
+        return
+    rest = [i for i in removed if i not in chosen]
+    one = len(chosen) == 1
+    raise UnsupportedModel(
+        f"{blocks_text(chosen).capitalize()} of {stack.path!r} {'runs' if one else 'run'} only with an image "
+        f"(cross-attention): heal fits and measures on text, where removing {'it' if one else 'them'} changes "
+        "nothing.",
+        hint=f"Remove text blocks only: --remove {spans_text(rest)}." if rest else "Remove text blocks only.",
+    )
 
 
 def export_spec(spec: HealSpec) -> ExportSpec:

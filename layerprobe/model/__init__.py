@@ -58,6 +58,7 @@ from layerprobe.model.placement import detect_placement
 from layerprobe.model.progress import BlockEvent, EvaluationEvent, Progress
 from layerprobe.model.ranks import World, world
 from layerprobe.model.removal import removed_blocks
+from layerprobe.model.renumber import blocks_text, spans_text
 from layerprobe.model.skeleton import placement_without_weights
 from layerprobe.model.stack import (
     LayerStack,
@@ -103,6 +104,8 @@ __all__ = [
     "residual_view",
     "skipped_note",
     "untraceable_image_block",
+    "blocks_text",
+    "spans_text",
     "stream_note",
     "base_of",
     "BlockEvent",
