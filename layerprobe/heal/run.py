@@ -15,6 +15,7 @@ import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from layerprobe.core import (
     DEFAULT_DRAWS,
@@ -28,7 +29,7 @@ from layerprobe.core import (
 )
 from layerprobe.data import Window, windows_before_loading
 from layerprobe.evaluate import PreparedTasks
-from layerprobe.export import check_destination, recover_destination, run_export
+from layerprobe.export import build_skeleton, check_destination, model_class_for, recover_destination, run_export
 from layerprobe.heal.fold import (
     FoldSite,
     find_sites,
@@ -52,9 +53,11 @@ from layerprobe.model import (
     check_loadable,
     find_layers,
     image_only_blocks,
+    load_config,
     load_model,
     load_skeleton,
     model_info,
+    model_kind,
     removed_blocks,
     spans_text,
 )
@@ -193,6 +196,31 @@ def export_spec(spec: HealSpec) -> ExportSpec:
     )
 
 
+def saved_names(spec: HealSpec, stack: LayerStack, values: dict[Any, Any]) -> dict[str, Any]:
+    """Each healed parameter's value under its name in the class the export loads (the checkpoint's own).
+
+    heal loads the model with its language-model head, which for a vision-language checkpoint (mllama) may be
+    another class than the one the export saves, naming the same block's weights differently
+    (`model.layers.1…` against `model.language_model.layers.1…`); the block index and the name inside the
+    block are what both share, so the name is found through the export class's own stack, on a skeleton.
+    """
+    inside = {}
+    for index, block in enumerate(stack.blocks):
+        for name, parameter in block.named_parameters(remove_duplicate=False):
+            inside[id(parameter)] = (index, name)
+    config = load_config(spec.model)
+    skeleton = build_skeleton(
+        model_class_for(config, model_kind(config), spec.model.trust_remote_code), config, spec.model.trust_remote_code
+    )
+    target = find_layers(skeleton, spec.model.layers_path)
+    full = {id(p): n for n, p in skeleton.named_parameters(remove_duplicate=False)}
+    renamed = {}
+    for parameter, value in values.items():
+        index, name = inside[id(parameter)]
+        renamed[full[id(target.blocks[index].get_parameter(name))]] = value.detach().cpu()
+    return renamed
+
+
 def check_peft() -> None:
     """LoRA needs peft (the extra [heal]): refused in one line before anything loads."""
     import importlib.util
@@ -291,8 +319,7 @@ def run_heal(
     checkpoint = None
     notes: list[str] = []
     if spec.save is not None:
-        names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
-        replacements = {names[id(p)]: t.detach().cpu() for p, t in values.items()}
+        replacements = saved_names(spec, stack, values)
         exported = run_export(
             export_spec(spec),
             progress,
