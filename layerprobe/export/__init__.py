@@ -10,10 +10,13 @@ or transformers (the command line imports it at start-up): they are imported ins
 that need them.
 """
 
+from layerprobe.export.config import build_skeleton, model_class_for
 from layerprobe.export.files import weight_bytes
 from layerprobe.export.save import ExportResult, check_destination, recover_destination, run_export, state_bytes
 
 __all__ = [
+    "build_skeleton",
+    "model_class_for",
     "check_destination",
     "ExportResult",
     "state_bytes",

@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from layerprobe.core import UnsupportedModel
-from layerprobe.model import BlockSublayers, LayerStack, capture_block_states, detect_placement
+from layerprobe.model import (
+    BlockSublayers,
+    LayerStack,
+    altup_stream,
+    capture_block_states,
+    detect_placement,
+    image_only_blocks,
+)
 from layerprobe.results import PARALLEL, POST_LN, PRE_LN, SANDWICH
 
 if TYPE_CHECKING:
@@ -81,12 +88,55 @@ def spans_of(removed: Sequence[int]) -> list[tuple[int, int]]:
     return spans
 
 
-def refuse_first_block(removed: Sequence[int]) -> None:
+def fold_spans(removed: Sequence[int], absent: Sequence[int] = ()) -> list[tuple[int, int]]:
+    """The spans [start, end) whose map folds into block start − 1: `spans_of`, across the blocks a pass skips.
+
+    An `absent` block (mllama's image-only blocks, which a text-only pass skips: `streams.image_only_blocks`)
+    passes its input on unchanged, so removed blocks with only absent blocks between them are one span of
+    the text-only pass, and a span opens at the absent blocks right before it: block start − 1 is then the
+    last block that runs and is kept, the one whose output flows into the cut.
+    """
+    gone, skipped = set(removed), set(absent)
+    spans: list[tuple[int, int]] = []
+    opened: int | None = None
+    for index in range(max(gone | skipped, default=-1) + 1):
+        if index in gone or index in skipped:
+            opened = index if opened is None else opened
+            if index in gone:
+                if spans and spans[-1][0] == opened:
+                    spans[-1] = (opened, index + 1)
+                else:
+                    spans.append((opened, index + 1))
+        else:
+            opened = None
+    return spans
+
+
+def refuse_first_block(removed: Sequence[int], absent: Sequence[int] = ()) -> None:
     """A span that starts at block 0 has no block before it to fold into: refused before any weight loads."""
-    if 0 in set(removed):
+    if any(start == 0 for start, _ in fold_spans(removed, absent)):
         raise UnsupportedModel(
             "--method linear folds each removed span's map into the block before it; block 0 has none.",
             hint="Keep block 0 (remove from block 1 on), or heal with --method lora.",
+        )
+
+
+def refuse_streams(stack: LayerStack) -> None:
+    """AltUp (Gemma-3n) cannot take the fold: refused from the config (a weightless skeleton), before any weight.
+
+    A Gemma-3n block does not add a projection's output to one residual: it normalises its MLP's output
+    (sandwich norm), then AltUp's correct step scales the change it made to the active stream by coefficients
+    routed from that very output and adds it to every stream, and the per-layer input adds a gated function
+    of the corrected active stream to the others. No weight of the block makes it write x + c + T c on the
+    active stream while leaving the other streams as the fit assumed, so no map folds exactly.
+    """
+    stream = altup_stream(stack)
+    if stream is not None:
+        raise UnsupportedModel(
+            "The linear fold (--method linear, linear+lora) puts a map into the block before the cut, and AltUp "
+            f"blocks (Gemma-3n, {stream.count} streams) pass what they compute through a norm and a routed "
+            "correction into every stream: no map of the active stream folds into their weights exactly.",
+            hint="Heal this model with --method lora.",
         )
 
 
@@ -95,7 +145,7 @@ def find_sites(model: nn.Module, stack: LayerStack, removed: Sequence[int], prob
     placement, sublayers = detect_placement(model, stack, probe_ids)
     width = hidden_width(model, stack, probe_ids)
     sites = []
-    for start, end in spans_of(removed):
+    for start, end in fold_spans(removed, image_only_blocks(stack)):
         block = start - 1
         label = placement.blocks[block].label
         if label == POST_LN:
@@ -132,7 +182,7 @@ def hidden_width(model: nn.Module, stack: LayerStack, probe_ids: torch.Tensor) -
     """The width d of the residual stream: the last dimension of x^0 on a probe pass."""
     import torch
 
-    with torch.no_grad(), capture_block_states(stack) as states:
+    with torch.no_grad(), capture_block_states(stack, image_only_blocks(stack)) as states:
         model(input_ids=probe_ids[:1, :2])
     return int(states[0].shape[-1])
 

@@ -19,7 +19,14 @@ from layerprobe.core import UnsupportedModel
 from layerprobe.data import Window, batches
 from layerprobe.heal.fit import NormalEquations
 from layerprobe.heal.fold import FoldSite, folded
-from layerprobe.model import LayerStack, capture_block_states, hidden_from_input, hidden_from_output, takes_argument
+from layerprobe.model import (
+    LayerStack,
+    capture_block_states,
+    hidden_from_input,
+    hidden_from_output,
+    image_only_blocks,
+    takes_argument,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -75,7 +82,11 @@ def calibrate(
 
     equations = [NormalEquations(width) for _ in sites]
     extra = {"use_cache": False} if takes_argument(model, "use_cache") else {}
-    with torch.inference_mode(), capture_block_states(stack) as states, recorded_contributions(stack, sites) as found:
+    with (
+        torch.inference_mode(),
+        capture_block_states(stack, image_only_blocks(stack)) as states,
+        recorded_contributions(stack, sites) as found,
+    ):
         for group in batches(windows, batch_size):
             states.clear()
             found.clear()
@@ -104,7 +115,11 @@ def check_fold(
     extra = {"use_cache": False} if takes_argument(model, "use_cache") else {}
     handles = [stack.blocks[s.block].register_forward_pre_hook(record(s.block), with_kwargs=True) for s in sites]
     try:
-        with torch.no_grad(), capture_block_states(stack) as states, recorded_contributions(stack, sites) as found:
+        with (
+            torch.no_grad(),
+            capture_block_states(stack, image_only_blocks(stack)) as states,
+            recorded_contributions(stack, sites) as found,
+        ):
             model(input_ids=probe, **extra)
     finally:
         for handle in handles:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from layerprobe.core import LORA_CHECK_SHARE, LORA_CHECKS, LORA_WARMUP_SHARE, HealSpec, LayerprobeError
 from layerprobe.data import Window, batches
 from layerprobe.heal.parallel import DataParallel
-from layerprobe.model import LayerStack, World, removed_blocks, takes_argument
+from layerprobe.model import LayerStack, World, image_only_blocks, removed_blocks, takes_argument
 from layerprobe.results import atomic_write
 
 if TYPE_CHECKING:
@@ -57,13 +57,18 @@ def replaced(values: Mapping[torch.nn.Parameter, torch.Tensor]) -> Iterator[None
 
 
 def target_modules(stack: LayerStack, removed: Sequence[int], targets: str, prefix: str) -> list[str]:
-    """Full names of the linear layers of the kept blocks that `--targets` names (all-linear: every one)."""
+    """Full names of the linear layers of the kept blocks that `--targets` names (all-linear: every one).
+
+    Blocks that run only with an image (mllama) get none: a text-only pass never calls them, so an adapter
+    there would get no gradient (and under a launch DDP refuses parameters that take no part in the loss).
+    """
     from torch import nn
 
     wanted = {t.strip() for t in targets.split(",") if t.strip()}
+    left_out = set(removed) | set(image_only_blocks(stack))  # a block a text-only pass skips never trains
     names = []
     for index, block in enumerate(stack.blocks):
-        if index in set(removed):
+        if index in left_out:
             continue
         for name, module in block.named_modules():
             leaf = name.rsplit(".", 1)[-1]

@@ -15,6 +15,7 @@ import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from layerprobe.core import (
     DEFAULT_DRAWS,
@@ -28,13 +29,14 @@ from layerprobe.core import (
 )
 from layerprobe.data import Window, windows_before_loading
 from layerprobe.evaluate import PreparedTasks
-from layerprobe.export import check_destination, recover_destination, run_export
+from layerprobe.export import build_skeleton, check_destination, model_class_for, recover_destination, run_export
 from layerprobe.heal.fold import (
     FoldSite,
     find_sites,
     folded_values,
     hidden_width,
     refuse_first_block,
+    refuse_streams,
     spans_of,
 )
 from layerprobe.heal.held_out import per_window, summarise
@@ -44,14 +46,20 @@ from layerprobe.heal.parallel import DataParallel, check_launch
 from layerprobe.heal.tasks import check_heal_tasks, score_tasks
 from layerprobe.model import (
     CAUSAL_LM,
+    LayerStack,
     Progress,
     World,
+    blocks_text,
     check_loadable,
     find_layers,
+    image_only_blocks,
+    load_config,
     load_model,
     load_skeleton,
     model_info,
+    model_kind,
     removed_blocks,
+    spans_text,
 )
 from layerprobe.results import HealResult, RunTimer, read_curve_set
 
@@ -85,14 +93,17 @@ def plan(spec: HealSpec, progress: Progress, world: World | None = None) -> Plan
             f"heal compares next-token distributions; {spec.model.model} is a {kind} model.",
             hint="Heal a causal language model.",
         )
-    num_layers = find_layers(skeleton, spec.model.layers_path).num_layers
-    del skeleton
+    stack = find_layers(skeleton, spec.model.layers_path)
+    num_layers, absent = stack.num_layers, image_only_blocks(stack)
     removed = _removed(spec, num_layers)
+    refuse_image_only(stack, removed)
     prepared = check_heal_tasks(spec)
     if spec.trains:
         check_peft()
     if spec.folds:
-        refuse_first_block(removed)
+        refuse_streams(stack)
+        refuse_first_block(removed, absent)
+    del skeleton, stack
     if spec.save is not None:
         if world.is_main:
             for note in recover_destination(export_spec(spec)):
@@ -151,6 +162,25 @@ def _removed(spec: HealSpec, num_layers: int) -> list[int]:
     return removed
 
 
+def refuse_image_only(stack: LayerStack, removed: list[int]) -> None:
+    """Removing a block that runs only with an image (mllama's cross-attention) is refused before any weight.
+
+    heal fits and measures on text, where such a block never runs: removing it changes nothing there, so
+    there is nothing to heal and nothing heal could measure about what the cut costs with an image.
+    """
+    chosen = sorted(set(removed) & set(image_only_blocks(stack)))
+    if not chosen:
+        return
+    rest = [i for i in removed if i not in chosen]
+    one = len(chosen) == 1
+    raise UnsupportedModel(
+        f"{blocks_text(chosen).capitalize()} of {stack.path!r} {'runs' if one else 'run'} only with an image "
+        f"(cross-attention): heal fits and measures on text, where removing {'it' if one else 'them'} changes "
+        "nothing.",
+        hint=f"Remove text blocks only: --remove {spans_text(rest)}." if rest else "Remove text blocks only.",
+    )
+
+
 def export_spec(spec: HealSpec) -> ExportSpec:
     """The `prune --save` run that writes the healed checkpoint (full precision, on CPU, as `prune` loads)."""
     model = dataclasses.replace(spec.model, device="cpu", device_map=None, quantization=None)
@@ -164,6 +194,31 @@ def export_spec(spec: HealSpec) -> ExportSpec:
         method=spec.curve_method if spec.from_curve else None,
         n=spec.n,
     )
+
+
+def saved_names(spec: HealSpec, stack: LayerStack, values: dict[Any, Any]) -> dict[str, Any]:
+    """Each healed parameter's value under its name in the class the export loads (the checkpoint's own).
+
+    heal loads the model with its language-model head, which for a vision-language checkpoint (mllama) may be
+    another class than the one the export saves, naming the same block's weights differently
+    (`model.layers.1…` against `model.language_model.layers.1…`); the block index and the name inside the
+    block are what both share, so the name is found through the export class's own stack, on a skeleton.
+    """
+    inside = {}
+    for index, block in enumerate(stack.blocks):
+        for name, parameter in block.named_parameters(remove_duplicate=False):
+            inside[id(parameter)] = (index, name)
+    config = load_config(spec.model)
+    skeleton = build_skeleton(
+        model_class_for(config, model_kind(config), spec.model.trust_remote_code), config, spec.model.trust_remote_code
+    )
+    target = find_layers(skeleton, spec.model.layers_path)
+    full = {id(p): n for n, p in skeleton.named_parameters(remove_duplicate=False)}
+    renamed = {}
+    for parameter, value in values.items():
+        index, name = inside[id(parameter)]
+        renamed[full[id(target.blocks[index].get_parameter(name))]] = value.detach().cpu()
+    return renamed
 
 
 def check_peft() -> None:
@@ -264,8 +319,7 @@ def run_heal(
     checkpoint = None
     notes: list[str] = []
     if spec.save is not None:
-        names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
-        replacements = {names[id(p)]: t.detach().cpu() for p, t in values.items()}
+        replacements = saved_names(spec, stack, values)
         exported = run_export(
             export_spec(spec),
             progress,

@@ -58,6 +58,7 @@ from layerprobe.model.placement import detect_placement
 from layerprobe.model.progress import BlockEvent, EvaluationEvent, Progress
 from layerprobe.model.ranks import World, world
 from layerprobe.model.removal import removed_blocks
+from layerprobe.model.renumber import blocks_text, spans_text
 from layerprobe.model.skeleton import placement_without_weights
 from layerprobe.model.stack import (
     LayerStack,
@@ -74,6 +75,7 @@ from layerprobe.model.streams import (
     residual_view,
     skipped_note,
     stream_note,
+    untraceable_image_block,
 )
 from layerprobe.model.sublayers import BlockSublayers
 from layerprobe.model.towers import (
@@ -101,6 +103,9 @@ __all__ = [
     "image_only_blocks",
     "residual_view",
     "skipped_note",
+    "untraceable_image_block",
+    "blocks_text",
+    "spans_text",
     "stream_note",
     "base_of",
     "BlockEvent",

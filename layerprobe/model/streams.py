@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from layerprobe.core import UnsupportedModel
 from layerprobe.model.stack import LayerStack
 from layerprobe.model.towers import TEXT, tower_of
 
@@ -60,6 +61,18 @@ def image_only_blocks(stack: LayerStack) -> tuple[int, ...]:
     if tower_of(stack).role != TEXT:
         return ()
     return tuple(sorted(int(i) for i in listed if 0 <= int(i) < stack.num_layers))
+
+
+def untraceable_image_block(path: str, block: int) -> UnsupportedModel:
+    """The one-line refusal of sublayer units on a stack with image-only blocks: their sublayers never run text-only.
+
+    Raised from the config before any weight loads (prune's preflight, on a weightless skeleton), and after
+    a traced pass where a block did not run (`sublayers.find_model_sublayers`), in the same words.
+    """
+    return UnsupportedModel(
+        f"Block {block} of {path!r} runs only with an image, so a text-only pass cannot trace its attention and MLP.",
+        hint="Remove whole blocks (--unit block).",
+    )
 
 
 def skipped_note(stack: LayerStack) -> str | None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from layerprobe.core import UnsupportedModel
 from layerprobe.model.stack import BlockArgs, BlockKwargs, LayerStack
+from layerprobe.model.streams import untraceable_image_block
 from layerprobe.model.trace import BlockTrace, Recorded, StreamRef, capture_block_calls, trace_block
 
 if TYPE_CHECKING:
@@ -96,11 +97,7 @@ def find_model_sublayers(model: nn.Module, stack: LayerStack, input_ids: torch.T
     calls = capture_block_calls(model, stack, input_ids)
     skipped = [i for i in range(stack.num_layers) if i not in calls]
     if skipped:  # mllama's image-only blocks: a text-only pass never calls them
-        raise UnsupportedModel(
-            f"Block {skipped[0]} of {stack.path!r} runs only with an image, so a text-only pass cannot trace its "
-            "attention and MLP.",
-            hint="Remove whole blocks (--unit block).",
-        )
+        raise untraceable_image_block(stack.path, skipped[0])
     return [find_sublayers(block, *calls[i]) for i, block in enumerate(stack.blocks)]
 
 

@@ -22,14 +22,19 @@ from layerprobe.evaluate import (
 )
 from layerprobe.model import (
     CorpusEstimator,
+    LayerStack,
     LoadedModel,
     Progress,
     check_loadable,
+    find_layers,
+    image_only_blocks,
     load_config,
+    load_skeleton,
     load_tokenizer,
     memory_refusal,
     model_kind,
     skeleton_stack,
+    untraceable_image_block,
 )
 from layerprobe.prune.agreement import (
     AngularSource,
@@ -68,6 +73,9 @@ def preflight(
         parse_layer_ranges(spec.layers, skeleton.num_layers)  # fail before minutes of loading
     elif isinstance(getattr(config, "num_hidden_layers", None), int) and not spec.model.layers_path:
         parse_layer_ranges(spec.layers, config.num_hidden_layers)
+    if spec.unit != "block":  # a weightless skeleton's stack says which blocks run only with an image
+        root = loaded.model if loaded is not None else load_skeleton(spec.model)[0]
+        refuse_untraceable_units(skeleton or find_layers(root, spec.model.layers_path))
     check_state_paths(out_dir)
     angular_path = find_angular(spec.angular, out_dir)
     known_layers = skeleton.num_layers if skeleton is not None else None
@@ -115,6 +123,17 @@ def refuse_variants_no_design_runs(spec: PruneSpec, config: Any, num_layers: int
         refused = memory_refusal(stack_config, [i for i in range(num_layers) if i not in removed])
         if refused is not None:
             raise UnsupportedModel(refused[0], hint=refused[1])
+
+
+def refuse_untraceable_units(stack: LayerStack) -> None:
+    """Sublayer units on a stack with image-only blocks (mllama), refused from the weightless skeleton.
+
+    A text-only pass never calls such a block, so its attention and MLP cannot be traced (or scored);
+    the same refusal would otherwise come only after the weights load, at the trace.
+    """
+    skipped = image_only_blocks(stack)
+    if skipped:
+        raise untraceable_image_block(stack.path, skipped[0])
 
 
 def prepared_tasks(spec: PruneSpec, progress: Progress) -> PreparedTasks:

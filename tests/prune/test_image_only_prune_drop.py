@@ -54,13 +54,24 @@ def test_prune_drop_scores_the_blocks_that_run_text_only_as_rebuilt_models(tmp_p
         assert pruned == pytest.approx(_nll(mllama_without(source, kept), windows), abs=1e-5), removed
 
 
-@pytest.mark.slow
-def test_a_sublayer_unit_on_mllama_is_one_line_whose_hint_works(tmp_path):
-    """The image-only block's sublayers cannot be traced text-only; `--unit block` (the hint) is the test above."""
+@pytest.mark.slow  # builds the tiny mllama checkpoint (~4 s)
+@pytest.mark.parametrize("unit", ["attention", "mlp"])
+def test_a_sublayer_unit_on_mllama_is_one_line_before_any_weight(tmp_path, monkeypatch, unit):
+    """The image-only block's sublayers cannot be traced text-only: refused from the config, no weight read.
+
+    `--unit block` (the hint) is the test above. Every model class's `from_pretrained` fails here (mllama
+    loads through its own class, not an Auto class), so an exit of 2 with the line proves no weight loaded.
+    """
     path = build_tower_checkpoint("mllama", tmp_path / "mllama")
+
+    def fail(*_args, **_kwargs):
+        raise AssertionError("weights were loaded before the refusal")
+
+    monkeypatch.setattr(tf.PreTrainedModel, "from_pretrained", classmethod(fail))
     args = ("--task", "corpus", "--dataset", "builtin:pydoc", "--tokens", str(TOKENS), "--seq-len", str(SEQ))
-    result = invoke("prune-drop", path, *args, "--unit", "attention", "--out", tmp_path / "out", env={"COLUMNS": "250"})
+    result = invoke("prune-drop", path, *args, "--unit", unit, "--out", tmp_path / "out", env={"COLUMNS": "250"})
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     lines = result.output.strip().splitlines()
-    assert lines[-2].startswith("error: ") and "runs only with an image" in lines[-2], result.output
+    assert lines[-2].startswith("error: ") and "Block 2 of 'layers' runs only with an image" in lines[-2], result.output
     assert lines[-1].startswith("hint: ") and "--unit block" in lines[-1]
+    assert not (tmp_path / "out" / "prune_drop.json").exists()
