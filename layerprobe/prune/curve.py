@@ -49,12 +49,14 @@ from layerprobe.model import (
     find_layers,
     load_config,
     load_model,
+    load_skeleton,
     load_tokenizer,
     model_info,
     model_kind,
 )
 from layerprobe.prune.agreement import check_angular_fits, load_angular_for
 from layerprobe.prune.assemble import answer_flips, restricted
+from layerprobe.prune.preflight import refuse_untraceable_units
 from layerprobe.prune.search import Driver, SearchResult, check_prune_drop_for, delta_from_file, delta_measured, greedy
 from layerprobe.prune.state import corpus_settings
 from layerprobe.prune.strategies import (
@@ -143,6 +145,9 @@ def run_prune_curve(
         metric = check_prune_drop_for(drop, spec.prune_drop, task, metric)
     if isinstance(known, int) and math.floor(spec.max_fraction * known) < 1:  # fail before loading weights
         raise LayerprobeError(f"--max-fraction {spec.max_fraction} of {known} blocks removes none.")
+    if spec.unit != CURVE_UNITS[0]:  # sublayers: a weightless skeleton says which blocks run only with an image
+        root = loaded.model if loaded is not None else load_skeleton(prune.model)[0]
+        refuse_untraceable_units(find_layers(root, prune.model.layers_path))
     tokenizer = None
     if prune.corpus.chat_template:  # the corpus is read when angular is measured here, or for --task corpus
         if (angular is not None or not reads_angular) and CORPUS_TASK not in prune.tasks:

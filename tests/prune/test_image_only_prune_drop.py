@@ -75,3 +75,23 @@ def test_a_sublayer_unit_on_mllama_is_one_line_before_any_weight(tmp_path, monke
     assert lines[-2].startswith("error: ") and "Block 2 of 'layers' runs only with an image" in lines[-2], result.output
     assert lines[-1].startswith("hint: ") and "--unit block" in lines[-1]
     assert not (tmp_path / "out" / "prune_drop.json").exists()
+
+
+@pytest.mark.slow  # builds the tiny mllama checkpoint (~4 s)
+def test_a_sublayer_curve_on_mllama_is_one_line_before_any_weight(tmp_path, monkeypatch):
+    """prune-curve --unit sublayers chooses among every block's sublayers: refused as prune-drop's are, no weight read."""
+    path = build_tower_checkpoint("mllama", tmp_path / "mllama")
+
+    def fail(*_args, **_kwargs):
+        raise AssertionError("weights were loaded before the refusal")
+
+    monkeypatch.setattr(tf.PreTrainedModel, "from_pretrained", classmethod(fail))
+    args = ("--task", "corpus", "--dataset", "builtin:pydoc", "--tokens", str(TOKENS), "--seq-len", str(SEQ))
+    result = invoke(
+        "prune-curve", path, *args, "--unit", "sublayers", "--methods", "delta", "--out", tmp_path / "out",
+        env={"COLUMNS": "250"},
+    )  # fmt: skip
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[-2].startswith("error: ") and "Block 2 of 'layers' runs only with an image" in lines[-2], result.output
+    assert not (tmp_path / "out" / "prune_curve.json").exists()
