@@ -83,9 +83,10 @@ def run_gain(specs: list[ModelSpec], settings: GainSpec, on_run: Any = None) -> 
     tokens_decode = settings.batch * settings.new_tokens
     models = []
     for spec, m, measured in zip(specs, loaded, runs, strict=True):
+        check_decode_measured(spec.display_name, measured, settings.new_tokens)
         prefill = [tokens_prefill / r["prefill_seconds"] for r in measured]  # type: ignore[operator]
         decode = [
-            tokens_decode / max(r["generate_seconds"] - r["prefill_seconds"], 1e-9)  # type: ignore[operator]
+            tokens_decode / (r["generate_seconds"] - r["prefill_seconds"])  # type: ignore[operator]
             for r in measured
         ]
         peaks = [r["peak_memory_bytes"] for r in measured]
@@ -113,6 +114,23 @@ def run_gain(specs: list[ModelSpec], settings: GainSpec, on_run: Any = None) -> 
         "settings": {**recorded_values(settings), "order": "interleaved"},
         "models": models,
     }
+
+
+def check_decode_measured(model: str, measured: list[dict[str, float | None]], new_tokens: int) -> None:
+    """Refuse a decode speed lost in timing noise: generating took no longer than the prompt's prefill alone.
+
+    Decode time is generate − prefill (generate runs the prefill, then each new token from the KV cache);
+    where a round's difference is not positive, tokens / difference would be an absurd or negative speed.
+    """
+    for number, run in enumerate(measured, 1):
+        generate, prefill = run["generate_seconds"], run["prefill_seconds"]
+        assert generate is not None and prefill is not None
+        if generate <= prefill:
+            raise LayerprobeError(
+                f"{model}: round {number} generated {new_tokens} tokens in {generate:.4g} s, no longer than the "
+                f"prefill alone ({prefill:.4g} s), so its decode speed is not measurable.",
+                hint=f"Generate more tokens per prompt, e.g. --new-tokens {max(4 * new_tokens, 64)}.",
+            )
 
 
 def ratios(base: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:

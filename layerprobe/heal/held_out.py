@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, cast
 
 from layerprobe.core import CORPUS_TASK, DEFAULT_DRAWS, DEFAULT_SEED, Z95, CorpusSpec
-from layerprobe.evaluate import CorpusScorer
+from layerprobe.evaluate import CorpusScorer, within_range
 from layerprobe.heal.recovery import recovery
 from layerprobe.model import LayerStack, removed_blocks
 from layerprobe.stats import PairedDelta, paired_mean_stats
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 MODELS = ("original", "pruned", "healed")
 METRICS = ("nll", "kl", "top1_agreement")
 HIGHER_IS_BETTER = {"nll": False, "kl": False, "top1_agreement": True}
+# What a window's value (so any mean of them) can be: a normal interval near a bound is cut to it.
+VALUE_RANGES = {"nll": (0.0, math.inf), "kl": (0.0, math.inf), "top1_agreement": (0.0, 1.0)}
 # The two variants' keys: the scorer calls `ablate` with them (its span checks are skipped with `ablate`).
 _PRUNED, _HEALED = cast("tuple[int, ...]", ("pruned",)), cast("tuple[int, ...]", ("healed",))
 Heal = Callable[[], contextlib.AbstractContextManager[object]]
@@ -63,21 +65,32 @@ def per_window(
     return found
 
 
-def _mean(values: Sequence[float]) -> dict[str, object]:
+def _mean(values: Sequence[float], metric: str) -> dict[str, object]:
+    """A model's mean with its normal interval, cut to what the metric can be.
+
+    A top-1 agreement of 0.26 on two windows is not [-0.03, 0.56]; the mean lies in the range, so the cut
+    interval still holds it.
+    """
     n = len(values)
     mean = math.fsum(values) / n
     stderr = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1) / n) if n > 1 else None
-    ci = [mean - Z95 * stderr, mean + Z95 * stderr] if stderr is not None else None
+    low, high = VALUE_RANGES[metric]
+    ci = [max(mean - Z95 * stderr, low), min(mean + Z95 * stderr, high)] if stderr is not None else None
     return {"value": mean, "stderr": stderr, "ci95": ci}
 
 
-def _delta(delta: PairedDelta) -> dict[str, object]:
-    return {
-        "value": delta.delta,
-        "stderr": delta.stderr,
-        "ci95": list(delta.ci95) if delta.ci95 is not None else None,
-        "method": delta.method,
-    }
+def _delta(delta: PairedDelta, metric: str, base: Sequence[float] | None = None) -> dict[str, object]:
+    """A paired difference to `base`'s values, its interval cut to what the difference can reach.
+
+    Any difference of two means in [low, high] lies in [low − high, high − low]; against the original,
+    whose KL is 0 and top-1 agreement 1 on every window, `evaluate.within_range` cuts it further, as in
+    prune-drop. The difference lies in both ranges, so the cut interval still holds it.
+    """
+    low, high = VALUE_RANGES[metric]
+    ci = None if delta.ci95 is None else [max(delta.ci95[0], low - high), min(delta.ci95[1], high - low)]
+    if ci is not None and base is not None and len(set(base)) == 1:  # a constant: the original against itself
+        ci = within_range(metric, base[0], [ci])[0]
+    return {"value": delta.delta, "stderr": delta.stderr, "ci95": ci, "method": delta.method}
 
 
 def summarise(
@@ -90,10 +103,10 @@ def summarise(
         found = recovery(o, p, h, draws, seed)
         summary[metric] = {
             "higher_is_better": HIGHER_IS_BETTER[metric],
-            **{m: _mean(values[m][metric]) for m in MODELS},
-            "pruned_delta": _delta(paired_mean_stats(o, p)),
-            "healed_delta": _delta(paired_mean_stats(o, h)),
-            "healed_vs_pruned": _delta(paired_mean_stats(p, h)),
+            **{m: _mean(values[m][metric], metric) for m in MODELS},
+            "pruned_delta": _delta(paired_mean_stats(o, p), metric, o),
+            "healed_delta": _delta(paired_mean_stats(o, h), metric, o),
+            "healed_vs_pruned": _delta(paired_mean_stats(p, h), metric),
             "recovery": {
                 "value": found.value,
                 "ci95": list(found.ci95) if found.ci95 is not None else None,

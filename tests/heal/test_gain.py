@@ -20,7 +20,7 @@ def test_gain_sizes_and_ratios(tmp_path):
     assert invoke("prune", source, "--remove", "1-2", "--save", pruned, "--quiet").exit_code == 0
     result = invoke(
         "gain", source, pruned, "--out", tmp_path / "out", "--device", "cpu", "--prompt-tokens", 16,
-        "--new-tokens", 4, "--repeats", 3, "--quiet",
+        "--new-tokens", 8, "--repeats", 3, "--quiet",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "out" / "gain.json").read_text())
@@ -46,3 +46,31 @@ def test_gain_sizes_and_ratios(tmp_path):
 def test_gain_needs_a_candidate(tmp_path):
     result = invoke("gain", tmp_path, "--out", tmp_path / "out")
     assert result.exit_code == 2 and "at least one candidate" in result.output
+
+
+@pytest.mark.slow
+def test_a_decode_time_lost_in_noise_is_refused_and_the_hint_measures_it(tmp_path, monkeypatch):
+    """generate ≤ prefill in a round (a loaded machine, few new tokens): one line, not a speed of 4e9 tok/s."""
+    import re
+
+    import layerprobe.heal.gain as gain
+
+    source = build_checkpoint("llama", tmp_path / "src", num_layers=2)
+    measured = gain._one_run
+
+    def noisy(*args, **kwargs):
+        run = measured(*args, **kwargs)
+        return {**run, "generate_seconds": run["prefill_seconds"] * 0.9}
+
+    args = ("gain", source, source, "--device", "cpu", "--prompt-tokens", 16, "--new-tokens", 2, "--repeats", 1)
+    with monkeypatch.context() as patched:
+        patched.setattr(gain, "_one_run", noisy)
+        refused = invoke(*args, "--out", tmp_path / "refused", "--quiet", env={"COLUMNS": "250"})
+    assert refused.exit_code == 2 and "decode speed is not measurable" in refused.output, refused.output
+    assert not (tmp_path / "refused" / "gain.json").exists()
+    hint = re.search(r"--new-tokens (\d+)", refused.output.splitlines()[-1])
+    assert hint is not None
+    tried = invoke(*args[:-4], "--new-tokens", hint.group(1), "--repeats", 1, "--out", tmp_path / "out", "--quiet")
+    assert tried.exit_code == 0, tried.output
+    decode = json.loads((tmp_path / "out" / "gain.json").read_text())["models"][0]["decode_tokens_per_second"]
+    assert all(0 < speed < 1e7 for speed in decode)

@@ -79,7 +79,7 @@ def test_a_sublayer_unit_on_mllama_is_one_line_before_any_weight(tmp_path, monke
 
 @pytest.mark.slow  # builds the tiny mllama checkpoint (~4 s)
 def test_a_sublayer_curve_on_mllama_is_one_line_before_any_weight(tmp_path, monkeypatch):
-    """prune-curve --unit sublayers chooses among every block's sublayers: refused as prune-drop's are, no weight read."""
+    """prune-curve --unit sublayers: refused as prune-drop's sublayer units are, before any weight is read."""
     path = build_tower_checkpoint("mllama", tmp_path / "mllama")
 
     def fail(*_args, **_kwargs):
