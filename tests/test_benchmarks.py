@@ -162,6 +162,7 @@ def test_bench_callback_runs(minilm):
 def test_bench_heal_runs():
     out = _run(
         "bench_heal.py", "--layers", "4", "--hidden", "64", "--vocab", "512", "--tokens", "512",
-        "--held-out-tokens", "512", "--seq-len", "64", "--steps", "2", "--repeats", "1",
+        "--held-out-tokens", "512", "--seq-len", "64", "--steps", "2", "--repeats", "1", "--task-docs", "40",
     )  # fmt: skip
     assert "KL gap closed, linear" in out and "gain: parameters / bytes" in out
+    assert "bench_mmlu recovery, linear" in out and "bench_mmlu acc original" in out
