@@ -186,3 +186,25 @@ def test_an_fsdp_launch_is_one_line_before_any_weight(tmp_path, monkeypatch):
     with pytest.raises(LayerprobeError) as caught:
         run_heal(spec, world=World(rank=1, size=2))
     assert "FSDP" in caught.value.message and "--multi_gpu" in (caught.value.hint or "")
+
+
+@pytest.mark.slow
+def test_torchrun_trains_as_accelerate_launch_does(runs, tmp_path):
+    """The guide's other launcher: `torchrun --nproc_per_node 2 -m layerprobe heal …` equals the accelerate launch.
+
+    accelerate reads torchrun's RANK / WORLD_SIZE / MASTER_ADDR like its own launcher's, so the same
+    command gives the same adapters bit for bit (same split, same reductions) and writes once.
+    """
+    source, root, _ = runs
+    environment = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), environment.get("PYTHONPATH", "")])
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    command += ["-m", "layerprobe", *_args(source, tmp_path / "out", tmp_path / "save")]
+    done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert done.stdout.count("wrote ") == 1
+    launched = json.loads((root / "two" / "heal.json").read_text())
+    torchrun = json.loads((tmp_path / "out" / "heal.json").read_text())
+    assert torchrun["lora"]["processes"] == 2 and torchrun["lora"]["losses"] == launched["lora"]["losses"]
+    a, b = load_file(root / "two-save" / "model.safetensors"), load_file(tmp_path / "save" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
